@@ -1,0 +1,50 @@
+# Two commands for a fresh machine: `make run` and `make test`. Everything else is set up by them.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+# A Python >= 3.12 that actually runs: python3.13/python3.12 on PATH, then pyenv's versions.
+PYTHON_BOOT := $(shell for p in python3.13 python3.12 python3; do \
+	  if command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then command -v $$p; exit; fi; done; \
+	  root=$$(pyenv root 2>/dev/null); for v in $$(ls -r $$root/versions 2>/dev/null); do \
+	  p=$$root/versions/$$v/bin/python3; if [ -x $$p ] && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then echo $$p; exit; fi; done)
+
+.PHONY: run test lint bench setup password clean check-python
+
+check-python:
+	@if [ -z "$(PYTHON_BOOT)" ]; then echo "This project needs Python >= 3.12 (Django 6.1). Install python3.12 or newer (OS package, pyenv or python.org) and run make again." >&2; exit 1; fi
+
+$(STAMP): pyproject.toml | check-python
+	@test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo --if-empty
+	$(PY) manage.py serve --port $${PORT:-8000}
+
+password: $(STAMP)
+	$(PY) manage.py changepassword $${USERNAME:-admin}
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy .
+
+# The suite runs twice: embedded (SQLite + in-memory layer) and scale-out (PostgreSQL + Redis).
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy .
+	$(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/pytest
+	$(PY) tests/scaleout_pass.py
+
+bench: $(STAMP)
+	$(PY) -m tests.bench
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,232 @@
+"""One cycle of one agent: what the runner does each time an agent's turn comes.
+
+Persona agents (seeds 000, 001): needs decay, goals are generated and planned, the plan's current step
+suggests the action (urgent needs override), the world applies it, the experience advances or stalls
+steps and goals. The common case, following a step with no urgent need, makes no LLM call.
+Tool agents (seeds 002, 003): a given goal is planned, the operator approves, then runnable steps
+execute in the agent's workspace, respecting dependencies.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from agents.models import Agent, Experience, Need
+from agents.tools import ToolError, tool_run
+from agents.world import SIM_HOURS_PER_CYCLE, action_apply, action_choose, needs_decay
+from goals.models import Goal
+from goals.services import goal_milestone_check, goal_samples_prune, goals_due, goals_generate, goals_update
+from goals.system import goal_priority
+from planner_site.events import publish_changed_on_commit
+from planning.engine.schedule import steps_blocked, steps_runnable
+from planning.models import Plan, PlanEvent, PlanStep
+from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate
+from planning.services import event_record, plan_abandon, step_finish, step_request_approval
+
+logger = logging.getLogger("planner.cycle")
+
+STUCK_MULTIPLIER = 2.0  # seed 000: replan when a step takes twice its estimate
+MAX_OVERRIDES = 3  # seed 000: replan when urgent needs override the step this many cycles in a row
+TOOL_STEPS_PER_CYCLE = 2  # independent tool steps may run side by side, bounded
+
+
+def agent_cycle(*, agent_id: int, runner: str) -> str:
+    """Drive one cycle; returns a short description of what happened (for logs and tests)."""
+    agent = Agent.objects.get(pk=agent_id)
+    if agent.status != Agent.Status.RUNNING:
+        return "not running"
+    try:
+        plan = agent_open_plan(agent)
+        if plan is not None and plan.replan_reason:
+            what = plan_replan(agent=agent, plan=plan, runner=runner)
+        elif agent.kind == Agent.Kind.PERSONA:
+            what = persona_cycle(agent=agent, plan=plan, runner=runner)
+        else:
+            what = tool_cycle(agent=agent, plan=plan, runner=runner)
+    finally:
+        with transaction.atomic():
+            Agent.objects.filter(pk=agent.pk).update(
+                cycle_count=F("cycle_count") + 1,
+                next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval),
+            )
+            publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
+    return what
+
+
+def agent_open_plan(agent: Agent) -> Plan | None:
+    """The plan the agent pursues now: open plans by their goal's priority (short-term first), newest first."""
+    plans = list(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).select_related("goal"))
+    if not plans:
+        return None
+    return min(plans, key=lambda p: (
+        goal_priority(horizon=p.goal.horizon, confidence=p.goal.confidence) if p.goal else (3, 0.0),
+        -p.created_at.timestamp(),
+    ))
+
+
+def plan_replan(*, agent: Agent, plan: Plan, runner: str) -> str:
+    """Make the next version of a plan after a decline, failure, stuck step or operator request."""
+    if plan.times_replanned >= MAX_REPLANS:
+        plan_abandon(plan=plan, runner=runner, reason=f"replanned {plan.times_replanned} times; {plan.replan_reason}")
+        return "plan abandoned"
+    feedback = [s.failure_reason for s in plan.steps.filter(status=PlanStep.Status.DECLINED) if s.failure_reason]
+    try:
+        new = plan_generate(agent=agent, goal_text=plan.goal_text, goal=plan.goal, previous=plan,
+                            reason=plan.replan_reason, feedback=feedback, actor_label=runner)
+    except PlanAlreadyReplanned:
+        return "already replanned"
+    return f"replanned to v{new.version} ({new.status})"
+
+
+def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
+    """Plan the most pressing active goal that has no plan yet (seed 000: short-term at once,
+    mid and long term once their source needs drop below half)."""
+    needs = {n.name: n.satisfaction for n in agent.needs.all()}
+    planned = Plan.objects.filter(agent=agent, goal__isnull=False).exclude(
+        status__in=[Plan.Status.CANCELLED]).values_list("goal_id", flat=True)
+    goals = sorted(
+        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned),
+        key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
+    )
+    for goal in goals:
+        if goal.horizon != Goal.Horizon.SHORT and goal.source_needs and \
+                min((needs.get(n, 1.0) for n in goal.source_needs), default=1.0) >= 0.5:
+            continue
+        plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
+        return f"planned '{goal.description}' ({plan.status})"
+    return ""
+
+
+def step_needs_approval(step: PlanStep, plan: Plan) -> bool:
+    """Steps flagged requires-permission always wait for an operator; in step-by-step mode every step does."""
+    return step.approved_by_id is None and (step.requires_permission or plan.approval_mode == Plan.ApprovalMode.STEP)
+
+
+def current_step(plan: Plan) -> PlanStep | None:
+    steps = list(plan.steps.all())
+    running = [s for s in steps if s.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL)]
+    if running:
+        return running[0]
+    keys = steps_runnable([(s.key, s.status, s.depends_on) for s in steps], limit=1)
+    return next((s for s in steps if s.key in keys), None)
+
+
+def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
+    hours = SIM_HOURS_PER_CYCLE
+    with transaction.atomic():
+        needs_rows = list(Need.objects.select_for_update().filter(agent=agent))
+        decayed = needs_decay({n.name: (n.satisfaction, n.decay_per_hour) for n in needs_rows}, hours)
+        for n in needs_rows:
+            n.satisfaction = decayed[n.name]
+        Need.objects.bulk_update(needs_rows, ["satisfaction", "updated_at"])
+    if goals_due(agent=agent):
+        goals_generate(agent=agent)
+    if plan is None:
+        planned = plan_for_next_goal(agent=agent, runner=runner)
+        plan = agent_open_plan(agent)
+        if plan is None:
+            return planned or "no goal to plan"
+
+    step = current_step(plan) if plan.status == Plan.Status.ACTIVE else None
+    if step is not None and step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
+        step_request_approval(step=step, runner=runner)
+        step.refresh_from_db()
+    suggested = step.action_hint if step is not None and step.status in (PlanStep.Status.PENDING, PlanStep.Status.RUNNING) else None
+
+    needs = {n.name: n.satisfaction for n in needs_rows}
+    action, override_reason = action_choose(suggested=suggested, needs=needs)
+    outcome = action_apply(action, needs)
+    followed = suggested is not None and action == suggested
+    with transaction.atomic():
+        for n in Need.objects.select_for_update().filter(agent=agent, name__in=list(outcome.need_deltas)):
+            n.satisfaction = max(0.0, min(1.0, n.satisfaction + outcome.need_deltas[n.name]))
+            n.save(update_fields=["satisfaction", "updated_at"])
+        experience = Experience.objects.create(
+            agent=agent, cycle=agent.cycle_count + 1, action=action, need_deltas=outcome.need_deltas,
+            step=step if suggested else None, followed_plan=followed, override_reason=override_reason,
+            outcome=outcome.outcome,
+        )
+        goals_update(agent=agent, hours=hours, need_deltas=outcome.need_deltas)
+        if step is not None and suggested is not None:
+            step_progress(step=step, plan=plan, runner=runner, followed=followed, succeeded=outcome.succeeded,
+                          outcome=outcome.outcome, override_reason=override_reason, experience_id=experience.pk)
+        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="experience")
+    for goal in Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, progress__gte=0.85):
+        goal_milestone_check(goal=goal)
+    if agent.cycle_count % 50 == 0:
+        goal_samples_prune(agent=agent)
+    return f"{action}: {outcome.outcome}"
+
+
+def step_progress(*, step: PlanStep, plan: Plan, runner: str, followed: bool, succeeded: bool, outcome: str,
+                  override_reason: str, experience_id: int) -> None:
+    """Seed 000's evaluate_step and check_for_replan, for one experience."""
+    step = PlanStep.objects.select_for_update().get(pk=step.pk)
+    if step.status == PlanStep.Status.PENDING:
+        step.status = PlanStep.Status.RUNNING
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner, reason=step.description)
+    step.actual_cycles += 1
+    if followed:
+        step.overrides = 0
+    else:
+        step.overrides += 1
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_OVERRIDDEN, actor_label=runner,
+                     reason=override_reason, detail={"experience": experience_id})
+    step.save(update_fields=["status", "actual_cycles", "overrides", "updated_at"])
+    if followed and succeeded:
+        step_finish(step=step, runner=runner, succeeded=True, result=outcome, experience_id=experience_id)
+        return
+    stuck = step.actual_cycles > step.estimated_cycles * STUCK_MULTIPLIER
+    if stuck or step.overrides >= MAX_OVERRIDES:
+        why = (f"step {step.key} stuck: {step.actual_cycles} cycles, estimate {step.estimated_cycles}" if stuck
+               else f"step {step.key} overridden {step.overrides} cycles in a row: {override_reason}")
+        step.status = PlanStep.Status.FAILED
+        step.failure_reason = why
+        step.save(update_fields=["status", "failure_reason", "updated_at"])
+        Plan.objects.filter(pk=plan.pk).update(replan_reason=why)
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_FAILED, actor_label=runner, reason=why)
+
+
+def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
+    if plan is None:
+        return plan_for_next_goal(agent=agent, runner=runner) or "idle: no goal"
+    if plan.status != Plan.Status.ACTIVE:
+        return f"waiting: plan {plan.get_status_display().lower()}"
+    steps = list(plan.steps.all())
+    table = [(s.key, s.status, s.depends_on) for s in steps]
+    keys = steps_runnable(table, limit=TOOL_STEPS_PER_CYCLE)
+    if not keys:
+        blocked = steps_blocked(table)
+        if blocked and not any(s.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL) for s in steps):
+            Plan.objects.filter(pk=plan.pk).update(replan_reason=f"steps {', '.join(blocked)} can never run")
+        return "waiting"
+    done: list[str] = []
+    agent.workspace.mkdir(parents=True, exist_ok=True)
+    for step in (s for s in steps if s.key in keys):
+        if step_needs_approval(step, plan):
+            step_request_approval(step=step, runner=runner)
+            done.append(f"{step.key} awaits approval")
+            continue
+        with transaction.atomic():
+            step = PlanStep.objects.select_for_update().get(pk=step.pk)
+            if step.status != PlanStep.Status.PENDING:
+                continue
+            step.status = PlanStep.Status.RUNNING
+            step.actual_cycles += 1
+            step.save(update_fields=["status", "actual_cycles", "updated_at"])
+            event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner,
+                         reason=f"{step.tool} {step.tool_input}"[:500])
+        try:
+            result = tool_run(step.tool, step.tool_input, workspace=agent.workspace)
+        except ToolError as exc:
+            step_finish(step=step, runner=runner, succeeded=False, error=str(exc))
+            done.append(f"{step.key} failed: {exc}")
+        else:
+            step_finish(step=step, runner=runner, succeeded=True, result=result)
+            done.append(f"{step.key} done")
+    return "; ".join(done)

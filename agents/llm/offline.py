@@ -1,0 +1,792 @@
+"""The offline rules model: the default "LLM", deterministic and without network.
+
+It answers every purpose from the `CONTEXT:` line our prompt builders append (see
+`planning.engine.prompts.prompt_context`), in the shape a real model would: a sentence, then JSON in
+`<json>` tags. Its plans come from templates keyed by words in the goal, so the demo worlds run, plans
+pass validation, and replans visibly take the operator's feedback into account. Same input, same output:
+nothing here iterates over a set or reads the clock.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
+from typing import Any
+
+from agents.tools import TOOLS
+from planning.engine.prompts import prompt_context
+
+OFFLINE_MODEL = "offline-rules"
+URGENT_BELOW = 0.15  # a need this low overrides the plan's suggestion (seed 000)
+MILESTONE_MEAN = 0.6  # a goal counts as achieved when its source needs average above this
+MAX_HINTS = 5
+TEXT_EXTENSIONS = ("txt", "md", "markdown", "log", "rst")
+_FILE_EXTENSIONS = (
+    "csv", "json", "txt", "md", "markdown", "log", "rst", "html", "xml", "yaml", "yml", "toml", "ini",
+    "cfg", "tsv", "py", "js", "ts", "css", "pdf", "png", "jpg", "jpeg", "gif", "doc", "docx"
+)
+_FILE_NAME = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.([A-Za-z0-9]{1,8}))(?![\w/-])")
+_QUOTED = re.compile(r"\"([^\"\n]{1,400})\"|'([^'\n]{1,400})'|\u201c([^\u201d\n]{1,400})\u201d")
+_URL = re.compile(r"https?://[^\s\"'<>]+")
+
+
+def offline_complete(purpose: str, messages: Sequence[Mapping[str, str]]) -> str:
+    """Answer one prompt like a model would; deterministic in the prompt's CONTEXT line."""
+    answer = _ANSWERS.get(purpose)
+    if answer is None:
+        raise ValueError(f"the offline model has no answer for purpose {purpose!r}")
+    return answer(prompt_context(messages))
+
+
+def _reply(prose: str, value: Any) -> str:
+    return f"{prose}\n<json>\n{json.dumps(value, indent=2, ensure_ascii=False)}\n</json>"
+
+
+# -- reading the context defensively (it is JSON from a prompt, so anything may be missing) --------
+
+
+def _text(ctx: Mapping[str, Any], key: str) -> str:
+    value = ctx.get(key)
+    return " ".join(value.split()) if isinstance(value, str) else ""
+
+
+def _texts(ctx: Mapping[str, Any], key: str) -> list[str]:
+    value = ctx.get(key)
+    return [" ".join(v.split()) for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _needs(ctx: Mapping[str, Any], key: str = "needs") -> dict[str, float]:
+    value = ctx.get(key)
+    if not isinstance(value, dict):
+        return {}
+    return {
+        str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def _steps(ctx: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    value = ctx.get(key)
+    return [s for s in value if isinstance(s, dict)] if isinstance(value, list) else []
+
+
+def _max_steps(ctx: Mapping[str, Any]) -> int:
+    value = ctx.get("max_steps")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 20
+
+
+def _pct(value: float) -> str:
+    return f"{round(value * 100)}%"
+
+
+def _one_line(text: str, limit: int = 480) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+# -- persona plans (seed 000) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Move:
+    action: str
+    description: str
+    outcome: str
+    cycles: int = 1
+
+
+_CHAINS: Mapping[str, tuple[_Move, ...]] = {
+    "money": (
+        _Move("look for work", "Look for a job opportunity", "have a job lead", 2),
+        _Move("work", "Work a shift to earn money", "earn income", 3),
+    ),
+    "hunger": (
+        _Move("go to the store", "Go to the store", "arrive at the store"),
+        _Move("buy food", "Buy some food", "have groceries"),
+        _Move("eat", "Eat a meal", "no longer hungry"),
+    ),
+    "energy": (
+        _Move("go home", "Go home", "be at home"),
+        _Move("sleep", "Get a good sleep", "feel rested", 2),
+    ),
+    "social": (
+        _Move("call a friend", "Call a friend to catch up", "feel less lonely"),
+        _Move("meet friend", "Meet the friend in person", "spend time together", 2),
+    ),
+    "fun": (
+        _Move("go home", "Go home to unwind", "be at home"),
+        _Move("relax", "Relax with something enjoyable", "feel refreshed", 2),
+    ),
+}
+# Words in a goal that say which need it serves, checked in this order.
+_NEED_WORDS: Mapping[str, tuple[str, ...]] = {
+    "hunger": ("eat", "food", "hungry", "hunger", "meal", "lunch", "dinner", "breakfast", "groceries", "cook"),
+    "energy": ("sleep", "rest", "tired", "energy", "nap", "exhausted"),
+    "social": ("friend", "social", "lonely", "company", "talk", "chat"),
+    "money": ("money", "job", "work", "earn", "income", "wage", "rent", "pay"),
+    "fun": ("fun", "relax", "enjoy", "bored", "hobby", "unwind"),
+}
+_URGENT_RELIEF = {"hunger": "eat", "energy": "sleep", "social": "call a friend", "fun": "relax", "money": "work"}
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def _match_action(wanted: str, allowed: Sequence[str]) -> str | None:
+    """The allowed action closest to `wanted`, or None; any action goes when none are listed."""
+    if not allowed:
+        return wanted
+    by_normal = {_normal(a): a for a in allowed}
+    if _normal(wanted) in by_normal:
+        return by_normal[_normal(wanted)]
+    close = difflib.get_close_matches(_normal(wanted), list(by_normal), n=1, cutoff=0.75)
+    return by_normal[close[0]] if close else None
+
+
+def _actions_named(text: str, allowed: Sequence[str]) -> list[str]:
+    """Allowed actions named in free text (operator feedback), longest first."""
+    found = [a for a in allowed if re.search(rf"\b{re.escape(_normal(a))}\b", _normal(text))]
+    return sorted(found, key=lambda a: (-len(a), a))
+
+
+def _goal_need(goal: str, needs: Mapping[str, float]) -> str:
+    words = set(re.findall(r"[a-z]+", goal.lower()))
+    for need, keywords in _NEED_WORDS.items():
+        if words & set(keywords):
+            return need
+    known = sorted((value, name) for name, value in needs.items() if name in _CHAINS)
+    return known[0][1] if known else "fun"
+
+
+def _persona_moves(goal: str, needs: Mapping[str, float], allowed: Sequence[str]) -> list[_Move]:
+    need = _goal_need(goal, needs)
+    moves = list(_CHAINS[need])
+    if need == "hunger" and needs.get("money", 1.0) < 0.3:
+        moves = list(_CHAINS["money"]) + moves  # "to eat I need food, so money, so first I need to work"
+    mapped = []
+    for move in moves:
+        action = _match_action(move.action, allowed)
+        if action is not None:
+            mapped.append(replace(move, action=action))
+    if not mapped:
+        # None of the usual actions exist in this world: take the allowed action most like the goal.
+        fallback = _closest_to_goal(goal, allowed)
+        mapped = [_Move(fallback, _one_line(goal[:1].upper() + goal[1:], 200) or "Make progress", "goal advanced")]
+    return mapped
+
+
+def _closest_to_goal(goal: str, allowed: Sequence[str]) -> str:
+    if not allowed:
+        return "idle"
+    named = _actions_named(goal, allowed)
+    if named:
+        return named[0]
+    close = difflib.get_close_matches(_normal(goal), [_normal(a) for a in allowed], n=1, cutoff=0.0)
+    return next((a for a in allowed if _normal(a) == close[0]), allowed[0]) if close else allowed[0]
+
+
+def _persona_step(move: _Move, key: str | None = None) -> dict[str, Any]:
+    step: dict[str, Any] = {} if key is None else {"id": key}
+    step |= {
+        "description": move.description,
+        "action_hint": move.action,
+        "expected_outcome": move.outcome,
+        "estimated_cycles": move.cycles,
+    }
+    return step
+
+
+def _persona_plan(ctx: Mapping[str, Any]) -> str:
+    goal = _text(ctx, "goal") or "feel better"
+    needs = _needs(ctx)
+    moves = _persona_moves(goal, needs, _texts(ctx, "allowed_actions"))[: _max_steps(ctx)]
+    low = sorted(needs.items(), key=lambda kv: (kv[1], kv[0]))[:2]
+    state = ", ".join(f"{name} at {_pct(value)}" for name, value in low) or "my needs"
+    data = {
+        "goal": goal,
+        "thinking_summary": _one_line(f"With {state}, I will " + ", then ".join(m.action for m in moves) + "."),
+        "confidence": 0.7,
+        "steps": [_persona_step(m) for m in moves],
+    }
+    return _reply(f"To {goal[:1].lower() + goal[1:]}, I need {len(moves)} step(s).", data)
+
+
+def _fresh_keys(taken: Sequence[str], count: int) -> list[str]:
+    used = set(taken)
+    keys: list[str] = []
+    number = 1
+    while len(keys) < count:
+        if str(number) not in used:
+            keys.append(str(number))
+            used.add(str(number))
+        number += 1
+    return keys
+
+
+def _persona_replan(ctx: Mapping[str, Any]) -> str:
+    goal = _text(ctx, "goal") or "feel better"
+    needs = _needs(ctx)
+    allowed = _texts(ctx, "allowed_actions")
+    completed = _steps(ctx, "completed_steps")
+    failed = ctx.get("failed_step") if isinstance(ctx.get("failed_step"), dict) else None
+    reason = " ".join(_text(ctx, "reason").split() + (str(failed.get("failure_reason", "")).split() if failed else []))
+    feedback = _texts(ctx, "feedback")
+    remaining = _persona_moves(goal, needs, allowed)
+    for step in completed:  # what is done is not planned again
+        done = _normal(str(step.get("action_hint", "")))
+        index = next((i for i, m in enumerate(remaining) if _normal(m.action) == done), None)
+        if index is not None:
+            remaining.pop(index)
+    why = "; ".join([*feedback, reason] if reason else feedback)
+    if failed is not None:
+        failed_action = str(failed.get("action_hint", ""))
+        failed_move = next((m for m in remaining if _normal(m.action) == _normal(failed_action)), None)
+        if failed_move is None and _match_action(failed_action, allowed):
+            failed_move = _Move(
+                _match_action(failed_action, allowed) or failed_action,
+                _one_line(str(failed.get("description", "")) or failed_action, 200),
+                str(failed.get("expected_outcome", "")),
+            )
+            remaining.insert(0, failed_move)
+        named = _actions_named(" ".join(feedback), allowed)
+        if failed_move is not None:
+            index = remaining.index(failed_move)
+            if named:  # the operator said what to do instead
+                remaining[index] = _Move(named[0], _one_line(f"{named[0].capitalize()} instead ({why})", 480), "")
+            else:
+                remaining[index] = replace(
+                    failed_move,
+                    description=_one_line(f"{failed_move.description} again, after: {why or 'it stalled'}"),
+                    cycles=min(failed_move.cycles + 1, 20),
+                )
+            # An unmet requirement ("not enough money") is met first.
+            if "money" in why.lower() and _normal(failed_move.action) not in ("work", "look for work"):
+                for move in reversed(_CHAINS["money"]):
+                    action = _match_action(move.action, allowed)
+                    if action and all(_normal(m.action) != _normal(action) for m in remaining[:index]):
+                        remaining.insert(index, replace(move, action=action))
+    if not remaining:
+        remaining = [_Move(_closest_to_goal(goal, allowed), _one_line(f"Finish: {goal}", 200), "goal reached")]
+    keep = [_persona_echo(step) for step in completed]
+    room = max(_max_steps(ctx) - len(keep), 0)
+    keys = _fresh_keys([s["id"] for s in keep], len(remaining[:room]))
+    data = {
+        "goal": goal,
+        "thinking_summary": _one_line(
+            f"Keeping {len(keep)} completed step(s); " + (f"adjusting because {why}. " if why else "")
+            + "Next: " + ", ".join(m.action for m in remaining[:room]) + "."
+        ),
+        "confidence": 0.6,
+        "steps": keep + [_persona_step(m, k) for m, k in zip(remaining[:room], keys, strict=True)],
+    }
+    return _reply("Replanning from where I am.", data)
+
+
+def _persona_echo(step: Mapping[str, Any]) -> dict[str, Any]:
+    cycles = step.get("estimated_cycles")
+    return {
+        "id": str(step.get("key", "")),
+        "description": str(step.get("description", "")),
+        "action_hint": str(step.get("action_hint", "")),
+        "expected_outcome": str(step.get("expected_outcome", "")),
+        "estimated_cycles": cycles if isinstance(cycles, int) and not isinstance(cycles, bool) else 1,
+    }
+
+
+# -- tool plans (seed 003) -------------------------------------------------------------------------
+
+
+@dataclass
+class _ToolStep:
+    ref: str  # template-local; real ids are given when the plan is written out
+    tool: str
+    intent: str
+    input: dict[str, Any]
+    depends: list[str] = field(default_factory=list)
+    expects: str = ""
+
+
+@dataclass
+class _Template:
+    summary: str
+    steps: list[_ToolStep]
+    risks: list[str] = field(default_factory=list)
+
+
+def _mentioned_files(text: str) -> list[str]:
+    found = []
+    for match in _FILE_NAME.finditer(text):
+        if match.group(2).lower() in _FILE_EXTENSIONS and match.group(1) not in found:
+            found.append(match.group(1))
+    return found
+
+
+def _workspace_files(ctx: Mapping[str, Any]) -> list[str]:
+    return [f for f in _texts(ctx, "workspace_files") if f and not f.endswith("/")]
+
+
+def _ext(path: str) -> str:
+    return PurePosixPath(path).suffix.lower().lstrip(".")
+
+
+def _with_ext(path: str, ext: str) -> str:
+    return PurePosixPath(path).with_suffix(f".{ext}").as_posix()
+
+
+def _template_convert(goal: str, files: Sequence[str]) -> _Template:
+    mentioned = _mentioned_files(goal)
+    wants_csv = bool(re.search(r"\bto\s+(?:a\s+)?csv\b", goal.lower()))
+    source_ext = "json" if wants_csv else "csv"
+    source = next((f for f in mentioned if _ext(f) == source_ext), None)
+    source = source or next((f for f in mentioned if _ext(f) in ("csv", "json")), None)
+    source = source or next((f for f in files if _ext(f) == source_ext), None) or f"data.{source_ext}"
+    target_ext = "json" if _ext(source) == "csv" else "csv"
+    output = next((f for f in mentioned if _ext(f) == target_ext and f != source), None) or _with_ext(source, target_ext)
+    steps = [
+        _ToolStep("read", "file.read", f"Read {source} to check its header and rows", {"path": source},
+                  expects=f"{source} is readable"),
+        _ToolStep("convert", "file.convert", f"Convert {source} to {target_ext.upper()}",
+                  {"path": source, "to": target_ext, "output": output}, ["read"], f"{output} is written"),
+        _ToolStep("check", "file.read", f"Check the converted file {output}", {"path": output}, ["convert"],
+                  f"{output} holds the same rows"),
+    ]
+    return _Template(f"Read {source}, convert it to {target_ext.upper()} as {output}, then check the result.",
+                     steps, [f"Overwrites {output} if it already exists"])
+
+
+def _template_sort(goal: str, files: Sequence[str], max_steps: int) -> _Template:
+    loose = [f for f in files if "/" not in f and not f.startswith(".")]
+    steps = [_ToolStep("list", "file.list", "List the workspace to see which files need sorting", {"path": "."})]
+    risks = ["Moves files; links to their old locations will break"]
+    groups: dict[str, list[str]] = {}
+    for name in sorted(loose):
+        groups.setdefault(_ext(name) or "other", []).append(name)
+    left_out = 0
+    for ext in sorted(groups):
+        if len(steps) + 2 > max_steps:
+            left_out += len(groups[ext])
+            continue
+        steps.append(_ToolStep(f"dir-{ext}", "dir.create", f"Create the folder {ext}/ for .{ext} files",
+                               {"path": ext}, ["list"], f"{ext}/ exists"))
+        for name in groups[ext]:
+            if len(steps) + 1 > max_steps:
+                left_out += 1
+                continue
+            steps.append(_ToolStep(f"move-{name}", "file.move", f"Move {name} into {ext}/",
+                                   {"path": name, "to": f"{ext}/"}, [f"dir-{ext}"], f"{ext}/{name} exists"))
+    if left_out:
+        risks.append(f"{left_out} file(s) left for a later plan (step limit {max_steps})")
+    summary = (f"List the workspace, then move {len(loose)} file(s) into one folder per extension."
+               if loose else "List the workspace first; no loose files are known yet.")
+    return _Template(summary, steps, risks)
+
+
+def _text_sources(goal: str, files: Sequence[str]) -> list[str]:
+    mentioned = [f for f in _mentioned_files(goal) if _ext(f) in TEXT_EXTENSIONS]
+    if mentioned:
+        return mentioned[:5]
+    report_like = ("report", "summary", "summaries")
+    known = [f for f in files if _ext(f) in TEXT_EXTENSIONS and not PurePosixPath(f).stem.lower().startswith(report_like)]
+    return known[:5] or ["notes.txt"]
+
+
+def _template_summaries(goal: str, files: Sequence[str], *, output: str, listing: bool) -> _Template:
+    sources = _text_sources(goal, files)
+    written = next((f for f in _mentioned_files(goal) if _ext(f) == "md"), output)
+    steps = [_ToolStep("list", "file.list", "List the workspace to find the files", {"path": "."})] if listing else []
+    for number, path in enumerate(sources, start=1):
+        steps.append(_ToolStep(f"sum-{number}", "text.summarize", f"Summarize {path}",
+                               {"path": path, "max_sentences": 3}, ["list"] if listing else [],
+                               f"a 3-sentence summary of {path}"))
+    steps.append(_ToolStep("report", "report.write", f"Write the summaries of {len(sources)} file(s) to {written}",
+                           {"paths": sources, "output": written}, [s.ref for s in steps if s.tool == "text.summarize"],
+                           f"{written} has one section per file"))
+    return _Template(f"Summarize {', '.join(sources)}, then collect the summaries in {written}.", steps,
+                     [f"Overwrites {written} if it already exists"])
+
+
+def _template_write(goal: str) -> _Template:
+    path = next((f for f in _mentioned_files(goal) if _ext(f) in (*TEXT_EXTENSIONS, "csv", "json", "html")), "note.txt")
+    quoted = _QUOTED.search(goal)
+    if quoted:
+        content = next(g for g in quoted.groups() if g)
+    else:
+        after = re.search(r"\b(?:saying|that says|with the text|containing|reading)\b:?\s*(.+)$", goal, re.IGNORECASE)
+        content = after.group(1).strip() if after else f"Note: {goal}"
+    steps = [
+        _ToolStep("write", "file.write", f"Write {path}", {"path": path, "content": content.rstrip() + "\n"},
+                  expects=f"{path} exists"),
+        _ToolStep("check", "file.read", f"Read {path} back to check it", {"path": path}, ["write"]),
+    ]
+    return _Template(f"Write {path} and read it back.", steps, [f"Overwrites {path} if it already exists"])
+
+
+def _template_fetch(goal: str, url: str) -> _Template:
+    steps = [_ToolStep("fetch", "web.fetch", f"Fetch {url}", {"url": url}, expects="the page content")]
+    return _Template(f"Fetch {url}.", steps, ["Needs network access"])
+
+
+def _template_list(goal: str) -> _Template:
+    steps = [_ToolStep("list", "file.list", "List the files in the workspace", {"path": "."})]
+    for number, path in enumerate(_mentioned_files(goal)[:3], start=1):
+        steps.append(_ToolStep(f"read-{number}", "file.read", f"Read {path}", {"path": path}, ["list"]))
+    return _Template("List the workspace" + (" and read the files named in the goal." if len(steps) > 1 else "."), steps)
+
+
+def _tool_template(goal: str, files: Sequence[str], max_steps: int) -> _Template:
+    """The plan template for a goal, chosen by its words."""
+    text = goal.lower()
+    words = set(re.findall(r"[a-z]+", text))
+    url = _URL.search(goal)
+    if "convert" in words or ({"csv", "json"} <= words):
+        template = _template_convert(goal, files)
+    elif words & {"sort", "organize", "organise", "tidy", "arrange"} or "by extension" in text:
+        template = _template_sort(goal, files, max_steps)
+    elif "report" in words:
+        template = _template_summaries(goal, files, output="report.md", listing=True)
+    elif any(w.startswith(("summar", "summir")) for w in words):
+        template = _template_summaries(goal, files, output="summaries.md", listing=False)
+    elif url or words & {"fetch", "download"}:
+        template = _template_fetch(goal, url.group() if url else "https://example.com/")
+    elif words & {"write", "note", "save", "create"}:
+        template = _template_write(goal)
+    else:
+        template = _template_list(goal)
+    template.steps = template.steps[:max_steps]
+    kept = {s.ref for s in template.steps}
+    for step in template.steps:
+        step.depends = [d for d in step.depends if d in kept]
+    return template
+
+
+def _tool_step_out(step: _ToolStep, key: str, depends_on: list[str]) -> dict[str, Any]:
+    spec = TOOLS.get(step.tool)
+    out: dict[str, Any] = {
+        "id": key,
+        "tool": step.tool,
+        "intent": _one_line(step.intent),
+        "input": step.input,
+        "requiresPermission": bool(spec and spec.risky),
+        "dependsOn": depends_on,
+    }
+    if step.expects:
+        out["expects"] = _one_line(step.expects)
+    return out
+
+
+def _tool_plan(ctx: Mapping[str, Any]) -> str:
+    goal = _text(ctx, "goal") or "List the workspace"
+    template = _tool_template(goal, _workspace_files(ctx), _max_steps(ctx))
+    keys = {step.ref: str(number) for number, step in enumerate(template.steps, start=1)}
+    data = {
+        "goal": goal,
+        "thinking_summary": template.summary,
+        "confidence": 0.8,
+        "risks": template.risks,
+        "steps": [_tool_step_out(s, keys[s.ref], [keys[d] for d in s.depends]) for s in template.steps],
+    }
+    return _reply(f"Plan with {len(template.steps)} step(s); writes need permission.", data)
+
+
+_SKIP_WORDS = ("skip", "not needed", "unnecessary", "leave it out", "remove this step", "don't need", "do not need")
+_RENAME_WORDS = ("overwrite", "different name", "new file", "keep the original", "another name", "rename")
+
+
+# The input naming what a risky step creates, which a rename request changes.
+_TARGET_KEY = {
+    "file.convert": "output", "file.move": "to", "file.write": "path", "file.append": "path",
+    "report.write": "output", "dir.create": "path",
+}
+
+
+def _suffixed(path: str, suffix: str = "-new") -> str:
+    pure = PurePosixPath(path)
+    return pure.with_name(f"{pure.stem}{suffix}{pure.suffix}").as_posix()
+
+
+def _revise_tool_step(step: _ToolStep, why: str, feedback: Sequence[str], files: Sequence[str]) -> _ToolStep:
+    """The failed or declined step, changed the way the feedback and the failure reason ask."""
+    spoken = " ".join(feedback)
+    lowered = f"{spoken} {why}".lower()
+    new_input = dict(step.input)
+    spec = TOOLS.get(step.tool)
+    named = _mentioned_files(spoken)
+    if named and spec is not None:
+        # A file named in the feedback replaces the output if it has the output's type, else the source.
+        if "output" in spec.schema and _ext(named[0]) == _ext(str(new_input.get("output", ""))):
+            new_input["output"] = named[0]
+        elif step.tool == "file.move" and len(named) == 1 and "path" in new_input and named[0] != new_input["path"]:
+            new_input["to"] = named[0]
+        elif "path" in spec.schema:
+            new_input["path"] = named[0]
+    elif "does not exist" in lowered and isinstance(new_input.get("path"), str):
+        others = [f for f in files if f != new_input["path"]]
+        close = difflib.get_close_matches(new_input["path"], others, n=1, cutoff=0.3)
+        if close:
+            new_input["path"] = close[0]
+    elif (any(w in lowered for w in _RENAME_WORDS) or "already exists" in lowered) and step.tool in _TARGET_KEY:
+        key = _TARGET_KEY[step.tool]
+        value = new_input.get(key)
+        if step.tool == "file.convert" and not value:
+            value = _with_ext(str(new_input.get("path", "data")), str(new_input.get("to", "json")))
+        if isinstance(value, str) and value.endswith("/"):  # a move into a folder: rename the file inside it
+            new_input[key] = value + _suffixed(PurePosixPath(str(new_input.get("path", "file"))).name)
+        elif isinstance(value, str):
+            new_input[key] = _suffixed(value)
+    quoted = _QUOTED.search(spoken)
+    if quoted and "content" in new_input:
+        new_input["content"] = next(g for g in quoted.groups() if g).rstrip() + "\n"
+    note = spoken or why or "retry"
+    intent = _one_line(f"{step.intent} (revised: {note})")
+    return replace(step, intent=intent, input=new_input)
+
+
+def _tool_replan(ctx: Mapping[str, Any]) -> str:
+    goal = _text(ctx, "goal") or "List the workspace"
+    files = _workspace_files(ctx)
+    max_steps = _max_steps(ctx)
+    completed = _steps(ctx, "completed_steps")
+    failed = ctx.get("failed_step") if isinstance(ctx.get("failed_step"), dict) else None
+    reason = " ".join(_text(ctx, "reason").split() + (str(failed.get("failure_reason", "")).split() if failed else []))
+    feedback = _texts(ctx, "feedback")
+    template = _tool_template(goal, files, max_steps)
+
+    # Template steps already done map to the completed step's key; the rest remain to be done.
+    key_of: dict[str, str] = {}
+    matched: list[str] = []
+    remaining: list[_ToolStep] = []
+    for step in template.steps:
+        done = next(
+            (c for c in completed
+             if str(c.get("key")) not in matched and c.get("tool") == step.tool and c.get("input") == step.input),
+            None,
+        )
+        if done is not None:
+            key_of[step.ref] = str(done.get("key"))
+            matched.append(str(done.get("key")))
+        else:
+            remaining.append(step)
+
+    why = reason
+    if failed is not None:
+        failed_tool, failed_input = str(failed.get("tool", "")), failed.get("input") or {}
+        target = next((s for s in remaining if s.tool == failed_tool and s.input == failed_input), None)
+        target = target or next((s for s in remaining if s.tool == failed_tool), None)
+        if target is None and failed_tool in TOOLS and isinstance(failed_input, dict):
+            target = _ToolStep("failed", failed_tool, str(failed.get("description", "")) or failed_tool, dict(failed_input))
+            remaining.insert(0, target)
+        spoken = " ".join(feedback).lower()
+        if failed_tool == "web.fetch" or "network access is disabled" in reason.lower():
+            remaining = [s for s in remaining if s.tool != "web.fetch"]
+            url = str(failed_input.get("url", "the page")) if isinstance(failed_input, dict) else "the page"
+            remaining.append(_ToolStep(
+                "note", "file.write", "Leave a note that the page could not be fetched",
+                {"path": "fetch-notes.md",
+                 "content": f"Could not fetch {url}: network access is disabled for this agent.\n"
+                            "Put the page into the workspace to continue.\n"},
+                expects="fetch-notes.md explains what is needed",
+            ))
+        elif target is not None and any(w in spoken for w in _SKIP_WORDS):
+            remaining.remove(target)
+        elif target is not None:
+            remaining[remaining.index(target)] = _revise_tool_step(target, why, feedback, files)
+
+    if not remaining:
+        remaining = [_ToolStep("list", "file.list", "List the workspace to confirm the result", {"path": "."})]
+    keep = [_tool_echo(step, [str(c.get("key")) for c in completed]) for step in completed]
+    room = max(max_steps - len(keep), 0)
+    remaining = remaining[:room]
+    for step, key in zip(remaining, _fresh_keys([s["id"] for s in keep], len(remaining)), strict=True):
+        key_of[step.ref] = key
+    steps = keep + [
+        _tool_step_out(s, key_of[s.ref], [key_of[d] for d in s.depends if d in key_of]) for s in remaining
+    ]
+    because = "; ".join([*feedback, reason] if reason else feedback)
+    data = {
+        "goal": goal,
+        "thinking_summary": _one_line(
+            f"Keeping {len(keep)} completed step(s)." + (f" Changed course because: {because}." if because else "")
+        ),
+        "confidence": 0.7,
+        "risks": template.risks,
+        "steps": steps,
+    }
+    return _reply("Replanning: completed steps stay as they are.", data)
+
+
+def _tool_echo(step: Mapping[str, Any], completed_keys: Sequence[str]) -> dict[str, Any]:
+    tool = str(step.get("tool", ""))
+    spec = TOOLS.get(tool)
+    out: dict[str, Any] = {
+        "id": str(step.get("key", "")),
+        "tool": tool,
+        "intent": _one_line(str(step.get("description", "")) or tool),
+        "input": step.get("input") if isinstance(step.get("input"), dict) else {},
+        "requiresPermission": bool(step.get("requires_permission")) or bool(spec and spec.risky),
+        "dependsOn": [d for d in step.get("depends_on") or [] if d in completed_keys],
+    }
+    if step.get("expected_outcome"):
+        out["expects"] = _one_line(str(step["expected_outcome"]))
+    return out
+
+
+def _answer_plan(ctx: Mapping[str, Any]) -> str:
+    return _tool_plan(ctx) if ctx.get("kind") == "tool" else _persona_plan(ctx)
+
+
+def _answer_replan(ctx: Mapping[str, Any]) -> str:
+    return _tool_replan(ctx) if ctx.get("kind") == "tool" else _persona_replan(ctx)
+
+
+# -- the fast purposes -----------------------------------------------------------------------------
+
+_HINTS: list[tuple[str, Callable[[str], str]]] = [
+    ("unknown tool", lambda r: "Use only the listed tools" + _suggestion(r) + "."),
+    ("unknown action", lambda r: "Use exactly one of the allowed actions as action_hint" + _suggestion(r) + "."),
+    ("dependency cycle", lambda r: "Remove the dependency cycle: dependsOn may only name steps that come earlier."),
+    ("depends on itself", lambda r: "A step must not list its own id in dependsOn."),
+    ("depends on unknown step", lambda r: "List in dependsOn only ids of steps that exist in this plan."),
+    ("duplicate step id", lambda r: 'Give every step a different id: "1", "2", "3", ...'),
+    ("placeholder", lambda r: "Write the real file content; never TODO, '...' or <placeholders>."),
+    ("content is empty", lambda r: "Write the real file content; never leave it empty."),
+    ("workspace", lambda r: "Use paths relative to the workspace, without '..' and without a leading '/'."),
+    ("absolute path", lambda r: "Use paths relative to the workspace, without '..' and without a leading '/'."),
+    ("too many steps", lambda r: f"Use at most {_limit(r)} steps; merge similar steps."),
+    ("no steps", lambda r: 'Put at least one step in a "steps" list.'),
+    ("no 'steps'", lambda r: 'Put the steps in a "steps" list.'),
+    ("unknown top-level key", lambda r: f"Remove the top-level key {_quoted(r)}; use only the template's keys."),
+    ("unknown key", lambda r: f"Remove the step key {_quoted(r)}; use only the template's step keys."),
+    ("requirespermission", lambda r: "Give every step requiresPermission: true for writes, false for reads."),
+    ("missing", lambda r: f"Add the missing field {_quoted(r)} to every step."),
+    ("prohibited", lambda r: "Remove shell commands and instructions aimed at the assistant; use only the tools."),
+    ("single line", lambda r: "Keep every intent, description and action on one line."),
+    ("json", lambda r: "Answer with one valid JSON object inside <json>...</json>, nothing else."),
+    ("empty output", lambda r: "Answer with one valid JSON object inside <json>...</json>, nothing else."),
+    ("output too large", lambda r: "Answer briefly: only the JSON plan inside <json>...</json>."),
+    ("not ready", lambda r: 'Give a complete plan and set "ready": true, or leave "ready" out.'),
+]
+
+
+def _suggestion(reason: str) -> str:
+    match = re.search(r"did you mean: ([^?]+)\?", reason)
+    return f", for example {match.group(1)}" if match else ""
+
+
+def _quoted(reason: str) -> str:
+    match = re.search(r"'([^']+)'", reason)
+    return f"'{match.group(1)}'" if match else "named in the reason"
+
+
+def _limit(reason: str) -> str:
+    match = re.search(r">\s*(\d+)", reason)
+    return match.group(1) if match else "fewer"
+
+
+def _answer_reflect(ctx: Mapping[str, Any]) -> str:
+    hints: list[str] = []
+    for reason in _texts(ctx, "reasons"):
+        lowered = reason.lower()
+        hint = next((make(reason) for needle, make in _HINTS if needle in lowered), f"Fix this: {reason}")
+        if hint not in hints:
+            hints.append(hint)
+    if not hints:
+        hints = ["Follow the template exactly and answer inside <json>...</json>."]
+    return _reply("Here is what to fix.", {"hints": hints[:MAX_HINTS]})
+
+
+_TOOL_WORDS = ("file", "files", "csv", "json", "folder", "report", "workspace", "summar", "convert", "list")
+
+
+def _answer_restate(ctx: Mapping[str, Any]) -> str:
+    goal = _text(ctx, "goal") or "(no goal given)"
+    agent = _text(ctx, "agent_name") or "the agent"
+    lowered = goal.lower()
+    tool_like = any(word in lowered for word in _TOOL_WORDS) or bool(_mentioned_files(goal))
+    when = "today" if "today" in lowered else ("as soon as possible" if "now" in lowered.split() else "now, in this run")
+    data = {
+        "who": agent,
+        "what": _one_line(goal, 300),
+        "when": when,
+        "where": f"in {agent}'s workspace" if tool_like else f"where {agent} is now",
+        "why": "because the operator asked for it" if tool_like else f"because {agent} needs it",
+    }
+    return _reply("Restated goal:", data)
+
+
+_GOALS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    # The most direct action first: a simple goal may become a one-step plan with the first one.
+    "hunger": ("Get something to eat", ("eat", "buy food", "go to the store")),
+    "energy": ("Get some rest", ("sleep", "go home")),
+    "social": ("Spend time with a friend", ("call a friend", "meet friend")),
+    "money": ("Earn some money", ("work", "look for work")),
+    "fun": ("Do something fun", ("relax", "meet friend")),
+}
+
+
+def _answer_goals(ctx: Mapping[str, Any]) -> str:
+    needs = _needs(ctx)
+    existing = {_normal(e) for e in _texts(ctx, "existing")}
+    goals: list[dict[str, Any]] = []
+    for name, value in sorted(needs.items(), key=lambda kv: (kv[1], kv[0])):
+        if value >= 0.6 or len(goals) >= 3:
+            break
+        description, actions = _GOALS.get(name, (f"Improve my {name}", ()))
+        if _normal(description) in existing:
+            continue
+        horizon = "short_term" if value < 0.3 else "mid_term" if value < 0.5 else "long_term"
+        level = "critically low" if value < 0.2 else "low"
+        goals.append({
+            "description": description,
+            "horizon": horizon,
+            "source_needs": [name],
+            "recommended_actions": list(actions),
+            "reasoning": f"{name.capitalize()} is {level} at {_pct(value)}",
+        })
+    prose = f"{len(goals)} new goal(s) from the lowest needs." if goals else "No need is low enough for a new goal."
+    return _reply(prose, goals)
+
+
+def _answer_milestone(ctx: Mapping[str, Any]) -> str:
+    needs = _needs(ctx)
+    mean = sum(needs.values()) / len(needs) if needs else 0.0
+    achieved = bool(needs) and mean > MILESTONE_MEAN
+    detail = ", ".join(f"{name} at {_pct(value)}" for name, value in sorted(needs.items())) or "no source needs"
+    verdict = "above" if achieved else "not above"
+    data = {"achieved": achieved, "explanation": f"{detail}: the average is {verdict} {_pct(MILESTONE_MEAN)}"}
+    return _reply("Milestone check:", data)
+
+
+def _answer_decide(ctx: Mapping[str, Any]) -> str:
+    needs = _needs(ctx)
+    actions = _texts(ctx, "actions")
+    suggested = _match_action(_text(ctx, "suggested_action"), actions) if _text(ctx, "suggested_action") else None
+    action, reason = None, ""
+    for value, name in sorted((v, n) for n, v in needs.items() if v < URGENT_BELOW):
+        relief = _match_action(_URGENT_RELIEF.get(name, ""), actions) if name in _URGENT_RELIEF else None
+        if relief is not None:
+            if relief != suggested:
+                action, reason = relief, f"{name} is urgent ({_pct(value)}), so it overrides the plan"
+            break
+    if action is None and suggested:
+        action, reason = suggested, "following the current plan step"
+    if action is None:
+        low = sorted((v, n) for n, v in needs.items() if n in _URGENT_RELIEF)
+        relief = _match_action(_URGENT_RELIEF[low[0][1]], actions) if low else None
+        action = relief or ("idle" if not actions or "idle" in actions else actions[0])
+        reason = f"no plan step; {low[0][1]} is lowest" if relief and low else "nothing pressing"
+    return _reply(f"I will {action}.", {"action": action, "reason": reason})
+
+
+_ANSWERS: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
+    "restate": _answer_restate,
+    "plan": _answer_plan,
+    "replan": _answer_replan,
+    "reflect": _answer_reflect,
+    "goals": _answer_goals,
+    "milestone": _answer_milestone,
+    "decide": _answer_decide,
+}

@@ -1,0 +1,166 @@
+"""The OpenAI-compatible provider: any server speaking `POST /v1/chat/completions`, through the `openai` SDK.
+
+The SDK's async client is used so that a model's answer is awaited on an event loop: the runner's agents call
+`openai_complete` from threads spawned by `sync_to_async`, `async_to_sync` hands the request back to the
+runner's loop, and many agents can wait for their models at once without holding a thread each.
+Retries (exponential backoff on 429, 5xx, timeouts and connection errors) are the SDK's own, set by
+LLM_MAX_RETRIES; LLM_TIMEOUT_SECONDS bounds each attempt.
+
+An `AsyncOpenAI` client's connection pool belongs to the event loop it was first used on, so clients are
+kept per loop and closed when that loop shuts down (see `_LoopClients`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import openai
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+
+from agents.llm.gateway import ProviderAnswer
+
+
+class ProviderResponseError(Exception):
+    """The server answered, but not with a usable chat completion; the gateway falls back to the next model."""
+
+
+# base_url, api_key, timeout in seconds, max retries: the settings a client is built from.
+ClientKey = tuple[str, str, float, int]
+
+
+@dataclass
+class _LoopClients:
+    """The clients of one event loop, and the async generator that closes them when the loop shuts down.
+
+    A loop gives no callback when it closes, but `asyncio.run`, `asyncio.Runner` and server loops all call
+    `loop.shutdown_asyncgens()` first, which closes every suspended async generator started on that loop:
+    the keeper's `finally` then closes the clients on their own loop, as httpx requires.
+    """
+
+    clients: dict[ClientKey, openai.AsyncOpenAI] = field(default_factory=dict)
+    keeper: AsyncGenerator[None, None] | None = None
+
+
+# Event loop -> its clients. Loops run in different threads (a fresh one per `async_to_sync` call made
+# outside any loop), hence the lock; within one loop the lookups below never await, so need no lock.
+_loops: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
+_loops_lock = threading.Lock()
+
+
+def client_key() -> ClientKey:
+    """The client settings now in force (read each call, so tests' `settings` overrides take effect)."""
+    return (
+        settings.OPENAI_BASE_URL,
+        settings.OPENAI_API_KEY,
+        float(settings.LLM_TIMEOUT_SECONDS),
+        int(settings.LLM_MAX_RETRIES),
+    )
+
+
+async def _close_at_loop_shutdown(loop: asyncio.AbstractEventLoop, entry: _LoopClients) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        with _loops_lock:
+            if _loops.get(loop) is entry:
+                del _loops[loop]
+        for client in list(entry.clients.values()):
+            # A failing close must not stop the loop's shutdown.
+            with contextlib.suppress(Exception):
+                await client.close()
+        entry.clients.clear()
+
+
+async def _loop_clients() -> _LoopClients:
+    """This loop's clients, registering the loop (and its shutdown hook) on first use."""
+    loop = asyncio.get_running_loop()
+    with _loops_lock:
+        # A loop closed without shutting down its async generators leaves its entry behind: its clients
+        # cannot be closed any more (their loop is gone), only dropped.
+        for closed in [other for other in _loops if other.is_closed()]:
+            del _loops[closed]
+        entry = _loops.get(loop)
+        if entry is not None:
+            return entry
+        entry = _loops[loop] = _LoopClients()
+    entry.keeper = _close_at_loop_shutdown(loop, entry)
+    # The first step runs to the `yield` without suspending, and registers the generator with this loop.
+    await anext(entry.keeper)
+    return entry
+
+
+async def openai_client() -> openai.AsyncOpenAI:
+    """The shared client for the current settings on the running event loop."""
+    key = client_key()
+    entry = await _loop_clients()
+    client = entry.clients.get(key)
+    if client is None:
+        base_url, api_key, timeout, retries = key
+        client = entry.clients[key] = openai.AsyncOpenAI(
+            # An empty base URL means the SDK's default (OPENAI_BASE_URL from the environment, else OpenAI).
+            base_url=base_url or None,
+            # Local servers (llama.cpp, vLLM, Ollama) ignore the key, but the SDK refuses to start without one.
+            api_key=api_key or "not-needed",
+            timeout=timeout,
+            max_retries=retries,
+        )
+    return client
+
+
+async def openai_aclose_clients() -> None:
+    """Close the running loop's clients now (e.g. at the end of a long-lived loop that is not shut down)."""
+    loop = asyncio.get_running_loop()
+    with _loops_lock:
+        entry = _loops.get(loop)
+    if entry is not None and entry.keeper is not None:
+        await entry.keeper.aclose()
+
+
+def answer_from_completion(model: str, completion: object) -> ProviderAnswer:
+    """The text and token counts of a chat completion; a clear error when it holds no answer."""
+    if not isinstance(completion, ChatCompletion):
+        # The SDK hands back the raw text when a server answers 200 with a non-JSON content type.
+        raise ProviderResponseError(f"{model}: the server's answer is not a chat completion: {str(completion)[:200]!r}")
+    choices = getattr(completion, "choices", None)
+    if not choices:
+        raise ProviderResponseError(f"{model}: the answer has no choices")
+    message = getattr(choices[0], "message", None)
+    content = getattr(message, "content", None)
+    if not isinstance(content, str) or not content.strip():
+        reason = getattr(choices[0], "finish_reason", None)
+        raise ProviderResponseError(f"{model}: the answer has no text (finish_reason={reason!r})")
+    usage = getattr(completion, "usage", None)
+    return ProviderAnswer(
+        text=content,
+        tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
+        tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+    )
+
+
+async def openai_acomplete(*, model: str, messages: Sequence[Mapping[str, str]]) -> ProviderAnswer:
+    """Ask `model` on the OpenAI-compatible server for one chat completion.
+
+    Raises the SDK's errors (`openai.APITimeoutError`, `openai.RateLimitError`, `openai.APIStatusError`...)
+    once its retries are spent, and `ProviderResponseError` for an answer without text or a malformed body.
+    """
+    client = await openai_client()
+    payload = cast(list[ChatCompletionMessageParam], [dict(m) for m in messages])
+    try:
+        completion: Any = await client.chat.completions.create(model=model, messages=payload)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        # A 200 whose body is not valid JSON: the SDK lets the decoder's error through.
+        raise ProviderResponseError(f"{model}: malformed response body: {exc}") from exc
+    return answer_from_completion(model, completion)
+
+
+def openai_complete(*, model: str, messages: Sequence[Mapping[str, str]]) -> ProviderAnswer:
+    """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one."""
+    return async_to_sync(openai_acomplete)(model=model, messages=messages)

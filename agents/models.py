@@ -1,0 +1,149 @@
+"""Agents, their needs, experiences, lessons, and the record of every LLM call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+
+UNIT = [MinValueValidator(0.0), MaxValueValidator(1.0)]
+
+
+class Agent(models.Model):
+    """An agent the runner drives in cycles: a simulated person (persona) or a tool user (tool)."""
+
+    class Kind(models.TextChoices):
+        PERSONA = "persona", "Persona"
+        TOOL = "tool", "Tool"
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        PAUSED = "paused", "Paused"
+        STOPPED = "stopped", "Stopped"
+
+    name = models.CharField(max_length=100, unique=True)
+    backstory = models.TextField(blank=True)
+    kind = models.CharField(max_length=16, choices=Kind, default=Kind.PERSONA)
+    status = models.CharField(max_length=16, choices=Status, default=Status.RUNNING)
+    personality = models.JSONField(default=dict, blank=True, help_text="Trait name -> 0..1")
+    emotions = models.JSONField(default=dict, blank=True, help_text="Emotion name -> intensity 0..1")
+    cycle_interval = models.FloatField(default=2.0, validators=[MinValueValidator(0.0)], help_text="Seconds between cycles")
+    cycle_count = models.PositiveIntegerField(default=0)
+    next_cycle_at = models.DateTimeField(null=True, blank=True)
+    waiting_reason = models.CharField(max_length=300, blank=True, help_text="Why the agent waits for an operator")
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            # The runner's claim query: running agents whose lease is free or expired.
+            models.Index(fields=["status", "lease_expires_at"], name="agent_claim_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("agent-detail", args=[self.pk])
+
+    @property
+    def workspace(self) -> Path:
+        """The only folder this agent's tools may touch."""
+        return Path(settings.AGENT_WORKSPACES) / str(self.pk)
+
+
+class Need(models.Model):
+    """A need (hunger, energy, money, social...) whose satisfaction decays every hour."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="needs")
+    name = models.CharField(max_length=50)
+    satisfaction = models.FloatField(default=1.0, validators=UNIT)
+    decay_per_hour = models.FloatField(default=0.05, validators=[MinValueValidator(0.0)])
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["agent", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "name"], name="need_name_unique_per_agent"),
+            models.CheckConstraint(condition=models.Q(satisfaction__gte=0.0, satisfaction__lte=1.0), name="need_satisfaction_unit"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} {self.name} {self.satisfaction:.0%}"
+
+
+class Experience(models.Model):
+    """What happened in one cycle: the action, its effect on needs, and how it relates to the plan."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="experiences")
+    cycle = models.PositiveIntegerField()
+    action = models.CharField(max_length=200)
+    need_deltas = models.JSONField(default=dict, blank=True)
+    step = models.ForeignKey("planning.PlanStep", null=True, blank=True, on_delete=models.SET_NULL, related_name="experiences")
+    followed_plan = models.BooleanField(default=False)
+    override_reason = models.CharField(max_length=300, blank=True)
+    outcome = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["agent", "-cycle"]
+        constraints = [models.UniqueConstraint(fields=["agent", "cycle"], name="experience_cycle_unique_per_agent")]
+
+    def __str__(self) -> str:
+        return f"{self.agent} cycle {self.cycle}: {self.action}"
+
+
+class Lesson(models.Model):
+    """Something the agent learned, fed into goal generation and action decisions."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="lessons")
+    description = models.CharField(max_length=300)
+    source_experience = models.ForeignKey(Experience, null=True, blank=True, on_delete=models.SET_NULL)
+    weight = models.FloatField(default=0.5, validators=UNIT)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["agent", "-created_at"]
+
+    def __str__(self) -> str:
+        return self.description
+
+
+class LLMCall(models.Model):
+    """One call to a model, for any purpose, with its full prompt and response."""
+
+    class Purpose(models.TextChoices):
+        RESTATE = "restate", "Restate goal"
+        PLAN = "plan", "Plan"
+        REPLAN = "replan", "Replan"
+        REFLECT = "reflect", "Reflect on failure"
+        GOALS = "goals", "Generate goals"
+        MILESTONE = "milestone", "Milestone check"
+        DECIDE = "decide", "Decide action"
+
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="llm_calls")
+    plan = models.ForeignKey("planning.Plan", null=True, blank=True, on_delete=models.SET_NULL, related_name="llm_calls")
+    purpose = models.CharField(max_length=16, choices=Purpose)
+    provider = models.CharField(max_length=50, blank=True)
+    model = models.CharField(max_length=200)
+    prompt = models.JSONField(default=list, help_text="The chat messages sent")
+    response = models.TextField(blank=True)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    latency_ms = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "LLM call"
+        indexes = [models.Index(fields=["plan", "created_at"], name="llmcall_plan_idx")]  # the plan page lists its calls
+
+    def __str__(self) -> str:
+        return f"{self.purpose} via {self.model}"

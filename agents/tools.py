@@ -1,0 +1,438 @@
+"""The tool registry and its sandbox (seed 003): what a tool agent may do, confined to its workspace.
+
+Every tool reads and writes only inside the agent's workspace directory. Paths are checked twice:
+lexically when a plan is validated (`path_problem`), and again, following symlinks, when a step runs
+(`workspace_resolve`), because the workspace can change between approval and execution.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import ntpath
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MAX_FILE_BYTES = 1_000_000  # reads and writes above this are refused: a runaway plan must not fill the disk
+MAX_LIST_ENTRIES = 200
+RESULT_PREVIEW_CHARS = 2_000  # results are shown on the dashboard and fed back to the planner
+
+RISK_CLASSES = ("read", "write", "network", "system")
+
+
+class ToolError(Exception):
+    """A tool could not run; the message is meant for the operator and the planner."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the planner may use: its input schema, which inputs are paths, and its risk class."""
+
+    name: str
+    description: str
+    risk_class: str  # "read" | "write" | "network" | "system"
+    schema: Mapping[str, tuple[type, bool]]  # input key -> (type, required)
+    path_keys: tuple[str, ...] = ()
+    choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # input key -> allowed values
+
+    @property
+    def risky(self) -> bool:
+        """Seed 003: writes, network access and system changes are risky; reads are safe."""
+        return self.risk_class != "read"
+
+    def schema_text(self) -> str:
+        """The input schema in one line, for prompts: `{path: str, max_sentences?: int}`."""
+        parts = []
+        for key, (kind, required) in self.schema.items():
+            type_name = " | ".join(f'"{c}"' for c in self.choices[key]) if key in self.choices else kind.__name__
+            parts.append(f"{key}{'' if required else '?'}: {type_name}")
+        return "{" + ", ".join(parts) + "}"
+
+
+TOOLS: Mapping[str, ToolSpec] = {
+    spec.name: spec
+    for spec in [
+        ToolSpec("file.read", "Read a text file", "read", {"path": (str, True)}, ("path",)),
+        ToolSpec("file.list", "List a folder (the workspace root by default)", "read", {"path": (str, False)}, ("path",)),
+        ToolSpec(
+            "file.write", "Create or overwrite a text file with the given content", "write",
+            {"path": (str, True), "content": (str, True)}, ("path",),
+        ),
+        ToolSpec(
+            "file.append", "Append text to a file (created if missing)", "write",
+            {"path": (str, True), "content": (str, True)}, ("path",),
+        ),
+        ToolSpec(
+            "file.convert", "Convert a CSV file to JSON or a JSON list of objects to CSV", "write",
+            {"path": (str, True), "to": (str, True), "output": (str, False)}, ("path", "output"),
+            choices={"to": ("json", "csv")},
+        ),
+        ToolSpec(
+            "file.move", "Move or rename a file; `to` may be an existing folder", "write",
+            {"path": (str, True), "to": (str, True)}, ("path", "to"),
+        ),
+        ToolSpec("dir.create", "Create a folder (and its parents)", "write", {"path": (str, True)}, ("path",)),
+        ToolSpec(
+            "text.summarize", "Summarize a text file in a few of its own sentences", "read",
+            {"path": (str, True), "max_sentences": (int, False)}, ("path",),
+        ),
+        ToolSpec(
+            "report.write", "Write a markdown report with a summary of each given file", "write",
+            {"paths": (list, True), "output": (str, True)}, ("paths", "output"),
+        ),
+        ToolSpec("web.fetch", "Fetch a web page", "network", {"url": (str, True)}),
+    ]
+}
+
+
+# -- paths ---------------------------------------------------------------------------------------
+
+
+def path_problem(rel: object, workspace: Path | None = None) -> str | None:
+    """Why `rel` may not be used as a path inside the workspace, or None if it may.
+
+    Lexical checks only (no filesystem access), so a plan can be judged before its workspace exists.
+    """
+    if not isinstance(rel, str):
+        return f"path must be a string, got {type(rel).__name__}"
+    if "\x00" in rel:
+        return "path contains a NUL byte"
+    text = rel.strip().replace("\\", "/")  # models trained on Windows prompts write backslashes
+    if text.startswith("~"):
+        return f"path '{rel}' points into a home directory; use a path relative to the workspace"
+    if ntpath.splitdrive(rel)[0] or text.startswith("//"):
+        return f"absolute path '{rel}' is outside the workspace; use a path relative to the workspace"
+    if text.startswith("/"):
+        if workspace is None:
+            return f"absolute path '{rel}' is not allowed; use a path relative to the workspace"
+        target = os.path.normpath(text)
+        # Accept the workspace as spelled and as resolved (e.g. /tmp -> /private/tmp on macOS).
+        for root in {os.path.normpath(str(workspace.absolute())), os.path.normpath(str(workspace.resolve()))}:
+            if target == root or target.startswith(root.rstrip("/") + "/"):
+                return None
+        return f"absolute path '{rel}' is outside the workspace"
+    depth = 0
+    for part in text.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return f"path '{rel}' escapes the workspace with '..'"
+        elif part not in ("", "."):
+            depth += 1
+    return None
+
+
+def workspace_resolve(workspace: Path, rel: str) -> Path:
+    """The real path of `rel` inside `workspace`; ToolError if it would leave it (.., absolute, symlink, NUL)."""
+    problem = path_problem(rel, workspace)
+    if problem:
+        raise ToolError(problem)
+    root = workspace.resolve()
+    text = rel.strip().replace("\\", "/")
+    candidate = Path(text) if text.startswith("/") else root / text
+    # resolve() follows symlinks, so a link inside the workspace pointing outside is caught here.
+    resolved = candidate.resolve()
+    if resolved != root and not resolved.is_relative_to(root):
+        raise ToolError(f"path '{rel}' leads outside the workspace (through a symbolic link)")
+    return resolved
+
+
+def workspace_listing(workspace: Path, *, limit: int = MAX_LIST_ENTRIES) -> list[str]:
+    """Files and folders in the workspace (folders end in '/'), relative and sorted, for planner prompts."""
+    root = workspace.resolve()
+    if not root.is_dir():
+        return []
+    entries: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        base = Path(dirpath).relative_to(root)
+        for name in dirnames:
+            entries.append(f"{(base / name).as_posix()}/")
+        for name in sorted(filenames):
+            entries.append((base / name).as_posix())
+        if len(entries) >= limit:
+            break
+    return sorted(entries)[:limit]
+
+
+def _display(workspace: Path, path: Path) -> str:
+    rel = path.relative_to(workspace.resolve()).as_posix()
+    return rel if rel != "." else "."
+
+
+# -- input checks --------------------------------------------------------------------------------
+
+
+def _has_type(value: Any, kind: type) -> bool:
+    # bool is an int subclass; a model writing `true` for a count is a mistake, not a number.
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
+def tool_input_problems(spec: ToolSpec, tool_input: object) -> list[str]:
+    """Schema problems of `tool_input` for `spec`: missing or unknown keys, wrong types, bad choices."""
+    if not isinstance(tool_input, Mapping):
+        return [f"{spec.name} input must be an object, got {type(tool_input).__name__}"]
+    problems: list[str] = []
+    for key in tool_input:
+        if key not in spec.schema:
+            allowed = ", ".join(spec.schema) or "none"
+            problems.append(f"{spec.name} input has unknown key '{key}' (allowed: {allowed})")
+    for key, (kind, required) in spec.schema.items():
+        if key not in tool_input or tool_input[key] is None:
+            if required:
+                problems.append(f"{spec.name} input missing required key '{key}'")
+            continue
+        value: Any = tool_input[key]
+        if not _has_type(value, kind):
+            problems.append(f"{spec.name} input '{key}' must be {kind.__name__}, got {type(value).__name__}")
+            continue
+        if kind is list:
+            if not value:
+                problems.append(f"{spec.name} input '{key}' must not be empty")
+            elif not all(isinstance(item, str) for item in value):
+                problems.append(f"{spec.name} input '{key}' must be a list of strings")
+        if key in spec.choices and value not in spec.choices[key]:
+            allowed = ", ".join(spec.choices[key])
+            problems.append(f"{spec.name} input '{key}' must be one of: {allowed} (got {value!r})")
+        if kind is int and not 1 <= value <= 50:
+            problems.append(f"{spec.name} input '{key}' must be between 1 and 50 (got {value})")
+    return problems
+
+
+# -- execution -----------------------------------------------------------------------------------
+
+
+def _read_text(path: Path, shown: str) -> str:
+    if not path.exists():
+        raise ToolError(f"file '{shown}' does not exist")
+    if not path.is_file():
+        raise ToolError(f"'{shown}' is not a file")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ToolError(f"file '{shown}' is too large to read ({size} bytes; the limit is {MAX_FILE_BYTES})")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ToolError(f"file '{shown}' is not UTF-8 text") from None
+
+
+def _write_text(path: Path, shown: str, content: str, *, append: bool = False) -> None:
+    if len(content.encode("utf-8")) > MAX_FILE_BYTES:
+        raise ToolError(f"content for '{shown}' is larger than {MAX_FILE_BYTES} bytes")
+    if path.is_dir():
+        raise ToolError(f"'{shown}' is a folder, not a file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8", newline="") as handle:
+        handle.write(content)
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= RESULT_PREVIEW_CHARS else text[:RESULT_PREVIEW_CHARS] + "\n[... truncated]"
+
+
+def _run_read(ws: Path, args: Mapping[str, Any]) -> str:
+    path = workspace_resolve(ws, args["path"])
+    text = _read_text(path, args["path"])
+    lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+    return f"Read {_display(ws, path)} ({len(text)} characters, {lines} lines):\n{_preview(text)}"
+
+
+def _run_list(ws: Path, args: Mapping[str, Any]) -> str:
+    rel = args.get("path") or "."
+    path = workspace_resolve(ws, rel)
+    if not path.exists():
+        raise ToolError(f"folder '{rel}' does not exist")
+    if not path.is_dir():
+        raise ToolError(f"'{rel}' is not a folder")
+    names = sorted(f"{p.name}/" if p.is_dir() else p.name for p in path.iterdir())
+    shown = _display(ws, path)
+    if not names:
+        return f"{shown} is empty"
+    more = f"\n(and {len(names) - MAX_LIST_ENTRIES} more)" if len(names) > MAX_LIST_ENTRIES else ""
+    return f"{len(names)} entries in {shown}:\n" + "\n".join(names[:MAX_LIST_ENTRIES]) + more
+
+
+def _run_write(ws: Path, args: Mapping[str, Any], *, append: bool = False) -> str:
+    path = workspace_resolve(ws, args["path"])
+    content = args["content"]
+    if path == ws.resolve():
+        raise ToolError("cannot write to the workspace folder itself; give a file name")
+    existed = path.exists()
+    _write_text(path, args["path"], content, append=append)
+    if append:
+        return f"Appended {len(content)} characters to {_display(ws, path)}"
+    return f"{'Overwrote' if existed else 'Wrote'} {_display(ws, path)} ({len(content)} characters)"
+
+
+def csv_to_json(text: str) -> str:
+    """CSV with a header row -> a JSON list of objects (values stay strings: no guessing at types)."""
+    rows = list(csv.DictReader(io.StringIO(text)))
+    if not rows and not text.strip():
+        raise ToolError("the CSV file is empty")
+    for number, row in enumerate(rows, start=2):
+        if None in row:  # DictReader files extra cells under the None key
+            raise ToolError(f"CSV line {number} has more cells than the header")
+    return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+
+
+def json_to_csv(text: str) -> str:
+    """A JSON list of objects -> CSV with the union of their keys as header, in first-seen order."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ToolError(f"the file is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise ToolError("only a JSON list of objects can be converted to CSV")
+    header: list[str] = []
+    for item in data:
+        header.extend(key for key in item if key not in header)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=header, lineterminator="\n")
+    writer.writeheader()
+    for item in data:
+        writer.writerow(
+            {k: json.dumps(v, ensure_ascii=False) if isinstance(v, dict | list) else v for k, v in item.items()}
+        )
+    return out.getvalue()
+
+
+def _run_convert(ws: Path, args: Mapping[str, Any]) -> str:
+    source = workspace_resolve(ws, args["path"])
+    target_format = args["to"]
+    if target_format not in ("json", "csv"):
+        raise ToolError(f"cannot convert to '{target_format}'; use 'json' or 'csv'")
+    source_format = source.suffix.lower().lstrip(".")
+    if source_format == target_format:
+        raise ToolError(f"'{args['path']}' is already {target_format}")
+    output_rel = args.get("output") or Path(args["path"].replace("\\", "/")).with_suffix(f".{target_format}").as_posix()
+    output = workspace_resolve(ws, output_rel)
+    text = _read_text(source, args["path"])
+    converted = csv_to_json(text) if target_format == "json" else json_to_csv(text)
+    _write_text(output, output_rel, converted)
+    return f"Converted {_display(ws, source)} to {target_format}: wrote {_display(ws, output)} ({len(converted)} characters)"
+
+
+def _run_move(ws: Path, args: Mapping[str, Any]) -> str:
+    source = workspace_resolve(ws, args["path"])
+    if not source.exists():
+        raise ToolError(f"'{args['path']}' does not exist")
+    if source == ws.resolve():
+        raise ToolError("cannot move the workspace folder itself")
+    target = workspace_resolve(ws, args["to"])
+    if target.is_dir() or args["to"].rstrip().endswith(("/", "\\")):
+        target = target / source.name
+    if target.exists():
+        raise ToolError(f"'{_display(ws, target)}' already exists; choose another name")
+    if source.is_dir() and target.is_relative_to(source):
+        raise ToolError("cannot move a folder into itself")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source.rename(target)
+    return f"Moved {_display(ws, source)} to {_display(ws, target)}"
+
+
+def _run_mkdir(ws: Path, args: Mapping[str, Any]) -> str:
+    path = workspace_resolve(ws, args["path"])
+    if path.exists() and not path.is_dir():
+        raise ToolError(f"'{args['path']}' exists and is a file")
+    existed = path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    return f"Folder {_display(ws, path)} {'already existed' if existed else 'created'}"
+
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])|\n\s*\n")
+_WORD = re.compile(r"[a-zA-Z][a-zA-Z'-]+")
+_STOPWORDS = frozenset(
+    (
+        "a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "for", "from", "has", "have",
+        "he", "her", "his", "i", "if", "in", "into", "is", "it", "its", "of", "on", "or", "our", "she",
+        "so", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we",
+        "were", "what", "when", "which", "who", "will", "with", "you", "your"
+    )
+)
+
+
+def text_summary(text: str, max_sentences: int = 3) -> str:
+    """An extractive summary: the sentences with the most frequent content words, in their original order.
+
+    Deterministic on purpose, so the offline demo and the tests give the same answer every time.
+    """
+    sentences = [" ".join(s.split()) for s in _SENTENCE.split(text) if s and s.strip()]
+    sentences = [s.lstrip("#-* ").strip() for s in sentences]
+    sentences = [s for s in sentences if s]
+    if len(sentences) <= max_sentences:
+        return " ".join(sentences)
+    counts = Counter(w.lower() for w in _WORD.findall(text) if w.lower() not in _STOPWORDS)
+
+    def score(sentence: str) -> float:
+        words = [w.lower() for w in _WORD.findall(sentence) if w.lower() not in _STOPWORDS]
+        return sum(counts[w] for w in words) / (len(words) + 1) ** 0.5
+
+    ranked = sorted(range(len(sentences)), key=lambda i: (-score(sentences[i]), i))[:max_sentences]
+    return " ".join(sentences[i] for i in sorted(ranked))
+
+
+def _run_summarize(ws: Path, args: Mapping[str, Any]) -> str:
+    path = workspace_resolve(ws, args["path"])
+    text = _read_text(path, args["path"])
+    summary = text_summary(text, args.get("max_sentences") or 3)
+    return f"Summary of {_display(ws, path)}: {summary or '(the file is empty)'}"
+
+
+def _run_report(ws: Path, args: Mapping[str, Any]) -> str:
+    output = workspace_resolve(ws, args["output"])
+    sections = []
+    for rel in args["paths"]:
+        path = workspace_resolve(ws, rel)
+        summary = text_summary(_read_text(path, rel)) or "(empty file)"
+        sections.append(f"## {_display(ws, path)}\n\n{summary}\n")
+    report = f"# Report\n\nSummaries of {len(sections)} file(s).\n\n" + "\n".join(sections)
+    _write_text(output, args["output"], report)
+    return f"Wrote report {_display(ws, output)} covering {len(sections)} file(s)"
+
+
+def _run_fetch(ws: Path, args: Mapping[str, Any]) -> str:
+    raise ToolError("network access is disabled for this agent")
+
+
+_RUNNERS: Mapping[str, Callable[[Path, Mapping[str, Any]], str]] = {
+    "file.read": _run_read,
+    "file.list": _run_list,
+    "file.write": _run_write,
+    "file.append": lambda ws, args: _run_write(ws, args, append=True),
+    "file.convert": _run_convert,
+    "file.move": _run_move,
+    "dir.create": _run_mkdir,
+    "text.summarize": _run_summarize,
+    "report.write": _run_report,
+    "web.fetch": _run_fetch,
+}
+
+
+def tool_run(name: str, tool_input: Mapping[str, Any], *, workspace: Path) -> str:
+    """Run one tool call confined to `workspace`; a short human-readable result, or ToolError."""
+    spec = TOOLS.get(name)
+    if spec is None:
+        raise ToolError(f"unknown tool '{name}'")
+    problems = tool_input_problems(spec, tool_input)
+    if problems:
+        raise ToolError("; ".join(problems))
+    for key in spec.path_keys:
+        values = tool_input.get(key)
+        for value in values if isinstance(values, list) else [values]:
+            if value is not None and (problem := path_problem(value, workspace)):
+                raise ToolError(problem)
+    workspace.mkdir(parents=True, exist_ok=True)
+    try:
+        return _RUNNERS[name](workspace, tool_input)
+    except ToolError:
+        raise
+    except OSError as exc:  # permissions, full disk, races: say what happened, not a traceback
+        raise ToolError(f"{name} failed: {exc.strerror or exc}") from None

@@ -1,0 +1,99 @@
+"""The persona world model: what each action does to needs (seeds 000 and 001).
+
+Plain values only. Each cycle stands for one simulated hour of the person's life.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+SIM_HOURS_PER_CYCLE = 1.0
+URGENT_BELOW = 0.15  # a need this low overrides the plan's suggestion
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    effects: Mapping[str, float]
+    requires: Mapping[str, float] = field(default_factory=dict)  # need -> minimum satisfaction to succeed
+    outcome: str = ""
+    permission: bool = False  # an operator must say yes before a plan step does this
+
+
+ACTIONS: dict[str, Action] = {
+    a.name: a
+    for a in [
+        Action("look for work", {"social": 0.02, "energy": -0.03}, outcome="found a job lead"),
+        Action("work", {"money": 0.3, "energy": -0.12, "fun": -0.05}, requires={"energy": 0.1}, outcome="earned a wage"),
+        Action("go to the store", {"energy": -0.03}, outcome="arrived at the store"),
+        Action("buy food", {"money": -0.15, "hunger": 0.1}, requires={"money": 0.15}, outcome="bought groceries",
+               permission=True),
+        Action("eat", {"hunger": 0.5, "energy": 0.05, "money": -0.05}, requires={"money": 0.1}, outcome="had a meal"),
+        Action("cook", {"hunger": 0.3, "fun": 0.05, "energy": -0.03}, outcome="cooked dinner"),
+        Action("go home", {"energy": 0.02}, outcome="got home"),
+        Action("sleep", {"energy": 0.5, "hunger": -0.05}, outcome="slept well"),
+        Action("call a friend", {"social": 0.25, "fun": 0.05}, outcome="had a nice chat"),
+        Action("meet friend", {"social": 0.4, "fun": 0.15, "money": -0.1}, requires={"money": 0.1},
+               outcome="spent time with a friend", permission=True),
+        Action("relax", {"fun": 0.3, "energy": 0.05}, outcome="relaxed"),
+        Action("idle", {}, outcome="did nothing in particular"),
+    ]
+}
+
+# What to do when a need is urgent, whatever the plan says.
+# Money is not a bodily need: being broke never overrides a plan (the plan is how the person earns).
+URGENT_ACTION = {"hunger": "eat", "energy": "sleep", "social": "call a friend", "fun": "relax"}
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    action: str
+    succeeded: bool
+    need_deltas: dict[str, float]
+    outcome: str
+
+
+def action_apply(action: str, needs: Mapping[str, float]) -> ActionOutcome:
+    """What doing `action` with these needs changes; an action whose requirement is unmet fails and changes nothing."""
+    spec = ACTIONS.get(action) or ACTIONS["idle"]
+    missing = [n for n, minimum in spec.requires.items() if needs.get(n, 1.0) < minimum]
+    if missing:
+        return ActionOutcome(spec.name, False, {}, f"could not {spec.name}: not enough {', '.join(missing)}")
+    deltas: dict[str, float] = {}
+    for need, delta in spec.effects.items():
+        if need in needs:
+            new = max(0.0, min(1.0, needs[need] + delta))
+            if new != needs[need]:
+                deltas[need] = round(new - needs[need], 4)
+    return ActionOutcome(spec.name, True, deltas, spec.outcome)
+
+
+def action_needs_permission(action: str) -> bool:
+    spec = ACTIONS.get(action)
+    return spec is not None and spec.permission
+
+
+def urgent_need(needs: Mapping[str, float]) -> str | None:
+    """The most pressing need below the urgency line that some action can relieve, if any."""
+    urgent = sorted((value, name) for name, value in needs.items() if value < URGENT_BELOW and name in URGENT_ACTION)
+    return urgent[0][1] if urgent else None
+
+
+def action_choose(*, suggested: str | None, needs: Mapping[str, float]) -> tuple[str, str]:
+    """The action for this cycle and, when it is not the plan's suggestion, why (seed 000: urgent needs override)."""
+    need = urgent_need(needs)
+    if need is not None and (suggested is None or ACTIONS.get(suggested, ACTIONS["idle"]).effects.get(need, 0) <= 0):
+        return URGENT_ACTION[need], f"{need} is urgent ({needs[need]:.0%})"
+    if suggested:
+        return suggested, ""
+    # No plan step: relieve the lowest need.
+    lowest = min(needs.items(), key=lambda item: item[1], default=None)
+    if lowest and lowest[0] in URGENT_ACTION and lowest[1] < 0.5:
+        return URGENT_ACTION[lowest[0]], f"no plan step; {lowest[0]} is lowest"
+    return "idle", "no plan step"
+
+
+def needs_decay(needs: Mapping[str, tuple[float, float]], hours: float) -> dict[str, float]:
+    """Satisfaction after `hours`, from (satisfaction, decay per hour) pairs."""
+    return {name: max(0.0, round(value - rate * hours, 4)) for name, (value, rate) in needs.items()}

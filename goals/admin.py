@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+
+from goals.models import Goal, GoalSample
+from planner_site.admin_audit import AuditedAdmin
+
+
+@admin.register(Goal)
+class GoalAdmin(AuditedAdmin):
+    list_display = ["description", "agent", "horizon", "status", "progress", "confidence", "times_advanced", "times_regressed"]
+    list_filter = ["horizon", "status", "agent"]
+    search_fields = ["description"]
+    list_select_related = ["agent"]
+
+    def audit_agent_id(self, obj: Any) -> int:
+        return obj.agent_id
+
+
+@admin.register(GoalSample)
+class GoalSampleAdmin(admin.ModelAdmin):
+    list_display = ["goal", "progress", "confidence", "taken_at"]
+    list_filter = ["goal__agent"]
+    list_select_related = ["goal"]

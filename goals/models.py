@@ -1,0 +1,67 @@
+"""Goals by horizon (seed 001), with samples of progress and confidence for the decay curves."""
+
+from __future__ import annotations
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+
+UNIT = [MinValueValidator(0.0), MaxValueValidator(1.0)]
+
+
+class Goal(models.Model):
+    """Something an agent wants, born of needs and lessons; its confidence decays unless pursued."""
+
+    class Horizon(models.TextChoices):
+        SHORT = "short_term", "Short term"
+        MID = "mid_term", "Mid term"
+        LONG = "long_term", "Long term"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        COMPLETED = "completed", "Completed"
+        ABANDONED = "abandoned", "Abandoned"
+
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="goals")
+    description = models.CharField(max_length=500)
+    horizon = models.CharField(max_length=16, choices=Horizon, default=Horizon.SHORT)
+    source_needs = models.JSONField(default=list, blank=True)
+    source_lessons = models.JSONField(default=list, blank=True)
+    recommended_actions = models.JSONField(default=list, blank=True)
+    progress = models.FloatField(default=0.0, validators=UNIT)
+    confidence = models.FloatField(default=1.0, validators=UNIT)
+    status = models.CharField(max_length=16, choices=Status, default=Status.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_progressed = models.DateTimeField(null=True, blank=True)
+    times_advanced = models.PositiveIntegerField(default=0)
+    times_regressed = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["agent", "horizon", "-confidence"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(progress__gte=0.0, progress__lte=1.0), name="goal_progress_unit"),
+            models.CheckConstraint(condition=models.Q(confidence__gte=0.0, confidence__lte=1.0), name="goal_confidence_unit"),
+        ]
+        indexes = [models.Index(fields=["agent", "status"], name="goal_agent_status_idx")]  # active goals of an agent
+
+    def __str__(self) -> str:
+        return self.description
+
+    def get_absolute_url(self) -> str:
+        return reverse("agent-detail", args=[self.agent_id]) + f"#goal-{self.pk}"
+
+
+class GoalSample(models.Model):
+    """Progress and confidence at one moment: the points of a goal's curves."""
+
+    goal = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="samples")
+    progress = models.FloatField(validators=UNIT)
+    confidence = models.FloatField(validators=UNIT)
+    taken_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["goal", "taken_at"]
+        indexes = [models.Index(fields=["goal", "taken_at"], name="goalsample_goal_time_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.goal_id} p={self.progress:.2f} c={self.confidence:.2f}"

@@ -1,0 +1,73 @@
+"""Admin edits are changes like any other: recorded as a PlanEvent (who, what, the diff) and pushed live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db import transaction
+from django.forms import BaseInlineFormSet, ModelForm
+from django.http import HttpRequest
+
+from planner_site.events import publish_changed_on_commit
+
+
+def form_diff(form: ModelForm) -> dict[str, list[str]]:
+    """Changed fields as [old, new] strings."""
+    return {
+        name: [str(form.initial.get(name, "")), str(form.cleaned_data.get(name, ""))]
+        for name in form.changed_data
+    }
+
+
+def admin_event(*, request: HttpRequest, agent_id: int, plan_id: int | None, what: str, diff: dict[str, Any],
+                step_id: int | None = None) -> None:
+    from planning.models import Plan, PlanEvent
+
+    if plan_id is None:
+        plan_id = (
+            Plan.objects.filter(agent_id=agent_id, status__in=Plan.OPEN_STATUSES).order_by("-created_at")
+            .values_list("pk", flat=True).first()
+        )
+    if plan_id is not None:
+        PlanEvent.objects.create(
+            plan_id=plan_id, step_id=step_id, kind=PlanEvent.Kind.ADMIN_EDIT, actor=request.user,
+            actor_label=request.user.get_username(), reason=what, detail={"diff": diff},
+        )
+    publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_edit")
+
+
+class AuditedAdmin(admin.ModelAdmin):
+    """Subclasses say which agent (and plan) an object belongs to."""
+
+    def audit_agent_id(self, obj: Any) -> int:
+        raise NotImplementedError
+
+    def audit_plan_id(self, obj: Any) -> int | None:
+        return None
+
+    @transaction.atomic
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        diff = form_diff(form) if change else {"created": ["", str(obj)]}
+        if diff:
+            admin_event(request=request, agent_id=self.audit_agent_id(obj), plan_id=self.audit_plan_id(obj),
+                        what=f"{obj._meta.verbose_name} '{obj}' {'changed' if change else 'added'} in admin", diff=diff)
+
+    @transaction.atomic
+    def save_formset(self, request: HttpRequest, form: Any, formset: BaseInlineFormSet, change: bool) -> None:
+        super().save_formset(request, form, formset, change)
+        diff: dict[str, Any] = {}
+        for inline_form in formset.forms:
+            if inline_form.instance.pk and inline_form.changed_data:
+                diff[str(inline_form.instance)] = form_diff(inline_form)
+        if diff:
+            obj = form.instance
+            admin_event(request=request, agent_id=self.audit_agent_id(obj), plan_id=self.audit_plan_id(obj),
+                        what=f"{formset.model._meta.verbose_name_plural} of '{obj}' changed in admin", diff=diff)
+
+    @transaction.atomic
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        agent_id = self.audit_agent_id(obj)
+        super().delete_model(request, obj)
+        publish_changed_on_commit(agent_id=agent_id, kind="admin_delete")

@@ -1,0 +1,186 @@
+"""Settings, read from the environment, with embedded defaults that need nothing but Python.
+
+Embedded: SQLite in var/ (WAL), the in-memory channel layer, the offline planner.
+Scale-out: DATABASE_URL (PostgreSQL) and REDIS_URL (channels-redis) switch both.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("PLANNER_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
+
+
+def secret_key_load() -> str:
+    """SECRET_KEY from the environment, else one generated once and kept in var/ (never in the repository)."""
+    if key := os.environ.get("SECRET_KEY"):
+        return key
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = secret_key_load()
+DEBUG = env_bool("DEBUG")
+ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "planner_site",
+    "agents",
+    "goals",
+    "planning",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "planner_site.urls"
+ASGI_APPLICATION = "planner_site.asgi.application"
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "planner_site.roles.roles_context",
+            ],
+        },
+    },
+]
+
+SQLITE_PATH = Path(os.environ.get("SQLITE_PATH", VAR_DIR / "planner.sqlite3"))
+if os.environ.get("DATABASE_URL"):
+    DATABASES: dict[str, Any] = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60)}
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get("TEST_DATABASE_NAME", "test_planner")
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": SQLITE_PATH,
+            "OPTIONS": {
+                # The runner and the web share one file: WAL lets readers go on while one writes, IMMEDIATE
+                # takes the write lock up front (no deadlocked upgrades), the timeout waits instead of failing.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": os.environ.get("SQLITE_TEST_PATH", str(VAR_DIR / "test.sqlite3"))},
+        }
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if os.environ.get("REDIS_URL"):
+    CHANNEL_LAYERS = {
+        "default": {
+            # Pub/sub has no per-channel capacity, so a burst of events is not dropped silently (STACK.md),
+            # and socket_timeout=None keeps redis-py 8 from killing idle readers after 5 s.
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {
+                "hosts": [{"address": os.environ["REDIS_URL"], "socket_timeout": None}],
+                "prefix": os.environ.get("CHANNELS_PREFIX", "planner"),
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise serves from finders in place; an empty root keeps it quiet
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+# Agents' sandboxed workspaces: tools may touch nothing outside AGENT_WORKSPACES/<agent id>/.
+AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
+
+# The runner.
+RUNNER_TICK_SECONDS = float(os.environ.get("RUNNER_TICK_SECONDS", "0.5"))
+RUNNER_LEASE_SECONDS = int(os.environ.get("RUNNER_LEASE_SECONDS", "30"))
+RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "8"))
+RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
+
+# LLM gateway: per-purpose model chains; "offline-rules" is the built-in deterministic model.
+OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+LLM_TIMEOUT_SECONDS = float(os.environ.get("LLM_TIMEOUT_SECONDS", "60"))
+LLM_MAX_RETRIES = int(os.environ.get("LLM_MAX_RETRIES", "2"))
+_default_chain = "offline-rules" if not OPENAI_BASE_URL else os.environ.get("LLM_MODEL", "gpt-4o-mini")
+LLM_MODELS = {
+    purpose: [m.strip() for m in os.environ.get(f"{purpose.upper()}_MODELS", fallback).split(",") if m.strip()]
+    for purpose, fallback in {
+        "planner": _default_chain,
+        "fast": os.environ.get("FAST_MODELS", _default_chain),
+    }.items()
+}
+PLAN_MAX_STEPS = int(os.environ.get("PLAN_MAX_STEPS", "20"))
+PLAN_ATTEMPTS_PER_MODEL = 3
+PLAN_REJECTIONS_BEFORE_FALLBACK = 2
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+    "loggers": {"planner": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False}},
+}

@@ -1,0 +1,1 @@
+"""The planning engine: pure functions from model text to validated, schedulable plans."""

@@ -1,0 +1,419 @@
+"""Strict prompt builders for every LLM purpose (seeds 000-003).
+
+Each builder returns chat messages. The last user message ends with a `CONTEXT: {...}` line holding the
+structured inputs as one-line JSON: real models may use it, and the offline rules model answers from it
+alone, so its keys are a contract (see `prompt_context`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agents.tools import ToolSpec
+
+REJECTED_OUTPUT_CHARS = 1500  # seed 002: the last rejected output, truncated
+CONTEXT_PREFIX = "CONTEXT: "
+RESTATE_KEYS = ("who", "what", "when", "where", "why")
+
+Messages = list[dict[str, str]]
+
+
+def _context_line(context: Mapping[str, Any]) -> str:
+    # json.dumps escapes newlines, so the context is always exactly one line.
+    return CONTEXT_PREFIX + json.dumps(context, ensure_ascii=False, default=str)
+
+
+def prompt_context(messages: Sequence[Mapping[str, str]]) -> dict[str, Any]:
+    """The CONTEXT JSON of the last message ({} if there is none or it is not valid JSON)."""
+    if not messages:
+        return {}
+    content = str(messages[-1].get("content", ""))
+    for line in reversed(content.splitlines()):
+        if line.startswith(CONTEXT_PREFIX):
+            try:
+                value = json.loads(line[len(CONTEXT_PREFIX) :])
+            except ValueError:
+                return {}
+            return value if isinstance(value, dict) else {}
+    return {}
+
+
+def _percent(value: float) -> str:
+    return f"{round(float(value) * 100)}%"
+
+
+def _needs_text(needs: Mapping[str, float]) -> str:
+    if not needs:
+        return "(none)"
+    return ", ".join(f"{name}: {_percent(value)}" for name, value in sorted(needs.items(), key=lambda kv: kv[1]))
+
+
+def _bullets(items: Sequence[str], empty: str = "(none)") -> str:
+    lines = [f"- {' '.join(str(item).split())}" for item in items if str(item).strip()]
+    return "\n".join(lines) if lines else empty
+
+
+def _truncate(text: str, limit: int = REJECTED_OUTPUT_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters cut]"
+
+
+def _identity(agent_name: str, backstory: str) -> str:
+    return f"You are {agent_name}." + (f" {backstory.strip()}" if backstory.strip() else "")
+
+
+def plan_step_directive(*, goal: str, number: int, total: int, description: str, action_hint: str) -> str:
+    """Seed 000's directive for the action decision prompt, for the current plan step."""
+    return (
+        "Current Plan Step (follow this unless urgent needs override): "
+        f"Goal: {goal}. Step {number} of {total}: {description}. Suggested action: {action_hint}."
+    )
+
+
+_SUGGESTED = re.compile(r"Suggested action:\s*(.+?)\.?\s*$", re.MULTILINE)
+
+
+def prompt_restate(*, goal: str, agent_name: str, backstory: str) -> Messages:
+    """Seed 002 step 1: a fast restatement of the goal as WHO/WHAT/WHEN/WHERE/WHY."""
+    context = {"purpose": "restate", "goal": goal, "agent_name": agent_name}
+    user = (
+        f"GOAL: {goal}\n\n"
+        "Restate this goal as WHO / WHAT / WHEN / WHERE / WHY, one short line each, without adding "
+        "anything the goal does not say. Answer with JSON inside <json>...</json>:\n"
+        '<json>{"who": "...", "what": "...", "when": "...", "where": "...", "why": "..."}</json>\n'
+        + _context_line(context)
+    )
+    system = _identity(agent_name, backstory) + " You restate goals precisely. You never plan or act."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+_TOOL_TEMPLATE = """<json>
+{"goal": "Convert data.csv to JSON",
+ "thinking_summary": "Read the CSV first, then convert it, then check the result.",
+ "confidence": 0.8,
+ "risks": ["Overwrites data.json if it exists"],
+ "steps": [
+  {"id": "1", "tool": "file.read", "intent": "Read the CSV file", "input": {"path": "data.csv"},
+   "requiresPermission": false, "dependsOn": [], "expects": "the CSV has a header row"},
+  {"id": "2", "tool": "file.convert", "intent": "Convert the CSV to JSON",
+   "input": {"path": "data.csv", "to": "json", "output": "data.json"},
+   "requiresPermission": true, "dependsOn": ["1"], "expects": "data.json holds one object per row"}
+ ]}
+</json>"""
+
+_PERSONA_TEMPLATE = """<json>
+{"goal": "Get something to eat",
+ "thinking_summary": "I need money before I can buy food.",
+ "confidence": 0.7,
+ "steps": [
+  {"description": "Find a job opportunity", "action_hint": "look for work",
+   "expected_outcome": "have a job lead", "estimated_cycles": 2},
+  {"description": "Work to earn money", "action_hint": "work", "expected_outcome": "earn income",
+   "estimated_cycles": 3}
+ ]}
+</json>"""
+
+
+def _tool_lines(tools: Sequence[ToolSpec]) -> str:
+    lines = []
+    for spec in tools:
+        risk = "safe, read-only" if not spec.risky else f"RISKY ({spec.risk_class}): requiresPermission must be true"
+        lines.append(f"- {spec.name} {spec.schema_text()}: {spec.description} [{risk}]")
+    return "\n".join(lines) or "(no tools)"
+
+
+def _rules(kind: str, max_steps: int) -> str:
+    if kind == "tool":
+        return (
+            "RULES:\n"
+            "- Answer with valid JSON inside <json>...</json>; no other JSON in the answer.\n"
+            "- Top-level keys allowed: goal, thinking_summary, confidence (0..1), risks, steps. Nothing else.\n"
+            "- Each step has only: id, tool, intent, input, requiresPermission, dependsOn, expects.\n"
+            '- ids are unique short strings ("1", "2", ...); dependsOn lists ids of steps that must finish first; '
+            "no cycles.\n"
+            "- Use only the tools listed; input keys and types must match the tool's schema exactly.\n"
+            "- intent is one line. Paths are relative to the workspace: never absolute, never '..'.\n"
+            "- Content for file.write / file.append is the real, final text: never TODO, '...', or <placeholders>.\n"
+            "- requiresPermission is true for every RISKY tool; read-only steps come first.\n"
+            "- No shell commands. Nothing is executed while planning.\n"
+            f"- At most {max_steps} steps."
+        )
+    return (
+        "RULES:\n"
+        "- Answer with valid JSON inside <json>...</json>; no other JSON in the answer.\n"
+        "- Top-level keys allowed: goal, thinking_summary, confidence (0..1), steps. Nothing else.\n"
+        "- Give 2-6 ordered steps. Each step has only: description, action_hint, expected_outcome, "
+        "estimated_cycles.\n"
+        "- action_hint is exactly one of the allowed actions. estimated_cycles is a whole number from 1 to 20.\n"
+        "- Every string is a single line.\n"
+        f"- At most {max_steps} steps."
+    )
+
+
+def _plan_context(
+    purpose: str,
+    *,
+    kind: str,
+    goal: str,
+    agent_name: str,
+    tools: Sequence[ToolSpec] | None,
+    allowed_actions: Sequence[str],
+    needs: Mapping[str, float],
+    feedback: Sequence[str],
+    max_steps: int,
+    workspace_files: Sequence[str],
+) -> dict[str, Any]:
+    return {
+        "purpose": purpose,
+        "kind": kind,
+        "goal": goal,
+        "agent_name": agent_name,
+        "tools": [spec.name for spec in tools or ()],
+        "allowed_actions": list(allowed_actions),
+        "needs": {name: round(float(value), 4) for name, value in needs.items()},
+        "feedback": [str(f) for f in feedback],
+        "max_steps": max_steps,
+        "workspace_files": list(workspace_files),
+    }
+
+
+def _situation(
+    *,
+    kind: str,
+    goal: str,
+    tools: Sequence[ToolSpec] | None,
+    allowed_actions: Sequence[str],
+    needs: Mapping[str, float],
+    workspace_files: Sequence[str],
+) -> list[str]:
+    parts = [f"GOAL: {goal}"]
+    if kind == "tool":
+        parts.append("TOOLS (the only ones you may use):\n" + _tool_lines(tools or ()))
+        if workspace_files:
+            parts.append("WORKSPACE FILES:\n" + _bullets(list(workspace_files)))
+    else:
+        parts.append(f"CURRENT NEEDS (satisfaction, lowest first): {_needs_text(needs)}")
+        parts.append("ALLOWED ACTIONS: " + (", ".join(allowed_actions) or "(any)"))
+    return parts
+
+
+def prompt_plan(
+    *,
+    kind: str,
+    goal: str,
+    restatement: Mapping[str, str] | None,
+    agent_name: str,
+    backstory: str,
+    tools: Sequence[ToolSpec] | None,
+    allowed_actions: Sequence[str],
+    needs: Mapping[str, float],
+    rejection_reasons: Sequence[str],
+    last_rejected_output: str,
+    feedback: Sequence[str],
+    retry_hints: Sequence[str],
+    max_steps: int,
+    workspace_files: Sequence[str] = (),
+) -> Messages:
+    """The planner prompt: a strict JSON template, the tools or actions, and what went wrong before."""
+    if kind == "tool":
+        system = (
+            _identity(agent_name, backstory) + "\nYou MUST:\n- Produce a step-by-step plan\n- Declare tool usage\n"
+            "- Mark risky steps\n- Never execute actions"
+        )
+    else:
+        system = (
+            _identity(agent_name, backstory) + "\nYou decompose your goal into 2-6 ordered steps, each with an "
+            "action you can take. You never act while planning."
+        )
+    parts = _situation(
+        kind=kind, goal=goal, tools=tools, allowed_actions=allowed_actions, needs=needs, workspace_files=workspace_files
+    )
+    if restatement:
+        parts.insert(1, "RESTATED GOAL: " + "; ".join(f"{k.upper()}: {restatement.get(k, '')}" for k in RESTATE_KEYS))
+    if feedback:
+        parts.append("OPERATOR FEEDBACK (must be taken into account):\n" + _bullets(feedback))
+    if rejection_reasons:
+        parts.append("YOUR PREVIOUS ATTEMPT WAS REJECTED BECAUSE:\n" + _bullets(rejection_reasons))
+    if last_rejected_output.strip():
+        parts.append("LAST REJECTED OUTPUT (truncated):\n" + _truncate(last_rejected_output))
+    if retry_hints:
+        parts.append("RETRY_HINTS:\n" + _bullets(retry_hints))
+    parts.append(_rules(kind, max_steps))
+    parts.append("TEMPLATE:\n" + (_TOOL_TEMPLATE if kind == "tool" else _PERSONA_TEMPLATE))
+    context = _plan_context(
+        "plan", kind=kind, goal=goal, agent_name=agent_name, tools=tools, allowed_actions=allowed_actions,
+        needs=needs, feedback=feedback, max_steps=max_steps, workspace_files=workspace_files,
+    )
+    context |= {
+        "restatement": dict(restatement or {}),
+        "reasons": [str(r) for r in rejection_reasons],
+        "retry_hints": [str(h) for h in retry_hints],
+    }
+    user = "\n\n".join(parts) + "\n" + _context_line(context)
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def _step_record(step: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-safe parts of a step mapping (a PlanStep.as_spec() or StepSpec.as_dict())."""
+    key = step.get("key", step.get("id", ""))
+    return {
+        "key": str(key),
+        "description": str(step.get("description", "")),
+        "tool": str(step.get("tool", "") or ""),
+        "input": dict(step["input"]) if isinstance(step.get("input"), Mapping) else {},
+        "action_hint": str(step.get("action_hint", "") or ""),
+        "expected_outcome": str(step.get("expected_outcome", "") or ""),
+        "estimated_cycles": step.get("estimated_cycles", 1),
+        "depends_on": [str(d) for d in step.get("depends_on") or []],
+        "requires_permission": bool(step.get("requires_permission", False)),
+        "failure_reason": str(step.get("failure_reason", "") or step.get("error", "") or ""),
+    }
+
+
+def prompt_replan(
+    *,
+    kind: str,
+    goal: str,
+    agent_name: str,
+    backstory: str,
+    tools: Sequence[ToolSpec] | None,
+    allowed_actions: Sequence[str],
+    needs: Mapping[str, float],
+    completed_steps: Sequence[Mapping[str, Any]],
+    failed_step: Mapping[str, Any] | None,
+    reason: str,
+    feedback: Sequence[str],
+    max_steps: int,
+    workspace_files: Sequence[str] = (),
+) -> Messages:
+    """Seed 000/004 replanning: keep what is done, replace what failed, in the light of the feedback."""
+    messages = prompt_plan(
+        kind=kind, goal=goal, restatement=None, agent_name=agent_name, backstory=backstory, tools=tools,
+        allowed_actions=allowed_actions, needs=needs, rejection_reasons=(), last_rejected_output="",
+        feedback=feedback, retry_hints=(), max_steps=max_steps, workspace_files=workspace_files,
+    )
+    completed = [_step_record(s) for s in completed_steps]
+    failed = _step_record(failed_step) if failed_step else None
+    lines = ["REPLAN. The current plan cannot continue as it is."]
+    if completed:
+        done = [
+            f"id {s['key']}: {s['description']}" + (f" [{s['tool']} {json.dumps(s['input'])}]" if s["tool"] else "")
+            for s in completed
+        ]
+        lines.append(
+            "COMPLETED STEPS (keep completed steps as they are: repeat them first, unchanged, with the same ids):\n"
+            + _bullets(done)
+        )
+    if failed:
+        why_failed = f" (failed: {failed['failure_reason']})" if failed["failure_reason"] else ""
+        lines.append(f"FAILED STEP: id {failed['key']}: {failed['description']}{why_failed}")
+    if reason.strip():
+        lines.append(f"WHY: {' '.join(reason.split())}")
+    lines.append(
+        "Keep completed steps as they are; give the remaining steps. Do not repeat the failed step unchanged: "
+        "change it, replace it or leave it out."
+    )
+    context = prompt_context(messages)
+    context |= {"purpose": "replan", "completed_steps": completed, "failed_step": failed, "reason": reason}
+    body = messages[-1]["content"].rsplit("\n", 1)[0]  # drop the plan CONTEXT line; a replan one follows
+    messages[-1]["content"] = "\n\n".join(lines) + "\n\n" + body + "\n" + _context_line(context)
+    return messages
+
+
+def prompt_reflect(*, output: str, reasons: Sequence[str]) -> Messages:
+    """Seed 002 6a: a fast diagnosis of a rejected plan, as concrete RETRY_HINTS."""
+    context = {"purpose": "reflect", "reasons": [str(r) for r in reasons]}
+    user = (
+        "A planner's output was rejected.\n\nREASONS:\n" + _bullets(reasons) + "\n\nOUTPUT (truncated):\n"
+        + _truncate(output) + "\n\nGive at most 5 short, concrete hints that would fix it. "
+        'Answer with JSON inside <json>...</json>: <json>{"hints": ["..."]}</json>\n' + _context_line(context)
+    )
+    system = "You review rejected plans and say precisely how to fix them. You never write the plan yourself."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def prompt_goals(
+    *,
+    needs: Mapping[str, float],
+    personality: Mapping[str, Any],
+    emotions: Mapping[str, float],
+    lessons: Sequence[str],
+    existing: Sequence[str],
+) -> Messages:
+    """Seed 001 goal generation: up to 3 new goals from needs, personality, emotions and lessons."""
+    context = {
+        "purpose": "goals",
+        "needs": {name: round(float(value), 4) for name, value in needs.items()},
+        "personality": dict(personality),
+        "emotions": {name: round(float(value), 4) for name, value in emotions.items()},
+        "lessons": [str(lesson) for lesson in lessons],
+        "existing": [str(goal) for goal in existing],
+    }
+    personality_text = ", ".join(f"{k}: {v}" for k, v in personality.items()) or "(none)"
+    emotions_text = ", ".join(f"{k}: {_percent(v)}" for k, v in emotions.items()) or "(none)"
+    user = (
+        f"CURRENT NEEDS (satisfaction, lowest first): {_needs_text(needs)}\n"
+        f"PERSONALITY: {personality_text}\nEMOTIONS: {emotions_text}\n"
+        f"LEARNED LESSONS:\n{_bullets(lessons)}\nEXISTING GOALS (do not duplicate):\n{_bullets(existing)}\n\n"
+        "Propose up to 3 new goals. horizon is short_term, mid_term or long_term; source_needs are need names "
+        "from the list above. Answer with a JSON array inside <json>...</json>:\n"
+        '<json>[{"description": "Find a cozy place to eat", "horizon": "short_term", "source_needs": ["hunger"], '
+        '"recommended_actions": ["go to restaurant", "find food"], "reasoning": "Hunger is critically low at 15%"}]'
+        "</json>\n" + _context_line(context)
+    )
+    system = "You set goals for a simulated person, grounded in their needs and what they have learned."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def prompt_milestone(*, goal: str, experiences: Sequence[str], needs: Mapping[str, float]) -> Messages:
+    """Seed 001 milestone check: has this goal really been achieved?"""
+    context = {
+        "purpose": "milestone",
+        "goal": goal,
+        "needs": {name: round(float(value), 4) for name, value in needs.items()},
+        "experiences": [str(e) for e in experiences][-10:],
+    }
+    user = (
+        f"GOAL: {goal}\nRECENT RELATED EXPERIENCES:\n{_bullets(list(experiences)[-10:])}\n"
+        f"CURRENT SATISFACTION OF ITS SOURCE NEEDS: {_needs_text(needs)}\n\n"
+        "Has the goal been achieved? Answer with JSON inside <json>...</json>:\n"
+        '<json>{"achieved": true, "explanation": "..."}</json>\n' + _context_line(context)
+    )
+    system = "You judge whether a simulated person has achieved a goal, from evidence only."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def prompt_decide_action(
+    *,
+    agent_name: str,
+    needs: Mapping[str, float],
+    current_step: str,
+    goals: Sequence[str],
+    lessons: Sequence[str],
+    actions: Sequence[str],
+) -> Messages:
+    """Seed 000 action decision: the current plan step sits above goals and lessons (highest priority)."""
+    suggested = _SUGGESTED.search(current_step)
+    context = {
+        "purpose": "decide",
+        "agent_name": agent_name,
+        "needs": {name: round(float(value), 4) for name, value in needs.items()},
+        "suggested_action": suggested.group(1).strip() if suggested else "",
+        "goals": [str(g) for g in goals],
+        "actions": list(actions),
+    }
+    parts = [f"CURRENT NEEDS (satisfaction, lowest first): {_needs_text(needs)}"]
+    if current_step.strip():
+        parts.append(" ".join(current_step.split()))
+    parts.append("CURRENT GOALS:\n" + _bullets(goals))
+    parts.append("LEARNED LESSONS:\n" + _bullets(lessons))
+    parts.append("AVAILABLE ACTIONS: " + ", ".join(actions))
+    parts.append(
+        "Choose exactly one available action. Answer with JSON inside <json>...</json>:\n"
+        '<json>{"action": "...", "reason": "..."}</json>'
+    )
+    user = "\n\n".join(parts) + "\n" + _context_line(context)
+    system = _identity(agent_name, "") + " You decide what to do next, one action at a time."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]

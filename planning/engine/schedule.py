@@ -1,0 +1,77 @@
+"""Step states and dependency scheduling (seed 004): which steps may run now, which never will.
+
+Plain values in, plain values out: steps are `(key, status, depends_on)` tuples in plan order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+STATUSES = ("pending", "awaiting_approval", "running", "completed", "failed", "skipped", "declined")
+TERMINAL = {"completed", "skipped", "failed", "declined"}
+DONE = {"completed", "skipped"}  # a skipped dependency does not hold its dependents back
+STOPPED = {"failed", "declined"}
+
+# Terminal states have no way out: a retry or a replan makes new work instead of reviving a step.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "pending": frozenset({"awaiting_approval", "running", "skipped", "failed", "declined"}),
+    "awaiting_approval": frozenset({"pending", "running", "declined", "skipped"}),
+    "running": frozenset({"completed", "failed", "pending"}),  # running -> pending is a retry
+    "completed": frozenset(),
+    "failed": frozenset(),
+    "skipped": frozenset(),
+    "declined": frozenset(),
+}
+
+StepState = tuple[str, str, Sequence[str]]
+
+
+class IllegalTransition(ValueError):
+    """A step cannot go from one status to the other; the message names both."""
+
+
+def step_transition_check(old: str, new: str) -> None:
+    """Raise IllegalTransition unless a step may go from `old` to `new` (staying put is not a move)."""
+    for status in (old, new):
+        if status not in TRANSITIONS:
+            raise IllegalTransition(f"unknown step status '{status}'")
+    if old == new:
+        raise IllegalTransition(f"step is already {old}")
+    if new not in TRANSITIONS[old]:
+        if old in TERMINAL:
+            raise IllegalTransition(f"a {old} step cannot become {new}: {old} is final")
+        raise IllegalTransition(f"a step cannot go from {old} to {new}")
+
+
+def steps_runnable(steps: Sequence[StepState], *, limit: int = 1) -> list[str]:
+    """Keys of pending steps whose dependencies are all completed or skipped, in plan order.
+
+    At most `limit` steps run at once, so steps already running take up slots.
+    """
+    statuses: dict[str, set[str]] = {}
+    for key, state, _ in steps:
+        statuses.setdefault(key, set()).add(state)
+    # A dependency is met only when every step with that key is done (keys should be unique anyway).
+    done = {key for key, states in statuses.items() if states <= DONE}
+    slots = limit - sum(1 for _, state, _ in steps if state == "running")
+    runnable: list[str] = []
+    for key, state, depends_on in steps:
+        if len(runnable) >= slots:
+            break
+        if state == "pending" and key not in depends_on and all(dep in done for dep in depends_on):
+            runnable.append(key)
+    return runnable
+
+
+def steps_blocked(steps: Sequence[StepState]) -> list[str]:
+    """Pending steps that can never run: a dependency failed, was declined, is missing, or is in a cycle."""
+    may_finish = {key for key, state, _ in steps if state in DONE | {"running", "awaiting_approval"}}
+    pending = [(key, list(depends_on)) for key, state, depends_on in steps if state == "pending"]
+    changed = True
+    while changed:  # grow the set of steps that could still finish until nothing changes
+        changed = False
+        for key, depends_on in pending:
+            if key not in may_finish and all(dep in may_finish for dep in depends_on):
+                may_finish.add(key)
+                changed = True
+    return [key for key, _ in pending if key not in may_finish]

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from agents.tools import TOOLS
+from goals.models import Goal
+from planning.models import Plan
+
+
+class DeclineForm(forms.Form):
+    feedback = forms.CharField(
+        label="Feedback", max_length=2000, strip=True,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Why not? The agent replans with this."}),
+    )
+
+
+class ApproveplanForm(forms.Form):
+    mode = forms.ChoiceField(choices=[(Plan.ApprovalMode.ALL, "All steps"), (Plan.ApprovalMode.STEP, "Step by step")])
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(label="Reason", max_length=2000, required=False, strip=True)
+
+
+class ReplanForm(forms.Form):
+    reason = forms.CharField(label="Reason", max_length=2000, strip=True)
+
+
+class GoalForm(forms.Form):
+    description = forms.CharField(label="Goal", max_length=500, strip=True,
+                                  widget=forms.TextInput(attrs={"placeholder": "e.g. convert data.csv to JSON"}))
+    horizon = forms.ChoiceField(choices=Goal.Horizon.choices, initial=Goal.Horizon.SHORT)
+
+
+class AgentStatusForm(forms.Form):
+    status = forms.ChoiceField(choices=[("running", "Resume"), ("paused", "Pause"), ("stopped", "Stop")])
+
+
+class StepEditForm(forms.Form):
+    description = forms.CharField(label="Description", max_length=500)
+    action_hint = forms.CharField(label="Action", max_length=200, required=False)
+    tool = forms.ChoiceField(label="Tool", required=False, choices=[("", "-")] + [(n, n) for n in sorted(TOOLS)])
+    tool_input = forms.CharField(label="Input (JSON)", required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    expected_outcome = forms.CharField(label="Expected outcome", max_length=500, required=False)
+    requires_permission = forms.BooleanField(label="Requires permission", required=False)
+    reason = forms.CharField(label="Reason", max_length=2000, required=False)
+
+    def clean_tool_input(self) -> dict[str, Any]:
+        raw = self.cleaned_data.get("tool_input") or "{}"
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"Input is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from exc
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Input must be a JSON object, like {\"path\": \"data.csv\"}.")
+        return value

@@ -1,0 +1,184 @@
+"""Plans, their steps, and the events that are at once audit log, timeline and replay."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.urls import reverse
+
+
+class Plan(models.Model):
+    """One version of an agent's plan for a goal; a replan makes version n+1 linked to version n."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        VALIDATING = "validating", "Validating"
+        REJECTED = "rejected", "Rejected"
+        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+        ACTIVE = "active", "Active"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+        REPLANNED = "replanned", "Replanned"
+
+    class ApprovalMode(models.TextChoices):
+        PENDING = "pending", "Not yet chosen"
+        ALL = "all", "All steps"
+        STEP = "step", "Step by step"
+
+    OPEN_STATUSES = (Status.DRAFT, Status.VALIDATING, Status.AWAITING_APPROVAL, Status.ACTIVE)
+
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="plans")
+    goal = models.ForeignKey("goals.Goal", null=True, blank=True, on_delete=models.SET_NULL, related_name="plans")
+    goal_text = models.CharField(max_length=500, help_text="The goal in the words the plan was made for")
+    version = models.PositiveIntegerField(default=1)
+    previous = models.OneToOneField("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="next_version")
+    status = models.CharField(max_length=24, choices=Status, default=Status.DRAFT)
+    who = models.CharField(max_length=300, blank=True)
+    what = models.CharField(max_length=500, blank=True)
+    when = models.CharField(max_length=300, blank=True)
+    where = models.CharField(max_length=300, blank=True)
+    why = models.CharField(max_length=500, blank=True)
+    thinking_summary = models.TextField(blank=True)
+    confidence = models.FloatField(default=0.5, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)])
+    risks = models.JSONField(default=list, blank=True)
+    approval_mode = models.CharField(max_length=8, choices=ApprovalMode, default=ApprovalMode.PENDING)
+    times_replanned = models.PositiveIntegerField(default=0)
+    model = models.CharField(max_length=200, blank=True, help_text="The model whose plan was accepted")
+    retry_hints = models.JSONField(default=list, blank=True)
+    failure_reason = models.TextField(blank=True)
+    replan_reason = models.TextField(blank=True, help_text="Set when a replan is due; the runner replans next cycle")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["agent", "status"], name="plan_agent_status_idx"),  # an agent's open plan
+        ]
+        permissions = [("decide_plan", "Can approve, decline and edit plans and steps")]
+
+    def __str__(self) -> str:
+        return f"{self.goal_text} (v{self.version})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("plan-detail", args=[self.pk])
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN_STATUSES
+
+
+class PlanStep(models.Model):
+    """One step: a persona action hint or a tool call, with dependencies on other steps of its plan."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        FAILED = "failed", "Failed"
+        SKIPPED = "skipped", "Skipped"
+        DECLINED = "declined", "Declined"
+
+    class Risk(models.TextChoices):
+        SAFE = "safe", "Safe"
+        RISKY = "risky", "Risky"
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="steps")
+    key = models.CharField(max_length=32, help_text="The step id the planner gave it")
+    position = models.PositiveIntegerField()
+    description = models.CharField(max_length=500)
+    action_hint = models.CharField(max_length=200, blank=True)
+    tool = models.CharField(max_length=64, blank=True)
+    tool_input = models.JSONField(default=dict, blank=True)
+    expected_outcome = models.CharField(max_length=500, blank=True)
+    estimated_cycles = models.PositiveIntegerField(default=1)
+    actual_cycles = models.PositiveIntegerField(default=0)
+    depends_on = models.JSONField(default=list, blank=True, help_text="Keys of steps of this plan that must complete first")
+    requires_permission = models.BooleanField(default=False)
+    risk = models.CharField(max_length=8, choices=Risk, default=Risk.SAFE)
+    status = models.CharField(max_length=24, choices=Status, default=Status.PENDING)
+    retries = models.PositiveIntegerField(default=0)
+    max_retries = models.PositiveIntegerField(default=2)
+    overrides = models.PositiveIntegerField(default=0, help_text="Consecutive cycles an urgent need overrode this step")
+    result = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    failure_reason = models.TextField(blank=True)
+    carried_over = models.BooleanField(default=False, help_text="Completed in an earlier version and kept")
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="approved_steps"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["plan", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["plan", "key"], name="step_key_unique_in_plan"),
+            models.UniqueConstraint(fields=["plan", "position"], name="step_position_unique_in_plan"),
+        ]
+        indexes = [models.Index(fields=["status"], name="step_status_idx")]  # the runner looks for runnable steps
+
+    def __str__(self) -> str:
+        return f"{self.plan} step {self.key}"
+
+    @property
+    def is_done(self) -> bool:
+        return self.status in (self.Status.COMPLETED, self.Status.SKIPPED)
+
+    def as_spec(self) -> dict[str, object]:
+        """The step as plain values, for diffs and prompts."""
+        return {
+            "key": self.key,
+            "description": self.description,
+            "tool": self.tool,
+            "input": self.tool_input,
+            "action_hint": self.action_hint,
+            "expected_outcome": self.expected_outcome,
+            "depends_on": list(self.depends_on),
+            "requires_permission": self.requires_permission,
+            "status": self.status,
+        }
+
+
+class PlanEvent(models.Model):
+    """Who did what, when, why, and the diff: the audit log, the timeline on the page, the replay of a run."""
+
+    class Kind(models.TextChoices):
+        CREATED = "created", "Plan created"
+        ATTEMPT_REJECTED = "attempt_rejected", "Attempt rejected"
+        VALIDATED = "validated", "Plan validated"
+        PLAN_APPROVED = "plan_approved", "Plan approved"
+        PLAN_CANCELLED = "plan_cancelled", "Plan cancelled"
+        STEP_STARTED = "step_started", "Step started"
+        STEP_COMPLETED = "step_completed", "Step completed"
+        STEP_FAILED = "step_failed", "Step failed"
+        STEP_RETRIED = "step_retried", "Step retried"
+        STEP_AWAITING = "step_awaiting", "Step awaits approval"
+        STEP_APPROVED = "step_approved", "Step approved"
+        STEP_DECLINED = "step_declined", "Step declined"
+        STEP_OVERRIDDEN = "step_overridden", "Step overridden"
+        STEP_EDITED = "step_edited", "Step edited"
+        REPLANNED = "replanned", "Replanned"
+        PLAN_COMPLETED = "plan_completed", "Plan completed"
+        PLAN_FAILED = "plan_failed", "Plan failed"
+        ADMIN_EDIT = "admin_edit", "Edited in admin"
+        AGENT_PAUSED = "agent_paused", "Agent paused"
+        AGENT_RESUMED = "agent_resumed", "Agent resumed"
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="events")
+    step = models.ForeignKey(PlanStep, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    kind = models.CharField(max_length=24, choices=Kind)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="plan_events")
+    actor_label = models.CharField(max_length=150, help_text="The operator's username, or 'runner <id>'")
+    reason = models.TextField(blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=False)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["plan", "-created_at"], name="planevent_timeline_idx")]  # a plan's timeline
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} by {self.actor_label}"

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from planning import consumers
+
+websocket_urlpatterns = [
+    path("ws/dashboard/", consumers.DashboardConsumer.as_asgi()),
+    path("ws/agents/<int:agent_id>/", consumers.AgentConsumer.as_asgi()),
+    path("ws/plans/<int:plan_id>/", consumers.PlanConsumer.as_asgi()),
+]

@@ -1,0 +1,294 @@
+"""Every change to plans and steps, by operators or the runner: one transaction, a PlanEvent, a push after commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from agents.models import Agent
+from goals.models import Goal
+from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
+from planner_site.events import publish_changed_on_commit
+from planning.engine.schedule import IllegalTransition, step_transition_check
+from planning.models import Plan, PlanEvent, PlanStep
+from planning.planner import plan_validate_edit
+
+
+class DecisionError(Exception):
+    """An operator decision that cannot apply as asked; the message says why, and nothing changed."""
+
+
+class StepNotAwaitingApproval(DecisionError):
+    def __init__(self, step: PlanStep) -> None:
+        super().__init__(
+            f"Step {step.key} is no longer awaiting approval (it is {step.get_status_display().lower()}); "
+            "someone else may have decided it already. Nothing was changed."
+        )
+
+
+class PlanNotAwaitingApproval(DecisionError):
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(
+            f"Plan v{plan.version} is no longer awaiting approval (it is {plan.get_status_display().lower()}). "
+            "Nothing was changed."
+        )
+
+
+def actor_name(user: AbstractBaseUser) -> str:
+    return user.get_username()
+
+
+def event_record(*, plan: Plan, kind: str, actor: AbstractBaseUser | None = None, actor_label: str = "",
+                 step: PlanStep | None = None, reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
+    """Record an event and push the plan to open pages once the transaction commits."""
+    event = PlanEvent.objects.create(
+        plan=plan, step=step, kind=kind, actor=actor, actor_label=actor_label or (actor_name(actor) if actor else "system"),
+        reason=reason, detail=detail or {},
+    )
+    publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=kind)
+    return event
+
+
+# --- operator decisions -------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def plan_approve(*, plan: Plan, user: AbstractBaseUser, mode: str) -> PlanEvent:
+    """Approve a validated plan: run all steps, or ask for each step (seed 002)."""
+    if mode not in (Plan.ApprovalMode.ALL, Plan.ApprovalMode.STEP):
+        raise DecisionError(f"Unknown approval mode {mode!r}. Nothing was changed.")
+    plan = Plan.objects.select_for_update().get(pk=plan.pk)
+    if plan.status != Plan.Status.AWAITING_APPROVAL:
+        raise PlanNotAwaitingApproval(plan)
+    plan.status = Plan.Status.ACTIVE
+    plan.approval_mode = mode
+    plan.save(update_fields=["status", "approval_mode", "updated_at"])
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    label = "all steps" if mode == Plan.ApprovalMode.ALL else "step by step"
+    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED, actor=user, reason=f"approved {label}",
+                        detail={"mode": mode})
+
+
+@transaction.atomic
+def plan_cancel(*, plan: Plan, user: AbstractBaseUser, reason: str = "") -> PlanEvent:
+    """Cancel an open plan; its pending steps are skipped and the agent stops pursuing it."""
+    plan = Plan.objects.select_for_update().get(pk=plan.pk)
+    if not plan.is_open:
+        raise DecisionError(f"Plan v{plan.version} is already {plan.get_status_display().lower()}. Nothing was changed.")
+    plan.status = Plan.Status.CANCELLED
+    plan.save(update_fields=["status", "updated_at"])
+    skipped = plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.FAILED, PlanStep.Status.DECLINED])
+    keys = list(skipped.values_list("key", flat=True))
+    skipped.update(status=PlanStep.Status.SKIPPED)
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    if plan.goal_id:
+        Goal.objects.filter(pk=plan.goal_id, status=Goal.Status.ACTIVE).update(status=Goal.Status.ABANDONED)
+    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED, actor=user, reason=reason, detail={"skipped": keys})
+
+
+@transaction.atomic
+def step_approve(*, step: PlanStep, user: AbstractBaseUser) -> PlanEvent:
+    """Approve a step that waits for an operator; the runner runs it next cycle."""
+    step = PlanStep.objects.select_for_update().select_related("plan").get(pk=step.pk)
+    if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
+        raise StepNotAwaitingApproval(step)
+    step.status = PlanStep.Status.PENDING
+    step.approved_by = user  # type: ignore[assignment]
+    step.save(update_fields=["status", "approved_by", "updated_at"])
+    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason="")
+    return event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_APPROVED, actor=user,
+                        reason=f"approved step {step.key}: {step.description}")
+
+
+@transaction.atomic
+def step_decline(*, step: PlanStep, user: AbstractBaseUser, feedback: str) -> PlanEvent:
+    """Decline a step with the operator's feedback; the agent replans, keeping its completed steps."""
+    feedback = feedback.strip()
+    if not feedback:
+        raise DecisionError("Feedback is required to decline a step. Nothing was changed.")
+    step = PlanStep.objects.select_for_update().select_related("plan").get(pk=step.pk)
+    if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
+        raise StepNotAwaitingApproval(step)
+    step.status = PlanStep.Status.DECLINED
+    step.failure_reason = f"declined by {actor_name(user)}: {feedback}"
+    step.save(update_fields=["status", "failure_reason", "updated_at"])
+    plan = step.plan
+    plan.replan_reason = f"step {step.key} declined: {feedback}"
+    plan.save(update_fields=["replan_reason", "updated_at"])
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    return event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_DECLINED, actor=user, reason=feedback,
+                        detail={"feedback": feedback})
+
+
+@transaction.atomic
+def plan_replan_request(*, plan: Plan, user: AbstractBaseUser, reason: str) -> PlanEvent:
+    """An operator asks for a new version of an active plan; the runner replans next cycle."""
+    reason = reason.strip()
+    if not reason:
+        raise DecisionError("Say why the plan should be replanned. Nothing was changed.")
+    plan = Plan.objects.select_for_update().get(pk=plan.pk)
+    if plan.status not in (Plan.Status.ACTIVE, Plan.Status.AWAITING_APPROVAL, Plan.Status.FAILED):
+        raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it cannot be replanned.")
+    if plan.status == Plan.Status.FAILED:
+        plan.status = Plan.Status.ACTIVE
+    plan.replan_reason = f"operator: {reason}"
+    plan.save(update_fields=["status", "replan_reason", "updated_at"])
+    return event_record(plan=plan, kind=PlanEvent.Kind.STEP_EDITED, actor=user, reason=f"replan requested: {reason}",
+                        detail={"replan_requested": reason})
+
+
+EDITABLE_STEP_FIELDS = ("description", "action_hint", "tool", "tool_input", "expected_outcome", "requires_permission")
+
+
+@transaction.atomic
+def step_edit(*, step: PlanStep, user: AbstractBaseUser, changes: dict[str, Any], reason: str = "") -> PlanEvent:
+    """Edit a step that has not started; the whole plan is validated again and the diff recorded."""
+    step = PlanStep.objects.select_for_update().select_related("plan", "plan__agent").get(pk=step.pk)
+    if step.status not in (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL):
+        raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only steps not yet started can be edited.")
+    if not step.plan.is_open:
+        raise DecisionError(f"Plan v{step.plan.version} is {step.plan.get_status_display().lower()}; it cannot be edited.")
+    changes = {k: v for k, v in changes.items() if k in EDITABLE_STEP_FIELDS and getattr(step, k) != v}
+    if not changes:
+        raise DecisionError("Nothing to change.")
+    problems, flags = plan_validate_edit(step=step, changes=changes)
+    if problems:
+        raise DecisionError("The edited plan is not valid: " + "; ".join(problems))
+    diff = {k: [getattr(step, k), v] for k, v in changes.items()}
+    for k, v in changes.items():
+        setattr(step, k, v)
+    if flags and step.tool:
+        step.requires_permission = True
+        step.risk = PlanStep.Risk.RISKY
+    step.save()
+    return event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_EDITED, actor=user, reason=reason,
+                        detail={"changed": {step.key: diff}, "flags": flags})
+
+
+@transaction.atomic
+def agent_set_status(*, agent: Agent, user: AbstractBaseUser, status: str) -> Agent:
+    """Pause, resume or stop an agent; recorded on its open plan's timeline when it has one."""
+    if status not in Agent.Status.values:
+        raise DecisionError(f"Unknown status {status!r}.")
+    agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    if agent.status == status:
+        raise DecisionError(f"{agent.name} is already {agent.get_status_display().lower()}.")
+    old = agent.status
+    agent.status = status
+    agent.save(update_fields=["status"])
+    plan = Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).order_by("-created_at").first()
+    kind = PlanEvent.Kind.AGENT_RESUMED if status == Agent.Status.RUNNING else PlanEvent.Kind.AGENT_PAUSED
+    if plan is not None:
+        event_record(plan=plan, kind=kind, actor=user, reason=f"{old} -> {status}")
+    else:
+        publish_changed_on_commit(agent_id=agent.pk, kind=kind)
+    return agent
+
+
+@transaction.atomic
+def agent_give_goal(*, agent: Agent, user: AbstractBaseUser, description: str, horizon: str = Goal.Horizon.SHORT) -> Goal:
+    """Give an agent a goal in words; the runner plans it next cycle."""
+    description = " ".join(description.split())
+    if not description:
+        raise DecisionError("Describe the goal. Nothing was changed.")
+    if horizon not in Goal.Horizon.values:
+        raise DecisionError(f"Unknown horizon {horizon!r}.")
+    agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    if Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, description__iexact=description).exists():
+        raise DecisionError(f"{agent.name} already has this goal.")
+    goal = Goal.objects.create(agent=agent, description=description[:500], horizon=horizon, confidence=1.0,
+                               source_lessons=[f"given by {actor_name(user)}"])
+    publish_changed_on_commit(agent_id=agent.pk, kind="goal_given")
+    return goal
+
+
+# --- the runner's transitions -------------------------------------------------------------------------------
+
+
+def step_move(*, step: PlanStep, status: str) -> None:
+    """Guarded transition (no completed -> running); raises IllegalTransition."""
+    step_transition_check(step.status, status)
+    step.status = status
+
+
+@transaction.atomic
+def step_request_approval(*, step: PlanStep, runner: str) -> None:
+    step = PlanStep.objects.select_for_update().select_related("plan").get(pk=step.pk)
+    if step.status != PlanStep.Status.PENDING:
+        return
+    step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
+    step.save(update_fields=["status", "updated_at"])
+    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason=f"step {step.key} awaits approval")
+    reason = "requires permission" if step.requires_permission else "step-by-step approval"
+    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason)
+
+
+@transaction.atomic
+def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "", error: str = "",
+                experience_id: int | None = None) -> PlanStep:
+    """Complete a step, or count a failed try: retried up to max_retries, then failed and the plan replans."""
+    step = PlanStep.objects.select_for_update().select_related("plan").get(pk=step.pk)
+    plan = step.plan
+    if step.is_done or step.status in (PlanStep.Status.FAILED, PlanStep.Status.DECLINED):
+        return step  # already decided: never applied twice
+    detail: dict[str, Any] = {"experience": experience_id} if experience_id else {}
+    if succeeded:
+        step_move(step=step, status=PlanStep.Status.COMPLETED)
+        step.result = result[:20000]
+        step.error = ""
+        step.save()
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label=runner,
+                     reason=result[:500], detail=detail)
+        if not plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED]).exists():
+            plan_complete(plan=plan, runner=runner)
+        return step
+    step.error = error[:20000]
+    if step.retries < step.max_retries:
+        step.retries += 1
+        if step.status != PlanStep.Status.PENDING:
+            step_move(step=step, status=PlanStep.Status.PENDING)
+        step.save()
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_RETRIED, actor_label=runner, reason=error[:500],
+                     detail=detail | {"retry": step.retries, "max_retries": step.max_retries})
+        return step
+    step_move(step=step, status=PlanStep.Status.FAILED)
+    step.failure_reason = error[:2000]
+    step.save()
+    plan.replan_reason = f"step {step.key} failed after {step.retries} retries: {error[:300]}"
+    plan.save(update_fields=["replan_reason", "updated_at"])
+    event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_FAILED, actor_label=runner, reason=error[:500], detail=detail)
+    return step
+
+
+def plan_complete(*, plan: Plan, runner: str) -> None:
+    plan.status = Plan.Status.COMPLETED
+    plan.save(update_fields=["status", "updated_at"])
+    if plan.goal_id:
+        goal = Goal.objects.select_for_update().get(pk=plan.goal_id)
+        goal.progress = clamp_unit(goal.progress + PLAN_COMPLETION_BONUS)
+        if plan.agent.kind == Agent.Kind.TOOL:
+            goal.progress = 1.0
+            goal.status = Goal.Status.COMPLETED
+        goal.save()
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_COMPLETED, actor_label=runner, reason="all steps done")
+
+
+@transaction.atomic
+def plan_abandon(*, plan: Plan, runner: str, reason: str) -> None:
+    """MAX_REPLANS exceeded (seed 000): the plan fails and its goal loses confidence."""
+    plan = Plan.objects.select_for_update().get(pk=plan.pk)
+    plan.status = Plan.Status.FAILED
+    plan.failure_reason = reason
+    plan.replan_reason = ""
+    plan.save(update_fields=["status", "failure_reason", "replan_reason", "updated_at"])
+    if plan.goal_id:
+        goal = Goal.objects.select_for_update().get(pk=plan.goal_id)
+        goal.confidence = clamp_unit(goal.confidence - PLAN_ABANDON_PENALTY)
+        goal.save(update_fields=["confidence"])
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan '{plan.goal_text[:60]}' abandoned: {reason[:120]}")
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason)
+
+
+__all__ = ["IllegalTransition"]

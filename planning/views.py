@@ -1,0 +1,188 @@
+"""Pages and operator decisions. Views read through selectors and change things only through services."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
+
+from agents.models import Agent
+from planner_site.roles import DECIDE_PERMISSION
+from planning import services
+from planning.forms import AgentStatusForm, ApproveplanForm, DeclineForm, GoalForm, ReasonForm, ReplanForm, StepEditForm
+from planning.models import Plan, PlanStep
+from planning.selectors import agent_context, dashboard_counts, dashboard_rows, plan_context
+
+
+@require_GET
+def dashboard(request: HttpRequest) -> HttpResponse:
+    return render(request, "planning/dashboard.html", {"rows": dashboard_rows(), "counts": dashboard_counts()})
+
+
+@require_GET
+def agent_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    get_object_or_404(Agent, pk=pk)
+    return render(request, "planning/agent_detail.html", agent_context(pk) | {"goal_form": GoalForm()})
+
+
+@require_GET
+def plan_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    get_object_or_404(Plan, pk=pk)
+    return render(request, "planning/plan_detail.html", plan_context(pk))
+
+
+def decision_refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpResponse:
+    """A clear error, shown where the operator looks; nothing was changed."""
+    if getattr(request, "htmx", False):
+        response = render(request, "partials/flash.html", {"flash": [("error", message)]}, status=status)
+        return reswap(retarget(response, "#flash"), "innerHTML")
+    messages.error(request, message)
+    return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
+
+
+def plan_sections(request: HttpRequest, plan: Plan, note: str) -> HttpResponse:
+    """After a decision: the plan page's live sections (swapped by id) and a confirmation."""
+    if not getattr(request, "htmx", False):
+        messages.success(request, note)
+        return redirect(plan)
+    context = plan_context(plan.pk) | {"flash": [("success", note)]}
+    return render(request, "planning/plan_live.html", context)
+
+
+def form_errors(form: Any) -> str:
+    return " ".join(f"{form.fields[f].label if f in form.fields else f}: {' '.join(e)}" for f, e in form.errors.items())
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
+    plan = get_object_or_404(Plan, pk=pk)
+    form = ApproveplanForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form), status=400)
+    try:
+        services.plan_approve(plan=plan, user=request.user, mode=form.cleaned_data["mode"])  # type: ignore[arg-type]
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    return plan_sections(request, plan, f"Plan v{plan.version} approved.")
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def plan_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
+    plan = get_object_or_404(Plan, pk=pk)
+    form = ReasonForm(request.POST)
+    form.is_valid()
+    try:
+        services.plan_cancel(plan=plan, user=request.user, reason=form.cleaned_data.get("reason", ""))  # type: ignore[arg-type]
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    return plan_sections(request, plan, f"Plan v{plan.version} cancelled.")
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def plan_replan_view(request: HttpRequest, pk: int) -> HttpResponse:
+    plan = get_object_or_404(Plan, pk=pk)
+    form = ReplanForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form), status=400)
+    try:
+        services.plan_replan_request(plan=plan, user=request.user, reason=form.cleaned_data["reason"])  # type: ignore[arg-type]
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    return plan_sections(request, plan, "Replan requested; the agent makes a new version next cycle.")
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def step_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    try:
+        services.step_approve(step=step, user=request.user)  # type: ignore[arg-type]
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    return plan_sections(request, step.plan, f"Step {step.key} approved.")
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    form = DeclineForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, "Feedback is required to decline a step. Nothing was changed.", status=400)
+    try:
+        services.step_decline(step=step, user=request.user, feedback=form.cleaned_data["feedback"])  # type: ignore[arg-type]
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    return plan_sections(request, step.plan, f"Step {step.key} declined; the agent replans with your feedback.")
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def step_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
+    if request.method == "POST":
+        form = StepEditForm(request.POST)
+        if form.is_valid():
+            changes = {k: v for k, v in form.cleaned_data.items() if k != "reason"}
+            try:
+                services.step_edit(step=step, user=request.user, changes=changes,  # type: ignore[arg-type]
+                                   reason=form.cleaned_data["reason"])
+            except services.DecisionError as exc:
+                form.add_error(None, str(exc))
+            else:
+                if getattr(request, "htmx", False):
+                    return HttpResponseClientRedirect(step.plan.get_absolute_url())
+                messages.success(request, f"Step {step.key} edited.")
+                return redirect(step.plan)
+        status = 400
+    else:
+        form = StepEditForm(initial={
+            "description": step.description, "action_hint": step.action_hint, "tool": step.tool,
+            "tool_input": json.dumps(step.tool_input), "expected_outcome": step.expected_outcome,
+            "requires_permission": step.requires_permission,
+        })
+        status = 200
+    return render(request, "planning/step_edit.html", {"step": step, "plan": step.plan, "form": form}, status=status)
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def agent_status_view(request: HttpRequest, pk: int) -> HttpResponse:
+    agent = get_object_or_404(Agent, pk=pk)
+    form = AgentStatusForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form), status=400)
+    try:
+        services.agent_set_status(agent=agent, user=request.user, status=form.cleaned_data["status"])  # type: ignore[arg-type]
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    note = f"{agent.name} is now {form.cleaned_data['status']}."
+    if getattr(request, "htmx", False):
+        return render(request, "partials/flash_oob.html", {"flash": [("success", note)]})
+    messages.success(request, note)
+    return redirect(agent)
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
+    agent = get_object_or_404(Agent, pk=pk)
+    form = GoalForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form), status=400)
+    try:
+        services.agent_give_goal(agent=agent, user=request.user, description=form.cleaned_data["description"],  # type: ignore[arg-type]
+                                 horizon=form.cleaned_data["horizon"])
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    messages.success(request, "Goal given; the agent plans it next cycle.")
+    return redirect(agent)

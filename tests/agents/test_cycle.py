@@ -1,0 +1,128 @@
+"""Agent cycles through the real services and the offline planner, as a user watching would see them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agents.cycle import agent_cycle
+from agents.models import Agent, Experience, LLMCall
+from goals.models import Goal
+from planning import services
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.factories import AgentFactory, GoalFactory, NeedFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def hungry_persona() -> Agent:
+    agent = AgentFactory(name="Jen", kind=Agent.Kind.PERSONA)
+    for name, value in {"hunger": 0.3, "money": 0.05, "energy": 0.8, "social": 0.6, "fun": 0.6}.items():
+        NeedFactory(agent=agent, name=name, satisfaction=value, decay_per_hour=0.01)
+    GoalFactory(agent=agent, description="Get something to eat", source_needs=["hunger", "money"],
+                recommended_actions=["look for work", "work", "buy food", "eat"])
+    return agent
+
+
+def cycles_until(agent: Agent, predicate, limit: int = 30) -> int:  # type: ignore[no-untyped-def]
+    for n in range(1, limit + 1):
+        agent_cycle(agent_id=agent.pk, runner="runner-test")
+        if predicate():
+            return n
+    raise AssertionError(f"condition not reached in {limit} cycles")
+
+
+def test_persona_plans_its_goal_and_follows_steps() -> None:
+    agent = hungry_persona()
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    plan = Plan.objects.get(agent=agent)
+    assert plan.status == Plan.Status.ACTIVE
+    assert plan.steps.count() >= 2
+    experience = Experience.objects.get(agent=agent)
+    assert experience.followed_plan and experience.action == plan.steps.first().action_hint
+    assert PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.CREATED).exists()
+    agent.refresh_from_db()
+    assert agent.cycle_count == 1
+
+
+def test_persona_cycle_following_a_step_makes_no_llm_call() -> None:
+    agent = hungry_persona()
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    calls = LLMCall.objects.count()
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert LLMCall.objects.count() == calls
+
+
+def test_persona_needs_decay_and_goal_curves_are_sampled() -> None:
+    agent = hungry_persona()
+    energy = agent.needs.get(name="energy").satisfaction
+    cycles_until(agent, lambda: Experience.objects.filter(agent=agent).count() >= 3)
+    assert agent.needs.get(name="energy").satisfaction != energy
+    goal = Goal.objects.get(agent=agent, description="Get something to eat")
+    assert goal.samples.count() >= 3
+
+
+def test_spending_money_waits_for_operator_then_runs_after_approval(operator: object) -> None:
+    agent = hungry_persona()
+    cycles_until(agent, lambda: PlanStep.objects.filter(plan__agent=agent, status="awaiting_approval").exists())
+    step = PlanStep.objects.get(plan__agent=agent, status="awaiting_approval")
+    assert step.requires_permission
+    agent.refresh_from_db()
+    assert "awaits approval" in agent.waiting_reason
+    services.step_approve(step=step, user=operator)
+    cycles_until(agent, lambda: PlanStep.objects.get(pk=step.pk).status == PlanStep.Status.COMPLETED)
+
+
+def test_decline_makes_version_two_that_keeps_completed_steps(operator: object) -> None:
+    agent = hungry_persona()
+    cycles_until(agent, lambda: PlanStep.objects.filter(plan__agent=agent, status="awaiting_approval").exists())
+    v1 = Plan.objects.get(agent=agent)
+    completed = list(v1.steps.filter(status="completed").values_list("key", "description"))
+    assert completed
+    step = v1.steps.get(status="awaiting_approval")
+    services.step_decline(step=step, user=operator, feedback="Cook at home instead of buying food")
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    v1.refresh_from_db()
+    assert v1.status == Plan.Status.REPLANNED
+    v2 = Plan.objects.get(previous=v1)
+    assert v2.version == 2 and v2.times_replanned == 1
+    kept = list(v2.steps.filter(carried_over=True).values_list("key", "description"))
+    assert kept == completed
+    assert all(s.status == "completed" for s in v2.steps.filter(carried_over=True))
+    validated = v2.events.get(kind=PlanEvent.Kind.VALIDATED)
+    assert set(validated.detail["diff"]["kept"]) >= {k for k, _ in completed}
+    replan_call = LLMCall.objects.filter(plan=v2, purpose="replan").first()
+    assert replan_call is not None and "Cook at home" in json.dumps(replan_call.prompt)
+
+
+def test_tool_agent_plan_waits_for_approval_then_converts_csv(operator: object) -> None:
+    agent = AgentFactory(name="Archivist", kind=Agent.Kind.TOOL)
+    agent.workspace.mkdir(parents=True)
+    (agent.workspace / "data.csv").write_text("name,city\nAda,London\nGrace,Arlington\n")
+    GoalFactory(agent=agent, description="Convert data.csv to JSON", source_needs=[])
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    plan = Plan.objects.get(agent=agent)
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+    assert plan.what or plan.who  # the restatement is shown to the operator
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert not PlanStep.objects.filter(plan=plan).exclude(status="pending").exists()  # nothing runs unapproved
+    services.plan_approve(plan=plan, user=operator, mode="all")
+
+    def finished() -> bool:
+        for step in PlanStep.objects.filter(plan=plan, status="awaiting_approval"):
+            services.step_approve(step=step, user=operator)
+        return Plan.objects.get(pk=plan.pk).status == Plan.Status.COMPLETED
+
+    cycles_until(agent, finished)
+    outputs = list(agent.workspace.glob("*.json"))
+    assert outputs, "the plan should have written a JSON file into the workspace"
+    assert json.loads(outputs[0].read_text()) == [{"name": "Ada", "city": "London"}, {"name": "Grace", "city": "Arlington"}]
+    assert Goal.objects.get(agent=agent).status == Goal.Status.COMPLETED
+
+
+def test_paused_agent_does_nothing(operator: object) -> None:
+    agent = hungry_persona()
+    services.agent_set_status(agent=agent, user=operator, status="paused")
+    assert agent_cycle(agent_id=agent.pk, runner="runner-test") == "not running"
+    assert not Plan.objects.filter(agent=agent).exists()

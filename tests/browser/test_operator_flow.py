@@ -1,0 +1,230 @@
+"""An operator and a viewer in real Chromium against the real server (see conftest.py for the scenario).
+
+Every assertion is about what the user sees; live changes are awaited with Playwright's auto-waiting
+`expect`, and `window.__marker` proves that they arrived without a reload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import APIResponse, Browser, BrowserContext, Page, expect
+
+from tests.browser.conftest import OPERATOR, ROOT, VIEWER, Server
+
+pytestmark = pytest.mark.browser
+
+LIVE = 20_000  # ms: the runner cycles every second; generous for a loaded CI machine
+FEEDBACK = "Not from that shop, it is too pricey"
+
+Login = Callable[[tuple[str, str]], Page]
+
+
+@pytest.fixture
+def login(browser: Browser, server: Server) -> Iterator[Login]:
+    """Log in through the login page, in a fresh browser context (own cookies) per user."""
+    contexts: list[BrowserContext] = []
+
+    def log_in(user: tuple[str, str]) -> Page:
+        context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 860})
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto("/accounts/login/")
+        page.get_by_label("Username").fill(user[0])
+        page.get_by_label("Password").fill(user[1])
+        page.get_by_role("button", name="Log in").click()
+        role = "operator" if user == OPERATOR else "viewer"
+        expect(page.locator("header .who")).to_have_text(f"{user[0]} · {role}")
+        return page
+
+    yield log_in
+    for context in contexts:
+        context.close()
+
+
+def open_live(page: Page, path: str) -> None:
+    """Open a page and wait until its websocket is connected (the header's dot turns on)."""
+    page.goto(path)
+    expect(page.locator("#live-status")).to_have_class(re.compile(r"\bon\b"))
+
+
+def mark(page: Page) -> None:
+    page.evaluate("window.__marker = 1")
+
+
+def assert_not_reloaded(page: Page) -> None:
+    assert page.evaluate("window.__marker") == 1, "the page was reloaded or navigated"
+
+
+def badge(page: Page, key: str) -> Any:
+    return page.locator(f"#step-{key} .step-head .badge")
+
+
+def post_form(page: Page, path: str, form: dict[str, str]) -> APIResponse:
+    """POST as this page's user would, with the CSRF token htmx sends (from the page's hx-headers)."""
+    token = json.loads(page.locator("body").get_attribute("hx-headers") or "{}")["X-CSRFToken"]
+    return page.request.post(path, form=form, headers={"X-CSRFToken": token, "Referer": page.url},
+                             max_redirects=0)
+
+
+def test_operator_watches_declines_and_approves(login: Login, server: Server) -> None:
+    alice = server.scenario["alice"]
+    page = login(OPERATOR)
+
+    # The plan before the agent runs: nothing done yet.
+    open_live(page, f"/plans/{alice['plan']}/")
+    expect(page.locator("#plan-header h1")).to_contain_text("Have a meal v1")
+    expect(badge(page, "1")).to_have_text("Pending")
+    expect(badge(page, "2")).to_have_text("Pending")
+    expect(page.locator("#step-2")).to_contain_text("requires permission")
+    mark(page)
+
+    # The operator resumes Alice in a second tab; the runner drives her, and the plan page follows live.
+    agent_tab = page.context.new_page()
+    agent_tab.goto(f"/agents/{alice['agent']}/")
+    agent_tab.get_by_role("button", name="Resume").click()
+    expect(agent_tab.locator("#agent-header .badge")).to_have_text("Running", timeout=LIVE)
+    agent_tab.close()
+
+    expect(badge(page, "1")).to_have_text("Completed", timeout=LIVE)
+    expect(page.locator("#step-1")).to_contain_text("arrived at the store")
+    expect(page.locator("#plan-timeline")).to_contain_text("Agent resumed · by olga")
+    expect(page.locator("#plan-timeline")).to_contain_text("Step completed · step 1")
+
+    # Step 2 spends money: it waits for an operator, with Approve, Decline and a Feedback field.
+    step2 = page.locator("#step-2")
+    expect(badge(page, "2")).to_have_text("Awaiting approval", timeout=LIVE)
+    expect(step2.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+    expect(step2.get_by_role("button", name="Decline", exact=True)).to_be_visible()
+    expect(step2.get_by_label("Feedback")).to_be_visible()
+    assert_not_reloaded(page)
+
+    # Decline with feedback: the step is declined and, next cycle, version 2 appears, still without a reload.
+    step2.get_by_label("Feedback").fill(FEEDBACK)
+    step2.get_by_role("button", name="Decline", exact=True).click()
+    expect(page.locator("#flash")).to_contain_text("Step 2 declined; the agent replans with your feedback.")
+    expect(badge(page, "2")).to_have_text("Declined")
+    expect(page.locator("#plan-timeline")).to_contain_text(f"Step declined · step 2 · by olga — {FEEDBACK}")
+    expect(page.locator("#plan-header")).to_contain_text("Superseded by version 2", timeout=LIVE)
+    expect(page.locator("#plan-status")).to_have_text("Replanned")
+    expect(page.locator("#plan-timeline")).to_contain_text("Replanned")
+    assert_not_reloaded(page)
+
+    # Version 2 keeps the completed step and takes the feedback into account.
+    page.locator("#plan-versions").get_by_role("link", name="version 2").click()
+    expect(page.locator("#plan-header h1")).to_contain_text("Have a meal v2")
+    expect(page).not_to_have_url(re.compile(rf"/plans/{alice['plan']}/$"))
+    expect(badge(page, "1")).to_have_text("Completed")
+    expect(page.locator("#step-1")).to_contain_text("kept from earlier version")
+    expect(page.locator("#plan-steps")).to_contain_text(FEEDBACK)
+    expect(page.locator("#plan-versions")).to_contain_text("Changes from version 1")
+    expect(page.locator("#plan-versions").get_by_role("link", name="version 1")).to_be_visible()
+    expect(page.locator("#live-status")).to_have_class(re.compile(r"\bon\b"))
+    mark(page)
+
+    # The new buy-food step waits for approval again; this time the operator approves it.
+    waiting = page.locator("li.step[data-status='awaiting_approval']")
+    expect(waiting).to_have_count(1, timeout=LIVE)
+    key = waiting.locator(".key").inner_text()
+    waiting.get_by_role("button", name="Approve", exact=True).click()
+    expect(page.locator("#flash")).to_contain_text(f"Step {key} approved.")
+    expect(page.locator("#plan-timeline")).to_contain_text(f"Step approved · step {key} · by olga")
+    expect(badge(page, key)).not_to_have_text("Awaiting approval")
+    expect(page.locator(f"#step-{key}")).to_contain_text("approved by olga")
+    expect(badge(page, key)).to_have_text("Completed", timeout=LIVE)
+    expect(page.locator(f"#step-{key}")).to_contain_text("bought groceries")
+    expect(page.locator("#plan-status")).to_have_text("Completed", timeout=LIVE)
+    expect(page.locator("#plan-timeline")).to_contain_text("Plan completed")
+    expect(page.locator("li.step .decide")).to_have_count(0)
+    assert_not_reloaded(page)
+
+
+def test_viewer_sees_no_decisions_and_cannot_post_them(login: Login, server: Server) -> None:
+    bob = server.scenario["bob"]
+    page = login(VIEWER)
+    open_live(page, f"/plans/{bob['plan']}/")  # the sections are re-rendered for the viewer on connect
+
+    expect(badge(page, "2")).to_have_text("Awaiting approval")
+    expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    expect(page.get_by_role("button", name="Decline")).to_have_count(0)
+    expect(page.get_by_label("Feedback")).to_have_count(0)
+    expect(page.get_by_role("link", name="Edit step")).to_have_count(0)
+
+    step = bob["steps"]["2"]
+    approve = post_form(page, f"/steps/{step}/approve/", {})
+    assert approve.status == 403, approve.text()
+    assert "CSRF" not in approve.text()  # refused for the role, not for a missing token
+    decline = post_form(page, f"/steps/{step}/decline/", {"feedback": "no"})
+    assert decline.status == 403, decline.text()
+
+    page.reload()
+    expect(badge(page, "2")).to_have_text("Awaiting approval")
+    expect(page.locator("#plan-timeline")).not_to_contain_text("Step approved")
+    expect(page.locator("#plan-timeline")).not_to_contain_text("Step declined")
+
+
+def test_decline_without_feedback_is_refused(login: Login, server: Server) -> None:
+    bob = server.scenario["bob"]
+    page = login(OPERATOR)
+    open_live(page, f"/plans/{bob['plan']}/")
+    step2 = page.locator("#step-2")
+    feedback = step2.get_by_label("Feedback")
+    decline = step2.get_by_role("button", name="Decline", exact=True)
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+
+    # The browser refuses an empty field by itself: nothing is sent.
+    decline.click()
+    assert feedback.evaluate("el => el.validity.valueMissing") is True
+    page.wait_for_timeout(500)
+    assert posts == []
+
+    # Blank feedback gets past the browser; the server refuses it and says why, where the operator looks.
+    feedback.fill("   ")
+    decline.click()
+    expect(page.locator("#flash [role=alert]")).to_have_text(
+        "Feedback is required to decline a step. Nothing was changed.")
+    assert len(posts) == 1
+    expect(badge(page, "2")).to_have_text("Awaiting approval")
+
+    # The same without htmx: 400 and the reason.
+    response = post_form(page, f"/steps/{bob['steps']['2']}/decline/", {"feedback": ""})
+    assert response.status == 400
+    assert "Feedback is required" in response.text()
+
+    page.reload()
+    expect(badge(page, "2")).to_have_text("Awaiting approval")
+    expect(step2.get_by_role("button", name="Approve", exact=True)).to_be_visible()
+
+
+def test_dashboard_lists_agents_and_updates_live(login: Login, server: Server, tmp_path: Path) -> None:
+    page = login(OPERATOR)
+    open_live(page, "/")
+    rows = page.locator("#agent-rows tr.agent-row")
+    for name in ("Alice", "Bob", "Jenbina", "Marco", "Archivist", "Reporter"):
+        expect(rows.filter(has=page.get_by_role("link", name=name, exact=True))).to_have_count(1)
+    expect(page.locator("#dashboard-counts")).to_contain_text("6 agents")
+    mark(page)
+
+    jenbina = rows.filter(has=page.get_by_role("link", name="Jenbina", exact=True))
+    cycles = jenbina.locator("td").last
+    before = cycles.inner_text()
+    expect(cycles).not_to_have_text(before, timeout=LIVE)
+    # A tool agent's plan waits for an operator: the dashboard says so.
+    archivist = rows.filter(has=page.get_by_role("link", name="Archivist", exact=True))
+    expect(archivist).to_contain_text("Awaiting approval", timeout=LIVE)
+    assert_not_reloaded(page)
+
+    shot = tmp_path / "dashboard.png"
+    page.screenshot(path=str(shot), full_page=True)
+    if os.environ.get("UPDATE_SCREENSHOTS") == "1":  # refresh the README's picture on request
+        target = ROOT / "docs" / "dashboard.png"
+        target.parent.mkdir(exist_ok=True)
+        target.write_bytes(shot.read_bytes())

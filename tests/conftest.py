@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tests.factories import UserFactory
+
+
+@pytest.fixture(autouse=True)
+def workspaces(settings: Any, tmp_path: Path) -> Path:
+    """Every test gets its own agents' workspaces folder."""
+    settings.AGENT_WORKSPACES = tmp_path / "workspaces"
+    return settings.AGENT_WORKSPACES
+
+
+@pytest.fixture
+def operator(db: None) -> Any:
+    return UserFactory(username="olga", role="operators")
+
+
+@pytest.fixture
+def viewer(db: None) -> Any:
+    return UserFactory(username="victor", role="viewers")
+
+
+@pytest.fixture
+def operator_client(operator: Any) -> Client:
+    client = Client()
+    client.force_login(operator)
+    return client
+
+
+@pytest.fixture
+def viewer_client(viewer: Any) -> Client:
+    client = Client()
+    client.force_login(viewer)
+    return client

@@ -1,0 +1,216 @@
+"""A local OpenAI-compatible server for tests: scripted answers per model, over real HTTP.
+
+Tests drive the real `openai` client against it, so retries, timeouts and body parsing are the SDK's own.
+Each model name has a queue of scripted replies (`answer`, `error`, `hang`, `malformed`, `empty_choices`...),
+taken one per request; a request for a model with nothing left in its queue gets a 404 `model_not_found`,
+which the SDK does not retry. Every request is recorded (model, messages) for tests to assert on.
+
+    with LLMTestServer() as server:
+        server.script("m1", error(429), answer("hi"))
+        ...  # settings.OPENAI_BASE_URL = server.base_url
+        assert [r.model for r in server.requests] == ["m1", "m1"]
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted reply: the status, headers and body to send, after `delay` seconds."""
+
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class ReceivedRequest:
+    """What the server was asked: the model, the chat messages, the whole JSON body and the headers."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    body: dict[str, Any]
+    headers: dict[str, str]
+    received_at: float = field(default_factory=time.monotonic)
+
+
+def _completion(model: str, choices: list[dict[str, Any]], usage: dict[str, int] | None) -> bytes:
+    body: dict[str, Any] = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return json.dumps(body).encode()
+
+
+def answer(
+    text: str | None, *, tokens_in: int = 10, tokens_out: int = 5, usage: bool = True, delay: float = 0.0
+) -> Reply:
+    """A normal chat completion (`text=None` sends a null content), with usage unless `usage=False`."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    counts = (
+        {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
+        if usage
+        else None
+    )
+    # The model name is filled in when sent (see Handler), so one Reply can serve any model.
+    return Reply(body=_completion("{model}", [choice], counts), delay=delay)
+
+
+def error(status: int, *, message: str = "scripted error", retry_after_ms: int | None = 20) -> Reply:
+    """An OpenAI-style error body. `retry-after-ms` keeps the SDK's backoff short in tests (None: SDK's own)."""
+    body = json.dumps({"error": {"message": message, "type": "server_error", "code": str(status)}}).encode()
+    headers = (("retry-after-ms", str(retry_after_ms)),) if retry_after_ms is not None else ()
+    return Reply(status=status, body=body, headers=headers)
+
+
+def hang(seconds: float = 5.0) -> Reply:
+    """Say nothing for `seconds` (past the client's timeout), then answer; released early by `close()`."""
+    return Reply(body=_completion("{model}", [], None), delay=seconds)
+
+
+def malformed() -> Reply:
+    """A 200 whose JSON body is cut off."""
+    return Reply(body=b'{"id": "chatcmpl-test", "object": "chat.completion", "choices": [{"index": 0, "mess')
+
+
+def empty_choices() -> Reply:
+    """A well-formed completion with no choices at all."""
+    return Reply(body=_completion("{model}", [], {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3}))
+
+
+def raw(body: bytes, *, status: int = 200, content_type: str = "application/json") -> Reply:
+    """Any body at all, e.g. an HTML error page or JSON that is not a completion."""
+    return Reply(status=status, body=body, content_type=content_type)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.1 keeps connections open, as real servers do, so the SDK's connection pool is exercised.
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw_body = self.rfile.read(length)
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send(Reply(status=404, body=b'{"error": {"message": "unknown path"}}'))
+            return
+        body = json.loads(raw_body or b"{}")
+        model = str(body.get("model", ""))
+        reply = self.server.llm.take(model, body, dict(self.headers.items()))
+        with self.server.llm.in_flight():
+            if reply.delay:
+                self.server.llm.released.wait(reply.delay)
+        self._send(reply, model=model)
+
+    def _send(self, reply: Reply, *, model: str = "") -> None:
+        payload = reply.body.replace(b'"{model}"', json.dumps(model).encode())
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in reply.headers:
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up waiting (a scripted hang): nothing left to tell it
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output clean
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    llm: LLMTestServer
+
+
+class LLMTestServer:
+    """The server on 127.0.0.1 (a free port) in a background thread; `base_url` is its `/v1` root."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
+        self._in_flight = 0
+        self.max_in_flight = 0
+        self.requests: list[ReceivedRequest] = []
+        # Set by close(): scripted hangs end at once, so shutting down never waits for them.
+        self.released = threading.Event()
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.llm = self
+        host, port = self._httpd.server_address[:2]
+        self.base_url = f"http://{host!s}:{port}/v1"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-test-server", daemon=True)
+
+    def start(self) -> LLMTestServer:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.released.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> LLMTestServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def script(self, model: str, *replies: Reply) -> None:
+        """Queue replies for `model`, answered in order, one per request."""
+        with self._lock:
+            self._scripts[model].extend(replies)
+
+    def requests_for(self, model: str) -> list[ReceivedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.model == model]
+
+    def pending(self, model: str) -> int:
+        """How many scripted replies for `model` are still unused."""
+        with self._lock:
+            return len(self._scripts[model])
+
+    def take(self, model: str, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        with self._lock:
+            self.requests.append(
+                ReceivedRequest(model=model, messages=list(body.get("messages", [])), body=body, headers=headers)
+            )
+            queue = self._scripts.get(model)
+            if queue:
+                return queue.popleft()
+        message = f"no scripted reply left for model {model!r}"
+        body_404 = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": "model_not_found"}})
+        return Reply(status=404, body=body_404.encode())
+
+    @contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Count requests being answered at once, so tests can see that calls overlap."""
+        with self._lock:
+            self._in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self._in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1

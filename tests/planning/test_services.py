@@ -1,0 +1,144 @@
+"""Operator decisions through the services: recorded once, with who and why; refused cleanly when stale."""
+
+from __future__ import annotations
+
+import pytest
+
+from planning import services
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def awaiting_step(**kwargs: object) -> PlanStep:
+    return PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL, requires_permission=True, **kwargs)
+
+
+def test_step_approve_records_operator_and_frees_step(operator: object) -> None:
+    step = awaiting_step()
+    event = services.step_approve(step=step, user=operator)
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.PENDING
+    assert step.approved_by == operator
+    assert event.kind == PlanEvent.Kind.STEP_APPROVED
+    assert event.actor == operator and event.actor_label == "olga"
+
+
+def test_step_approve_twice_is_refused_and_applied_once(operator: object) -> None:
+    step = awaiting_step()
+    services.step_approve(step=step, user=operator)
+    with pytest.raises(services.StepNotAwaitingApproval, match="no longer awaiting approval"):
+        services.step_approve(step=step, user=operator)
+    assert PlanEvent.objects.filter(step=step, kind=PlanEvent.Kind.STEP_APPROVED).count() == 1
+
+
+def test_step_decline_after_approval_is_refused(operator: object) -> None:
+    step = awaiting_step()
+    services.step_approve(step=step, user=operator)
+    with pytest.raises(services.StepNotAwaitingApproval):
+        services.step_decline(step=step, user=operator, feedback="too late")
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.PENDING
+    assert not PlanEvent.objects.filter(kind=PlanEvent.Kind.STEP_DECLINED).exists()
+
+
+def test_step_decline_requires_feedback_and_changes_nothing_without(operator: object) -> None:
+    step = awaiting_step()
+    with pytest.raises(services.DecisionError, match="Feedback is required"):
+        services.step_decline(step=step, user=operator, feedback="   ")
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.AWAITING_APPROVAL
+    assert step.plan.events.count() == 0
+
+
+def test_step_decline_records_feedback_and_asks_for_replan(operator: object) -> None:
+    step = awaiting_step()
+    event = services.step_decline(step=step, user=operator, feedback="Buy cheaper food at the market")
+    step.refresh_from_db()
+    step.plan.refresh_from_db()
+    assert step.status == PlanStep.Status.DECLINED
+    assert "Buy cheaper food" in step.plan.replan_reason
+    assert event.reason == "Buy cheaper food at the market" and event.actor == operator
+
+
+def test_plan_approve_step_by_step_sets_mode(operator: object) -> None:
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING)
+    services.plan_approve(plan=plan, user=operator, mode="step")
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.ACTIVE and plan.approval_mode == Plan.ApprovalMode.STEP
+    with pytest.raises(services.PlanNotAwaitingApproval):
+        services.plan_approve(plan=plan, user=operator, mode="all")
+    assert plan.events.filter(kind=PlanEvent.Kind.PLAN_APPROVED).count() == 1
+
+
+def test_plan_approve_unknown_mode_changes_nothing(operator: object) -> None:
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL)
+    with pytest.raises(services.DecisionError, match="Unknown approval mode"):
+        services.plan_approve(plan=plan, user=operator, mode="everything")
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+
+
+def test_plan_cancel_skips_open_steps_and_keeps_done_ones(operator: object) -> None:
+    plan = PlanFactory()
+    done = PlanStepFactory(plan=plan, status=PlanStep.Status.COMPLETED)
+    open_step = PlanStepFactory(plan=plan)
+    services.plan_cancel(plan=plan, user=operator, reason="not needed")
+    done.refresh_from_db()
+    open_step.refresh_from_db()
+    assert done.status == PlanStep.Status.COMPLETED
+    assert open_step.status == PlanStep.Status.SKIPPED
+    with pytest.raises(services.DecisionError, match="already cancelled"):
+        services.plan_cancel(plan=plan, user=operator)
+
+
+def test_agent_pause_is_recorded_on_the_open_plan(operator: object) -> None:
+    plan = PlanFactory()
+    services.agent_set_status(agent=plan.agent, user=operator, status="paused")
+    plan.agent.refresh_from_db()
+    assert plan.agent.status == "paused"
+    assert plan.events.get(kind=PlanEvent.Kind.AGENT_PAUSED).actor == operator
+
+
+def test_agent_give_goal_refuses_empty_and_duplicate(operator: object) -> None:
+    agent = AgentFactory(kind="tool")
+    with pytest.raises(services.DecisionError, match="Describe the goal"):
+        services.agent_give_goal(agent=agent, user=operator, description="  ")
+    services.agent_give_goal(agent=agent, user=operator, description="Convert data.csv to JSON")
+    with pytest.raises(services.DecisionError, match="already has this goal"):
+        services.agent_give_goal(agent=agent, user=operator, description="convert data.csv to json")
+    assert agent.goals.count() == 1
+
+
+def test_step_finish_retries_then_fails_and_asks_for_replan() -> None:
+    step = PlanStepFactory(status=PlanStep.Status.RUNNING, max_retries=2)
+    for expected_retry in (1, 2):
+        step = services.step_finish(step=step, runner="r", succeeded=False, error="disk full")
+        assert step.status == PlanStep.Status.PENDING and step.retries == expected_retry
+        step.status = PlanStep.Status.RUNNING
+        step.save()
+    step = services.step_finish(step=step, runner="r", succeeded=False, error="disk full")
+    assert step.status == PlanStep.Status.FAILED
+    step.plan.refresh_from_db()
+    assert "failed after 2 retries" in step.plan.replan_reason
+
+
+def test_step_finish_never_completes_twice() -> None:
+    step = PlanStepFactory(status=PlanStep.Status.RUNNING)
+    services.step_finish(step=step, runner="r", succeeded=True, result="ok")
+    services.step_finish(step=step, runner="r2", succeeded=True, result="again")
+    assert PlanEvent.objects.filter(step=step, kind=PlanEvent.Kind.STEP_COMPLETED).count() == 1
+    step.refresh_from_db()
+    assert step.result == "ok"
+
+
+def test_completing_last_step_completes_plan_and_advances_goal() -> None:
+    step = PlanStepFactory(status=PlanStep.Status.RUNNING)
+    goal = step.plan.goal
+    before = goal.progress
+    services.step_finish(step=step, runner="r", succeeded=True, result="ok")
+    step.plan.refresh_from_db()
+    goal.refresh_from_db()
+    assert step.plan.status == Plan.Status.COMPLETED
+    assert goal.progress == pytest.approx(before + 0.3)

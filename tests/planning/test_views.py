@@ -1,0 +1,149 @@
+"""Pages and decisions over HTTP: login everywhere, roles on the server, clear errors that change nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.factories import AgentFactory, NeedFactory, PlanFactory, PlanStepFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("name", ["dashboard", "agent-detail", "plan-detail"])
+def test_pages_require_login(name: str) -> None:
+    plan = PlanFactory()
+    args = [] if name == "dashboard" else [plan.agent.pk if name == "agent-detail" else plan.pk]
+    response = Client().get(reverse(name, args=args))
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+def test_login_page_has_labelled_fields() -> None:
+    response = Client().get("/accounts/login/")
+    assert response.status_code == 200
+    assert b"Username" in response.content and b"Password" in response.content
+
+
+def test_dashboard_lists_agents_with_plan_and_escapes_names(viewer_client: Client) -> None:
+    plan = PlanFactory(agent__name="<script>alert(1)</script>", goal__description="Get food")
+    PlanStepFactory(plan=plan, description="Find work", status=PlanStep.Status.COMPLETED)
+    PlanStepFactory(plan=plan, description="Buy <b>bread</b>", status=PlanStep.Status.RUNNING)
+    html = viewer_client.get("/").content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert(1)" not in html
+    assert "Get food" in html
+    assert "Buy &lt;b&gt;bread&lt;/b&gt;" in html
+    assert "1/2 steps" in html
+
+
+def test_dashboard_query_count_does_not_grow_with_agents(viewer_client: Client, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(3):
+        plan = PlanFactory()
+        PlanStepFactory.create_batch(3, plan=plan)
+        NeedFactory.create_batch(2, agent=plan.agent)
+    with django_assert_max_num_queries(12) as small:
+        viewer_client.get("/")
+    for _ in range(20):
+        plan = PlanFactory()
+        PlanStepFactory.create_batch(3, plan=plan)
+        NeedFactory.create_batch(2, agent=plan.agent)
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        viewer_client.get("/")
+
+
+def test_plan_page_shows_decisions_to_operators_only(operator_client: Client, viewer_client: Client) -> None:
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL, requires_permission=True)
+    url = reverse("plan-detail", args=[step.plan.pk])
+    operator_html = operator_client.get(url).content.decode()
+    viewer_html = viewer_client.get(url).content.decode()
+    for label in (">Approve<", ">Decline<", ">Feedback<"):
+        assert label in operator_html
+        assert label not in viewer_html
+
+
+def test_viewer_decision_is_forbidden_and_changes_nothing(viewer_client: Client) -> None:
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL)
+    for url, data in [(reverse("step-approve", args=[step.pk]), {}),
+                      (reverse("step-decline", args=[step.pk]), {"feedback": "no"}),
+                      (reverse("plan-cancel", args=[step.plan.pk]), {}),
+                      (reverse("agent-status", args=[step.plan.agent.pk]), {"status": "paused"})]:
+        assert viewer_client.post(url, data).status_code == 403
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.AWAITING_APPROVAL
+    assert PlanEvent.objects.count() == 0
+
+
+def test_operator_approves_step_over_htmx_and_sees_it(operator_client: Client) -> None:
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL, description="Buy food")
+    response = operator_client.post(reverse("step-approve", args=[step.pk]), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert "Step 1 approved" in response.content.decode() or f"Step {step.key} approved" in response.content.decode()
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.PENDING
+
+
+def test_second_decision_on_same_step_is_refused_with_message(operator_client: Client) -> None:
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL)
+    url = reverse("step-approve", args=[step.pk])
+    assert operator_client.post(url, HTTP_HX_REQUEST="true").status_code == 200
+    response = operator_client.post(url, HTTP_HX_REQUEST="true")
+    assert response.status_code == 409
+    assert "no longer awaiting approval" in response.content.decode()
+    assert response["HX-Retarget"] == "#flash"
+    assert PlanEvent.objects.filter(kind=PlanEvent.Kind.STEP_APPROVED).count() == 1
+
+
+def test_decline_without_feedback_is_refused(operator_client: Client) -> None:
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL)
+    response = operator_client.post(reverse("step-decline", args=[step.pk]), {"feedback": ""}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 400
+    assert "Feedback is required" in response.content.decode()
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.AWAITING_APPROVAL
+
+
+def test_decline_with_feedback_is_recorded(operator_client: Client, operator: object) -> None:
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL)
+    response = operator_client.post(reverse("step-decline", args=[step.pk]), {"feedback": "Use the market"},
+                                    HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    event = PlanEvent.objects.get(kind=PlanEvent.Kind.STEP_DECLINED)
+    assert event.actor == operator and event.reason == "Use the market"
+
+
+def test_post_without_csrf_token_is_rejected(operator: object) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(operator)
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL)
+    assert client.post(reverse("step-approve", args=[step.pk])).status_code == 403
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.AWAITING_APPROVAL
+
+
+def test_plan_approve_buttons_and_modes(operator_client: Client) -> None:
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING)
+    html = operator_client.get(reverse("plan-detail", args=[plan.pk])).content.decode()
+    for label in ("Approve all", "Step by step", "Cancel plan"):
+        assert label in html
+    response = operator_client.post(reverse("plan-approve", args=[plan.pk]), {"mode": "bogus"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 400
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+
+
+def test_agent_page_shows_needs_goals_and_give_goal_form(operator_client: Client) -> None:
+    agent = AgentFactory(name="Jen")
+    NeedFactory(agent=agent, name="hunger", satisfaction=0.1)
+    html = operator_client.get(reverse("agent-detail", args=[agent.pk])).content.decode()
+    assert "hunger" in html and "10%" in html
+    assert "Give goal" in html
+
+
+def test_give_goal_then_runner_plans_it(operator_client: Client) -> None:
+    agent = AgentFactory(kind="tool")
+    response = operator_client.post(reverse("agent-goal", args=[agent.pk]), {"description": "List the workspace",
+                                                                             "horizon": "short_term"})
+    assert response.status_code == 302
+    assert agent.goals.get().description == "List the workspace"
