@@ -87,8 +87,11 @@ def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
     """Plan the most pressing active goal that has no plan yet (seed 000: short-term at once,
     mid and long term once their source needs drop below half)."""
     needs = {n.name: n.satisfaction for n in agent.needs.all()}
-    planned = Plan.objects.filter(agent=agent, goal__isnull=False).exclude(
-        status__in=[Plan.Status.CANCELLED]).values_list("goal_id", flat=True)
+    # A goal whose plan is open, or failed and waiting for an operator, is not planned again; a goal
+    # still active after its plan completed gets a fresh plan (the person keeps pursuing it).
+    planned = Plan.objects.filter(
+        agent=agent, goal__isnull=False, status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED]
+    ).values_list("goal_id", flat=True)
     goals = sorted(
         Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned),
         key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),

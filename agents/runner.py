@@ -9,6 +9,7 @@ Cycles run in worker threads (database work off the loop); LLM HTTP waits return
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -132,10 +133,8 @@ class Runner:
                         runner=self.id, finished=self.finished)
                     if not remaining:
                         break
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), timeout=self.tick)
-                except TimeoutError:
-                    pass
         finally:
             if self.inflight:
                 await asyncio.gather(*self.inflight.values(), return_exceptions=True)

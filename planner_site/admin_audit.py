@@ -31,7 +31,8 @@ def admin_event(*, request: HttpRequest, agent_id: int, plan_id: int | None, wha
         )
     if plan_id is not None:
         PlanEvent.objects.create(
-            plan_id=plan_id, step_id=step_id, kind=PlanEvent.Kind.ADMIN_EDIT, actor=request.user,
+            plan_id=plan_id, step_id=step_id, kind=PlanEvent.Kind.ADMIN_EDIT,
+            actor=request.user if request.user.is_authenticated else None,
             actor_label=request.user.get_username(), reason=what, detail={"diff": diff},
         )
     publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_edit")
@@ -64,7 +65,8 @@ class AuditedAdmin(admin.ModelAdmin):
         if diff:
             obj = form.instance
             admin_event(request=request, agent_id=self.audit_agent_id(obj), plan_id=self.audit_plan_id(obj),
-                        what=f"{formset.model._meta.verbose_name_plural} of '{obj}' changed in admin", diff=diff)
+                        what=f"{formset.model._meta.verbose_name_plural} of '{obj}' changed in admin",  # type: ignore[union-attr]
+                        diff=diff)
 
     @transaction.atomic
     def delete_model(self, request: HttpRequest, obj: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.http import HttpRequest
 
 OPERATORS = "operators"
@@ -12,7 +12,7 @@ VIEWERS = "viewers"
 DECIDE_PERMISSION = "planning.decide_plan"
 
 
-def user_can_decide(user: AbstractBaseUser | AnonymousUser) -> bool:
+def user_can_decide(user: User | AnonymousUser) -> bool:
     """Whether this user may approve, decline, edit, pause and give goals."""
     return bool(user.is_authenticated and user.has_perm(DECIDE_PERMISSION))
 

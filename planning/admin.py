@@ -12,16 +12,18 @@ from planning.models import Plan, PlanEvent, PlanStep
 class PlanStepInline(admin.StackedInline):
     model = PlanStep
     extra = 0
-    fields = [("key", "position", "status"), "description", ("action_hint", "tool"), "tool_input", "expected_outcome",
-              ("estimated_cycles", "actual_cycles"), "depends_on", ("requires_permission", "risk"),
-              ("retries", "max_retries"), "result", "error", "failure_reason"]
+    fieldsets = [(None, {"fields": [
+        ("key", "position", "status"), "description", ("action_hint", "tool"), "tool_input", "expected_outcome",
+        ("estimated_cycles", "actual_cycles"), "depends_on", ("requires_permission", "risk"),
+        ("retries", "max_retries"), "result", "error", "failure_reason",
+    ]})]
 
 
 class PlanEventInline(admin.TabularInline):
     model = PlanEvent
     extra = 0
     fields = ["created_at", "kind", "step", "actor_label", "reason"]
-    readonly_fields = fields
+    readonly_fields = ["created_at", "kind", "step", "actor_label", "reason"]
     can_delete = False
     show_change_link = True
 

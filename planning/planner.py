@@ -67,8 +67,7 @@ def plan_generate(
     hints: list[str] = []
     last_output = ""
     for model in model_chain("plan"):
-        rejections_in_row = 0
-        for _attempt in range(settings.PLAN_ATTEMPTS_PER_MODEL):
+        for attempt in range(1, settings.PLAN_ATTEMPTS_PER_MODEL + 1):
             messages = plan_messages(
                 agent=agent, goal_text=goal_text, restatement=restatement, previous=previous, kept=kept,
                 reason=reason, feedback=feedback, recent_reasons=recent_reasons[-6:], last_output=last_output, hints=hints,
@@ -90,8 +89,8 @@ def plan_generate(
             reasons_all.extend(f"{model}: {p}" for p in problems)
             recent_reasons.extend(problems)
             last_output = answer.text
-            rejections_in_row += 1
-            if rejections_in_row >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK:
+            # Every attempt that reaches here was rejected, so the attempt number counts rejections in a row.
+            if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK:
                 break  # seed 002: after repeated rejections, the next model in the chain
     return plan_fail(plan=plan, reasons=reasons_all or ["no model answered"], actor_label=actor_label)
 

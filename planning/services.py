@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from agents.models import Agent
@@ -36,11 +36,11 @@ class PlanNotAwaitingApproval(DecisionError):
         )
 
 
-def actor_name(user: AbstractBaseUser) -> str:
+def actor_name(user: User) -> str:
     return user.get_username()
 
 
-def event_record(*, plan: Plan, kind: str, actor: AbstractBaseUser | None = None, actor_label: str = "",
+def event_record(*, plan: Plan, kind: str, actor: User | None = None, actor_label: str = "",
                  step: PlanStep | None = None, reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
     """Record an event and push the plan to open pages once the transaction commits."""
     event = PlanEvent.objects.create(
@@ -55,7 +55,7 @@ def event_record(*, plan: Plan, kind: str, actor: AbstractBaseUser | None = None
 
 
 @transaction.atomic
-def plan_approve(*, plan: Plan, user: AbstractBaseUser, mode: str) -> PlanEvent:
+def plan_approve(*, plan: Plan, user: User, mode: str) -> PlanEvent:
     """Approve a validated plan: run all steps, or ask for each step (seed 002)."""
     if mode not in (Plan.ApprovalMode.ALL, Plan.ApprovalMode.STEP):
         raise DecisionError(f"Unknown approval mode {mode!r}. Nothing was changed.")
@@ -72,7 +72,7 @@ def plan_approve(*, plan: Plan, user: AbstractBaseUser, mode: str) -> PlanEvent:
 
 
 @transaction.atomic
-def plan_cancel(*, plan: Plan, user: AbstractBaseUser, reason: str = "") -> PlanEvent:
+def plan_cancel(*, plan: Plan, user: User, reason: str = "") -> PlanEvent:
     """Cancel an open plan; its pending steps are skipped and the agent stops pursuing it."""
     plan = Plan.objects.select_for_update().get(pk=plan.pk)
     if not plan.is_open:
@@ -89,7 +89,7 @@ def plan_cancel(*, plan: Plan, user: AbstractBaseUser, reason: str = "") -> Plan
 
 
 @transaction.atomic
-def step_approve(*, step: PlanStep, user: AbstractBaseUser) -> PlanEvent:
+def step_approve(*, step: PlanStep, user: User) -> PlanEvent:
     """Approve a step that waits for an operator; the runner runs it next cycle."""
     step = PlanStep.objects.select_for_update().select_related("plan").get(pk=step.pk)
     if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
@@ -103,7 +103,7 @@ def step_approve(*, step: PlanStep, user: AbstractBaseUser) -> PlanEvent:
 
 
 @transaction.atomic
-def step_decline(*, step: PlanStep, user: AbstractBaseUser, feedback: str) -> PlanEvent:
+def step_decline(*, step: PlanStep, user: User, feedback: str) -> PlanEvent:
     """Decline a step with the operator's feedback; the agent replans, keeping its completed steps."""
     feedback = feedback.strip()
     if not feedback:
@@ -123,7 +123,7 @@ def step_decline(*, step: PlanStep, user: AbstractBaseUser, feedback: str) -> Pl
 
 
 @transaction.atomic
-def plan_replan_request(*, plan: Plan, user: AbstractBaseUser, reason: str) -> PlanEvent:
+def plan_replan_request(*, plan: Plan, user: User, reason: str) -> PlanEvent:
     """An operator asks for a new version of an active plan; the runner replans next cycle."""
     reason = reason.strip()
     if not reason:
@@ -143,7 +143,7 @@ EDITABLE_STEP_FIELDS = ("description", "action_hint", "tool", "tool_input", "exp
 
 
 @transaction.atomic
-def step_edit(*, step: PlanStep, user: AbstractBaseUser, changes: dict[str, Any], reason: str = "") -> PlanEvent:
+def step_edit(*, step: PlanStep, user: User, changes: dict[str, Any], reason: str = "") -> PlanEvent:
     """Edit a step that has not started; the whole plan is validated again and the diff recorded."""
     step = PlanStep.objects.select_for_update().select_related("plan", "plan__agent").get(pk=step.pk)
     if step.status not in (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL):
@@ -168,7 +168,7 @@ def step_edit(*, step: PlanStep, user: AbstractBaseUser, changes: dict[str, Any]
 
 
 @transaction.atomic
-def agent_set_status(*, agent: Agent, user: AbstractBaseUser, status: str) -> Agent:
+def agent_set_status(*, agent: Agent, user: User, status: str) -> Agent:
     """Pause, resume or stop an agent; recorded on its open plan's timeline when it has one."""
     if status not in Agent.Status.values:
         raise DecisionError(f"Unknown status {status!r}.")
@@ -188,7 +188,7 @@ def agent_set_status(*, agent: Agent, user: AbstractBaseUser, status: str) -> Ag
 
 
 @transaction.atomic
-def agent_give_goal(*, agent: Agent, user: AbstractBaseUser, description: str, horizon: str = Goal.Horizon.SHORT) -> Goal:
+def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str = Goal.Horizon.SHORT) -> Goal:
     """Give an agent a goal in words; the runner plans it next cycle."""
     description = " ".join(description.split())
     if not description:

@@ -15,7 +15,15 @@ from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from agents.models import Agent
 from planner_site.roles import DECIDE_PERMISSION
 from planning import services
-from planning.forms import AgentStatusForm, ApproveplanForm, DeclineForm, GoalForm, ReasonForm, ReplanForm, StepEditForm
+from planning.forms import (
+    AgentStatusForm,
+    ApproveplanForm,
+    DeclineForm,
+    GoalForm,
+    ReasonForm,
+    ReplanForm,
+    StepEditForm,
+)
 from planning.models import Plan, PlanStep
 from planning.selectors import agent_context, dashboard_counts, dashboard_rows, plan_context
 

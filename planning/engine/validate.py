@@ -49,17 +49,31 @@ CYCLES_MAX = 20
 PREFERRED_PERSONA_STEPS = (2, 6)  # seed 000: "2-6 ordered steps"
 RISK_WORDS = {"safe": "safe", "low": "safe", "none": "safe", "risky": "risky", "medium": "risky", "high": "risky"}
 
-_PROHIBITED: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\brm\s+-[a-z]*[rf]", re.IGNORECASE), "shell command"),
-    (re.compile(r"\bsudo\b", re.IGNORECASE), "shell command"),
-    (re.compile(r"\b(?:curl|wget)\b[^|\n]*\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b", re.IGNORECASE), "shell command"),
-    (re.compile(r"\bmkfs(?:\.\w+)?\b|\bdd\s+if=|>\s*/dev/(?:sd|hd|nvme)", re.IGNORECASE), "shell command"),
-    (re.compile(r":\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:"), "shell command"),
-    (re.compile(r"\bchmod\s+(?:-R\s+)?0?777\b", re.IGNORECASE), "shell command"),
-    (re.compile(r"\bRemove-Item\b[^\n]*-Recurse|\bformat\s+[a-z]:|\bdel\s+/[sq]\b", re.IGNORECASE), "shell command"),
-    (re.compile(r"\b(?:powershell|pwsh)\b[^\n]*\s-e(?:nc|ncodedcommand)?\b", re.IGNORECASE), "shell command"),
-    (re.compile(r"\bnc\s+-e\b|/etc/(?:passwd|shadow|sudoers)\b", re.IGNORECASE), "shell command"),
+# (cheap lowercase triggers, pattern, category): the triggers spare us the regexes on ordinary text.
+_PROHIBITED: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
+    (("rm",), re.compile(r"\brm\s+-[a-z]*[rf]", re.IGNORECASE), "shell command"),
+    (("sudo",), re.compile(r"\bsudo\b", re.IGNORECASE), "shell command"),
     (
+        ("curl", "wget"),
+        re.compile(r"\b(?:curl|wget)\b[^|\n]*\|\s*(?:sudo\s+)?(?:ba|z|da)?sh\b", re.IGNORECASE),
+        "shell command",
+    ),
+    (("mkfs", "dd", "/dev/"), re.compile(r"\bmkfs(?:\.\w+)?\b|\bdd\s+if=|>\s*/dev/(?:sd|hd|nvme)", re.IGNORECASE), "shell command"),
+    ((":()",), re.compile(r":\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:"), "shell command"),
+    (("chmod",), re.compile(r"\bchmod\s+(?:-R\s+)?0?777\b", re.IGNORECASE), "shell command"),
+    (
+        ("remove-item", "format", "del"),
+        re.compile(r"\bRemove-Item\b[^\n]*-Recurse|\bformat\s+[a-z]:|\bdel\s+/[sq]\b", re.IGNORECASE),
+        "shell command",
+    ),
+    (
+        ("powershell", "pwsh"),
+        re.compile(r"\b(?:powershell|pwsh)\b[^\n]*\s-e(?:nc|ncodedcommand)?\b", re.IGNORECASE),
+        "shell command",
+    ),
+    (("nc", "/etc/"), re.compile(r"\bnc\s+-e\b|/etc/(?:passwd|shadow|sudoers)\b", re.IGNORECASE), "shell command"),
+    (
+        ("ignore", "disregard", "forget", "override"),
         re.compile(
             r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:of\s+)?(?:the\s+|your\s+|my\s+)?"
             r"(?:previous|prior|above|earlier|system|original)\s+(?:instructions?|prompts?|rules|messages?|directions)",
@@ -68,6 +82,7 @@ _PROHIBITED: list[tuple[re.Pattern[str], str]] = [
         "prompt injection",
     ),
     (
+        ("reveal", "print", "show", "leak", "repeat"),
         re.compile(
             r"\b(?:reveal|print|show|leak|repeat)\s+(?:me\s+)?(?:your|the)\s+"
             r"(?:system\s+prompt|hidden\s+instructions|api[\s_-]*keys?|secrets?|password)",
@@ -75,7 +90,11 @@ _PROHIBITED: list[tuple[re.Pattern[str], str]] = [
         ),
         "prompt injection",
     ),
-    (re.compile(r"\bdeveloper\s+mode\b|\bjailbr(?:eak|oken)\b|\bnew\s+instructions\s*:", re.IGNORECASE), "prompt injection"),
+    (
+        ("developer", "jailbr", "instructions"),
+        re.compile(r"\bdeveloper\s+mode\b|\bjailbr(?:eak|oken)\b|\bnew\s+instructions\s*:", re.IGNORECASE),
+        "prompt injection",
+    ),
 ]
 _PLACEHOLDERS: list[re.Pattern[str]] = [
     re.compile(r"\b(?:TODO|TBD|FIXME)\b"),
@@ -252,7 +271,10 @@ class _Checker:
     def prohibited(self, value: Any, where: str) -> None:
         """Shell commands and prompt injection anywhere in a step's text are refused outright."""
         for text in _strings(value):
-            for pattern, category in _PROHIBITED:
+            lowered = text.lower()
+            for triggers, pattern, category in _PROHIBITED:
+                if not any(t in lowered for t in triggers):
+                    continue
                 match = pattern.search(text)
                 if match:
                     self.problem(f"{where}: prohibited {category}: {match.group().strip()!r}")

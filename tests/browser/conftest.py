@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,13 +21,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -98,6 +98,9 @@ Agent.objects.filter(pk=bob.pk).update(waiting_reason="step 2 awaits approval")
 print(json.dumps({"alice": {"agent": alice.pk, "plan": alice_plan.pk, "steps": alice_steps},
                   "bob": {"agent": bob.pk, "plan": bob_plan.pk, "steps": bob_steps}}))
 """.replace("OPERATOR", repr(OPERATOR)).replace("VIEWER", repr(VIEWER))
+
+
+Login = Callable[[tuple[str, str]], Page]
 
 
 @dataclass
@@ -171,7 +174,7 @@ def wait_until_up(url: str, processes: list[subprocess.Popen[bytes]], server: Se
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)  # uvicorn and runagents both stop cleanly on SIGINT
+        proc.terminate()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -237,20 +240,41 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+def browser() -> Iterator[Browser]:
     if not Path(CHROMIUM).exists():
         message = f"Chromium not installed at {CHROMIUM}: apt-get install -y chromium"
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(message + " (CI=true: browser tests must run)")
         pytest.skip(message)
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture
+def login(browser: Browser, server: Server) -> Iterator[Login]:
+    """Log in through the login page, in a fresh browser context (own cookies) per user."""
+    contexts: list[BrowserContext] = []
+
+    def log_in(user: tuple[str, str]) -> Page:
+        context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 860})
+        context.set_default_timeout(10_000)
+        contexts.append(context)
+        page = context.new_page()
+        page.goto("/accounts/login/")
+        page.get_by_label("Username").fill(user[0])
+        page.get_by_label("Password").fill(user[1])
+        page.get_by_role("button", name="Log in").click()
+        role = "operator" if user == OPERATOR else "viewer"
+        expect(page.locator("header .who")).to_have_text(f"{user[0]} · {role}")
+        return page
+
+    yield log_in
+    for context in contexts:
+        context.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

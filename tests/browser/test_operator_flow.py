@@ -9,45 +9,18 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import APIResponse, Browser, BrowserContext, Page, expect
+from playwright.sync_api import APIResponse, Page, expect
 
-from tests.browser.conftest import OPERATOR, ROOT, VIEWER, Server
+from tests.browser.conftest import OPERATOR, ROOT, VIEWER, Login, Server
 
 pytestmark = pytest.mark.browser
 
 LIVE = 20_000  # ms: the runner cycles every second; generous for a loaded CI machine
 FEEDBACK = "Not from that shop, it is too pricey"
-
-Login = Callable[[tuple[str, str]], Page]
-
-
-@pytest.fixture
-def login(browser: Browser, server: Server) -> Iterator[Login]:
-    """Log in through the login page, in a fresh browser context (own cookies) per user."""
-    contexts: list[BrowserContext] = []
-
-    def log_in(user: tuple[str, str]) -> Page:
-        context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 860})
-        context.set_default_timeout(10_000)
-        contexts.append(context)
-        page = context.new_page()
-        page.goto("/accounts/login/")
-        page.get_by_label("Username").fill(user[0])
-        page.get_by_label("Password").fill(user[1])
-        page.get_by_role("button", name="Log in").click()
-        role = "operator" if user == OPERATOR else "viewer"
-        expect(page.locator("header .who")).to_have_text(f"{user[0]} · {role}")
-        return page
-
-    yield log_in
-    for context in contexts:
-        context.close()
-
 
 def open_live(page: Page, path: str) -> None:
     """Open a page and wait until its websocket is connected (the header's dot turns on)."""

@@ -143,7 +143,7 @@ def test_plan_parse_never_raises_anything_else_on_json_ish_text(text: str) -> No
         assert isinstance(result.data, dict)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.dictionaries(st.text(max_size=8), json_values, max_size=5), max_size=5), st.data())
 def test_plan_parse_round_trips_and_survives_truncation(steps: list[dict[str, Any]], data: st.DataObject) -> None:
     text = json.dumps({"steps": steps})
