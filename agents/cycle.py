@@ -130,12 +130,11 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
     if goals_due(agent=agent):
         goals_generate(agent=agent)
     if plan is None:
-        planned = plan_for_next_goal(agent=agent, runner=runner)
+        plan_for_next_goal(agent=agent, runner=runner)
         plan = agent_open_plan(agent)
-        if plan is None:
-            return planned or "no goal to plan"
 
-    step = current_step(plan) if plan.status == Plan.Status.ACTIVE else None
+    # Without a plan the person still lives: the world model picks what relieves the lowest need.
+    step = current_step(plan) if plan is not None and plan.status == Plan.Status.ACTIVE else None
     if step is not None and step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
         step_request_approval(step=step, runner=runner)
         step.refresh_from_db()
@@ -155,10 +154,10 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
             outcome=outcome.outcome,
         )
         goals_update(agent=agent, hours=hours, need_deltas=outcome.need_deltas)
-        if step is not None and suggested is not None:
+        if plan is not None and step is not None and suggested is not None:
             step_progress(step=step, plan=plan, runner=runner, followed=followed, succeeded=outcome.succeeded,
                           outcome=outcome.outcome, override_reason=override_reason, experience_id=experience.pk)
-        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="experience")
+        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk if plan else None, kind="experience")
     for goal in Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, progress__gte=0.85):
         goal_milestone_check(goal=goal)
     if agent.cycle_count % 50 == 0:

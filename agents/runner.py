@@ -70,11 +70,10 @@ def agents_release(*, runner: str, ids: set[int] | None = None) -> None:
     qs.update(lease_owner="", lease_expires_at=None)
 
 
-def agents_remaining(*, runner: str, finished: set[int]) -> bool:
-    """Whether some running agent this runner could still drive has cycles left (for --cycles)."""
-    now = timezone.now()
-    free = Q(lease_owner="") | Q(lease_expires_at__lt=now) | Q(lease_owner=runner)
-    return Agent.objects.filter(free, status=Agent.Status.RUNNING).exclude(pk__in=finished).exists()
+def agents_remaining(*, finished: set[int]) -> bool:
+    """Whether some running agent still owes this runner cycles (for --cycles). Agents another runner
+    holds count too: their lease is released or expires, and then this runner drives them."""
+    return Agent.objects.filter(status=Agent.Status.RUNNING).exclude(pk__in=finished).exists()
 
 
 def cycle_run(agent_id: int, runner: str) -> str:
@@ -129,8 +128,7 @@ class Runner:
                 for agent_id in claimed:
                     self.inflight[agent_id] = asyncio.create_task(self.drive(agent_id))
                 if self.cycles is not None and not claimed and not self.inflight:
-                    remaining = await sync_to_async(agents_remaining, thread_sensitive=False)(
-                        runner=self.id, finished=self.finished)
+                    remaining = await sync_to_async(agents_remaining, thread_sensitive=False)(finished=self.finished)
                     if not remaining:
                         break
                 with contextlib.suppress(TimeoutError):

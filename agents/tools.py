@@ -94,6 +94,10 @@ TOOLS: Mapping[str, ToolSpec] = {
 # -- paths ---------------------------------------------------------------------------------------
 
 
+def _shown(rel: str) -> str:
+    return rel if len(rel) <= 80 else rel[:77] + "..."
+
+
 def path_problem(rel: object, workspace: Path | None = None) -> str | None:
     """Why `rel` may not be used as a path inside the workspace, or None if it may.
 
@@ -105,24 +109,24 @@ def path_problem(rel: object, workspace: Path | None = None) -> str | None:
         return "path contains a NUL byte"
     text = rel.strip().replace("\\", "/")  # models trained on Windows prompts write backslashes
     if text.startswith("~"):
-        return f"path '{rel}' points into a home directory; use a path relative to the workspace"
+        return f"path '{_shown(rel)}' points into a home directory; use a path relative to the workspace"
     if ntpath.splitdrive(rel)[0] or text.startswith("//"):
-        return f"absolute path '{rel}' is outside the workspace; use a path relative to the workspace"
+        return f"absolute path '{_shown(rel)}' is outside the workspace; use a path relative to the workspace"
     if text.startswith("/"):
         if workspace is None:
-            return f"absolute path '{rel}' is not allowed; use a path relative to the workspace"
+            return f"absolute path '{_shown(rel)}' is not allowed; use a path relative to the workspace"
         target = os.path.normpath(text)
         # Accept the workspace as spelled and as resolved (e.g. /tmp -> /private/tmp on macOS).
         for root in {os.path.normpath(str(workspace.absolute())), os.path.normpath(str(workspace.resolve()))}:
             if target == root or target.startswith(root.rstrip("/") + "/"):
                 return None
-        return f"absolute path '{rel}' is outside the workspace"
+        return f"absolute path '{_shown(rel)}' is outside the workspace"
     depth = 0
     for part in text.split("/"):
         if part == "..":
             depth -= 1
             if depth < 0:
-                return f"path '{rel}' escapes the workspace with '..'"
+                return f"path '{_shown(rel)}' escapes the workspace with '..'"
         elif part not in ("", "."):
             depth += 1
     return None
@@ -137,9 +141,12 @@ def workspace_resolve(workspace: Path, rel: str) -> Path:
     text = rel.strip().replace("\\", "/")
     candidate = Path(text) if text.startswith("/") else root / text
     # resolve() follows symlinks, so a link inside the workspace pointing outside is caught here.
-    resolved = candidate.resolve()
+    try:
+        resolved = candidate.resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        raise ToolError(f"path '{_shown(rel)}' cannot be resolved (a symbolic link loop?)") from None
     if resolved != root and not resolved.is_relative_to(root):
-        raise ToolError(f"path '{rel}' leads outside the workspace (through a symbolic link)")
+        raise ToolError(f"path '{_shown(rel)}' leads outside the workspace (through a symbolic link)")
     return resolved
 
 
@@ -182,7 +189,7 @@ def tool_input_problems(spec: ToolSpec, tool_input: object) -> list[str]:
     for key in tool_input:
         if key not in spec.schema:
             allowed = ", ".join(spec.schema) or "none"
-            problems.append(f"{spec.name} input has unknown key '{key}' (allowed: {allowed})")
+            problems.append(f"{spec.name} input has unknown key '{_shown(str(key))}' (allowed: {allowed})")
     for key, (kind, required) in spec.schema.items():
         if key not in tool_input or tool_input[key] is None:
             if required:
@@ -199,7 +206,7 @@ def tool_input_problems(spec: ToolSpec, tool_input: object) -> list[str]:
                 problems.append(f"{spec.name} input '{key}' must be a list of strings")
         if key in spec.choices and value not in spec.choices[key]:
             allowed = ", ".join(spec.choices[key])
-            problems.append(f"{spec.name} input '{key}' must be one of: {allowed} (got {value!r})")
+            problems.append(f"{spec.name} input '{key}' must be one of: {allowed} (got {_shown(repr(value))})")
         if kind is int and not 1 <= value <= 50:
             problems.append(f"{spec.name} input '{key}' must be between 1 and 50 (got {value})")
     return problems
@@ -364,6 +371,8 @@ def text_summary(text: str, max_sentences: int = 3) -> str:
 
     Deterministic on purpose, so the offline demo and the tests give the same answer every time.
     """
+    # Markdown headings are labels, not sentences worth repeating.
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     sentences = [" ".join(s.split()) for s in _SENTENCE.split(text) if s and s.strip()]
     sentences = [s.lstrip("#-* ").strip() for s in sentences]
     sentences = [s for s in sentences if s]

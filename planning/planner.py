@@ -245,7 +245,7 @@ def attempt_reject(*, plan: Plan, model: str, reasons: list[str], output: str, h
 def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kept: list[PlanStep],
                 actor_label: str) -> Plan:
     """Store the validated steps; tool plans wait for the operator, persona plans start at once."""
-    plan = Plan.objects.select_for_update().select_related("agent", "previous").get(pk=plan.pk)
+    plan = Plan.objects.select_for_update(of=("self",)).select_related("agent", "previous").get(pk=plan.pk)
     kept_keys = {s.key for s in kept}
     persona = plan.agent.kind == Agent.Kind.PERSONA
     for step in spec.steps:

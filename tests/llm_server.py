@@ -38,7 +38,7 @@ class Reply:
 
 @dataclass(frozen=True)
 class ReceivedRequest:
-    """What the server was asked: the model, the chat messages, the whole JSON body and the headers."""
+    """What the server was asked: the model, the chat messages, the JSON body, the headers (lower-cased)."""
 
     model: str
     messages: list[dict[str, Any]]
@@ -75,7 +75,7 @@ def answer(
 
 
 def error(status: int, *, message: str = "scripted error", retry_after_ms: int | None = 20) -> Reply:
-    """An OpenAI-style error body. `retry-after-ms` keeps the SDK's backoff short in tests (None: SDK's own)."""
+    """An OpenAI-style error; its `retry-after-ms` keeps the SDK's backoff short (None: the SDK's own)."""
     body = json.dumps({"error": {"message": message, "type": "server_error", "code": str(status)}}).encode()
     headers = (("retry-after-ms", str(retry_after_ms)),) if retry_after_ms is not None else ()
     return Reply(status=status, body=body, headers=headers)
@@ -93,7 +93,8 @@ def malformed() -> Reply:
 
 def empty_choices() -> Reply:
     """A well-formed completion with no choices at all."""
-    return Reply(body=_completion("{model}", [], {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3}))
+    usage = {"prompt_tokens": 3, "completion_tokens": 0, "total_tokens": 3}
+    return Reply(body=_completion("{model}", [], usage))
 
 
 def raw(body: bytes, *, status: int = 200, content_type: str = "application/json") -> Reply:
@@ -114,7 +115,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         body = json.loads(raw_body or b"{}")
         model = str(body.get("model", ""))
-        reply = self.server.llm.take(model, body, dict(self.headers.items()))
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        reply = self.server.llm.take(model, body, headers)
         with self.server.llm.in_flight():
             if reply.delay:
                 self.server.llm.released.wait(reply.delay)
@@ -157,7 +159,11 @@ class LLMTestServer:
         self._httpd.llm = self
         host, port = self._httpd.server_address[:2]
         self.base_url = f"http://{host!s}:{port}/v1"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="llm-test-server", daemon=True)
+        # A short poll lets close() return at once instead of after serve_forever's default half second.
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="llm-test-server",
+            daemon=True,
+        )
 
     def start(self) -> LLMTestServer:
         self._thread.start()
@@ -193,15 +199,14 @@ class LLMTestServer:
 
     def take(self, model: str, body: dict[str, Any], headers: dict[str, str]) -> Reply:
         with self._lock:
-            self.requests.append(
-                ReceivedRequest(model=model, messages=list(body.get("messages", [])), body=body, headers=headers)
-            )
+            messages = list(body.get("messages", []))
+            self.requests.append(ReceivedRequest(model=model, messages=messages, body=body, headers=headers))
             queue = self._scripts.get(model)
             if queue:
                 return queue.popleft()
         message = f"no scripted reply left for model {model!r}"
-        body_404 = json.dumps({"error": {"message": message, "type": "invalid_request_error", "code": "model_not_found"}})
-        return Reply(status=404, body=body_404.encode())
+        not_found = {"message": message, "type": "invalid_request_error", "code": "model_not_found"}
+        return Reply(status=404, body=json.dumps({"error": not_found}).encode())
 
     @contextmanager
     def in_flight(self) -> Iterator[None]:

@@ -227,13 +227,19 @@ def _fresh_keys(taken: Sequence[str], count: int) -> list[str]:
     return keys
 
 
+def _failure_reason(ctx: Mapping[str, Any], failed: Mapping[str, Any] | None) -> str:
+    """Why the plan is being replanned, with the failed step's own error when there is one."""
+    own = " ".join(str(failed.get("failure_reason", "")).split()) if failed else ""
+    return "; ".join(part for part in (_text(ctx, "reason"), own) if part)
+
+
 def _persona_replan(ctx: Mapping[str, Any]) -> str:
     goal = _text(ctx, "goal") or "feel better"
     needs = _needs(ctx)
     allowed = _texts(ctx, "allowed_actions")
     completed = _steps(ctx, "completed_steps")
     failed = ctx.get("failed_step") if isinstance(ctx.get("failed_step"), dict) else None
-    reason = " ".join(_text(ctx, "reason").split() + (str(failed.get("failure_reason", "")).split() if failed else []))
+    reason = _failure_reason(ctx, failed)
     feedback = _texts(ctx, "feedback")
     remaining = _persona_moves(goal, needs, allowed)
     for step in completed:  # what is done is not planned again
@@ -263,8 +269,8 @@ def _persona_replan(ctx: Mapping[str, Any]) -> str:
                     description=_one_line(f"{failed_move.description} again, after: {why or 'it stalled'}"),
                     cycles=min(failed_move.cycles + 1, 20),
                 )
-            # An unmet requirement ("not enough money") is met first.
-            if "money" in why.lower() and _normal(failed_move.action) not in ("work", "look for work"):
+            # An unmet requirement ("not enough money") is met first, unless the operator chose another way.
+            if not named and "money" in why.lower() and _normal(failed_move.action) not in ("work", "look for work"):
                 for move in reversed(_CHAINS["money"]):
                     action = _match_action(move.action, allowed)
                     if action and all(_normal(m.action) != _normal(action) for m in remaining[:index]):
@@ -439,10 +445,12 @@ def _template_list(goal: str) -> _Template:
 
 def _tool_template(goal: str, files: Sequence[str], max_steps: int) -> _Template:
     """The plan template for a goal, chosen by its words."""
-    text = goal.lower()
-    words = set(re.findall(r"[a-z]+", text))
     url = _URL.search(goal)
-    if "convert" in words or ({"csv", "json"} <= words):
+    text = _URL.sub(" ", goal).lower()  # "https://x/report.csv" asks for a fetch, not a report
+    words = set(re.findall(r"[a-z]+", text))
+    if url:
+        template = _template_fetch(goal, url.group())
+    elif "convert" in words or ({"csv", "json"} <= words):
         template = _template_convert(goal, files)
     elif words & {"sort", "organize", "organise", "tidy", "arrange"} or "by extension" in text:
         template = _template_sort(goal, files, max_steps)
@@ -450,8 +458,6 @@ def _tool_template(goal: str, files: Sequence[str], max_steps: int) -> _Template
         template = _template_summaries(goal, files, output="report.md", listing=True)
     elif any(w.startswith(("summar", "summir")) for w in words):
         template = _template_summaries(goal, files, output="summaries.md", listing=False)
-    elif url or words & {"fetch", "download"}:
-        template = _template_fetch(goal, url.group() if url else "https://example.com/")
     elif words & {"write", "note", "save", "create"}:
         template = _template_write(goal)
     else:
@@ -551,7 +557,7 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
     max_steps = _max_steps(ctx)
     completed = _steps(ctx, "completed_steps")
     failed = ctx.get("failed_step") if isinstance(ctx.get("failed_step"), dict) else None
-    reason = " ".join(_text(ctx, "reason").split() + (str(failed.get("failure_reason", "")).split() if failed else []))
+    reason = _failure_reason(ctx, failed)
     feedback = _texts(ctx, "feedback")
     template = _tool_template(goal, files, max_steps)
 
@@ -593,7 +599,16 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
         elif target is not None and any(w in spoken for w in _SKIP_WORDS):
             remaining.remove(target)
         elif target is not None:
-            remaining[remaining.index(target)] = _revise_tool_step(target, why, feedback, files)
+            revised = _revise_tool_step(target, why, feedback, files)
+            remaining[remaining.index(target)] = revised
+            # Later steps that read what the revised step writes follow it to its new place.
+            moved = {
+                old: new for key, old in target.input.items()
+                if isinstance(old, str) and isinstance(new := revised.input.get(key), str) and new != old
+            }
+            for step in remaining:
+                if step is not revised and step.tool in ("file.read", "text.summarize") and step.input.get("path") in moved:
+                    step.input = step.input | {"path": moved[step.input["path"]]}
 
     if not remaining:
         remaining = [_ToolStep("list", "file.list", "List the workspace to confirm the result", {"path": "."})]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -23,13 +24,14 @@ from typing import Any, cast
 import openai
 from asgiref.sync import async_to_sync
 from django.conf import settings
+from openai._base_client import Platform, get_platform
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from agents.llm.gateway import ProviderAnswer
 
 
 class ProviderResponseError(Exception):
-    """The server answered, but not with a usable chat completion; the gateway falls back to the next model."""
+    """The server answered, but not with a usable chat completion: the gateway falls back to the next."""
 
 
 # base_url, api_key, timeout in seconds, max retries: the settings a client is built from.
@@ -55,6 +57,12 @@ _loops: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
 _loops_lock = threading.Lock()
 
 
+@functools.cache
+def sdk_platform() -> Platform:
+    """The platform the SDK reports; a few milliseconds of blocking reads, once per process."""
+    return get_platform()
+
+
 def client_key() -> ClientKey:
     """The client settings now in force (read each call, so tests' `settings` overrides take effect)."""
     return (
@@ -65,7 +73,9 @@ def client_key() -> ClientKey:
     )
 
 
-async def _close_at_loop_shutdown(loop: asyncio.AbstractEventLoop, entry: _LoopClients) -> AsyncGenerator[None, None]:
+async def _close_at_loop_shutdown(
+    loop: asyncio.AbstractEventLoop, entry: _LoopClients
+) -> AsyncGenerator[None, None]:
     try:
         yield
     finally:
@@ -107,11 +117,15 @@ async def openai_client() -> openai.AsyncOpenAI:
         client = entry.clients[key] = openai.AsyncOpenAI(
             # An empty base URL means the SDK's default (OPENAI_BASE_URL from the environment, else OpenAI).
             base_url=base_url or None,
-            # Local servers (llama.cpp, vLLM, Ollama) ignore the key, but the SDK refuses to start without one.
+            # Local servers (llama.cpp, vLLM, Ollama) ignore the key; the SDK refuses to start without one.
             api_key=api_key or "not-needed",
             timeout=timeout,
             max_retries=retries,
         )
+        # The SDK looks up its platform (for a diagnostic header) on first use in the loop's default executor.
+        # When the runner's agent threads fill that executor, each waiting for this very loop, that lookup
+        # would never run: found once here instead, the client needs no executor thread for an IP address.
+        client._platform = sdk_platform()
     return client
 
 
@@ -128,7 +142,8 @@ def answer_from_completion(model: str, completion: object) -> ProviderAnswer:
     """The text and token counts of a chat completion; a clear error when it holds no answer."""
     if not isinstance(completion, ChatCompletion):
         # The SDK hands back the raw text when a server answers 200 with a non-JSON content type.
-        raise ProviderResponseError(f"{model}: the server's answer is not a chat completion: {str(completion)[:200]!r}")
+        preview = str(completion)[:200]
+        raise ProviderResponseError(f"{model}: the server's answer is not a chat completion: {preview!r}")
     choices = getattr(completion, "choices", None)
     if not choices:
         raise ProviderResponseError(f"{model}: the answer has no choices")

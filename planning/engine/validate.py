@@ -189,6 +189,12 @@ def _normal(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _clip(text: object, limit: int = 80) -> str:
+    """Model-chosen text quoted in a reason, cut short: reasons go back into prompts and the timeline."""
+    shown = str(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
 class _Checker:
     """Collects problems and flags while reading one plan."""
 
@@ -266,7 +272,7 @@ class _Checker:
                 close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)
                 preferred = ", ".join(aliases[0] for aliases in fields.values())
                 hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {preferred})"
-                self.problem(f"{where}: unknown key '{key}'{hint}")
+                self.problem(f"{where}: unknown key '{_clip(key)}'{hint}")
 
     def prohibited(self, value: Any, where: str) -> None:
         """Shell commands and prompt injection anywhere in a step's text are refused outright."""
@@ -277,7 +283,7 @@ class _Checker:
                     continue
                 match = pattern.search(text)
                 if match:
-                    self.problem(f"{where}: prohibited {category}: {match.group().strip()!r}")
+                    self.problem(f"{where}: prohibited {category}: {_clip(match.group().strip())!r}")
 
 
 def _strings(value: Any) -> list[str]:
@@ -326,12 +332,12 @@ def _tool_step(
         if isinstance(risk_value, str) and risk_value.strip().lower() in RISK_WORDS:
             risk = RISK_WORDS[risk_value.strip().lower()]
         else:
-            c.problem(f"{where}: 'risk' must be \"safe\" or \"risky\", got {risk_value!r}"[:200])
+            c.problem(f"{where}: 'risk' must be \"safe\" or \"risky\", got {_clip(repr(risk_value))}")
     c.prohibited([description, expected, tool_input], where)
 
     spec = tools.get(tool) if tool else None
     if tool and spec is None:
-        c.problem(f"{where}: unknown tool '{tool}'{_did_you_mean(tool, list(tools))}")
+        c.problem(f"{where}: unknown tool '{_clip(tool)}'{_did_you_mean(tool, list(tools))}")
     if spec is not None:
         for problem in tool_input_problems(spec, tool_input):
             c.problem(f"{where}: {problem}")
@@ -414,7 +420,7 @@ def _persona_step(
             if _normal(hint) in canonical:
                 hint = canonical[_normal(hint)]
             else:
-                c.problem(f"{where}: unknown action '{hint}'{_did_you_mean(hint, list(allowed), cutoff=0.65)}")
+                c.problem(f"{where}: unknown action '{_clip(hint)}'{_did_you_mean(hint, list(allowed), cutoff=0.65)}")
         elif hint_value is None and description:
             # A text-list step ("3. buy food") names its action in the description.
             named = [a for n, a in canonical.items() if re.search(rf"\b{re.escape(n)}\b", _normal(description))]
@@ -476,7 +482,7 @@ def _check_dependencies(c: _Checker, steps: Sequence[StepSpec]) -> None:
             if dep == step.key:
                 c.problem(f"step {position}: depends on itself")
             elif dep not in seen:
-                c.problem(f"step {position}: depends on unknown step '{dep}'")
+                c.problem(f"step {position}: depends on unknown step '{_clip(dep)}'")
     cycle = _dependency_cycle(steps)
     if cycle:
         c.problem(f"dependency cycle: {' -> '.join(cycle)}")
@@ -487,7 +493,7 @@ def _top_level(c: _Checker, data: Mapping[str, Any]) -> tuple[str, str, float, l
         if key not in TOP_LEVEL_KEYS:
             close = difflib.get_close_matches(str(key), TOP_LEVEL_KEYS, n=1, cutoff=0.7)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(TOP_LEVEL_KEYS)})"
-            c.problem(f"unknown top-level key '{key}'{hint}")
+            c.problem(f"unknown top-level key '{_clip(key)}'{hint}")
     goal = c.text(data.get("goal"), "plan", "goal", max_len=DESCRIPTION_MAX, required=False)
     summary = c.text(data.get("thinking_summary"), "plan", "thinking_summary", max_len=SUMMARY_MAX, required=False)
     c.text(data.get("reflection"), "plan", "reflection", max_len=SUMMARY_MAX, required=False)

@@ -1,0 +1,365 @@
+"""The LLM gateway and the OpenAI-compatible provider, with the real `openai` client over HTTP.
+
+The `llm_server` fixture (tests/agents/conftest.py) scripts a local server per model name and sets a
+0.5 s timeout with one retry, so a timeout costs about a second and a retry shows as two requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+
+import openai
+import pytest
+from asgiref.sync import sync_to_async
+from pytest_django.fixtures import Settings
+
+from agents.llm import openai_provider
+from agents.llm.gateway import LLMError, allm_complete, llm_complete, model_chain
+from agents.llm.offline import OFFLINE_MODEL
+from agents.llm.openai_provider import openai_aclose_clients, openai_acomplete, openai_client, openai_complete
+from agents.models import LLMCall
+from tests.llm_server import LLMTestServer, Reply, answer, empty_choices, error, hang, malformed, raw
+
+MESSAGES = [
+    {"role": "system", "content": "You are a planner. Answer in <json> tags."},
+    {"role": "user", "content": "Plan: buy milk.\nCONTEXT: {\"goal\": \"buy milk\"}"},
+]
+
+
+def calls_by_model() -> dict[str, list[LLMCall]]:
+    calls: dict[str, list[LLMCall]] = {}
+    for call in LLMCall.objects.order_by("pk"):
+        calls.setdefault(call.model, []).append(call)
+    return calls
+
+
+class ClientSpy:
+    """Records every client `openai_client` hands out, and the loop it was handed out on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.handed_out: list[tuple[asyncio.AbstractEventLoop, openai.AsyncOpenAI]] = []
+        real = openai_provider.openai_client
+
+        async def spy() -> openai.AsyncOpenAI:
+            client = await real()
+            self.handed_out.append((asyncio.get_running_loop(), client))
+            return client
+
+        monkeypatch.setattr(openai_provider, "openai_client", spy)
+
+    @property
+    def clients(self) -> list[openai.AsyncOpenAI]:
+        return [client for _, client in self.handed_out]
+
+
+# -- answers ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_llm_complete_records_prompt_response_tokens_and_latency(llm_server: LLMTestServer) -> None:
+    llm_server.script("m1", answer("<json>{}</json>", tokens_in=42, tokens_out=7, delay=0.2))
+
+    result = llm_complete(purpose="plan", messages=MESSAGES, models=["m1"], agent_id=None)
+
+    assert (result.text, result.model) == ("<json>{}</json>", "m1")
+    assert (result.tokens_in, result.tokens_out) == (42, 7)
+    assert result.latency_ms >= 200
+    call = LLMCall.objects.get()
+    assert call.pk == result.call_id
+    assert (call.purpose, call.provider, call.model) == ("plan", "openai", "m1")
+    assert call.prompt == MESSAGES
+    assert call.response == "<json>{}</json>"
+    assert (call.tokens_in, call.tokens_out, call.latency_ms) == (42, 7, result.latency_ms)
+    assert call.error == ""
+    assert call.cost is None  # no LLM_PRICES configured
+    [request] = llm_server.requests
+    assert request.model == "m1"
+    assert request.messages == MESSAGES
+    assert request.headers["authorization"] == "Bearer test-key"
+
+
+@pytest.mark.django_db
+def test_llm_complete_missing_usage_counts_zero_tokens(llm_server: LLMTestServer) -> None:
+    llm_server.script("m1", answer("fine", usage=False))
+
+    result = llm_complete(purpose="plan", messages=MESSAGES, models=["m1"])
+
+    assert (result.text, result.tokens_in, result.tokens_out) == ("fine", 0, 0)
+    assert (LLMCall.objects.get().tokens_in, LLMCall.objects.get().tokens_out) == (0, 0)
+
+
+@pytest.mark.django_db
+def test_llm_complete_without_api_key_sends_placeholder(
+    llm_server: LLMTestServer, settings: Settings
+) -> None:
+    settings.OPENAI_API_KEY = ""
+    llm_server.script("m1", answer("ok"))
+
+    llm_complete(purpose="plan", messages=MESSAGES, models=["m1"])
+
+    assert llm_server.requests[0].headers["authorization"] == "Bearer not-needed"
+
+
+@pytest.mark.django_db
+def test_llm_complete_uses_the_purpose_chain_from_settings(
+    llm_server: LLMTestServer, settings: Settings
+) -> None:
+    settings.LLM_MODELS = {"planner": ["big", "small"], "fast": ["quick"]}
+    llm_server.script("big", answer("plan"))
+    llm_server.script("quick", answer("restated"))
+
+    assert model_chain("plan") == ["big", "small"]
+    assert llm_complete(purpose="plan", messages=MESSAGES).model == "big"
+    assert llm_complete(purpose="restate", messages=MESSAGES).model == "quick"
+
+
+# -- retries (the SDK's own) -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [429, 500])
+def test_llm_complete_retries_rate_limit_and_server_error(llm_server: LLMTestServer, status: int) -> None:
+    llm_server.script("m1", error(status), answer("second time lucky"))
+
+    result = llm_complete(purpose="plan", messages=MESSAGES, models=["m1"])
+
+    assert result.text == "second time lucky"
+    assert len(llm_server.requests_for("m1")) == 2
+    call = LLMCall.objects.get()  # retries are inside one call
+    assert (call.response, call.error) == ("second time lucky", "")
+
+
+@pytest.mark.django_db
+def test_llm_complete_server_error_without_retry_after_backs_off(llm_server: LLMTestServer) -> None:
+    llm_server.script("m1", error(503, retry_after_ms=None), answer("ok"))
+
+    llm_complete(purpose="plan", messages=MESSAGES, models=["m1"])
+
+    first, second = llm_server.requests_for("m1")
+    # The SDK's exponential backoff starts at 0.5 s, less up to 25% jitter.
+    assert second.received_at - first.received_at >= 0.35
+
+
+@pytest.mark.django_db
+def test_llm_complete_retries_spent_records_error_and_falls_back(llm_server: LLMTestServer) -> None:
+    llm_server.script("m1", error(429), error(429))
+    llm_server.script("m2", answer("backup"))
+
+    result = llm_complete(purpose="plan", messages=MESSAGES, models=["m1", "m2"])
+
+    assert (result.model, result.text) == ("m2", "backup")
+    assert len(llm_server.requests_for("m1")) == 2
+    assert calls_by_model()["m1"][0].error.startswith("RateLimitError: Error code: 429")
+
+
+# -- fallback --------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_llm_complete_timeout_recorded_then_falls_back(llm_server: LLMTestServer) -> None:
+    llm_server.script("slow", hang(), hang())  # the first try and the one retry both hang
+    llm_server.script("m2", answer("from the fallback"))
+
+    started = time.perf_counter()
+    result = llm_complete(purpose="plan", messages=MESSAGES, models=["slow", "m2"])
+
+    assert (result.model, result.text) == ("m2", "from the fallback")
+    assert time.perf_counter() - started < 4  # two 0.5 s timeouts and a backoff, not the 5 s hang
+    assert len(llm_server.requests_for("slow")) == 2
+    calls = calls_by_model()
+    [timed_out] = calls["slow"]
+    assert timed_out.error.startswith("APITimeoutError")
+    assert timed_out.response == ""
+    assert timed_out.latency_ms >= 1000
+    assert timed_out.prompt == MESSAGES
+    assert calls["m2"][0].response == "from the fallback"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (malformed(), "malformed response body"),
+        (empty_choices(), "no choices"),
+        (answer(None), "no text"),
+        (answer("   "), "no text"),
+        (raw(b"<html><body>Bad gateway</body></html>", content_type="text/html"), "not a chat completion"),
+        (raw(b'{"status": "ok"}'), "no choices"),
+    ],
+    ids=["malformed-json", "empty-choices", "null-content", "blank-content", "html-page", "not-a-completion"],
+)
+def test_llm_complete_unusable_answer_recorded_then_falls_back(
+    llm_server: LLMTestServer, reply: Reply, expected: str
+) -> None:
+    llm_server.script("broken", reply)
+    llm_server.script("m2", answer("sane"))
+
+    result = llm_complete(purpose="plan", messages=MESSAGES, models=["broken", "m2"])
+
+    assert (result.model, result.text) == ("m2", "sane")
+    assert len(llm_server.requests_for("broken")) == 1  # a 200 is not retried
+    [failed] = calls_by_model()["broken"]
+    assert failed.error.startswith("ProviderResponseError: broken: ")
+    assert expected in failed.error
+    assert (failed.response, failed.tokens_in, failed.cost) == ("", 0, None)
+
+
+@pytest.mark.django_db
+def test_llm_complete_all_models_failing_raises_listing_each(llm_server: LLMTestServer) -> None:
+    llm_server.script("a", error(400, message="context too long"))
+    llm_server.script("b", empty_choices())
+
+    with pytest.raises(LLMError) as raised:
+        llm_complete(purpose="plan", messages=MESSAGES, models=["a", "b"], agent_id=None, plan_id=None)
+
+    assert "a: BadRequestError" in str(raised.value)
+    assert "context too long" in str(raised.value)
+    assert "b: ProviderResponseError" in str(raised.value)
+    assert [e.split(":")[0] for e in raised.value.errors] == ["a", "b"]
+    calls = LLMCall.objects.order_by("pk")
+    assert [c.model for c in calls] == ["a", "b"]
+    assert all(c.error and not c.response and c.prompt == MESSAGES for c in calls)
+    assert len(llm_server.requests_for("a")) == 1  # a 400 is not retried
+
+
+@pytest.mark.django_db
+def test_llm_complete_unreachable_server_records_connection_error(settings: Settings) -> None:
+    with LLMTestServer() as server:
+        base_url = server.base_url
+    settings.OPENAI_BASE_URL = base_url  # closed: nothing listens there any more
+    settings.LLM_MAX_RETRIES = 0
+
+    with pytest.raises(LLMError, match="APIConnectionError"):
+        llm_complete(purpose="plan", messages=MESSAGES, models=["m1"])
+
+    assert LLMCall.objects.get().error.startswith("APIConnectionError: Connection error.")
+
+
+# -- offline and cost ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_llm_complete_offline_model_recorded_with_offline_provider(llm_server: LLMTestServer) -> None:
+    result = llm_complete(purpose="restate", messages=MESSAGES, models=[OFFLINE_MODEL])
+
+    assert result.text
+    call = LLMCall.objects.get()
+    assert (call.provider, call.model, call.error) == ("offline", OFFLINE_MODEL, "")
+    assert call.response == result.text
+    assert call.tokens_in == sum(len(m["content"].split()) for m in MESSAGES)
+    assert llm_server.requests == []
+
+
+@pytest.mark.django_db
+def test_llm_complete_falls_back_to_offline(llm_server: LLMTestServer) -> None:
+    llm_server.script("m1", error(404))
+
+    result = llm_complete(purpose="restate", messages=MESSAGES, models=["m1", OFFLINE_MODEL])
+
+    assert result.model == OFFLINE_MODEL
+    assert [c.provider for c in LLMCall.objects.order_by("pk")] == ["openai", "offline"]
+
+
+@pytest.mark.django_db
+def test_llm_complete_cost_from_llm_prices(llm_server: LLMTestServer, settings: Settings) -> None:
+    settings.LLM_PRICES = {"m1": (2.0, 8.0)}  # USD per million tokens in, out
+    llm_server.script("m1", answer("priced", tokens_in=1000, tokens_out=500))
+    llm_server.script("m2", answer("free", tokens_in=1000, tokens_out=500))
+
+    llm_complete(purpose="plan", messages=MESSAGES, models=["m1"])
+    llm_complete(purpose="plan", messages=MESSAGES, models=["m2"])
+
+    calls = calls_by_model()
+    assert calls["m1"][0].cost == Decimal("0.006")  # 1000 * 2 / 1e6 + 500 * 8 / 1e6
+    assert calls["m2"][0].cost is None  # no price for m2
+
+
+# -- the async gateway -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_allm_complete_answers_and_falls_back(llm_server: LLMTestServer) -> None:
+    llm_server.script("broken", malformed())
+    llm_server.script("m2", answer("async answer", tokens_in=3, tokens_out=2))
+
+    result = await allm_complete(purpose="plan", messages=MESSAGES, models=["broken", "m2"])
+
+    assert (result.model, result.text, result.tokens_in) == ("m2", "async answer", 3)
+    calls = [c async for c in LLMCall.objects.order_by("pk")]
+    assert [(c.model, bool(c.error)) for c in calls] == [("broken", True), ("m2", False)]
+
+
+# -- clients and event loops -----------------------------------------------------------------------
+
+
+def test_openai_complete_outside_any_loop_closes_each_loops_client(
+    llm_server: LLMTestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no outer loop, each call gets a fresh loop: a client cached from an earlier, closed loop would
+    fail with "Event loop is closed", so each loop gets its own client, closed when the loop shuts down."""
+    spy = ClientSpy(monkeypatch)
+    llm_server.script("m1", answer("one"), answer("two"), answer("three"))
+
+    texts = [openai_complete(model="m1", messages=MESSAGES).text for _ in range(3)]
+
+    assert texts == ["one", "two", "three"]
+    loops = {loop for loop, _ in spy.handed_out}
+    assert len(loops) == 3 and all(loop.is_closed() for loop in loops)
+    assert all(client.is_closed() for client in spy.clients)
+    assert not loops & set(openai_provider._loops)
+
+
+@pytest.mark.timeout(15)
+def test_openai_complete_from_runner_threads_waits_on_the_outer_loop(
+    llm_server: LLMTestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Agent threads from sync_to_async wait on the runner's loop together, through one pooled client.
+
+    The loop's default executor is just big enough for the agent threads: every one of its threads then
+    waits for the loop, so the provider must not need a thread of it (the SDK's platform lookup would).
+    """
+    spy = ClientSpy(monkeypatch)
+    agents = 4
+    llm_server.script("m1", *[answer(f"agent {i}", delay=0.4) for i in range(agents)])
+
+    async def runner() -> tuple[list[str], float]:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=agents))
+        ask = sync_to_async(openai_complete, thread_sensitive=False)
+        started = time.perf_counter()
+        answers = await asyncio.gather(*[ask(model="m1", messages=MESSAGES) for _ in range(agents)])
+        return sorted(a.text for a in answers), time.perf_counter() - started
+
+    texts, elapsed = asyncio.run(runner())
+
+    assert texts == [f"agent {i}" for i in range(agents)]
+    assert llm_server.max_in_flight == agents
+    assert elapsed < agents * 0.4 - 0.3  # together, not one after another
+    [runner_loop] = {loop for loop, _ in spy.handed_out}
+    [client] = {id(c): c for c in spy.clients}.values()  # one client, shared by all agents
+    assert client.is_closed()  # closed when asyncio.run shut the runner's loop down
+    assert runner_loop not in openai_provider._loops
+
+
+async def test_openai_client_is_per_loop_and_per_settings(
+    llm_server: LLMTestServer, settings: Settings
+) -> None:
+    first = await openai_client()
+    assert await openai_client() is first
+
+    settings.LLM_MAX_RETRIES = 0
+    other_settings = await openai_client()
+    assert other_settings is not first
+    assert other_settings.max_retries == 0
+
+    other_loop = await asyncio.to_thread(lambda: asyncio.run(openai_client()))
+    assert other_loop is not first
+    assert other_loop.is_closed()
+
+    await openai_aclose_clients()
+    assert first.is_closed() and other_settings.is_closed()
+    assert asyncio.get_running_loop() not in openai_provider._loops
+    llm_server.script("m1", answer("after close"))
+    assert (await openai_acomplete(model="m1", messages=MESSAGES)).text == "after close"  # a fresh client

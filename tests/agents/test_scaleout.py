@@ -1,0 +1,85 @@
+"""Several `runagents` processes on one database: leases keep each agent with one runner at a time, and
+a killed runner's agents are taken over once its leases expire. Runs on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from agents.models import Agent, Experience
+from tests.factories import AgentFactory, NeedFactory
+
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def runner_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, PLANNER_VAR_DIR=str(tmp_path / "var"), AGENT_WORKSPACES=str(tmp_path / "ws"),
+               RUNNER_TICK_SECONDS="0.05", LOG_LEVEL="WARNING", **extra)
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        env["SQLITE_PATH"] = str(db["NAME"])
+    else:
+        env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return env
+
+
+def runagents(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "manage.py", "runagents", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def personas(n: int) -> list[Agent]:
+    agents = []
+    for _ in range(n):
+        agent = AgentFactory(kind=Agent.Kind.PERSONA, cycle_interval=0)
+        for name in ("hunger", "energy", "social"):
+            NeedFactory(agent=agent, name=name, satisfaction=0.9, decay_per_hour=0.01)
+        agents.append(agent)
+    return agents
+
+
+def test_two_runners_share_agents_without_driving_one_twice(tmp_path: Path) -> None:
+    agents = personas(6)
+    env = runner_env(tmp_path)
+    procs = [runagents(env, "--cycles", "3", "--runner-id", f"r{i}") for i in (1, 2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        assert "failed" not in err, err
+    for agent in agents:
+        agent.refresh_from_db()
+        cycles = sorted(Experience.objects.filter(agent=agent).values_list("cycle", flat=True))
+        # Each cycle of an agent happened exactly once: one runner at a time, none lost, none doubled.
+        assert cycles == list(range(1, agent.cycle_count + 1))
+        assert agent.cycle_count == 6  # --cycles 3 from each of the two runners
+        assert agent.lease_owner == ""
+
+
+def test_killed_runner_leases_expire_and_another_runner_continues(tmp_path: Path) -> None:
+    agents = personas(3)
+    env = runner_env(tmp_path, RUNNER_LEASE_SECONDS="2")
+    doomed = runagents(env, "--runner-id", "doomed")
+    deadline = time.monotonic() + 60
+    while not Agent.objects.filter(lease_owner="doomed").count() == 3:
+        assert time.monotonic() < deadline, "the first runner never claimed the agents"
+        time.sleep(0.1)
+    doomed.send_signal(signal.SIGKILL)
+    doomed.communicate(timeout=10)
+    before = {a.pk: Agent.objects.get(pk=a.pk).cycle_count for a in agents}
+    assert Agent.objects.filter(lease_owner="doomed").count() == 3  # a killed runner cannot release
+    rescuer = runagents(env, "--cycles", "2", "--runner-id", "rescuer")
+    out, err = rescuer.communicate(timeout=120)
+    assert rescuer.returncode == 0, err
+    for agent in agents:
+        agent.refresh_from_db()
+        assert agent.cycle_count >= before[agent.pk] + 2
+        assert agent.lease_owner == ""
