@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 
 from agents.llm.gateway import LLMError, llm_complete, model_chain
 from agents.models import Agent
-from agents.tools import TOOLS
+from agents.tools import TOOLS, workspace_listing
 from agents.world import ACTIONS, action_apply, action_needs_permission
 from goals.models import Goal
 from planner_site.events import publish_changed_on_commit
@@ -162,6 +162,7 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
     needs = {n.name: n.satisfaction for n in agent.needs.all()}
     kind = agent.kind
     tools = list(TOOLS.values()) if kind == Agent.Kind.TOOL else None
+    files = workspace_listing(agent.workspace) if kind == Agent.Kind.TOOL else []
     if previous is not None:
         failed = previous.steps.filter(status__in=[PlanStep.Status.FAILED, PlanStep.Status.DECLINED]).first()
         return prompt_replan(
@@ -169,11 +170,13 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
             allowed_actions=list(ACTIONS), needs=needs, completed_steps=[s.as_spec() for s in kept],
             failed_step=failed.as_spec() | {"failure_reason": failed.failure_reason} if failed else None,
             reason=reason, feedback=[*feedback, *recent_reasons], max_steps=settings.PLAN_MAX_STEPS,
+            workspace_files=files,
         )
     return prompt_plan(
         kind=kind, goal=goal_text, restatement=restatement or None, agent_name=agent.name, backstory=agent.backstory,
         tools=tools, allowed_actions=list(ACTIONS), needs=needs, rejection_reasons=recent_reasons,
         last_rejected_output=last_output, feedback=list(feedback), retry_hints=hints, max_steps=settings.PLAN_MAX_STEPS,
+        workspace_files=files,
     )
 
 

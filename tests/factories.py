@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import factory
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 
 from agents.models import Agent, Experience, Lesson, LLMCall, Need
 from goals.models import Goal, GoalSample
+from planner_site.roles import roles_assign
 from planning.models import Plan, PlanEvent, PlanStep
 
 
@@ -21,6 +22,8 @@ class UserFactory(factory.django.DjangoModelFactory):
     @factory.post_generation
     def role(self, create: bool, extracted: str | None, **kwargs: object) -> None:
         if create and extracted:
+            if not Group.objects.filter(name=extracted).exists():  # a transactional test flushed the groups
+                roles_assign(group_model=Group, permission_model=Permission)
             self.groups.add(Group.objects.get(name=extracted))
         if create:
             self.save()

@@ -3,24 +3,17 @@
 from django.contrib.auth.management import create_permissions
 from django.db import migrations
 
-APPS = ["agents", "goals", "planning"]
-OPERATOR_EXTRA = [("planning", "decide_plan")]
+from planner_site.roles import ROLE_APPS, roles_assign
 
 
 def roles_create(apps, schema_editor):
     # Permissions are normally created after all migrations; the groups need them now.
-    for label in [*APPS, "auth", "contenttypes"]:
+    for label in [*ROLE_APPS, "auth", "contenttypes"]:
         config = apps.get_app_config(label)
         config.models_module = True
         create_permissions(config, apps=apps, verbosity=0)
         config.models_module = None
-    Group = apps.get_model("auth", "Group")
-    Permission = apps.get_model("auth", "Permission")
-    operators, _ = Group.objects.get_or_create(name="operators")
-    viewers, _ = Group.objects.get_or_create(name="viewers")
-    in_apps = Permission.objects.filter(content_type__app_label__in=APPS)
-    viewers.permissions.set(in_apps.filter(codename__startswith="view_"))
-    operators.permissions.set(in_apps.exclude(codename__startswith="delete_"))
+    roles_assign(group_model=apps.get_model("auth", "Group"), permission_model=apps.get_model("auth", "Permission"))
 
 
 def roles_delete(apps, schema_editor):

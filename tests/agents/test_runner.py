@@ -43,7 +43,7 @@ def test_paused_and_not_due_agents_are_not_claimed() -> None:
     assert agents_claim(runner="a", limit=5, exclude=set()) == []
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
 async def test_runner_drives_each_agent_n_cycles_and_releases_leases() -> None:
     from channels.db import database_sync_to_async

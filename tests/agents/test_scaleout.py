@@ -16,7 +16,7 @@ from django.db import connection
 from agents.models import Agent, Experience
 from tests.factories import AgentFactory, NeedFactory
 
-pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
+pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,7 +52,7 @@ def test_two_runners_share_agents_without_driving_one_twice(tmp_path: Path) -> N
     env = runner_env(tmp_path)
     procs = [runagents(env, "--cycles", "3", "--runner-id", f"r{i}") for i in (1, 2)]
     outputs = [p.communicate(timeout=120) for p in procs]
-    for proc, (out, err) in zip(procs, outputs, strict=True):
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert "failed" not in err, err
     for agent in agents:
@@ -69,7 +69,7 @@ def test_killed_runner_leases_expire_and_another_runner_continues(tmp_path: Path
     env = runner_env(tmp_path, RUNNER_LEASE_SECONDS="2")
     doomed = runagents(env, "--runner-id", "doomed")
     deadline = time.monotonic() + 60
-    while not Agent.objects.filter(lease_owner="doomed").count() == 3:
+    while Agent.objects.filter(lease_owner="doomed").count() != 3:
         assert time.monotonic() < deadline, "the first runner never claimed the agents"
         time.sleep(0.1)
     doomed.send_signal(signal.SIGKILL)
@@ -77,7 +77,7 @@ def test_killed_runner_leases_expire_and_another_runner_continues(tmp_path: Path
     before = {a.pk: Agent.objects.get(pk=a.pk).cycle_count for a in agents}
     assert Agent.objects.filter(lease_owner="doomed").count() == 3  # a killed runner cannot release
     rescuer = runagents(env, "--cycles", "2", "--runner-id", "rescuer")
-    out, err = rescuer.communicate(timeout=120)
+    _out, err = rescuer.communicate(timeout=120)
     assert rescuer.returncode == 0, err
     for agent in agents:
         agent.refresh_from_db()

@@ -13,7 +13,7 @@ from planning import consumers, services
 from planning.models import PlanStep
 from tests.factories import PlanStepFactory, UserFactory
 
-pytestmark = [pytest.mark.django_db(transaction=True, serialized_rollback=True), pytest.mark.asyncio]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 
 def communicator_for(consumer: Any, path: str, user: Any, **kwargs: int) -> WebsocketCommunicator:
