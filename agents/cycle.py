@@ -135,7 +135,7 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
 
     # Without a plan the person still lives: the world model picks what relieves the lowest need.
     step = current_step(plan) if plan is not None and plan.status == Plan.Status.ACTIVE else None
-    if step is not None and step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
+    if plan is not None and step is not None and step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
         step_request_approval(step=step, runner=runner)
         step.refresh_from_db()
     suggested = step.action_hint if step is not None and step.status in (PlanStep.Status.PENDING, PlanStep.Status.RUNNING) else None

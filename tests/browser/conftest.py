@@ -38,6 +38,8 @@ SECRET_KEY = "browser-tests-not-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 SERVER_START_SECONDS = 40
 LOG_TAIL_CHARS = 6000
 
+expect.set_options(timeout=10_000)  # a loaded CI machine is slower than a laptop
+
 OPERATOR = ("olga", "olga-browser-pass-1")
 VIEWER = ("victor", "victor-browser-pass-1")
 
@@ -230,13 +232,10 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     finally:
         for proc in srv.processes:
             stop(proc)
-        failed = request.session.testsfailed
-        if failed:
-            print(f"\n--- server log ({log}) ---\n{srv.log_tail()}", file=sys.stderr)
         if database_url:
             postgres_database_drop(database_url, db_name)
-        if not failed:
-            shutil.rmtree(tmp, ignore_errors=True)
+        if not request.session.testsfailed:
+            shutil.rmtree(tmp, ignore_errors=True)  # else kept: the failure report names the log
 
 
 @pytest.fixture(scope="session")
@@ -285,4 +284,4 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and call.when == "call":
         srv = getattr(item, "funcargs", {}).get("server")
         if isinstance(srv, Server):
-            report.sections.append(("server log (tail)", srv.log_tail()))
+            report.sections.append((f"server log (tail of {srv.log})", srv.log_tail()))

@@ -10,17 +10,17 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
-from playwright.sync_api import APIResponse, Page, expect
+from playwright.sync_api import APIResponse, Locator, Page, expect
 
 from tests.browser.conftest import OPERATOR, ROOT, VIEWER, Login, Server
 
 pytestmark = pytest.mark.browser
 
 LIVE = 20_000  # ms: the runner cycles every second; generous for a loaded CI machine
-FEEDBACK = "Not from that shop, it is too pricey"
+FEEDBACK = "Not from that shop, it is too pricey"  # names no action, so the offline replan retries the step
+
 
 def open_live(page: Page, path: str) -> None:
     """Open a page and wait until its websocket is connected (the header's dot turns on)."""
@@ -36,7 +36,8 @@ def assert_not_reloaded(page: Page) -> None:
     assert page.evaluate("window.__marker") == 1, "the page was reloaded or navigated"
 
 
-def badge(page: Page, key: str) -> Any:
+def badge(page: Page, key: str) -> Locator:
+    """The status badge of the step with this key."""
     return page.locator(f"#step-{key} .step-head .badge")
 
 
@@ -48,6 +49,7 @@ def post_form(page: Page, path: str, form: dict[str, str]) -> APIResponse:
 
 
 def test_operator_watches_declines_and_approves(login: Login, server: Server) -> None:
+    """The issue's flow: live completion, decline with feedback, version 2, approval; all seen by the operator."""
     alice = server.scenario["alice"]
     page = login(OPERATOR)
 
@@ -94,7 +96,7 @@ def test_operator_watches_declines_and_approves(login: Login, server: Server) ->
     page.locator("#plan-versions").get_by_role("link", name="version 2").click()
     expect(page.locator("#plan-header h1")).to_contain_text("Have a meal v2")
     expect(page).not_to_have_url(re.compile(rf"/plans/{alice['plan']}/$"))
-    expect(badge(page, "1")).to_have_text("Completed")
+    expect(badge(page, "1")).to_have_text("Completed", timeout=LIVE)  # the planner may still be at work
     expect(page.locator("#step-1")).to_contain_text("kept from earlier version")
     expect(page.locator("#plan-steps")).to_contain_text(FEEDBACK)
     expect(page.locator("#plan-versions")).to_contain_text("Changes from version 1")
@@ -120,6 +122,7 @@ def test_operator_watches_declines_and_approves(login: Login, server: Server) ->
 
 
 def test_viewer_sees_no_decisions_and_cannot_post_them(login: Login, server: Server) -> None:
+    """A viewer sees the waiting step but no way to decide it, and the server refuses a forged decision."""
     bob = server.scenario["bob"]
     page = login(VIEWER)
     open_live(page, f"/plans/{bob['plan']}/")  # the sections are re-rendered for the viewer on connect
@@ -129,6 +132,7 @@ def test_viewer_sees_no_decisions_and_cannot_post_them(login: Login, server: Ser
     expect(page.get_by_role("button", name="Decline")).to_have_count(0)
     expect(page.get_by_label("Feedback")).to_have_count(0)
     expect(page.get_by_role("link", name="Edit step")).to_have_count(0)
+    expect(page.locator(".decide")).to_have_count(0)  # no Replan or Cancel plan either
 
     step = bob["steps"]["2"]
     approve = post_form(page, f"/steps/{step}/approve/", {})
@@ -144,6 +148,7 @@ def test_viewer_sees_no_decisions_and_cannot_post_them(login: Login, server: Ser
 
 
 def test_decline_without_feedback_is_refused(login: Login, server: Server) -> None:
+    """Declining needs feedback: the browser, then the server, refuse without it; the step still waits."""
     bob = server.scenario["bob"]
     page = login(OPERATOR)
     open_live(page, f"/plans/{bob['plan']}/")
@@ -192,6 +197,7 @@ def test_dashboard_lists_every_agent(login: Login, server: Server, tmp_path: Pat
     expect(bob).to_contain_text("1/2 steps")
 
     shot = tmp_path / "dashboard.png"
+    page.set_viewport_size({"width": 1280, "height": 600})  # the full-page shot grows to the table's height
     page.screenshot(path=str(shot), full_page=True)
     if os.environ.get("UPDATE_SCREENSHOTS") == "1":  # refresh the README's picture on request
         target = ROOT / "docs" / "dashboard.png"
