@@ -15,6 +15,7 @@ import os
 import socket
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from asgiref.sync import sync_to_async
@@ -96,6 +97,9 @@ class Runner:
         self.done: Counter[int] = Counter()
         self.inflight: dict[int, asyncio.Task[None]] = {}
         self.stopping = asyncio.Event()
+        # Cycles get their own threads: the loop's default executor must stay free for the work the
+        # async LLM client and DNS lookups hand to it, or agents waiting on the loop could starve it.
+        self.executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="runner-cycle")
 
     def stop(self) -> None:
         self.stopping.set()
@@ -106,7 +110,7 @@ class Runner:
 
     async def drive(self, agent_id: int) -> None:
         try:
-            what = await sync_to_async(cycle_run, thread_sensitive=False)(agent_id, self.id)
+            what = await sync_to_async(cycle_run, thread_sensitive=False, executor=self.executor)(agent_id, self.id)
             logger.info("agent %s: %s", agent_id, what)
         except Exception:  # one agent's broken cycle must never stop the others
             logger.exception("cycle of agent %s failed", agent_id)
@@ -137,4 +141,5 @@ class Runner:
             if self.inflight:
                 await asyncio.gather(*self.inflight.values(), return_exceptions=True)
             await sync_to_async(agents_release, thread_sensitive=False)(runner=self.id)
+            self.executor.shutdown(wait=False)
             logger.info("runner %s stopped", self.id)

@@ -142,8 +142,10 @@ def workspace_resolve(workspace: Path, rel: str) -> Path:
     candidate = Path(text) if text.startswith("/") else root / text
     # resolve() follows symlinks, so a link inside the workspace pointing outside is caught here.
     try:
+        resolved = candidate.resolve(strict=True)
+    except FileNotFoundError:  # a file about to be written; its folders may not exist yet either
         resolved = candidate.resolve()
-    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+    except (OSError, RuntimeError):  # a symlink loop: RuntimeError before Python 3.13, OSError(ELOOP) since
         raise ToolError(f"path '{_shown(rel)}' cannot be resolved (a symbolic link loop?)") from None
     if resolved != root and not resolved.is_relative_to(root):
         raise ToolError(f"path '{_shown(rel)}' leads outside the workspace (through a symbolic link)")

@@ -8,6 +8,9 @@ LLM_MAX_RETRIES; LLM_TIMEOUT_SECONDS bounds each attempt.
 
 An `AsyncOpenAI` client's connection pool belongs to the event loop it was first used on, so clients are
 kept per loop and closed when that loop shuts down (see `_LoopClients`).
+
+Resolving a host name (not an IP address) in OPENAI_BASE_URL takes a thread of the loop's default executor:
+agent threads that wait for the loop must therefore not fill that executor (give `sync_to_async` its own).
 """
 
 from __future__ import annotations
