@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 
 from tests.factories import UserFactory
+from tests.llm_fixtures import llm_server  # noqa: F401  (a fixture for the gateway and planner tests)
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +39,4 @@ def viewer_client(viewer: Any) -> Client:
     client = Client()
     client.force_login(viewer)
     return client
+

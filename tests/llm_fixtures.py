@@ -1,4 +1,4 @@
-"""Fixtures for the agents app's tests."""
+"""The scripted OpenAI-compatible server as a fixture, for the gateway and planner tests."""
 
 from __future__ import annotations
 
