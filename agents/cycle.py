@@ -74,7 +74,7 @@ def plan_replan(*, agent: Agent, plan: Plan, runner: str) -> str:
     if plan.times_replanned >= MAX_REPLANS:
         plan_abandon(plan=plan, runner=runner, reason=f"replanned {plan.times_replanned} times; {plan.replan_reason}")
         return "plan abandoned"
-    feedback = [s.failure_reason for s in plan.steps.filter(status=PlanStep.Status.DECLINED) if s.failure_reason]
+    feedback = [r for r in plan.events.filter(kind=PlanEvent.Kind.STEP_DECLINED).values_list("reason", flat=True) if r]
     try:
         new = plan_generate(agent=agent, goal_text=plan.goal_text, goal=plan.goal, previous=plan,
                             reason=plan.replan_reason, feedback=feedback, actor_label=runner)

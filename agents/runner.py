@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -31,7 +31,8 @@ logger = logging.getLogger("planner.runner")
 
 
 def runner_id_new() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    """A name operators can read in leases and timelines: which machine, which process."""
+    return f"runner {socket.gethostname()}/{os.getpid()}-{uuid.uuid4().hex[:4]}"
 
 
 def agents_claim(*, runner: str, limit: int, exclude: set[int]) -> list[int]:
@@ -82,7 +83,8 @@ def cycle_run(agent_id: int, runner: str) -> str:
     try:
         return agent_cycle(agent_id=agent_id, runner=runner)
     finally:
-        close_old_connections()
+        # Cycle threads come and go with the runner; a connection left in one would outlive it.
+        connection.close()
 
 
 class Runner:

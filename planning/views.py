@@ -50,7 +50,6 @@ def decision_refused(request: HttpRequest, message: str, *, status: int = 409) -
     if getattr(request, "htmx", False):
         response = render(request, "partials/flash.html", {"flash": [("error", message)]}, status=status)
         return reswap(retarget(response, "#flash"), "innerHTML")
-    messages.error(request, message)
     return HttpResponse(message, status=status, content_type="text/plain; charset=utf-8")
 
 

@@ -247,7 +247,8 @@ def _persona_replan(ctx: Mapping[str, Any]) -> str:
         index = next((i for i, m in enumerate(remaining) if _normal(m.action) == done), None)
         if index is not None:
             remaining.pop(index)
-    why = "; ".join([*feedback, reason] if reason else feedback)
+    # The operator's own words say it best; the recorded reason repeats them when a step was declined.
+    why = "; ".join(dict.fromkeys(feedback or ([reason] if reason else [])))
     if failed is not None:
         failed_action = str(failed.get("action_hint", ""))
         failed_move = next((m for m in remaining if _normal(m.action) == _normal(failed_action)), None)

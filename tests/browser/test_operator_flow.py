@@ -205,10 +205,6 @@ def test_dashboard_lists_every_agent(login: Login, server: Server, tmp_path: Pat
         target.write_bytes(shot.read_bytes())
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug: templates/planning/dashboard_live.html pushes <section> before the <tr>/<tbody> rows; htmx parses a "
-    "pushed message inside <template>, where table tags after a <section> are dropped, so rows never update live. "
-    "Put the table part first in dashboard_live.html, then remove this xfail."))
 def test_dashboard_rows_update_live(login: Login, server: Server) -> None:
     page = login(OPERATOR)
     open_live(page, "/")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from typing import Any
 
 import uvicorn
@@ -10,6 +12,26 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from agents.runner import Runner
+
+
+class PlannerServer(uvicorn.Server):
+    """uvicorn, stopping the runner (finishing cycles under way, releasing leases) before it shuts down."""
+
+    def __init__(self, config: uvicorn.Config, runner: Runner | None) -> None:
+        super().__init__(config)
+        self.runner = runner
+        self.runner_task: asyncio.Task[None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.runner is not None:
+            self.runner_task = asyncio.create_task(self.runner.run())
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.runner is not None and self.runner_task is not None:
+            self.runner.stop()
+            await self.runner_task
+        await super().shutdown(sockets)
 
 
 class Command(BaseCommand):
@@ -21,22 +43,15 @@ class Command(BaseCommand):
         parser.add_argument("--no-runner", action="store_true", help="Serve only; runners run elsewhere.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        asyncio.run(self.main(options))
-
-    async def main(self, options: dict[str, Any]) -> None:
         from planner_site.asgi import application
 
         config = uvicorn.Config(application, host=options["host"], port=options["port"], lifespan="off",
                                 log_level="warning", ws_ping_interval=20)
-        server = uvicorn.Server(config)
         runner = None if options["no_runner"] or not settings.RUNNER_AUTOSTART else Runner()
-        runner_task = asyncio.create_task(runner.run()) if runner else None
+        server = PlannerServer(config, runner)
         self.stdout.write(f"Serving http://{options['host']}:{options['port']}/ "
                           f"({'with' if runner else 'without'} the runner). Ctrl-C to stop.")
         self.stdout.flush()
-        try:
-            await server.serve()
-        finally:
-            if runner and runner_task:
-                runner.stop()
-                await runner_task
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the runner was already stopped cleanly
+            server.run()
+        self.stdout.write("Stopped.")
