@@ -16,13 +16,16 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent, Experience, Need
 from agents.tools import ToolError, tool_run
-from agents.world import SIM_HOURS_PER_CYCLE, action_apply, action_choose, needs_decay
+from agents.world import ACTIONS, SIM_HOURS_PER_CYCLE, action_apply, action_choose, needs_decay, urgent_need
 from goals.models import Goal
 from goals.services import goal_milestone_check, goal_samples_prune, goals_due, goals_generate, goals_update
 from goals.system import goal_priority
 from planner_site.events import publish_changed_on_commit
+from planning.engine.parse import PlanParseError, json_extract
+from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate
@@ -142,6 +145,12 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
 
     needs = {n.name: n.satisfaction for n in needs_rows}
     action, override_reason = action_choose(suggested=suggested, needs=needs)
+    if suggested is None or urgent_need(needs) is not None:
+        # Only the uncommon cases ask the model: no step to follow, or a need pressing enough to override.
+        action, override_reason = action_decide(agent=agent, plan=plan, step=step, needs=needs,
+                                                fallback=(action, override_reason))
+        if suggested is not None and action == suggested:
+            override_reason = ""
     outcome = action_apply(action, needs)
     followed = suggested is not None and action == suggested
     with transaction.atomic():
@@ -163,6 +172,33 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
     if agent.cycle_count % 50 == 0:
         goal_samples_prune(agent=agent)
     return f"{action}: {outcome.outcome}"
+
+
+def action_decide(*, agent: Agent, plan: Plan | None, step: PlanStep | None, needs: dict[str, float],
+                  fallback: tuple[str, str]) -> tuple[str, str]:
+    """Seed 000's action decision by the fast model: the plan step is a strong suggestion, urgent needs may
+    override. An unusable answer (no JSON, an unknown action) falls back to the world's rules."""
+    directive = ""
+    if plan is not None and step is not None:
+        steps = list(plan.steps.all())
+        directive = plan_step_directive(goal=plan.goal_text, number=steps.index(step) + 1 if step in steps else 1,
+                                        total=len(steps), description=step.description, action_hint=step.action_hint)
+    goals = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", flat=True)[:5])
+    lessons = list(agent.lessons.values_list("description", flat=True)[:5])
+    try:
+        answer = llm_complete(purpose="decide", agent_id=agent.pk, plan_id=plan.pk if plan else None,
+                              messages=prompt_decide_action(agent_name=agent.name, needs=needs, current_step=directive,
+                                                            goals=goals, lessons=lessons, actions=list(ACTIONS)))
+        data = json_extract(answer.text).value
+    except (LLMError, PlanParseError) as exc:
+        logger.info("action decision for %s fell back to rules: %s", agent, exc)
+        return fallback
+    action = str(data.get("action", "")).strip().lower() if isinstance(data, dict) else ""
+    if action not in ACTIONS:
+        logger.info("action decision for %s named unknown action %r; rules decide", agent, action)
+        return fallback
+    reason = str(data.get("reason", ""))[:300] if isinstance(data, dict) else ""
+    return action, reason or fallback[1]
 
 
 def step_progress(*, step: PlanStep, plan: Plan, runner: str, followed: bool, succeeded: bool, outcome: str,

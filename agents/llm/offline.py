@@ -18,10 +18,10 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from agents.tools import TOOLS
+from agents.world import URGENT_ACTION, URGENT_BELOW
 from planning.engine.prompts import prompt_context
 
 OFFLINE_MODEL = "offline-rules"
-URGENT_BELOW = 0.15  # a need this low overrides the plan's suggestion (seed 000)
 MILESTONE_MEAN = 0.6  # a goal counts as achieved when its source needs average above this
 MAX_HINTS = 5
 TEXT_EXTENSIONS = ("txt", "md", "markdown", "log", "rst")
@@ -129,7 +129,8 @@ _NEED_WORDS: Mapping[str, tuple[str, ...]] = {
     "money": ("money", "job", "work", "earn", "income", "wage", "rent", "pay"),
     "fun": ("fun", "relax", "enjoy", "bored", "hobby", "unwind"),
 }
-_URGENT_RELIEF = {"hunger": "eat", "energy": "sleep", "social": "call a friend", "fun": "relax", "money": "work"}
+# The world's own rule for what relieves an urgent need (money is not one: being broke never overrides).
+_URGENT_RELIEF = URGENT_ACTION
 
 
 def _normal(text: str) -> str:

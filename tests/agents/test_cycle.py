@@ -126,3 +126,27 @@ def test_paused_agent_does_nothing(operator: object) -> None:
     services.agent_set_status(agent=agent, user=operator, status="paused")
     assert agent_cycle(agent_id=agent.pk, runner="runner-test") == "not running"
     assert not Plan.objects.filter(agent=agent).exists()
+
+
+def test_urgent_need_asks_the_model_which_overrides_the_step() -> None:
+    agent = hungry_persona()
+    agent_cycle(agent_id=agent.pk, runner="runner-test")  # plans; the step is followed without a model call
+    assert not LLMCall.objects.filter(purpose="decide").exists()
+    agent.needs.filter(name="energy").update(satisfaction=0.05)
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert LLMCall.objects.filter(agent=agent, purpose="decide").count() == 1
+    latest = Experience.objects.filter(agent=agent).order_by("-cycle").first()
+    assert latest is not None and latest.action == "sleep" and not latest.followed_plan
+    assert latest.override_reason
+
+
+def test_unusable_decision_falls_back_to_the_world_rules(settings: object, llm_server: object) -> None:
+    from tests.llm_server import answer
+
+    settings.LLM_MODELS = {"planner": ["offline-rules"], "fast": ["fast-model"]}  # type: ignore[attr-defined]
+    llm_server.script("fast-model", answer('<json>{"action": "launch rockets", "reason": "why not"}</json>'))  # type: ignore[attr-defined]
+    agent = AgentFactory(kind=Agent.Kind.PERSONA)
+    NeedFactory(agent=agent, name="energy", satisfaction=0.05, decay_per_hour=0)
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    experience = Experience.objects.get(agent=agent)
+    assert experience.action == "sleep"  # the rules relieve the urgent need; the unknown action is ignored
