@@ -10,7 +10,9 @@ execute in the agent's workspace, respecting dependencies.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 
 from django.db import transaction
 from django.db.models import F
@@ -29,7 +31,7 @@ from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate
-from planning.services import event_record, plan_abandon, step_finish, step_request_approval
+from planning.services import event_record, plan_abandon, step_finish, step_move, step_request_approval
 
 logger = logging.getLogger("planner.cycle")
 
@@ -206,7 +208,7 @@ def step_progress(*, step: PlanStep, plan: Plan, runner: str, followed: bool, su
     """Seed 000's evaluate_step and check_for_replan, for one experience."""
     step = PlanStep.objects.select_for_update().get(pk=step.pk)
     if step.status == PlanStep.Status.PENDING:
-        step.status = PlanStep.Status.RUNNING
+        step_move(step=step, status=PlanStep.Status.RUNNING)
         event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner, reason=step.description)
     step.actual_cycles += 1
     if followed:
@@ -223,11 +225,31 @@ def step_progress(*, step: PlanStep, plan: Plan, runner: str, followed: bool, su
     if stuck or step.overrides >= MAX_OVERRIDES:
         why = (f"step {step.key} stuck: {step.actual_cycles} cycles, estimate {step.estimated_cycles}" if stuck
                else f"step {step.key} overridden {step.overrides} cycles in a row: {override_reason}")
-        step.status = PlanStep.Status.FAILED
+        step_move(step=step, status=PlanStep.Status.FAILED)
         step.failure_reason = why
         step.save(update_fields=["status", "failure_reason", "updated_at"])
         Plan.objects.filter(pk=plan.pk).update(replan_reason=why)
         event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_FAILED, actor_label=runner, reason=why)
+
+
+def tool_call(step: PlanStep, workspace: Path) -> tuple[bool, str]:
+    """Run one tool step: (True, result) or (False, the error an operator can act on)."""
+    try:
+        return True, tool_run(step.tool, step.tool_input, workspace=workspace)
+    except ToolError as exc:
+        return False, str(exc)
+    except Exception as exc:  # a tool bug must fail the step, never the cycle
+        logger.exception("tool %s crashed", step.tool)
+        return False, f"the tool crashed: {type(exc).__name__}: {exc}"
+
+
+def steps_interrupted(*, plan: Plan, runner: str) -> None:
+    """Tool steps run inside one cycle; a step still running when a cycle starts was cut off by a runner
+    that died. It counts as a failed try (retried, then replanned), so it is neither lost nor run twice
+    at once."""
+    for step in plan.steps.filter(status=PlanStep.Status.RUNNING):
+        step_finish(step=step, runner=runner, succeeded=False,
+                    error="interrupted: the runner driving this step stopped before it finished")
 
 
 def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
@@ -235,6 +257,7 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
         return plan_for_next_goal(agent=agent, runner=runner) or "idle: no goal"
     if plan.status != Plan.Status.ACTIVE:
         return f"waiting: plan {plan.get_status_display().lower()}"
+    steps_interrupted(plan=plan, runner=runner)
     steps = list(plan.steps.all())
     table = [(s.key, s.status, s.depends_on) for s in steps]
     keys = steps_runnable(table, limit=TOOL_STEPS_PER_CYCLE)
@@ -245,6 +268,7 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
         return "waiting"
     done: list[str] = []
     agent.workspace.mkdir(parents=True, exist_ok=True)
+    started: list[PlanStep] = []
     for step in (s for s in steps if s.key in keys):
         if step_needs_approval(step, plan):
             step_request_approval(step=step, runner=runner)
@@ -254,17 +278,17 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
             step = PlanStep.objects.select_for_update().get(pk=step.pk)
             if step.status != PlanStep.Status.PENDING:
                 continue
-            step.status = PlanStep.Status.RUNNING
+            step_move(step=step, status=PlanStep.Status.RUNNING)
             step.actual_cycles += 1
             step.save(update_fields=["status", "actual_cycles", "updated_at"])
             event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner,
                          reason=f"{step.tool} {step.tool_input}"[:500])
-        try:
-            result = tool_run(step.tool, step.tool_input, workspace=agent.workspace)
-        except ToolError as exc:
-            step_finish(step=step, runner=runner, succeeded=False, error=str(exc))
-            done.append(f"{step.key} failed: {exc}")
-        else:
-            step_finish(step=step, runner=runner, succeeded=True, result=result)
-            done.append(f"{step.key} done")
+        started.append(step)
+    # Independent steps released together run side by side, bounded by TOOL_STEPS_PER_CYCLE.
+    with ThreadPoolExecutor(max_workers=TOOL_STEPS_PER_CYCLE, thread_name_prefix="tool") as pool:
+        outcomes = list(pool.map(lambda st: tool_call(st, agent.workspace), started))
+    for step, (succeeded, text) in zip(started, outcomes, strict=True):
+        step_finish(step=step, runner=runner, succeeded=succeeded, result=text if succeeded else "",
+                    error="" if succeeded else text)
+        done.append(f"{step.key} {'done' if succeeded else 'failed: ' + text}")
     return "; ".join(done)

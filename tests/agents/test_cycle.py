@@ -150,3 +150,54 @@ def test_unusable_decision_falls_back_to_the_world_rules(settings: object, llm_s
     agent_cycle(agent_id=agent.pk, runner="runner-test")
     experience = Experience.objects.get(agent=agent)
     assert experience.action == "sleep"  # the rules relieve the urgent need; the unknown action is ignored
+
+
+def tool_plan_agent(steps: list[dict[str, object]]) -> tuple[Agent, Plan]:
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    agent.workspace.mkdir(parents=True)
+    goal = GoalFactory(agent=agent, description="Read the notes", source_needs=[])
+    plan = Plan.objects.create(agent=agent, goal=goal, goal_text=goal.description, status=Plan.Status.ACTIVE,
+                               approval_mode=Plan.ApprovalMode.ALL)
+    for position, spec in enumerate(steps, start=1):
+        PlanStep.objects.create(plan=plan, position=position, **spec)  # type: ignore[arg-type]
+    return agent, plan
+
+
+def test_independent_tool_steps_start_together_and_dependents_wait() -> None:
+    agent, plan = tool_plan_agent([
+        {"key": "a", "description": "List", "tool": "file.list", "tool_input": {"path": "."}},
+        {"key": "b", "description": "List again", "tool": "file.list", "tool_input": {"path": "."}},
+        {"key": "c", "description": "After both", "tool": "file.list", "tool_input": {"path": "."}, "depends_on": ["a", "b"]},
+    ])
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    status = dict(plan.steps.values_list("key", "status"))
+    assert status == {"a": "completed", "b": "completed", "c": "pending"}
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert plan.steps.get(key="c").status == "completed"
+
+
+def test_failing_tool_step_is_retried_then_replanned_keeping_done_work() -> None:
+    agent, plan = tool_plan_agent([
+        {"key": "1", "description": "List the files", "tool": "file.list", "tool_input": {"path": "."}},
+        {"key": "2", "description": "Read missing.txt", "tool": "file.read", "tool_input": {"path": "missing.txt"},
+         "depends_on": ["1"], "max_retries": 2},
+    ])
+    cycles_until(agent, lambda: Plan.objects.filter(previous=plan).exists(), limit=10)
+    failed = plan.steps.get(key="2")
+    assert failed.status == PlanStep.Status.FAILED and failed.retries == 2
+    assert "missing.txt" in failed.error
+    kinds = list(plan.events.values_list("kind", flat=True))
+    assert kinds.count(PlanEvent.Kind.STEP_RETRIED) == 2 and PlanEvent.Kind.STEP_FAILED in kinds
+    v2 = Plan.objects.get(previous=plan)
+    assert v2.steps.get(key="1").carried_over
+
+
+def test_step_left_running_by_a_dead_runner_counts_as_a_failed_try() -> None:
+    agent, plan = tool_plan_agent([
+        {"key": "1", "description": "List", "tool": "file.list", "tool_input": {"path": "."}, "status": "running"},
+    ])
+    agent_cycle(agent_id=agent.pk, runner="runner-new")
+    step = plan.steps.get()
+    assert step.retries == 1
+    assert step.status == PlanStep.Status.COMPLETED  # retried at once by the new runner
+    assert plan.events.filter(kind=PlanEvent.Kind.STEP_RETRIED, reason__contains="interrupted").exists()
