@@ -21,7 +21,15 @@ from django.utils import timezone
 from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent, Experience, Need
 from agents.tools import ToolError, tool_run
-from agents.world import ACTIONS, SIM_HOURS_PER_CYCLE, action_apply, action_choose, needs_decay, urgent_need
+from agents.world import (
+    ACTIONS,
+    SIM_HOURS_PER_CYCLE,
+    action_apply,
+    action_choose,
+    action_needs_permission,
+    needs_decay,
+    urgent_need,
+)
 from goals.models import Goal
 from goals.services import goal_milestone_check, goal_samples_prune, goals_due, goals_generate, goals_update
 from goals.system import goal_priority
@@ -149,7 +157,7 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
     action, override_reason = action_choose(suggested=suggested, needs=needs)
     if suggested is None or urgent_need(needs) is not None:
         # Only the uncommon cases ask the model: no step to follow, or a need pressing enough to override.
-        action, override_reason = action_decide(agent=agent, plan=plan, step=step, needs=needs,
+        action, override_reason = action_decide(agent=agent, plan=plan, step=step if suggested else None, needs=needs,
                                                 fallback=(action, override_reason))
         if suggested is not None and action == suggested:
             override_reason = ""
@@ -198,6 +206,10 @@ def action_decide(*, agent: Agent, plan: Plan | None, step: PlanStep | None, nee
     action = str(data.get("action", "")).strip().lower() if isinstance(data, dict) else ""
     if action not in ACTIONS:
         logger.info("action decision for %s named unknown action %r; rules decide", agent, action)
+        return fallback
+    if action_needs_permission(action) and not (step is not None and step.action_hint == action):
+        # The model may not do on its own what a plan step may only do after an operator's yes.
+        logger.info("action decision for %s chose %r, which needs permission; rules decide", agent, action)
         return fallback
     reason = str(data.get("reason", ""))[:300] if isinstance(data, dict) else ""
     return action, reason or fallback[1]

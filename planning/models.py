@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -126,6 +128,11 @@ class PlanStep(models.Model):
     @property
     def is_done(self) -> bool:
         return self.status in (self.Status.COMPLETED, self.Status.SKIPPED)
+
+    @property
+    def input_display(self) -> str:
+        """The tool input as the JSON the planner wrote."""
+        return json.dumps(self.tool_input, ensure_ascii=False)
 
     def as_spec(self) -> dict[str, object]:
         """The step as plain values, for diffs and prompts."""

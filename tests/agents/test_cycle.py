@@ -70,6 +70,10 @@ def test_spending_money_waits_for_operator_then_runs_after_approval(operator: ob
     assert step.requires_permission
     agent.refresh_from_db()
     assert "awaits approval" in agent.waiting_reason
+    for _ in range(5):  # the person lives on meanwhile, but never does what awaits the operator's yes
+        agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert not Experience.objects.filter(agent=agent, action=step.action_hint).exists()
+    assert PlanStep.objects.get(pk=step.pk).status == PlanStep.Status.AWAITING_APPROVAL
     services.step_approve(step=step, user=operator)
     cycles_until(agent, lambda: PlanStep.objects.get(pk=step.pk).status == PlanStep.Status.COMPLETED)
 
