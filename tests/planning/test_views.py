@@ -147,3 +147,11 @@ def test_give_goal_then_runner_plans_it(operator_client: Client) -> None:
                                                                              "horizon": "short_term"})
     assert response.status_code == 302
     assert agent.goals.get().description == "List the workspace"
+
+
+def test_pages_send_a_content_security_policy_with_script_nonce(viewer_client: Client) -> None:
+    response = viewer_client.get("/")
+    policy = response["Content-Security-Policy"]
+    assert "script-src 'self' 'nonce-" in policy and "object-src 'none'" in policy
+    nonce = policy.split("'nonce-")[1].split("'")[0]
+    assert f'nonce="{nonce}"' in response.content.decode()  # htmx and our script carry it; nothing else runs
