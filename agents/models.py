@@ -32,6 +32,10 @@ class Agent(models.Model):
     emotions = models.JSONField(default=dict, blank=True, help_text="Emotion name -> intensity 0..1")
     cycle_interval = models.FloatField(default=2.0, validators=[MinValueValidator(0.0)], help_text="Seconds between cycles")
     cycle_count = models.PositiveIntegerField(default=0)
+    planner_models = models.CharField(
+        max_length=500, blank=True,
+        help_text="This agent's planning model chain, strongest first, comma-separated; empty: PLANNER_MODELS",
+    )
     next_cycle_at = models.DateTimeField(null=True, blank=True)
     waiting_reason = models.CharField(max_length=300, blank=True, help_text="Why the agent waits for an operator")
     lease_owner = models.CharField(max_length=100, blank=True)

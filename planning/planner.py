@@ -66,7 +66,8 @@ def plan_generate(
     recent_reasons: list[str] = []
     hints: list[str] = []
     last_output = ""
-    for model in model_chain("plan"):
+    chain = model_chain("plan", agent_models=agent.planner_models)
+    for index, model in enumerate(chain):
         for attempt in range(1, settings.PLAN_ATTEMPTS_PER_MODEL + 1):
             messages = plan_messages(
                 agent=agent, goal_text=goal_text, restatement=restatement, previous=previous, kept=kept,
@@ -89,8 +90,9 @@ def plan_generate(
             reasons_all.extend(f"{model}: {p}" for p in problems)
             recent_reasons.extend(problems)
             last_output = answer.text
-            # Every attempt that reaches here was rejected, so the attempt number counts rejections in a row.
-            if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK:
+            # Every attempt that reaches here was rejected, so the attempt number counts rejections in a row;
+            # the last model of the chain has nobody to hand over to and uses all its attempts.
+            if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK and index < len(chain) - 1:
                 break  # seed 002: after repeated rejections, the next model in the chain
     return plan_fail(plan=plan, reasons=reasons_all or ["no model answered"], actor_label=actor_label)
 

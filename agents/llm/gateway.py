@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from agents.llm.offline import OFFLINE_MODEL, offline_complete
+from agents.llm.offline import OFFLINE_MODEL, OFFLINE_MODELS, SLOPPY_MODEL, offline_complete, sloppy_complete
 from agents.models import LLMCall
 
 logger = logging.getLogger("planner.llm")
@@ -56,18 +56,22 @@ class ProviderAnswer:
     tokens_out: int = 0
 
 
-def model_chain(purpose: str) -> list[str]:
-    """The models to try for a purpose, strongest first (settings PLANNER_MODELS / FAST_MODELS)."""
+def model_chain(purpose: str, *, agent_models: str = "") -> list[str]:
+    """The models to try for a purpose, strongest first: the agent's own planner chain for planning, when
+    it has one, else settings PLANNER_MODELS / FAST_MODELS."""
     key = "fast" if purpose in FAST_PURPOSES else "planner"
+    own = [m.strip() for m in agent_models.split(",") if m.strip()]
+    if own and key == "planner":
+        return own
     return list(settings.LLM_MODELS.get(key) or [OFFLINE_MODEL])
 
 
 def provider_name(model: str) -> str:
-    return "offline" if model == OFFLINE_MODEL else "openai"
+    return "offline" if model in OFFLINE_MODELS else "openai"
 
 
-def offline_answer(purpose: str, messages: Sequence[Mapping[str, str]]) -> ProviderAnswer:
-    text = offline_complete(purpose, messages)
+def offline_answer(purpose: str, messages: Sequence[Mapping[str, str]], model: str = OFFLINE_MODEL) -> ProviderAnswer:
+    text = (sloppy_complete if model == SLOPPY_MODEL else offline_complete)(purpose, messages)
     # Offline "tokens" are words, so the call log and cost columns stay meaningful in the demo.
     return ProviderAnswer(
         text=text,
@@ -77,8 +81,8 @@ def offline_answer(purpose: str, messages: Sequence[Mapping[str, str]]) -> Provi
 
 
 def provider_complete(purpose: str, model: str, messages: Sequence[Mapping[str, str]]) -> ProviderAnswer:
-    if model == OFFLINE_MODEL:
-        return offline_answer(purpose, messages)
+    if model in OFFLINE_MODELS:
+        return offline_answer(purpose, messages, model)
     from agents.llm.openai_provider import openai_complete
 
     return openai_complete(model=model, messages=messages)
@@ -87,9 +91,9 @@ def provider_complete(purpose: str, model: str, messages: Sequence[Mapping[str, 
 async def provider_acomplete(
     purpose: str, model: str, messages: Sequence[Mapping[str, str]]
 ) -> ProviderAnswer:
-    if model == OFFLINE_MODEL:
+    if model in OFFLINE_MODELS:
         # Pure computation on the prompt, in milliseconds: not worth a thread.
-        return offline_answer(purpose, messages)
+        return offline_answer(purpose, messages, model)
     from agents.llm.openai_provider import openai_acomplete
 
     return await openai_acomplete(model=model, messages=messages)

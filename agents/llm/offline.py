@@ -807,3 +807,37 @@ _ANSWERS: Mapping[str, Callable[[Mapping[str, Any]], str]] = {
     "milestone": _answer_milestone,
     "decide": _answer_decide,
 }
+
+
+# -- a second offline model that errs like a small real model, for the demo and tests ----------------
+
+SLOPPY_MODEL = "offline-sloppy"
+OFFLINE_MODELS = (OFFLINE_MODEL, SLOPPY_MODEL)
+
+
+def sloppy_complete(purpose: str, messages: Sequence[Mapping[str, str]]) -> str:
+    """Like `offline_complete`, but its tool plans make the mistakes small models make, one per attempt:
+    an invented tool first, then a path that leaves the workspace, then right but with broken JSON
+    (which the repair pass mends). It shows the planner's rejection, reflection and fallback offline."""
+    answer = offline_complete(purpose, messages)
+    ctx = prompt_context(messages)
+    if purpose not in ("plan", "replan") or ctx.get("kind") != "tool":
+        return answer
+    attempt = len(_texts(ctx, "reasons"))
+    body = answer[answer.find("<json>") + len("<json>"):answer.rfind("</json>")]
+    try:
+        plan = json.loads(body)
+    except ValueError:
+        return answer
+    steps = plan.get("steps") if isinstance(plan, dict) else None
+    if not isinstance(steps, list) or not steps or not isinstance(steps[0], dict):
+        return answer
+    if attempt == 0:
+        steps[0]["tool"] = "file.open"  # an invented tool
+        return f"Sure! Here is my plan:\n{json.dumps(plan)}\nLet me know if you need anything else."
+    if attempt == 1:
+        tool_input = steps[0].get("input")
+        if isinstance(tool_input, dict) and "path" in tool_input:
+            tool_input["path"] = "../" + str(tool_input["path"])  # reaching outside the workspace
+        return f"```json\n{json.dumps(plan, indent=2)}\n```"
+    return "<json>" + json.dumps(plan).replace("]}", "],}", 1) + "</json>"  # a trailing comma

@@ -125,3 +125,28 @@ def test_plan_page_shows_attempts_hints_calls_and_restatement(chain: LLMTestServ
     assert "Keep paths relative to the workspace" in html  # reflection hints
     assert "big-model" in html and "small-model" in html and "fast-model" in html  # the calls behind the plan
     assert html.count("Rejected ·") == 2
+
+
+def test_agent_chain_with_sloppy_model_shows_rejections_then_fallback() -> None:
+    agent = tool_agent()
+    agent.planner_models = "offline-sloppy,offline-rules"
+    agent.save()
+    (agent.workspace / "notes.txt").write_text("One. Two. Three.")
+    plan = plan_generate(agent=agent, goal_text="Summarize the notes")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.model == "offline-rules"
+    reasons = list(plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).order_by("pk").values_list("reason", flat=True))
+    assert len(reasons) == 2
+    assert "unknown tool 'file.open'" in reasons[0]
+    assert "escapes the workspace" in reasons[1]
+    assert LLMCall.objects.filter(plan=plan, purpose="reflect").count() == 2
+
+
+def test_last_model_of_the_chain_gets_three_attempts_and_repair_saves_the_third() -> None:
+    agent = tool_agent()
+    agent.planner_models = "offline-sloppy"
+    agent.save()
+    plan = plan_generate(agent=agent, goal_text="Convert data.csv to JSON")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.model == "offline-sloppy"
+    assert plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).count() == 2
+    flags = plan.events.get(kind=PlanEvent.Kind.VALIDATED).detail["flags"]
+    assert any("trailing comma" in f for f in flags)

@@ -45,6 +45,12 @@ TOOL_AGENTS: list[dict[str, Any]] = [
         },
         "goal": "Write a report from the notes",
     },
+    {
+        "name": "Intern", "backstory": "New on the team; plans with a small model first, a stronger one as fallback.",
+        "planner_models": "offline-sloppy,offline-rules",
+        "files": {"notes/ideas.txt": "Ship CSV export. Add dark mode. Fix the flaky login test. Write the docs."},
+        "goal": "Summarize the notes",
+    },
 ]
 
 
@@ -75,6 +81,7 @@ class Command(BaseCommand):
             for spec in TOOL_AGENTS:
                 agent, created = Agent.objects.get_or_create(name=spec["name"], defaults={
                     "backstory": spec["backstory"], "kind": Agent.Kind.TOOL, "cycle_interval": options["interval"],
+                    "planner_models": spec.get("planner_models", ""),
                 })
                 if not created:
                     continue
