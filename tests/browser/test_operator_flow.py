@@ -186,10 +186,10 @@ def test_dashboard_lists_every_agent(login: Login, server: Server, tmp_path: Pat
     page = login(OPERATOR)
     open_live(page, "/")
     rows = page.locator("#agent-rows tr.agent-row")
-    expect(rows).to_have_count(6)
-    for name in ("Alice", "Bob", "Jenbina", "Marco", "Archivist", "Reporter"):
+    expect(rows).to_have_count(7)
+    for name in ("Alice", "Bob", "Jenbina", "Marco", "Archivist", "Reporter", "Intern"):
         expect(rows.filter(has=page.get_by_role("link", name=name, exact=True))).to_have_count(1)
-    expect(page.locator("#dashboard-counts")).to_contain_text("6 agents")
+    expect(page.locator("#dashboard-counts")).to_contain_text("7 agents")
     bob = rows.filter(has=page.get_by_role("link", name="Bob", exact=True))
     expect(bob).to_contain_text("Paused")
     expect(bob).to_contain_text("step 2 awaits approval")

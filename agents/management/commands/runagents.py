@@ -6,6 +6,7 @@ import asyncio
 import signal
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from agents.runner import Runner
@@ -31,5 +32,8 @@ class Command(BaseCommand):
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, runner.stop)
         self.stdout.write(f"runner {runner.id} started")
+        if "InMemoryChannelLayer" in settings.CHANNEL_LAYERS["default"]["BACKEND"]:
+            self.stderr.write("warning: no REDIS_URL, so this runner's changes reach open pages only on their next "
+                              "reload or reconnect; set REDIS_URL to push them live.")
         await runner.run()
         self.stdout.write(f"runner {runner.id} stopped after {sum(runner.done.values())} cycles")
