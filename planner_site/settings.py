@@ -95,7 +95,9 @@ TEMPLATES = [
 
 SQLITE_PATH = Path(os.environ.get("SQLITE_PATH", VAR_DIR / "planner.sqlite3"))
 if os.environ.get("DATABASE_URL"):
-    DATABASES: dict[str, Any] = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60)}
+    DATABASES: dict[str, Any] = {
+        "default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")))
+    }
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get("TEST_DATABASE_NAME", "test_planner")
 else:
     DATABASES = {

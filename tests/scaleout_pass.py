@@ -32,7 +32,10 @@ def main() -> int:
         print("=" * 70 + f"\n{message}\n" + "=" * 70)
         return 0
     print("=" * 70 + "\nScale-out pass: the suite on PostgreSQL + Redis\n" + "=" * 70, flush=True)
-    env = dict(os.environ, DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, CHANNELS_PREFIX="planner-test")
+    # Connections closed after each use: worker threads of async tests would otherwise keep the test
+    # database open past the run and block dropping it.
+    env = dict(os.environ, DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, CHANNELS_PREFIX="planner-test",
+               DB_CONN_MAX_AGE="0")
     args = [sys.executable, "-m", "pytest", *sys.argv[1:]]
     return subprocess.call(args, env=env)
 
