@@ -113,7 +113,7 @@ class Runner:
     async def drive(self, agent_id: int) -> None:
         try:
             what = await sync_to_async(cycle_run, thread_sensitive=False, executor=self.executor)(agent_id, self.id)
-            logger.info("agent %s: %s", agent_id, what)
+            logger.debug("agent %s: %s", agent_id, what)
         except Exception:  # one agent's broken cycle must never stop the others
             logger.exception("cycle of agent %s failed", agent_id)
         finally:

@@ -155,3 +155,29 @@ def test_pages_send_a_content_security_policy_with_script_nonce(viewer_client: C
     assert "script-src 'self' 'nonce-" in policy and "object-src 'none'" in policy
     nonce = policy.split("'nonce-")[1].split("'")[0]
     assert f'nonce="{nonce}"' in response.content.decode()  # htmx and our script carry it; nothing else runs
+
+
+def test_plan_and_agent_pages_query_count_does_not_grow_with_steps(viewer_client: Client, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
+    from tests.factories import ExperienceFactory, GoalSampleFactory, LLMCallFactory, PlanEventFactory
+
+    plan = PlanFactory()
+
+    def grow(n: int) -> None:
+        steps = PlanStepFactory.create_batch(n, plan=plan)
+        for step in steps:
+            PlanEventFactory(plan=plan, step=step)
+            LLMCallFactory(plan=plan, agent=plan.agent)
+            ExperienceFactory(agent=plan.agent, step=step)
+            GoalSampleFactory(goal=plan.goal)
+
+    grow(2)
+    urls = [reverse("plan-detail", args=[plan.pk]), reverse("agent-detail", args=[plan.agent.pk])]
+    counts = []
+    for url in urls:
+        with django_assert_max_num_queries(25) as captured:
+            assert viewer_client.get(url).status_code == 200
+        counts.append(len(captured.captured_queries))
+    grow(15)
+    for url, count in zip(urls, counts, strict=True):
+        with django_assert_max_num_queries(count):
+            viewer_client.get(url)

@@ -109,6 +109,7 @@ class Command(BaseCommand):
             lines.append(f"  {username:<9} {password}")
         if lines:
             self.stdout.write(self.style.WARNING(
-                "Log in at http://127.0.0.1:8000/accounts/login/ with (printed once, not stored):\n" + "\n".join(lines)
+                "Log in at /accounts/login/ (http://127.0.0.1:8000 by default) with these passwords, printed once "
+                "and stored nowhere:\n" + "\n".join(lines)
                 + "\nForgot it? `make password` (or `python manage.py changepassword admin`)."
             ))
