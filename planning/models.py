@@ -58,6 +58,7 @@ class Plan(models.Model):
         ordering = ["-created_at"]
         indexes = [
             models.Index(fields=["agent", "status"], name="plan_agent_status_idx"),  # an agent's open plan
+            models.Index(fields=["agent", "-created_at"], name="plan_agent_latest_idx"),  # the dashboard's latest plan
         ]
         permissions = [("decide_plan", "Can approve, decline and edit plans and steps")]
 

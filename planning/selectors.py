@@ -40,21 +40,29 @@ def plan_current_step(plan: Plan, steps: list[PlanStep]) -> PlanStep | None:
 def dashboard_rows(*, agent_ids: list[int] | None = None) -> list[AgentRow]:
     """One row per agent with its latest plan, current step and progress: four queries in all."""
     latest = Plan.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-pk").values("pk")[:1]
-    agents_qs = Agent.objects.annotate(latest_plan_id=Subquery(latest)).prefetch_related(
-        Prefetch("needs", queryset=Need.objects.order_by("name"))
+    # Only the columns a row shows: building model instances (and decoding JSON) is this page's main cost.
+    agents_qs = (
+        Agent.objects.only("name", "kind", "status", "waiting_reason", "cycle_count")
+        .annotate(latest_plan_id=Subquery(latest))
+        .prefetch_related(Prefetch("needs", queryset=Need.objects.only("agent_id", "name", "satisfaction").order_by("name")))
     )
     if agent_ids is not None:
         agents_qs = agents_qs.filter(pk__in=agent_ids)
     agents = list(agents_qs)
     plan_ids = [a.latest_plan_id for a in agents if a.latest_plan_id]  # type: ignore[attr-defined]
-    plans = {p.pk: p for p in Plan.objects.filter(pk__in=plan_ids).prefetch_related("steps")}
+    steps = PlanStep.objects.only("plan_id", "key", "position", "description", "status")
+    plans = {
+        p.pk: p
+        for p in Plan.objects.filter(pk__in=plan_ids).only("agent_id", "goal_text", "version", "status")
+        .prefetch_related(Prefetch("steps", queryset=steps))
+    }
     rows = []
     for agent in agents:
         plan = plans.get(agent.latest_plan_id)  # type: ignore[attr-defined]
-        steps = list(plan.steps.all()) if plan else []
+        plan_steps = list(plan.steps.all()) if plan else []
         rows.append(AgentRow(
-            agent=agent, plan=plan, step=plan_current_step(plan, steps) if plan else None,
-            done=sum(1 for s in steps if s.is_done), total=len(steps), needs=list(agent.needs.all()),
+            agent=agent, plan=plan, step=plan_current_step(plan, plan_steps) if plan else None,
+            done=sum(1 for s in plan_steps if s.is_done), total=len(plan_steps), needs=list(agent.needs.all()),
         ))
     return rows
 
