@@ -184,12 +184,15 @@ def agent_status_view(request: HttpRequest, pk: int) -> HttpResponse:
 def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
     agent = get_object_or_404(Agent, pk=pk)
     form = GoalForm(request.POST)
+    # A plain form on the agent page: the outcome, good or bad, is shown there after the redirect.
     if not form.is_valid():
-        return decision_refused(request, form_errors(form), status=400)
+        messages.error(request, form_errors(form))
+        return redirect(agent)
     try:
         services.agent_give_goal(agent=agent, user=request.user, description=form.cleaned_data["description"],  # type: ignore[arg-type]
                                  horizon=form.cleaned_data["horizon"])
     except services.DecisionError as exc:
-        return decision_refused(request, str(exc))
+        messages.error(request, str(exc))
+        return redirect(agent)
     messages.success(request, "Goal given; the agent plans it next cycle.")
     return redirect(agent)

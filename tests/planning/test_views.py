@@ -181,3 +181,14 @@ def test_plan_and_agent_pages_query_count_does_not_grow_with_steps(viewer_client
     for url, count in zip(urls, counts, strict=True):
         with django_assert_max_num_queries(count):
             viewer_client.get(url)
+
+
+def test_give_goal_errors_are_shown_on_the_agent_page(operator_client: Client) -> None:
+    agent = AgentFactory(kind="tool")
+    response = operator_client.post(reverse("agent-goal", args=[agent.pk]), {"description": "   ", "horizon": "short_term"},
+                                    follow=True)
+    assert "Goal: This field is required." in response.content.decode()
+    response = operator_client.post(reverse("agent-goal", args=[agent.pk]), {"description": "x", "horizon": "forever"},
+                                    follow=True)
+    assert "Select a valid choice" in response.content.decode()
+    assert not agent.goals.exists()
