@@ -1,5 +1,6 @@
-"""Several `runagents` processes on one database: leases keep each agent with one runner at a time, and
-a killed runner's agents are taken over once its leases expire. Runs on SQLite and on PostgreSQL."""
+"""`runagents` processes on one database: leases keep each agent with one runner at a time, a killed
+runner's agents are taken over once its leases expire, and a runner process plans through a real
+OpenAI-compatible server. Runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from agents.models import Agent, Experience
-from tests.factories import AgentFactory, NeedFactory
+from agents.models import Agent, Experience, LLMCall
+from planning.models import Plan
+from tests.factories import AgentFactory, GoalFactory, NeedFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,3 +85,28 @@ def test_killed_runner_leases_expire_and_another_runner_continues(tmp_path: Path
         agent.refresh_from_db()
         assert agent.cycle_count >= before[agent.pk] + 2
         assert agent.lease_owner == ""
+
+
+def test_runner_process_plans_with_an_openai_compatible_server(tmp_path: Path) -> None:
+    """The runner in its own process, the real `openai` client, HTTP to a local model server."""
+    from tests.llm_server import LLMTestServer, answer
+
+    agent = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0, name="Remote")
+    GoalFactory(agent=agent, description="List the workspace", source_needs=[])
+    restate = '<json>{"who": "Remote", "what": "list files", "when": "now", "where": "workspace", "why": "asked"}</json>'
+    plan_text = ('<json>{"goal": "List the workspace", "steps": [{"id": "1", "tool": "file.list", "intent": '
+                 '"List the files", "input": {"path": "."}, "requiresPermission": false}]}</json>')
+    with LLMTestServer() as server:
+        server.script("remote-fast", answer(restate, tokens_in=31, tokens_out=17))
+        server.script("remote-planner", answer(plan_text, tokens_in=250, tokens_out=60))
+        env = runner_env(tmp_path, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="k",
+                         PLANNER_MODELS="remote-planner", FAST_MODELS="remote-fast")
+        proc = runagents(env, "--cycles", "1")
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert len(server.requests_for("remote-planner")) == 1
+    plan = Plan.objects.get(agent=agent)
+    assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.model == "remote-planner"
+    assert plan.who == "Remote"
+    call = LLMCall.objects.get(plan=plan, purpose="plan")
+    assert (call.model, call.provider, call.tokens_in, call.tokens_out) == ("remote-planner", "openai", 250, 60)
