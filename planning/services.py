@@ -123,6 +123,25 @@ def step_decline(*, step: PlanStep, user: User, feedback: str) -> PlanEvent:
 
 
 @transaction.atomic
+def step_skip(*, step: PlanStep, user: User, reason: str = "") -> PlanEvent:
+    """Skip a step that has not started; steps depending on it may then run."""
+    step = PlanStep.objects.select_for_update().select_related("plan").get(pk=step.pk)
+    if step.status not in (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL) or not step.plan.is_open:
+        raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only steps not yet started "
+                            "can be skipped. Nothing was changed.")
+    step_move(step=step, status=PlanStep.Status.SKIPPED)
+    step.save(update_fields=["status", "updated_at"])
+    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason="")
+    plan = step.plan
+    event = event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_EDITED, actor=user,
+                         reason=reason or f"skipped step {step.key}", detail={"skipped": step.key})
+    if plan.status == Plan.Status.ACTIVE and not plan.steps.exclude(
+            status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED]).exists():
+        plan_complete(plan=plan, runner=actor_name(user))
+    return event
+
+
+@transaction.atomic
 def plan_replan_request(*, plan: Plan, user: User, reason: str) -> PlanEvent:
     """An operator asks for a new version of an active plan; the runner replans next cycle."""
     reason = reason.strip()

@@ -16,4 +16,5 @@ urlpatterns = [
     path("steps/<int:pk>/approve/", views.step_approve_view, name="step-approve"),
     path("steps/<int:pk>/decline/", views.step_decline_view, name="step-decline"),
     path("steps/<int:pk>/edit/", views.step_edit_view, name="step-edit"),
+    path("steps/<int:pk>/skip/", views.step_skip_view, name="step-skip"),
 ]

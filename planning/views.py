@@ -132,6 +132,19 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
     return plan_sections(request, step.plan, f"Step {step.key} declined; the agent replans with your feedback.")
 
 
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def step_skip_view(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    form = ReasonForm(request.POST)
+    form.is_valid()
+    try:
+        services.step_skip(step=step, user=request.user, reason=form.cleaned_data.get("reason", ""))  # type: ignore[arg-type]
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    return plan_sections(request, step.plan, f"Step {step.key} skipped.")
+
+
 @require_http_methods(["GET", "POST"])
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def step_edit_view(request: HttpRequest, pk: int) -> HttpResponse:

@@ -142,3 +142,17 @@ def test_completing_last_step_completes_plan_and_advances_goal() -> None:
     goal.refresh_from_db()
     assert step.plan.status == Plan.Status.COMPLETED
     assert goal.progress == pytest.approx(before + 0.3)
+
+
+def test_step_skip_releases_dependents_and_is_recorded(operator: object) -> None:
+    plan = PlanFactory()
+    first = PlanStepFactory(plan=plan, key="a", status=PlanStep.Status.AWAITING_APPROVAL)
+    PlanStepFactory(plan=plan, key="b", depends_on=["a"])
+    event = services.step_skip(step=first, user=operator, reason="not needed today")
+    first.refresh_from_db()
+    assert first.status == PlanStep.Status.SKIPPED and event.reason == "not needed today"
+    from planning.engine.schedule import steps_runnable
+
+    assert steps_runnable([(s.key, s.status, s.depends_on) for s in plan.steps.all()]) == ["b"]
+    with pytest.raises(services.DecisionError, match="only steps not yet started"):
+        services.step_skip(step=first, user=operator)
