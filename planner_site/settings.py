@@ -6,6 +6,7 @@ Scale-out: DATABASE_URL (PostgreSQL) and REDIS_URL (channels-redis) switch both.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import warnings
@@ -189,13 +190,26 @@ OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 LLM_TIMEOUT_SECONDS = float(os.environ.get("LLM_TIMEOUT_SECONDS", "60"))
 LLM_MAX_RETRIES = int(os.environ.get("LLM_MAX_RETRIES", "2"))
 _default_chain = "offline-rules" if not OPENAI_BASE_URL else os.environ.get("LLM_MODEL", "gpt-4o-mini")
+
+
+def model_list(text: str) -> list[str]:
+    return [m.strip() for m in text.split(",") if m.strip()]
+
+
+# Chains by group: "planner" (plan, replan) and "fast" (restate, reflect, goals, milestone, decide) ...
 LLM_MODELS = {
-    purpose: [m.strip() for m in os.environ.get(f"{purpose.upper()}_MODELS", fallback).split(",") if m.strip()]
-    for purpose, fallback in {
-        "planner": _default_chain,
-        "fast": os.environ.get("FAST_MODELS", _default_chain),
-    }.items()
+    "planner": model_list(os.environ.get("PLANNER_MODELS", _default_chain)),
+    "fast": model_list(os.environ.get("FAST_MODELS", _default_chain)),
 }
+# ... and, where set, one purpose's own chain: RESTATE_MODELS, PLAN_MODELS, REPLAN_MODELS, REFLECT_MODELS,
+# GOALS_MODELS, MILESTONE_MODELS, DECIDE_MODELS.
+LLM_PURPOSE_MODELS = {
+    purpose: model_list(os.environ[f"{purpose.upper()}_MODELS"])
+    for purpose in ("restate", "plan", "replan", "reflect", "goals", "milestone", "decide")
+    if os.environ.get(f"{purpose.upper()}_MODELS")
+}
+# USD per million tokens in and out, per model, e.g. {"gpt-4o-mini": [0.15, 0.6]}: fills LLMCall.cost.
+LLM_PRICES = json.loads(os.environ.get("LLM_PRICES", "{}"))
 PLAN_MAX_STEPS = int(os.environ.get("PLAN_MAX_STEPS", "20"))
 PLAN_ATTEMPTS_PER_MODEL = 3
 PLAN_REJECTIONS_BEFORE_FALLBACK = 2

@@ -58,12 +58,13 @@ class ProviderAnswer:
 
 def model_chain(purpose: str, *, agent_models: str = "") -> list[str]:
     """The models to try for a purpose, strongest first: the agent's own planner chain for planning, when
-    it has one, else settings PLANNER_MODELS / FAST_MODELS."""
+    it has one, else the purpose's own chain (e.g. REFLECT_MODELS), else PLANNER_MODELS / FAST_MODELS."""
     key = "fast" if purpose in FAST_PURPOSES else "planner"
     own = [m.strip() for m in agent_models.split(",") if m.strip()]
     if own and key == "planner":
         return own
-    return list(settings.LLM_MODELS.get(key) or [OFFLINE_MODEL])
+    by_purpose = getattr(settings, "LLM_PURPOSE_MODELS", {}).get(purpose)
+    return list(by_purpose or settings.LLM_MODELS.get(key) or [OFFLINE_MODEL])
 
 
 def provider_name(model: str) -> str:

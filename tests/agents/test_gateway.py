@@ -363,3 +363,14 @@ async def test_openai_client_is_per_loop_and_per_settings(
     assert asyncio.get_running_loop() not in openai_provider._loops
     llm_server.script("m1", answer("after close"))
     assert (await openai_acomplete(model="m1", messages=MESSAGES)).text == "after close"  # a fresh client
+
+
+def test_a_purpose_can_have_its_own_chain(settings: Settings) -> None:
+    from agents.llm.gateway import model_chain
+
+    settings.LLM_MODELS = {"planner": ["big"], "fast": ["small"]}
+    settings.LLM_PURPOSE_MODELS = {"reflect": ["critic", "small"]}
+    assert model_chain("reflect") == ["critic", "small"]
+    assert model_chain("restate") == ["small"]
+    assert model_chain("plan") == ["big"]
+    assert model_chain("plan", agent_models="mine, backup") == ["mine", "backup"]
