@@ -1,6 +1,6 @@
 """The LLM gateway and the OpenAI-compatible provider, with the real `openai` client over HTTP.
 
-The `llm_server` fixture (tests/agents/conftest.py) scripts a local server per model name and sets a
+The `llm_server` fixture (tests/llm_fixtures.py) scripts a local server per model name and sets a
 0.5 s timeout with one retry, so a timeout costs about a second and a retry shows as two requests.
 """
 
@@ -366,8 +366,6 @@ async def test_openai_client_is_per_loop_and_per_settings(
 
 
 def test_a_purpose_can_have_its_own_chain(settings: Settings) -> None:
-    from agents.llm.gateway import model_chain
-
     settings.LLM_MODELS = {"planner": ["big"], "fast": ["small"]}
     settings.LLM_PURPOSE_MODELS = {"reflect": ["critic", "small"]}
     assert model_chain("reflect") == ["critic", "small"]
