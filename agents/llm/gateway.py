@@ -2,8 +2,8 @@
 
 Providers: the built-in offline rules model (the default, deterministic, no network) and any
 OpenAI-compatible server through the `openai` SDK. A chain of models is tried in order; a model that
-errors hands over to the next one. `llm_complete` is for sync code (services, the runner's agent threads);
-`allm_complete` is the same for code already on an event loop.
+errors hands over to the next one. `llm_complete` is called from sync code (services, the runner's agent
+threads); an HTTP model's answer is still awaited on the runner's event loop (see openai_provider).
 """
 
 from __future__ import annotations
@@ -89,17 +89,6 @@ def provider_complete(purpose: str, model: str, messages: Sequence[Mapping[str, 
     return openai_complete(model=model, messages=messages)
 
 
-async def provider_acomplete(
-    purpose: str, model: str, messages: Sequence[Mapping[str, str]]
-) -> ProviderAnswer:
-    if model in OFFLINE_MODELS:
-        # Pure computation on the prompt, in milliseconds: not worth a thread.
-        return offline_answer(purpose, messages, model)
-    from agents.llm.openai_provider import openai_acomplete
-
-    return await openai_acomplete(model=model, messages=messages)
-
-
 def error_text(exc: BaseException) -> str:
     """`Type: message`, plus the cause the SDK hides behind e.g. "Connection error."."""
     text = f"{type(exc).__name__}: {exc}"
@@ -175,38 +164,6 @@ def llm_complete(
             continue
         latency = _elapsed_ms(started)
         call = LLMCall.objects.create(**_call_fields(
-            purpose=purpose, model=model, messages=messages, agent_id=agent_id, plan_id=plan_id,
-            latency_ms=latency, answer=answer,
-        ))
-        return _result(model, answer, call, latency)
-    raise _chain_error(errors)
-
-
-async def allm_complete(
-    *,
-    purpose: str,
-    messages: Sequence[Mapping[str, str]],
-    models: Sequence[str] | None = None,
-    agent_id: int | None = None,
-    plan_id: int | None = None,
-) -> LLMResult:
-    """`llm_complete` for async code: awaits the provider on the running loop, writes with the async ORM."""
-    chain = list(models) if models else model_chain(purpose)
-    errors: list[str] = []
-    for model in chain:
-        started = time.perf_counter()
-        try:
-            answer = await provider_acomplete(purpose, model, messages)
-        except Exception as exc:  # any provider failure hands over to the next model
-            latency = _elapsed_ms(started)
-            error = _failed(purpose, model, exc, errors)
-            await LLMCall.objects.acreate(**_call_fields(
-                purpose=purpose, model=model, messages=messages, agent_id=agent_id, plan_id=plan_id,
-                latency_ms=latency, error=error,
-            ))
-            continue
-        latency = _elapsed_ms(started)
-        call = await LLMCall.objects.acreate(**_call_fields(
             purpose=purpose, model=model, messages=messages, agent_id=agent_id, plan_id=plan_id,
             latency_ms=latency, answer=answer,
         ))

@@ -17,7 +17,7 @@ from asgiref.sync import sync_to_async
 from pytest_django.fixtures import Settings
 
 from agents.llm import openai_provider
-from agents.llm.gateway import LLMError, allm_complete, llm_complete, model_chain
+from agents.llm.gateway import LLMError, llm_complete, model_chain
 from agents.llm.offline import OFFLINE_MODEL
 from agents.llm.openai_provider import openai_aclose_clients, openai_acomplete, openai_client, openai_complete
 from agents.models import LLMCall
@@ -275,21 +275,6 @@ def test_llm_complete_cost_from_llm_prices(llm_server: LLMTestServer, settings: 
     calls = calls_by_model()
     assert calls["m1"][0].cost == Decimal("0.006")  # 1000 * 2 / 1e6 + 500 * 8 / 1e6
     assert calls["m2"][0].cost is None  # no price for m2
-
-
-# -- the async gateway -----------------------------------------------------------------------------
-
-
-@pytest.mark.django_db(transaction=True)
-async def test_allm_complete_answers_and_falls_back(llm_server: LLMTestServer) -> None:
-    llm_server.script("broken", malformed())
-    llm_server.script("m2", answer("async answer", tokens_in=3, tokens_out=2))
-
-    result = await allm_complete(purpose="plan", messages=MESSAGES, models=["broken", "m2"])
-
-    assert (result.model, result.text, result.tokens_in) == ("m2", "async answer", 3)
-    calls = [c async for c in LLMCall.objects.order_by("pk")]
-    assert [(c.model, bool(c.error)) for c in calls] == [("broken", True), ("m2", False)]
 
 
 # -- clients and event loops -----------------------------------------------------------------------
