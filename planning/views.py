@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
+from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -62,6 +64,20 @@ def plan_sections(request: HttpRequest, plan: Plan, note: str) -> HttpResponse:
     return render(request, "planning/plan_live.html", context)
 
 
+def decision_apply(request: HttpRequest, plan: Plan, note: str, decide: Callable[[], object]) -> HttpResponse:
+    """Apply one operator decision through its service: the refreshed plan, or a clear refusal."""
+    try:
+        decide()
+    except services.DecisionError as exc:
+        return decision_refused(request, str(exc))
+    return plan_sections(request, plan, note)
+
+
+def operator(request: HttpRequest) -> User:
+    """The signed-in operator (login and the decide permission are checked before any view runs)."""
+    return cast(User, request.user)
+
+
 def form_errors(form: Any) -> str:
     return " ".join(f"{form.fields[f].label if f in form.fields else f}: {' '.join(e)}" for f, e in form.errors.items())
 
@@ -73,11 +89,10 @@ def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
     form = ApproveplanForm(request.POST)
     if not form.is_valid():
         return decision_refused(request, form_errors(form), status=400)
-    try:
-        services.plan_approve(plan=plan, user=request.user, mode=form.cleaned_data["mode"])  # type: ignore[arg-type]
-    except services.DecisionError as exc:
-        return decision_refused(request, str(exc))
-    return plan_sections(request, plan, f"Plan v{plan.version} approved.")
+    return decision_apply(
+        request, plan, f"Plan v{plan.version} approved.",
+        lambda: services.plan_approve(plan=plan, user=operator(request), mode=form.cleaned_data["mode"]),
+    )
 
 
 @require_POST
@@ -86,11 +101,10 @@ def plan_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     plan = get_object_or_404(Plan, pk=pk)
     form = ReasonForm(request.POST)
     form.is_valid()
-    try:
-        services.plan_cancel(plan=plan, user=request.user, reason=form.cleaned_data.get("reason", ""))  # type: ignore[arg-type]
-    except services.DecisionError as exc:
-        return decision_refused(request, str(exc))
-    return plan_sections(request, plan, f"Plan v{plan.version} cancelled.")
+    return decision_apply(
+        request, plan, f"Plan v{plan.version} cancelled.",
+        lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
+    )
 
 
 @require_POST
@@ -100,22 +114,20 @@ def plan_replan_view(request: HttpRequest, pk: int) -> HttpResponse:
     form = ReplanForm(request.POST)
     if not form.is_valid():
         return decision_refused(request, form_errors(form), status=400)
-    try:
-        services.plan_replan_request(plan=plan, user=request.user, reason=form.cleaned_data["reason"])  # type: ignore[arg-type]
-    except services.DecisionError as exc:
-        return decision_refused(request, str(exc))
-    return plan_sections(request, plan, "Replan requested; the agent makes a new version next cycle.")
+    return decision_apply(
+        request, plan, "Replan requested; the agent makes a new version next cycle.",
+        lambda: services.plan_replan_request(plan=plan, user=operator(request), reason=form.cleaned_data["reason"]),
+    )
 
 
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def step_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
-    try:
-        services.step_approve(step=step, user=request.user)  # type: ignore[arg-type]
-    except services.DecisionError as exc:
-        return decision_refused(request, str(exc))
-    return plan_sections(request, step.plan, f"Step {step.key} approved.")
+    return decision_apply(
+        request, step.plan, f"Step {step.key} approved.",
+        lambda: services.step_approve(step=step, user=operator(request)),
+    )
 
 
 @require_POST
@@ -125,11 +137,10 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
     form = DeclineForm(request.POST)
     if not form.is_valid():
         return decision_refused(request, "Feedback is required to decline a step. Nothing was changed.", status=400)
-    try:
-        services.step_decline(step=step, user=request.user, feedback=form.cleaned_data["feedback"])  # type: ignore[arg-type]
-    except services.DecisionError as exc:
-        return decision_refused(request, str(exc))
-    return plan_sections(request, step.plan, f"Step {step.key} declined; the agent replans with your feedback.")
+    return decision_apply(
+        request, step.plan, f"Step {step.key} declined; the agent replans with your feedback.",
+        lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
+    )
 
 
 @require_POST
@@ -138,11 +149,10 @@ def step_skip_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
     form = ReasonForm(request.POST)
     form.is_valid()
-    try:
-        services.step_skip(step=step, user=request.user, reason=form.cleaned_data.get("reason", ""))  # type: ignore[arg-type]
-    except services.DecisionError as exc:
-        return decision_refused(request, str(exc))
-    return plan_sections(request, step.plan, f"Step {step.key} skipped.")
+    return decision_apply(
+        request, step.plan, f"Step {step.key} skipped.",
+        lambda: services.step_skip(step=step, user=operator(request), reason=form.cleaned_data.get("reason", "")),
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -154,7 +164,7 @@ def step_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
         if form.is_valid():
             changes = {k: v for k, v in form.cleaned_data.items() if k != "reason"}
             try:
-                services.step_edit(step=step, user=request.user, changes=changes,  # type: ignore[arg-type]
+                services.step_edit(step=step, user=operator(request), changes=changes,
                                    reason=form.cleaned_data["reason"])
             except services.DecisionError as exc:
                 form.add_error(None, str(exc))
@@ -182,7 +192,7 @@ def agent_status_view(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return decision_refused(request, form_errors(form), status=400)
     try:
-        services.agent_set_status(agent=agent, user=request.user, status=form.cleaned_data["status"])  # type: ignore[arg-type]
+        services.agent_set_status(agent=agent, user=operator(request), status=form.cleaned_data["status"])
     except services.DecisionError as exc:
         return decision_refused(request, str(exc))
     note = f"{agent.name} is now {form.cleaned_data['status']}."
@@ -202,7 +212,7 @@ def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, form_errors(form))
         return redirect(agent)
     try:
-        services.agent_give_goal(agent=agent, user=request.user, description=form.cleaned_data["description"],  # type: ignore[arg-type]
+        services.agent_give_goal(agent=agent, user=operator(request), description=form.cleaned_data["description"],
                                  horizon=form.cleaned_data["horizon"])
     except services.DecisionError as exc:
         messages.error(request, str(exc))
