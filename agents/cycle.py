@@ -19,14 +19,16 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.llm.gateway import LLMError, llm_complete
-from agents.models import Agent, Experience, Need
+from agents.models import Agent, Experience, Lesson, Need
 from agents.tools import ToolError, tool_run
 from agents.world import (
     ACTIONS,
     SIM_HOURS_PER_CYCLE,
     action_apply,
     action_choose,
+    action_lesson,
     action_needs_permission,
+    emotions_update,
     needs_decay,
     urgent_need,
 )
@@ -173,6 +175,12 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
             outcome=outcome.outcome,
         )
         goals_update(agent=agent, hours=hours, need_deltas=outcome.need_deltas)
+        lesson = None if outcome.succeeded else action_lesson(action, needs)
+        if lesson and not Lesson.objects.filter(agent=agent, description=lesson).exists():
+            Lesson.objects.create(agent=agent, description=lesson, source_experience=experience)
+        after = {n: max(0.0, min(1.0, v + outcome.need_deltas.get(n, 0.0))) for n, v in needs.items()}
+        Agent.objects.filter(pk=agent.pk).update(emotions=emotions_update(
+            agent.emotions, needs=after, succeeded=outcome.succeeded, followed_plan=followed))
         if plan is not None and step is not None and suggested is not None:
             step_progress(step=step, plan=plan, runner=runner, followed=followed, succeeded=outcome.succeeded,
                           outcome=outcome.outcome, override_reason=override_reason, experience_id=experience.pk)

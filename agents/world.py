@@ -97,3 +97,34 @@ def action_choose(*, suggested: str | None, needs: Mapping[str, float]) -> tuple
 def needs_decay(needs: Mapping[str, tuple[float, float]], hours: float) -> dict[str, float]:
     """Satisfaction after `hours`, from (satisfaction, decay per hour) pairs."""
     return {name: max(0.0, round(value - rate * hours, 4)) for name, (value, rate) in needs.items()}
+
+
+def action_lesson(action: str, needs: Mapping[str, float]) -> str | None:
+    """What a failed action teaches (seed 000's lessons): which need stood in the way, and by how much."""
+    spec = ACTIONS.get(action)
+    if spec is None:
+        return None
+    missing = [(n, minimum) for n, minimum in spec.requires.items() if needs.get(n, 1.0) < minimum]
+    if not missing:
+        return None
+    need, minimum = missing[0]
+    return f"To {spec.name} I need {need} at {minimum:.0%} or more."
+
+
+def emotions_update(emotions: Mapping[str, float], *, needs: Mapping[str, float], succeeded: bool,
+                    followed_plan: bool) -> dict[str, float]:
+    """Emotions drift toward what the needs and the last outcome say: low needs worry, success satisfies,
+    following a plan that works gives hope. Each moves a quarter of the way per cycle, so moods linger."""
+    lowest = min(needs.values(), default=1.0)
+    mean = sum(needs.values()) / len(needs) if needs else 1.0
+    targets = {
+        "worry": 1.0 - lowest,
+        "contentment": mean,
+        "frustration": 0.2 if succeeded else 0.8,
+        "hope": 0.7 if followed_plan and succeeded else 0.3,
+    }
+    moved = dict(emotions)
+    for name, target in targets.items():
+        current = float(emotions.get(name, 0.5))
+        moved[name] = round(current + (target - current) * 0.25, 3)
+    return moved

@@ -205,3 +205,14 @@ def test_step_left_running_by_a_dead_runner_counts_as_a_failed_try() -> None:
     assert step.retries == 1
     assert step.status == PlanStep.Status.COMPLETED  # retried at once by the new runner
     assert plan.events.filter(kind=PlanEvent.Kind.STEP_RETRIED, reason__contains="interrupted").exists()
+
+
+def test_failed_action_teaches_a_lesson_once_and_moods_follow_needs() -> None:
+    agent = AgentFactory(kind=Agent.Kind.PERSONA, emotions={"worry": 0.1})
+    NeedFactory(agent=agent, name="hunger", satisfaction=0.05, decay_per_hour=0)
+    NeedFactory(agent=agent, name="money", satisfaction=0.0, decay_per_hour=0)
+    for _ in range(3):  # urgent hunger -> "eat", which needs money she does not have
+        agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert list(agent.lessons.values_list("description", flat=True)) == ["To eat I need money at 10% or more."]
+    agent.refresh_from_db()
+    assert agent.emotions["worry"] > 0.5 and agent.emotions["frustration"] > 0.5
