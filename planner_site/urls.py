@@ -3,11 +3,14 @@ from __future__ import annotations
 from django.contrib import admin
 from django.urls import include, path
 
+from planner_site.health import healthz
+
 admin.site.site_header = "Agent planner admin"
 admin.site.site_title = "Agent planner"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("healthz", healthz, name="healthz"),
     path("", include("planning.urls")),
 ]
