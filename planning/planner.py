@@ -58,7 +58,9 @@ def plan_generate(
         }]}
         result = plan_validate(data, kind="persona", allowed_actions=list(ACTIONS))
         if result.plan is not None:
-            return plan_accept(plan=plan, spec=result.plan, flags=[*result.flags, "simple goal: one step, no planning call"],
+            # One step is the point here, so the validator's "2-6 steps are preferred" note would only confuse.
+            flags = [f for f in result.flags if "preferred" not in f]
+            return plan_accept(plan=plan, spec=result.plan, flags=[*flags, "simple goal: one step, no planning call"],
                                model="", kept=[], actor_label=actor_label)
 
     restatement = plan_restate(agent=agent, plan=plan, goal_text=goal_text) if agent.kind == Agent.Kind.TOOL else {}
