@@ -158,6 +158,10 @@ WHITENOISE_USE_FINDERS = True
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
 
 SESSION_COOKIE_HTTPONLY = True
+if env_bool("HTTPS"):  # behind TLS (a proxy that sets X-Forwarded-Proto): cookies only over HTTPS
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0"))
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 # Scripts only from this site (htmx is served by django-htmx with the nonce); model and user text is
