@@ -11,7 +11,7 @@ from agents.models import Agent
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
 from planner_site.events import publish_changed_on_commit
-from planning.engine.schedule import IllegalTransition, step_transition_check
+from planning.engine.schedule import step_transition_check
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import plan_validate_edit
 
@@ -309,5 +309,3 @@ def plan_abandon(*, plan: Plan, runner: str, reason: str) -> None:
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan '{plan.goal_text[:60]}' abandoned: {reason[:120]}")
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason)
 
-
-__all__ = ["IllegalTransition"]
