@@ -165,7 +165,10 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
             override_reason = ""
     outcome = action_apply(action, needs)
     followed = suggested is not None and action == suggested
+    # action_apply's deltas already keep every need within 0..1; this is what the person now feels.
+    after = {name: value + outcome.need_deltas.get(name, 0.0) for name, value in needs.items()}
     with transaction.atomic():
+        # Re-read under lock: an operator may have edited a need since the decay at the top of the cycle.
         for n in Need.objects.select_for_update().filter(agent=agent, name__in=list(outcome.need_deltas)):
             n.satisfaction = max(0.0, min(1.0, n.satisfaction + outcome.need_deltas[n.name]))
             n.save(update_fields=["satisfaction", "updated_at"])
@@ -178,7 +181,6 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
         lesson = None if outcome.succeeded else action_lesson(action, needs)
         if lesson and not Lesson.objects.filter(agent=agent, description=lesson).exists():
             Lesson.objects.create(agent=agent, description=lesson, source_experience=experience)
-        after = {n: max(0.0, min(1.0, v + outcome.need_deltas.get(n, 0.0))) for n, v in needs.items()}
         Agent.objects.filter(pk=agent.pk).update(emotions=emotions_update(
             agent.emotions, needs=after, succeeded=outcome.succeeded, followed_plan=followed))
         if plan is not None and step is not None and suggested is not None:
@@ -198,9 +200,8 @@ def action_decide(*, agent: Agent, plan: Plan | None, step: PlanStep | None, nee
     override. An unusable answer (no JSON, an unknown action) falls back to the world's rules."""
     directive = ""
     if plan is not None and step is not None:
-        steps = list(plan.steps.all())
-        directive = plan_step_directive(goal=plan.goal_text, number=steps.index(step) + 1 if step in steps else 1,
-                                        total=len(steps), description=step.description, action_hint=step.action_hint)
+        directive = plan_step_directive(goal=plan.goal_text, number=step.position, total=plan.steps.count(),
+                                        description=step.description, action_hint=step.action_hint)
     goals = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", flat=True)[:5])
     lessons = list(agent.lessons.values_list("description", flat=True)[:5])
     try:

@@ -253,16 +253,16 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
                 actor_label: str) -> Plan:
     """Store the validated steps; tool plans wait for the operator, persona plans start at once."""
     plan = Plan.objects.select_for_update(of=("self",)).select_related("agent", "previous").get(pk=plan.pk)
-    kept_keys = {s.key for s in kept}
+    kept_by_key = {s.key: s for s in kept}
     persona = plan.agent.kind == Agent.Kind.PERSONA
     for step in spec.steps:
-        if persona and step.key not in kept_keys and action_needs_permission(step.action_hint) and not step.requires_permission:
+        if persona and step.key not in kept_by_key and action_needs_permission(step.action_hint) and not step.requires_permission:
             # Spending real money is the persona world's risky act: an operator says yes first.
             step.requires_permission = True
             step.risk = "risky"
             flags.append(f"step {step.key}: '{step.action_hint}' spends money; requires permission raised to true")
     for position, step in enumerate(spec.steps, start=1):
-        carried = next((s for s in kept if s.key == step.key), None) if step.key in kept_keys else None
+        carried = kept_by_key.get(step.key)
         PlanStep.objects.create(
             plan=plan, key=step.key, position=position, description=step.description[:500],
             action_hint=step.action_hint[:200], tool=step.tool, tool_input=step.input,
@@ -313,10 +313,6 @@ def plan_validate_edit(*, step: PlanStep, changes: dict[str, Any]) -> tuple[list
             for key, value in changes.items():
                 setattr(s, key, value)
         rows.append(kept_as_data(s, agent.kind))
-    if agent.kind == Agent.Kind.TOOL:
-        for row, s in zip(rows, step.plan.steps.all(), strict=True):
-            row["requiresPermission"] = changes.get("requires_permission", s.requires_permission) if s.pk == step.pk \
-                else s.requires_permission
     result = plan_validate({"steps": rows}, kind=agent.kind,
                            workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,
                            max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS))
