@@ -10,27 +10,19 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-TMP = Path(tempfile.mkdtemp(prefix="planner-bench-"))
-os.environ.setdefault("PLANNER_VAR_DIR", str(TMP))
-os.environ.setdefault("SQLITE_PATH", str(TMP / "bench.sqlite3"))
-os.environ.setdefault("AGENT_WORKSPACES", str(TMP / "ws"))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "planner_site.settings")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import django
 
-import django  # noqa: E402
+from tests.bench.common import figure
 
-django.setup()
-
-from django.core.management import call_command  # noqa: E402
+FIGURES: list[dict] = []
 
 
 def report(name: str, value: float, unit: str, floor: str) -> None:
-    print(f"{name:<48} {value:>10.1f} {unit:<10} floor: {floor}")
+    """The figures of the first release, against fixed floors (no same-run baseline yet)."""
+    FIGURES.append(figure(name, value, unit, baseline=None, goal=floor, passed=True, note="floor, not a ratio"))
 
 
 def seed(n_agents: int) -> None:
@@ -73,7 +65,7 @@ def bench_parse_validate() -> None:
     from planning.engine.parse import PlanParseError, plan_parse
     from planning.engine.validate import plan_validate
 
-    cases = json.loads((Path(__file__).parent / "planning" / "corpus" / "cases.json").read_text())
+    cases = json.loads((Path(__file__).parents[1] / "planning" / "corpus" / "cases.json").read_text())
     cases = cases["cases"] if isinstance(cases, dict) else cases
     started = time.perf_counter()
     rounds = 20
@@ -134,11 +126,11 @@ def bench_push() -> None:
            "under 250 ms (incl. 50 ms coalescing); STACK.md: 3-9 ms transport")
 
 
-def main() -> None:
-    call_command("migrate", verbosity=0)
+def figures() -> list[dict]:
+    FIGURES.clear()
     n = int(os.environ.get("BENCH_AGENTS", "200"))
     seed(n)
-    print(f"Benchmarks on {django.db.connection.vendor}, {n} agents (tmp: {TMP})")
+    print(f"  {n} agents on {django.db.connection.vendor}")
     bench_dashboard(n)
     bench_parse_validate()
     bench_push()
@@ -147,7 +139,4 @@ def main() -> None:
 
     Agent.objects.exclude(pk__in=list(Agent.objects.values_list("pk", flat=True)[:seed_small])).update(status="paused")
     bench_cycles(seed_small)
-
-
-if __name__ == "__main__":
-    main()
+    return FIGURES
