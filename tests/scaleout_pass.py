@@ -34,7 +34,7 @@ def main() -> int:
     print("=" * 70 + "\nScale-out pass: the suite on PostgreSQL + Redis\n" + "=" * 70, flush=True)
     # Connections closed after each use: worker threads of async tests would otherwise keep the test
     # database open past the run and block dropping it.
-    env = dict(os.environ, DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, CHANNELS_PREFIX="planner-test",
+    env = dict(os.environ, DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, CHANNELS_PREFIX=os.environ.get("SCALEOUT_CHANNELS_PREFIX", "planner-test"),
                DB_CONN_MAX_AGE="0")
     args = [sys.executable, "-m", "pytest", *sys.argv[1:]]
     return subprocess.call(args, env=env)
