@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from agents.declared_tools import agent_plan_terms
 from agents.llm.gateway import LLMError, llm_complete, model_chain
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
@@ -164,9 +165,9 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], recent_reasons: list[str],
                   last_output: str, hints: list[str]) -> list[dict[str, str]]:
     needs = {n.name: n.satisfaction for n in agent.needs.all()}
-    kind = agent.kind
-    tools = list(TOOLS.values()) if kind == Agent.Kind.TOOL else None
-    files = workspace_listing(agent.workspace) if kind == Agent.Kind.TOOL else []
+    kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    tools = list((declared or TOOLS).values()) if kind == Agent.Kind.TOOL else None
+    files = workspace_listing(agent.workspace) if agent.kind == Agent.Kind.TOOL else []
     if previous is not None:
         failed = previous.steps.filter(status__in=[PlanStep.Status.FAILED, PlanStep.Status.DECLINED]).first()
         return prompt_replan(
@@ -202,18 +203,19 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep]) -> tuple[list[s
         return [f"unparseable output: {exc.reason}"], None, [], []
     data = dict(parsed.data)
     steps = data.get("steps")
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)
     if kept and isinstance(steps, list):
         kept_keys = {s.key for s in kept}
         # The model may repeat completed steps; they are kept as they were, never redone.
         new = [s for s in steps if not (isinstance(s, dict) and str(s.get("id", "")) in kept_keys)]
-        data["steps"] = [kept_as_data(s, agent.kind) for s in kept] + new
+        data["steps"] = [kept_as_data(s, kind) for s in kept] + new
         if not new:
             return ["replan has no remaining steps"], None, [], []
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
-    result = plan_validate(data, kind=agent.kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
-                           allowed_actions=list(ACTIONS))
+    result = plan_validate(data, kind=kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
+                           allowed_actions=list(ACTIONS), tools=tools)
     repairs = [f"repaired: {r}" for r in parsed.repaired]
     if parsed.method not in ("json_tag", "fenced", "balanced"):
         repairs.append(f"parsed from {parsed.method.replace('_', ' ')}")
@@ -307,13 +309,14 @@ def plan_fail(*, plan: Plan, reasons: list[str], actor_label: str) -> Plan:
 def plan_validate_edit(*, step: PlanStep, changes: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Validate the whole plan as it would be after an operator's edit of one step: (problems, flags)."""
     agent = step.plan.agent
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)
     rows = []
     for s in step.plan.steps.all():
         if s.pk == step.pk:
             for key, value in changes.items():
                 setattr(s, key, value)
-        rows.append(kept_as_data(s, agent.kind))
-    result = plan_validate({"steps": rows}, kind=agent.kind,
+        rows.append(kept_as_data(s, kind))
+    result = plan_validate({"steps": rows}, kind=kind,
                            workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,
-                           max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS))
+                           max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS), tools=tools)
     return result.problems, result.flags
