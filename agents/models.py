@@ -178,6 +178,13 @@ class AgentTokenQuerySet(models.QuerySet["AgentToken"]):
     def active(self) -> AgentTokenQuerySet:
         return self.filter(revoked_at__isnull=True)
 
+    def lookup(self, raw: str) -> AgentToken | None:
+        """The active token whose raw value this is, with its agent; None for unknown or revoked ones."""
+        raw = raw.strip()
+        if not raw or len(raw) > 200:
+            return None
+        return self.active().select_related("agent").filter(key_hash=token_hash(raw)).first()
+
 
 class AgentToken(models.Model):
     """A bearer token with which an external agent uses the API; stored hashed, acts only on its own agent."""

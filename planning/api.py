@@ -21,12 +21,13 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Router, Schema
+from ninja.responses import Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.security import HttpBearer
 from ninja.throttling import SimpleRateThrottle
 from pydantic import ConfigDict
 
-from agents.models import Agent, AgentToken, token_hash
+from agents.models import Agent, AgentToken
 from planner_site.events import agent_group, plan_group
 from planning import external
 from planning.external import ExternalError
@@ -63,9 +64,7 @@ class AgentTokenAuth(HttpBearer):
         return super().__call__(request)
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentToken | None:
-        if not token or len(token) > 200:
-            return None
-        row = AgentToken.objects.active().select_related("agent").filter(key_hash=token_hash(token.strip())).first()
+        row = AgentToken.objects.lookup(token)
         if row is None:
             return None
         if row.agent.kind != Agent.Kind.EXTERNAL:
@@ -267,15 +266,15 @@ def tools_put(request: HttpRequest, payload: ToolsIn) -> dict[str, Any]:
 
 
 @v1.post("/plans", response={201: PlanCreated, **ERRORS}, summary="Submit a plan")
-def plan_post(request: HttpRequest, payload: PlanIn) -> tuple[int, dict[str, Any]]:
+def plan_post(request: HttpRequest, payload: PlanIn) -> Status[dict[str, Any]]:
     plan = external.plan_submit(agent=agent_of(request), data=body_data(payload))
-    return 201, created(plan)
+    return Status(201, created(plan))
 
 
 @v1.post("/goals", response={201: PlanCreated, **ERRORS}, summary="Let the built-in planner plan a goal")
-def goal_post(request: HttpRequest, payload: GoalIn) -> tuple[int, dict[str, Any]]:
+def goal_post(request: HttpRequest, payload: GoalIn) -> Status[dict[str, Any]]:
     plan = external.goal_plan(agent=agent_of(request), goal=payload.goal)
-    return 201, created(plan)
+    return Status(201, created(plan))
 
 
 @v1.get("/plans/{plan_id}", response={200: dict[str, Any], **ERRORS}, summary="A plan and its steps")
@@ -330,11 +329,11 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float) -> dict[str
 
 @v1.post("/plans/{plan_id}/versions", response={201: PlanCreated, **ERRORS},
          summary="Submit the next version after feedback (completed steps stay kept)")
-def version_post(request: HttpRequest, plan_id: int, payload: VersionIn) -> tuple[int, dict[str, Any]]:
+def version_post(request: HttpRequest, plan_id: int, payload: VersionIn) -> Status[dict[str, Any]]:
     agent = agent_of(request)
     plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
     new = external.plan_version_submit(agent=agent, plan=plan, data=body_data(payload))
-    return 201, created(new)
+    return Status(201, created(new))
 
 
 def replayed(response: HttpResponse, again: bool) -> HttpResponse:
