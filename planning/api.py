@@ -21,8 +21,8 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
 from django.utils import timezone
 from ninja import Field, NinjaAPI, Query, Router, Schema
-from ninja.responses import Status
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
+from ninja.responses import Status
 from ninja.security import HttpBearer
 from ninja.throttling import SimpleRateThrottle
 from pydantic import ConfigDict
