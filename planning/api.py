@@ -215,6 +215,14 @@ class PlanCreated(Schema):
     status: str
 
 
+class PlanSummary(Schema):
+    id: int
+    version: int
+    status: str
+    goal: str
+    previous: int | None
+
+
 class StartIn(StrictSchema):
     request_id: str = Field(..., min_length=1, max_length=100, description="The same id for a retried call")
 
@@ -275,6 +283,11 @@ def plan_post(request: HttpRequest, payload: PlanIn) -> Status[dict[str, Any]]:
 def goal_post(request: HttpRequest, payload: GoalIn) -> Status[dict[str, Any]]:
     plan = external.goal_plan(agent=agent_of(request), goal=payload.goal)
     return Status(201, created(plan))
+
+
+@v1.get("/plans", response={200: list[PlanSummary], **ERRORS}, summary="The agent's plans, newest first")
+def plans_get(request: HttpRequest) -> list[dict[str, Any]]:
+    return external.agent_plans(agent=agent_of(request))
 
 
 @v1.get("/plans/{plan_id}", response={200: dict[str, Any], **ERRORS}, summary="A plan and its steps")

@@ -75,6 +75,17 @@ def plan_data(plan: Plan, steps: list[PlanStep] | None = None) -> dict[str, Any]
     }
 
 
+PLANS_LISTED = 50
+
+
+def agent_plans(*, agent: Agent) -> list[dict[str, Any]]:
+    """The agent's latest plans, newest first (one query, on plan_agent_latest_idx)."""
+    rows = Plan.objects.filter(agent=agent).order_by("-created_at").values(
+        "id", "version", "status", "goal_text", "previous_id")[:PLANS_LISTED]
+    return [{"id": r["id"], "version": r["version"], "status": r["status"], "goal": r["goal_text"],
+             "previous": r["previous_id"]} for r in rows]
+
+
 def agent_plan_get(*, agent: Agent, plan_id: int) -> Plan:
     """The agent's own plan; another agent's plan is as invisible as a missing one."""
     plan = Plan.objects.filter(pk=plan_id, agent=agent).first()
