@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from openai import OpenAI
-
 from planner_client import Client, PlanCancelled, PlanFailed, PlanInvalid, ReplanNeeded, Step
 
 TOOLS: list[dict[str, Any]] = [
@@ -151,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 kept = ", ".join(f"{s.key} ({s.tool})" for s in replan.kept) or "none"
                 note = (f"An operator declined the plan: {replan.feedback}\nSteps already done, kept as they are: "
                         f"{kept}. Answer with the whole JSON plan for the rest, reusing their ids.")
-                previous = plan.id
-                plan = submit(planner, lambda steps: client.submit_version(previous, steps), note)
+                plan = submit(planner, lambda steps, previous=plan.id: client.submit_version(previous, steps), note)
                 print(f"plan {plan.id} v{plan.version} submitted: {plan.status}", flush=True)
             except (PlanCancelled, PlanFailed) as exc:
                 print(f"stopped: {exc}", flush=True)

@@ -34,9 +34,8 @@ PLAN = [step("1", query="q3 report"),
 
 
 def test_client_errors_from_the_real_server(live_server_process: LiveServer) -> None:
-    with Client(live_server_process.url, "apt_wrong") as stranger:
-        with pytest.raises(Unauthorized):
-            stranger.agent()
+    with Client(live_server_process.url, "apt_wrong") as stranger, pytest.raises(Unauthorized):
+        stranger.agent()
     with Client(live_server_process.url, live_server_process.token("Client errors")) as client:
         with pytest.raises(PlanInvalid, match="Declare your tools first"):
             client.submit_plan("Mail the report", PLAN)
