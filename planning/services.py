@@ -215,6 +215,9 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
     if horizon not in Goal.Horizon.values:
         raise DecisionError(f"Unknown horizon {horizon!r}.")
     agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    if agent.kind == Agent.Kind.EXTERNAL:
+        raise DecisionError(f"{agent.name} runs elsewhere and submits its own plans over the API; it cannot be "
+                            "given a goal here. Nothing was changed.")
     if Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, description__iexact=description).exists():
         raise DecisionError(f"{agent.name} already has this goal.")
     goal = Goal.objects.create(agent=agent, description=description[:500], horizon=horizon, confidence=1.0,

@@ -7,7 +7,9 @@ import json
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken, ApiRequest
@@ -15,6 +17,7 @@ from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
 from tests.api.conftest import PLAN, TOOLS, ApiClient, step
 from tests.factories import PlanFactory, PlanStepFactory
+from tests.llm_server import answer
 
 
 def snapshot() -> tuple[int, int, int, int]:
@@ -471,3 +474,63 @@ def test_version_with_only_kept_steps_is_422(tooled: ApiClient, running_plan: in
     status, body = tooled.post(f"/api/v1/plans/{running_plan}/versions", {"steps": [step("1")]})
     assert status == 422
     assert body["problems"] == ["replan has no remaining steps"]
+
+
+# --- goals planned by the built-in planner, plan lists, query counts -------------------------------------------
+
+GOAL_PLAN = json.dumps({"steps": [
+    {"id": "1", "tool": "search", "intent": "Find the report", "input": {"query": "q3 report"},
+     "requiresPermission": False},
+    {"id": "2", "tool": "send_email", "intent": "Mail it", "input": {"to": "dana@example.com", "body": "Attached."},
+     "requiresPermission": True, "dependencies": ["1"]},
+]})
+
+
+def test_goals_post_plans_with_the_declared_tools(tooled: ApiClient, settings: Any, llm_server: Any) -> None:
+    settings.LLM_MODELS = {"planner": ["plan-model"], "fast": ["fast-model"]}
+    llm_server.script("plan-model", answer(GOAL_PLAN))
+    status, body = tooled.post("/api/v1/goals", {"goal": "Mail the Q3 report to Dana"})
+    assert status == 201
+    assert (body["version"], body["status"]) == (1, "awaiting_approval")
+    plan = Plan.objects.get(pk=body["id"])
+    assert [s.tool for s in plan.steps.all()] == ["search", "send_email"]
+    prompt = json.dumps(llm_server.requests_for("plan-model")[0].messages)
+    assert "send_email" in prompt and "web.fetch" not in prompt  # the agent's tools, not the built-in ones
+    assert plan.events.get(kind=PlanEvent.Kind.CREATED).actor_label == "Research bot (API)"
+
+
+def test_goals_post_refusals(api: ApiClient) -> None:
+    status, body = api.post("/api/v1/goals", {"goal": "Mail the report"})
+    assert (status, "Declare your tools first" in body["detail"]) == (422, True)
+    assert api.post("/api/v1/goals", {"goal": ""})[0] == 422
+    assert Plan.objects.count() == 0
+
+
+def test_an_operator_cannot_give_an_external_agent_a_goal(external_agent: Agent, operator: Any) -> None:
+    with pytest.raises(services.DecisionError, match="submits its own plans over the API"):
+        services.agent_give_goal(agent=external_agent, user=operator, description="Do something")
+
+
+def test_plans_get_lists_only_the_agents_own_plans_newest_first(tooled: ApiClient) -> None:
+    first, second = submitted(tooled), submitted(tooled)
+    PlanFactory()
+    status, body = tooled.get("/api/v1/plans")
+    assert status == 200
+    assert [p["id"] for p in body] == [second, first]
+    assert body[0] == {"id": second, "version": 1, "status": "awaiting_approval", "goal": PLAN["goal"],
+                       "previous": None}
+
+
+def test_plan_get_and_next_take_a_fixed_number_of_queries(tooled: ApiClient, operator: Any) -> None:
+    small = submitted(tooled, {"goal": "One", "steps": [step("1")]})
+    big = submitted(tooled, {"goal": "Many", "steps": [step(str(n), depends=[str(n - 1)] if n > 1 else [])
+                                                       for n in range(1, 16)]})
+    for plan_id in (small, big):
+        approve(plan_id, operator)
+    counts = []
+    for plan_id in (small, big):
+        for path in (f"/api/v1/plans/{plan_id}", f"/api/v1/plans/{plan_id}/next"):
+            with CaptureQueriesContext(connection) as queries:
+                assert tooled.get(path)[0] == 200
+            counts.append(len(queries))
+    assert counts[:2] == counts[2:]  # 15 steps cost what 1 step costs
