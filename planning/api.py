@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -32,8 +33,9 @@ from planner_site.events import agent_group, plan_group
 from planning import external
 from planning.external import ExternalError
 
-API_MAX_BODY_BYTES = 256 * 1024  # a plan of 20 steps is a few kilobytes; the setting of that name overrides
-API_RATE_LIMIT = "600/m"  # per token; API_RATE_LIMIT in settings overrides
+# From the environment; a Django setting of the same name overrides (tests do).
+API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes
+API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "600/m")  # requests per token: N/s, N/m, N/h or N/d
 LONG_POLL_MAX_SECONDS = 60
 POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
 LAST_USED_EVERY_SECONDS = 60  # last_used_at is written at most this often per token
