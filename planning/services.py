@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
 from agents.models import Agent
+from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
 from planner_site.events import publish_changed_on_commit
 from planning.engine.schedule import step_transition_check
+from planning.engine.validate import plan_validate_edit
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import plan_validate_edit
 
 
 class DecisionError(Exception):
@@ -172,7 +174,12 @@ def step_edit(*, step: PlanStep, user: User, changes: dict[str, Any], reason: st
     changes = {k: v for k, v in changes.items() if k in EDITABLE_STEP_FIELDS and getattr(step, k) != v}
     if not changes:
         raise DecisionError("Nothing to change.")
-    problems, flags = plan_validate_edit(step=step, changes=changes)
+    agent = step.plan.agent
+    problems, flags = plan_validate_edit(
+        kind=agent.kind, steps=[s.as_spec() for s in step.plan.steps.all()], key=step.key, changes=changes,
+        workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None, max_steps=settings.PLAN_MAX_STEPS,
+        allowed_actions=list(ACTIONS),
+    )
     if problems:
         raise DecisionError("The edited plan is not valid: " + "; ".join(problems))
     diff = {k: [getattr(step, k), v] for k, v in changes.items()}

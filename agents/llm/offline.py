@@ -1,7 +1,7 @@
 """The offline rules model: the default "LLM", deterministic and without network.
 
 It answers every purpose from the `CONTEXT:` line our prompt builders append (see
-`planning.engine.prompts.prompt_context`), in the shape a real model would: a sentence, then JSON in
+`agents.llm.context.prompt_context`), in the shape a real model would: a sentence, then JSON in
 `<json>` tags. Its plans come from templates keyed by words in the goal, so the demo worlds run, plans
 pass validation, and replans visibly take the operator's feedback into account. Same input, same output:
 nothing here iterates over a set or reads the clock.
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from agents.llm.context import prompt_context
 from agents.tools import TOOLS
 from agents.world import URGENT_ACTION, URGENT_BELOW
-from planning.engine.prompts import prompt_context
 
 OFFLINE_MODEL = "offline-rules"
 MILESTONE_MEAN = 0.6  # a goal counts as achieved when its source needs average above this

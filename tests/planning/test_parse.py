@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planning.engine.parse import MAX_OUTPUT_CHARS, PlanParseError, json_extract, plan_parse
+from agents.llm.extract import json_extract
+from planning.engine.parse import MAX_OUTPUT_CHARS, PlanParseError, plan_parse
 
 STEP = {"id": "1", "tool": "file.list", "intent": "List the workspace", "input": {}, "requiresPermission": False}
 
