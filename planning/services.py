@@ -354,12 +354,12 @@ def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
 @transaction.atomic
 def step_rollback(*, step: PlanStep, user: User) -> PlanEvent:
     """Undo a completed tool step (seed 003 rollback): the files it changed are restored, the files it created
-    removed; refused while a completed step depending on it still stands."""
+    removed; refused while a completed step that changed files on top of it still stands."""
     step = PlanStep.objects.select_for_update().select_related("plan", "plan__agent").get(pk=step.pk)
     if step.status != PlanStep.Status.COMPLETED or not step.tool:
         raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only a completed tool step "
                             "can be rolled back. Nothing was changed.")
-    later = step.plan.steps.filter(status=PlanStep.Status.COMPLETED).only("key", "depends_on")
+    later = step.plan.steps.filter(status=PlanStep.Status.COMPLETED, risk=PlanStep.Risk.RISKY).only("key", "depends_on")
     later_keys = [s.key for s in later if step.key in s.depends_on]
     if later_keys:
         raise DecisionError(f"Step {', '.join(later_keys)} built on step {step.key}: roll "
