@@ -12,12 +12,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agents.tools import RISK_CLASSES, ToolSpec
+from agents.tools import ToolSpec
 
 MAX_TOOLS = 50
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 DESCRIPTION_MAX = 500
 MAX_PROPERTIES = 30
+RISK_CLASSES = ("read", "write", "network", "system")  # ToolSpec.risk_class; only "read" is safe
 # "safe"/"risky" as a plan's steps say it, or one of the built-in risk classes; safe means a read.
 RISK_NAMES = {"safe": "read", "risky": "write", **{name: name for name in RISK_CLASSES}}
 

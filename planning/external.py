@@ -19,9 +19,9 @@ from agents.declared_tools import tool_registry, tools_declaration_problems
 from agents.models import Agent, ApiRequest
 from planner_site.events import publish_changed_on_commit
 from planning.engine.schedule import steps_blocked, steps_runnable
-from planning.engine.validate import plan_validate
+from planning.engine.validate import plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import PlanAlreadyReplanned, kept_as_data, plan_accept, plan_generate, plan_start
+from planning.planner import PlanAlreadyReplanned, plan_accept, plan_generate, plan_start
 from planning.services import event_record, step_finish, step_move, step_request_approval
 
 RESULT_MAX_CHARS = 20000
@@ -264,7 +264,7 @@ def plan_version_submit(*, agent: Agent, plan: Plan, data: Mapping[str, Any]) ->
         if not new:
             raise PlanInvalid("The new version has no remaining steps. Nothing was stored.",
                               problems=["replan has no remaining steps"])
-        payload["steps"] = [kept_as_data(s, Agent.Kind.TOOL) for s in kept] + new
+        payload["steps"] = [step_plan_data(s.as_spec(), "tool") for s in kept] + new
     result = plan_check_external(agent=agent, data=payload)
     goal_text = " ".join(str(payload.get("goal") or "").split()) or previous.goal_text
     reason = previous.replan_reason or "replanned by the agent"
