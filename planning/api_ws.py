@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agents.models import Agent, AgentToken
 from planner_site.events import agent_group, plan_group
-from planning.external import NotFound, plan_next
+from planning.external import NotFound, plan_next_read
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> str:
@@ -43,7 +43,7 @@ class PlanNextConsumer(AsyncJsonWebsocketConsumer):
         self.agent = agent
         self.plan_id = int(self.scope["url_route"]["kwargs"]["plan_id"])
         try:
-            self.last = await database_sync_to_async(plan_next)(agent=agent, plan_id=self.plan_id)
+            self.last = await database_sync_to_async(plan_next_read)(agent=agent, plan_id=self.plan_id)
         except NotFound:
             await self.close(code=4404)
             return
@@ -62,7 +62,7 @@ class PlanNextConsumer(AsyncJsonWebsocketConsumer):
 
     async def state_changed(self, event: dict[str, Any]) -> None:
         try:
-            answer = await database_sync_to_async(plan_next)(agent=self.agent, plan_id=self.plan_id)
+            answer = await database_sync_to_async(plan_next_read)(agent=self.agent, plan_id=self.plan_id)
         except NotFound:
             await self.close(code=4404)
             return
