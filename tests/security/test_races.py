@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -49,6 +50,10 @@ def logged_in(user: Any) -> Client:
     return client
 
 
+def post(client: Client, url: str, data: dict[str, str]) -> int:
+    return client.post(url, data).status_code
+
+
 def racing_plan() -> tuple[Plan, list[PlanStep]]:
     plan = PlanFactory(agent=AgentFactory(kind="tool"), status=Plan.Status.ACTIVE, approval_mode="step")
     steps = [PlanStepFactory(plan=plan, key=str(i), position=i, status=PlanStep.Status.AWAITING_APPROVAL,
@@ -65,8 +70,8 @@ def test_step_decision_racing_plan_cancel_never_500(decision: str) -> None:
         plan, steps = racing_plan()
         data = {"feedback": "not now"} if decision == "step-decline" else {}
         codes = parallel(
-            *[lambda s=s: deciding.post(reverse(decision, args=[s.pk]), data).status_code for s in steps],
-            lambda: cancelling.post(reverse("plan-cancel", args=[plan.pk]), {"reason": "stop"}).status_code,
+            *[partial(post, deciding, reverse(decision, args=[s.pk]), data) for s in steps],
+            partial(post, cancelling, reverse("plan-cancel", args=[plan.pk]), {"reason": "stop"}),
         )
         statuses.update(codes)
         assert 500 not in codes, codes  # a deadlock between the two transactions reached the operator
