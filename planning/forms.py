@@ -1,58 +1,17 @@
 """Operator forms. Every text and JSON value is checked by the same validators as the services
-(planning/validators.py), so a bad value is refused with a clear message before any service runs."""
+(planner_site/validators.py), so a bad value is refused with a clear message before any service runs."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django import forms
-from django.core.exceptions import ValidationError
-from django.forms.fields import InvalidJSONInput, JSONString
 
 from agents.tools import TOOLS
 from goals.models import Goal
+from planner_site.formfields import TextField
+from planner_site.validators import JSON_MAX_CHARS, InputError, json_parse
 from planning.models import Plan
-from planning.validators import JSON_MAX_CHARS, InputError, char_problem, json_parse
-
-
-def text_validate(value: str) -> None:
-    """A form field validator: no NUL, lone surrogate, control or bidirectional override characters."""
-    if problem := char_problem(value):
-        raise ValidationError(f"This text {problem}.", code="invalid_characters")
-
-
-class TextField(forms.CharField):
-    """A CharField whose characters are checked, trimmed like Django's default."""
-
-    default_validators = [text_validate]
-
-
-class JSONValueField(forms.JSONField):
-    """Django's JSONField, refusing what the services refuse (too deep, too large, too big a number, NUL,
-    lone surrogates) with a message instead of a server error. The admin uses it for every JSON field."""
-
-    def to_python(self, value: Any) -> Any:
-        if self.disabled:
-            return value
-        if value in self.empty_values:
-            return None
-        if isinstance(value, list | dict | int | float | JSONString):
-            return value
-        try:
-            converted = json_parse(value)
-        except InputError as exc:
-            raise ValidationError(f"This JSON {exc}.", code="invalid") from None
-        return JSONString(converted) if isinstance(converted, str) else converted
-
-    def bound_data(self, data: Any, initial: Any) -> Any:
-        if self.disabled:
-            return initial
-        if data is None:
-            return None
-        try:
-            return json_parse(data)
-        except InputError:
-            return InvalidJSONInput(data)
 
 
 class DeclineForm(forms.Form):

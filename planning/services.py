@@ -18,11 +18,11 @@ from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
 from planner_site.events import publish_changed_on_commit
+from planner_site.validators import json_problem, text_problem
 from planning.engine.schedule import step_transition_check
 from planning.engine.validate import plan_validate
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import kept_as_data
-from planning.validators import json_problem, text_problem
 
 logger = logging.getLogger("planner.services")
 
@@ -245,6 +245,8 @@ EDITABLE_STEP_FIELDS = ("description", "action_hint", "tool", "tool_input", "exp
 STEP_TEXT_LIMITS = {"description": 500, "action_hint": 200, "tool": 64, "expected_outcome": 500}
 STEP_JSON_FIELDS = ("tool_input", "depends_on")
 UNSTARTED = (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL)
+# A plan in one of these states is history: nothing reopens it (a failed plan may still be replanned).
+PLAN_FINAL = (Plan.Status.COMPLETED, Plan.Status.CANCELLED, Plan.Status.REPLANNED, Plan.Status.REJECTED)
 
 
 def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]) -> tuple[list[str], list[str]]:

@@ -134,3 +134,24 @@ def test_service_step_edit_refuses_hostile_json_given_as_values(operator: object
             services.step_edit(step=step, user=operator, changes={"tool_input": value})
     step.refresh_from_db()
     assert step.tool_input == {"path": "notes.txt", "content": "hello"}
+
+
+@pytest.mark.parametrize("name", ["report\u202etxt.exe", "a\u2066b", "bell\x07.txt", "zero\u200bwidth.txt"])
+def test_tools_refuse_file_names_that_display_as_another(tmp_path: object, name: str) -> None:
+    from agents.tools import ToolError, path_problem, tool_run
+
+    assert "control or bidirectional" in (path_problem(name) or "")
+    with pytest.raises(ToolError, match="control or bidirectional"):
+        tool_run("file.write", {"path": name, "content": "x"}, workspace=tmp_path)  # type: ignore[arg-type]
+
+
+def test_tools_show_an_existing_file_name_with_a_bidi_override_escaped(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from agents.tools import tool_run
+
+    workspace = Path(str(tmp_path))
+    (workspace / "invoice\u202efdp.exe").write_text("x")
+    listing = tool_run("file.list", {}, workspace=workspace)
+    assert "\u202e" not in listing
+    assert "invoice\\u202efdp.exe" in listing
