@@ -101,7 +101,8 @@ def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
 def plan_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     plan = get_object_or_404(Plan, pk=pk)
     form = ReasonForm(request.POST)
-    form.is_valid()
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
         request, plan, f"Plan v{plan.version} cancelled.",
         lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
@@ -137,7 +138,8 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
     form = DeclineForm(request.POST)
     if not form.is_valid():
-        return decision_refused(request, "Feedback is required to decline a step. Nothing was changed.", status=400)
+        message = form_errors(form) if form.data.get("feedback", "").strip() else "Feedback is required to decline a step."
+        return decision_refused(request, message + " Nothing was changed.", status=400)
     return decision_apply(
         request, step.plan, f"Step {step.key} declined; the agent replans with your feedback.",
         lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
@@ -149,7 +151,8 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
 def step_skip_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
     form = ReasonForm(request.POST)
-    form.is_valid()
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
         request, step.plan, f"Step {step.key} skipped.",
         lambda: services.step_skip(step=step, user=operator(request), reason=form.cleaned_data.get("reason", "")),
