@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "agents",
     "goals",
     "planning",
+    "ninja",  # the external agents' API: its OpenAPI docs page
 ]
 
 MIDDLEWARE = [

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from agents.declared_tools import agent_plan_terms
 from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, llm_complete, model_chain
 from agents.models import Agent
@@ -304,9 +305,9 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], memory: RetryContext,
                   simple: bool = False) -> list[dict[str, str]]:
     needs = {n.name: n.satisfaction for n in agent.needs.all()}
-    kind = agent.kind
-    tools = list(TOOLS.values()) if kind == Agent.Kind.TOOL else None
-    files = workspace_listing(agent.workspace) if kind == Agent.Kind.TOOL else []
+    kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    tools = list((declared or TOOLS).values()) if kind == Agent.Kind.TOOL else None
+    files = workspace_listing(agent.workspace) if agent.kind == Agent.Kind.TOOL else []
     common: dict[str, Any] = {
         "kind": kind, "goal": goal_text, "agent_name": agent.name, "backstory": agent.backstory, "tools": tools,
         "allowed_actions": list(ACTIONS), "needs": needs, "max_steps": settings.PLAN_MAX_STEPS,
@@ -332,18 +333,19 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep]) -> Check:
         return Check([f"unparseable output: {exc.reason}"])
     data = dict(parsed.data)
     steps = data.get("steps")
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)
     if kept and isinstance(steps, list):
         kept_keys = {s.key for s in kept}
         # The model may repeat completed steps; they are kept as they were, never redone.
         new = [s for s in steps if not (isinstance(s, dict) and str(s.get("id", "")) in kept_keys)]
-        data["steps"] = [step_plan_data(s.as_spec(), agent.kind) for s in kept] + new
+        data["steps"] = [step_plan_data(s.as_spec(), kind) for s in kept] + new
         if not new:
             return Check(["replan has no remaining steps"])
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
-    result = plan_validate(data, kind=agent.kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
-                           allowed_actions=list(ACTIONS))
+    result = plan_validate(data, kind=kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
+                           allowed_actions=list(ACTIONS), tools=tools)
     notes = [f"repaired: {r}" for r in parsed.repaired] + parsed.flags
     if parsed.method not in ("json_tag", "fenced", "balanced"):
         notes.append(f"parsed from {parsed.method.replace('_', ' ')}")

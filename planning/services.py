@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
+from agents.declared_tools import agent_plan_terms
 from agents.models import Agent
 from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
@@ -275,9 +276,10 @@ def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]
     specs = [(edited if other.pk == step.pk else other).as_spec() for other in plan.steps.all()]
     if step.pk is None:
         specs.append(edited.as_spec())
-    return plan_validate_edit(kind=agent.kind, steps=specs, key=edited.key, changes={},
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)  # external agents: their declared tools
+    return plan_validate_edit(kind=kind, steps=specs, key=edited.key, changes={},
                               workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,
-                              max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS))
+                              max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS), tools=tools)
 
 
 @atomic_retried
@@ -339,6 +341,9 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
     if horizon not in Goal.Horizon.values:
         raise DecisionError(f"Unknown horizon {horizon!r}.")
     agent = Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)
+    if agent.kind == Agent.Kind.EXTERNAL:
+        raise DecisionError(f"{agent.name} runs elsewhere and submits its own plans over the API; it cannot be "
+                            "given a goal here. Nothing was changed.")
     if Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, description__iexact=description).exists():
         raise DecisionError(f"{agent.name} already has this goal.")
     goal = Goal.objects.create(agent=agent, description=description[:500], horizon=horizon, confidence=1.0,
