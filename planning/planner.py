@@ -515,7 +515,10 @@ def plans_interrupted_fail(*, agent_ids: Sequence[int], runner: str) -> int:
     failed = 0
     for plan in Plan.objects.filter(agent_id__in=list(agent_ids), status=Plan.Status.VALIDATING):
         started_by = plan.events.filter(kind=PlanEvent.Kind.CREATED).values_list("actor_label", flat=True).first()
-        headline = f"planning interrupted: {started_by or 'the runner'} stopped before it finished (its lease expired)"
+        if started_by == runner:  # this runner's own planning cycle broke off (its log says why)
+            headline = f"planning interrupted: the cycle of {runner} ended before planning finished"
+        else:
+            headline = f"planning interrupted: {started_by or 'a runner'} stopped before it finished (its lease expired)"
         try:
             plan_fail(plan=plan, headline=headline, actor_label=runner)
         except PlanNoLongerValidating:

@@ -545,3 +545,11 @@ def test_a_viewer_cannot_roll_back(viewer_client: Any) -> None:
     step = PlanStepFactory(tool="file.write", risk="risky", status=PlanStep.Status.COMPLETED)
     assert viewer_client.post(reverse("step-rollback", args=[step.pk])).status_code == 403
     assert viewer_client.post(reverse("plan-clarify", args=[step.plan_id]), {"answer": "x"}).status_code == 403
+
+
+def test_agent_page_shows_when_failed_planning_is_tried_next(chain: LLMTestServer, viewer_client: Any) -> None:
+    agent = tool_agent()
+    plan = plan_generate(agent=agent, goal_text="List the workspace")  # nothing scripted: no model answers
+    page = viewer_client.get(agent.get_absolute_url()).content.decode()
+    assert "planning failed (no model answered); next attempt at" in page
+    assert "Next attempt at" in viewer_client.get(plan.get_absolute_url()).content.decode()
