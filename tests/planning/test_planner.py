@@ -553,3 +553,31 @@ def test_agent_page_shows_when_failed_planning_is_tried_next(chain: LLMTestServe
     page = viewer_client.get(agent.get_absolute_url()).content.decode()
     assert "planning failed (no model answered); next attempt at" in page
     assert "Next attempt at" in viewer_client.get(plan.get_absolute_url()).content.decode()
+
+
+def test_offline_model_iterates_over_a_listed_folder_and_the_loop_runs(operator: Any) -> None:
+    from planning.services import plan_approve
+
+    agent = tool_agent()
+    (agent.workspace / "notes").mkdir()
+    (agent.workspace / "notes" / "a.txt").write_text("Alpha ships today. Nothing else.")
+    (agent.workspace / "notes" / "b.txt").write_text("Beta waits for review.")
+    plan = plan_generate(agent=agent, goal_text="Summarize each file in notes")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+    looping = plan.steps.get(tool="text.summarize")
+    listing = plan.steps.get(tool="file.list")
+    assert looping.loop["for_each"] == listing.key and listing.key in looping.depends_on
+    assert "for each file listed by step" in plan_page_as(operator, plan)
+    plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+    run_cycles(agent, 3)
+    looping.refresh_from_db()
+    assert looping.status == PlanStep.Status.COMPLETED
+    assert looping.result.startswith("2 runs:") and "notes/a.txt" in looping.result and "notes/b.txt" in looping.result
+
+
+def plan_page_as(user: Any, plan: Plan) -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client.get(plan.get_absolute_url()).content.decode()
