@@ -581,3 +581,29 @@ def plan_page_as(user: Any, plan: Plan) -> str:
     client = Client()
     client.force_login(user)
     return client.get(plan.get_absolute_url()).content.decode()
+
+
+def test_each_failed_plan_of_an_agent_gets_its_retry(chain: LLMTestServer) -> None:
+    from django.utils import timezone
+
+    from planning.planner import plan_retry_due
+
+    agent = tool_agent()
+    first = plan_generate(agent=agent, goal_text="List the workspace")
+    second = plan_generate(agent=agent, goal_text="Look at the workspace")  # both: no model answers
+    agent.refresh_from_db()
+    assert first.retry_at is not None and second.retry_at is not None
+    assert agent.plan_retry_at == min(first.retry_at, second.retry_at)
+    past = timezone.now() - timedelta(seconds=1)
+    Plan.objects.filter(pk=first.pk).update(retry_at=past - timedelta(seconds=1))
+    Plan.objects.filter(pk=second.pk).update(retry_at=past)
+    Agent.objects.filter(pk=agent.pk).update(plan_retry_at=past - timedelta(seconds=1))
+    agent.refresh_from_db()
+    plan_retry_due(agent=agent, runner="r")
+    agent.refresh_from_db()
+    assert Plan.objects.get(pk=first.pk).status == Plan.Status.ACTIVE  # the earliest first
+    assert agent.plan_retry_at == past  # and the other one is still due
+    plan_retry_due(agent=agent, runner="r")
+    assert Plan.objects.get(pk=second.pk).status == Plan.Status.ACTIVE
+    agent.refresh_from_db()
+    assert agent.plan_retry_at is None
