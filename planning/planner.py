@@ -240,9 +240,10 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         previous = Plan.objects.select_for_update().get(pk=previous.pk)
         if Plan.objects.filter(previous=previous).exists():
             raise PlanAlreadyReplanned(previous)
-        # A version that failed while planning has no steps: trying it again is a retry, not a replan.
+        # A version that failed while planning has no steps: trying it again is a retry, not a replan;
+        # an answered question is neither (nothing failed).
         planned = previous.steps.exists()
-        retry = 0 if planned else previous.planning_retry + 1
+        retry = 0 if planned else previous.planning_retry + (0 if previous.clarification_answer else 1)
     try:
         with transaction.atomic():
             plan = Plan.objects.create(

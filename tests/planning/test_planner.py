@@ -300,6 +300,7 @@ def test_unclear_goal_asks_the_operator_who_answers_on_the_plan_page(operator_cl
     agent_cycle(agent_id=agent.pk, runner="r")
     resumed = Plan.objects.get(previous=plan)
     assert resumed.status == Plan.Status.AWAITING_APPROVAL
+    assert (resumed.planning_retry, resumed.times_replanned) == (0, 0)  # an answer is no failure to count
     assert "convert data.csv to JSON" in resumed.goal_text
     assert resumed.steps.filter(tool="file.convert").exists()
 
