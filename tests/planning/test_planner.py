@@ -608,3 +608,13 @@ def test_each_failed_plan_of_an_agent_gets_its_retry(chain: LLMTestServer) -> No
     assert Plan.objects.get(pk=second.pk).status == Plan.Status.ACTIVE
     agent.refresh_from_db()
     assert agent.plan_retry_at is None
+
+
+def test_a_steps_declared_tools_are_kept_and_shown(chain: LLMTestServer, viewer_client: Any) -> None:
+    declared = GOOD.replace('"requiresPermission": false}', '"requiresPermission": false, '
+                            '"toolsNeeded": ["file.list", "file.read"]}')
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer(declared))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+    assert plan.steps.get().tools_needed == ["file.list", "file.read"]
+    assert "tools needed: file.list, file.read" in viewer_client.get(plan.get_absolute_url()).content.decode()
