@@ -268,6 +268,8 @@ LLM_PURPOSE_MODELS = {
 # USD per million tokens in and out, per model, e.g. {"gpt-4o-mini": [0.15, 0.6]}: fills LLMCall.cost.
 LLM_PRICES = json.loads(os.environ.get("LLM_PRICES", "{}"))
 PLAN_MAX_STEPS = int(os.environ.get("PLAN_MAX_STEPS", "20"))
+# One deadline per plan: restatement, attempts, reflections, the whole chain (each call waits only for what remains).
+PLAN_DEADLINE_SECONDS = float(os.environ.get("PLAN_DEADLINE_SECONDS", "120"))
 PLAN_ATTEMPTS_PER_MODEL = 3
 PLAN_REJECTIONS_BEFORE_FALLBACK = 2
 

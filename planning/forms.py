@@ -62,3 +62,7 @@ class StepEditForm(forms.Form):
         if not isinstance(value, dict):
             raise forms.ValidationError("Input must be a JSON object, like {\"path\": \"data.csv\"}.")
         return value
+
+
+class ClarifyForm(forms.Form):
+    answer = forms.CharField(label="Answer", max_length=2000, strip=True)

@@ -12,17 +12,18 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import OperationalError, transaction
+from django.utils import timezone
 
 from agents.models import Agent
+from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
 from planning.engine.schedule import step_transition_check
-from planning.engine.validate import plan_validate
+from planning.engine.validate import plan_validate_edit
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import kept_as_data
 
 logger = logging.getLogger("planner.services")
 
@@ -268,18 +269,14 @@ def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]
     if problems:
         return problems, []
     agent = plan.agent
-    rows = []
-    edited = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.concrete_fields})
-    for name, value in changes.items():
-        setattr(edited, name, value)
-    for other in plan.steps.all():
-        rows.append(kept_as_data(edited if other.pk == step.pk else other, agent.kind))
+    specs = [s.as_spec() for s in plan.steps.all()]
     if step.pk is None:
-        rows.append(kept_as_data(edited, agent.kind))
-    result = plan_validate({"steps": rows}, kind=agent.kind,
-                           workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,
-                           max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS))
-    return result.problems, result.flags
+        specs.append(step.as_spec())
+    return plan_validate_edit(
+        kind=agent.kind, steps=specs, key=step.key, changes=changes,
+        workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None, max_steps=settings.PLAN_MAX_STEPS,
+        allowed_actions=list(ACTIONS),
+    )
 
 
 @atomic_retried
@@ -364,7 +361,9 @@ def step_request_approval(*, step: PlanStep, runner: str) -> None:
     if step.status != PlanStep.Status.PENDING:
         return
     step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
-    step.save(update_fields=["status", "updated_at"])
+    if step.tool:  # seed 002: what the step will touch, shown before the operator decides
+        step.precheck = tool_precheck(step.tool, step.tool_input, step.plan.agent.workspace)[:2000]
+    step.save(update_fields=["status", "precheck", "updated_at"])
     Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason=f"step {step.key} awaits approval")
     reason = "requires permission" if step.requires_permission else "step-by-step approval"
     event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason)
@@ -379,6 +378,9 @@ def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "
     if step.is_done or step.status in (PlanStep.Status.FAILED, PlanStep.Status.DECLINED):
         return step  # already decided: never applied twice
     detail: dict[str, Any] = {"experience": experience_id} if experience_id else {}
+    step.elapsed_ms = step_elapsed_ms(step)
+    if step.elapsed_ms is not None:
+        detail["elapsed_ms"] = step.elapsed_ms
     if succeeded:
         step_move(step=step, status=PlanStep.Status.COMPLETED)
         step.result = result[:20000]
@@ -435,3 +437,55 @@ def plan_abandon(*, plan: Plan, runner: str, reason: str) -> None:
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan '{plan.goal_text[:60]}' abandoned: {reason[:120]}")
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason)
 
+
+
+def step_elapsed_ms(step: PlanStep) -> int | None:
+    """Seed 002: how long a step took, from its last start to now (None if it never started)."""
+    started = (step.events.filter(kind=PlanEvent.Kind.STEP_STARTED).order_by("-created_at", "-pk")
+               .values_list("created_at", flat=True).first())
+    return None if started is None else max(int((timezone.now() - started).total_seconds() * 1000), 0)
+
+
+@atomic_retried
+def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
+    """Answer the planner's question (seed 003); planning resumes with the answer as part of the goal."""
+    answer = " ".join(answer.split())
+    if not answer:
+        raise DecisionError("Write an answer to the planner's question. Nothing was changed.")
+    answer = reason_clean(answer, what="The answer")
+    plan = plan_lock(plan.pk)
+    if plan.status != Plan.Status.CLARIFYING:
+        raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it asks no question. "
+                            "Nothing was changed.")
+    plan.clarification_answer = answer[:2000]
+    plan.status = Plan.Status.ACTIVE
+    plan.replan_reason = f"operator answered '{plan.clarification_question[:200]}': {answer[:500]}"
+    plan.save(update_fields=["clarification_answer", "status", "replan_reason", "updated_at"])
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    return event_record(plan=plan, kind=PlanEvent.Kind.CLARIFIED, actor=user, reason=answer[:4000],
+                        detail={"question": plan.clarification_question, "answer": answer})
+
+
+@transaction.atomic  # not retried: it restores files, which a second attempt would do again
+def step_rollback(*, step: PlanStep, user: User) -> PlanEvent:
+    """Undo a completed tool step (seed 003 rollback): the files it changed are restored, the files it created
+    removed; refused while a completed step that changed files on top of it still stands."""
+    step = step_lock(step.pk)
+    if step.status != PlanStep.Status.COMPLETED or not step.tool:
+        raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only a completed tool step "
+                            "can be rolled back. Nothing was changed.")
+    later = step.plan.steps.filter(status=PlanStep.Status.COMPLETED, risk=PlanStep.Risk.RISKY).only("key", "depends_on")
+    later_keys = [s.key for s in later if step.key in s.depends_on]
+    if later_keys:
+        raise DecisionError(f"Step {', '.join(later_keys)} built on step {step.key}: roll "
+                            f"{'it' if len(later_keys) == 1 else 'them'} back first. Nothing was changed.")
+    workspace = step.plan.agent.workspace
+    try:
+        done = tool_rollback(workspace, undo_dir_for(workspace, str(step.pk)))
+    except ToolError as exc:
+        raise DecisionError(f"Step {step.key} cannot be rolled back: {exc}. Nothing was changed.") from exc
+    step_move(step=step, status=PlanStep.Status.ROLLED_BACK)
+    step.save(update_fields=["status", "updated_at"])
+    return event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_ROLLED_BACK, actor=user,
+                        reason=f"rolled back step {step.key}: " + ("; ".join(done) or "nothing to undo"),
+                        detail={"undone": done})

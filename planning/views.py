@@ -20,6 +20,7 @@ from planning import services
 from planning.forms import (
     AgentStatusForm,
     ApproveplanForm,
+    ClarifyForm,
     DeclineForm,
     GoalForm,
     ReasonForm,
@@ -222,3 +223,26 @@ def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect(agent)
     messages.success(request, "Goal given; the agent plans it next cycle.")
     return redirect(agent)
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
+    plan = get_object_or_404(Plan, pk=pk)
+    form = ClarifyForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, "Write an answer to the planner's question. Nothing was changed.", status=400)
+    return decision_apply(
+        request, plan, "Answer given; the agent plans again with it next cycle.",
+        lambda: services.plan_clarify(plan=plan, user=operator(request), answer=form.cleaned_data["answer"]),
+    )
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def step_rollback_view(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    return decision_apply(
+        request, step.plan, f"Step {step.key} rolled back.",
+        lambda: services.step_rollback(step=step, user=operator(request)),
+    )
