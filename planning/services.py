@@ -452,13 +452,14 @@ def step_elapsed_ms(step: PlanStep) -> int | None:
     return None if started is None else max(int((timezone.now() - started).total_seconds() * 1000), 0)
 
 
-@transaction.atomic
+@atomic_retried
 def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
     """Answer the planner's question (seed 003); planning resumes with the answer as part of the goal."""
     answer = " ".join(answer.split())
     if not answer:
         raise DecisionError("Write an answer to the planner's question. Nothing was changed.")
-    plan = Plan.objects.select_for_update().get(pk=plan.pk)
+    answer = reason_clean(answer, what="The answer")
+    plan = plan_lock(plan.pk)
     if plan.status != Plan.Status.CLARIFYING:
         raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it asks no question. "
                             "Nothing was changed.")
@@ -471,11 +472,11 @@ def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
                         detail={"question": plan.clarification_question, "answer": answer})
 
 
-@transaction.atomic
+@transaction.atomic  # not retried: it restores files, which a second attempt would do again
 def step_rollback(*, step: PlanStep, user: User) -> PlanEvent:
     """Undo a completed tool step (seed 003 rollback): the files it changed are restored, the files it created
     removed; refused while a completed step that changed files on top of it still stands."""
-    step = PlanStep.objects.select_for_update().select_related("plan", "plan__agent").get(pk=step.pk)
+    step = step_lock(step.pk)
     if step.status != PlanStep.Status.COMPLETED or not step.tool:
         raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only a completed tool step "
                             "can be rolled back. Nothing was changed.")
