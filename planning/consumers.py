@@ -295,8 +295,7 @@ class LiveHub:
         self.healthy = True
         self.tasks: list[asyncio.Task[None]] = []
         self.seqs: dict[str, int] = {}
-        self.ping_sent = 0
-        self.ping_back = 0
+        self.pongs: dict[int, asyncio.Future[None]] = {}
         self.relay: asyncio.DatagramTransport | None = None
         self.relay_path = ""
 
@@ -386,11 +385,12 @@ class LiveHub:
                 raise
             except Exception:
                 logger.exception("receiving live updates failed")
-                self.healthy = False
                 await asyncio.sleep(PING_SECONDS)
                 continue
             if raw.get("type") == "live.ping":
-                self.ping_back = max(self.ping_back, int(raw.get("n", 0)))
+                pong = self.pongs.pop(int(raw.get("n", 0)), None)
+                if pong is not None and not pong.done():
+                    pong.set_result(None)
                 continue
             message = events.message_parse(raw)
             if message is None:
@@ -403,38 +403,43 @@ class LiveHub:
                 logger.warning("live updates were lost (publisher %s); open pages resync", message["src"][:8])
                 await self.resync()
 
+    async def ping(self, n: int) -> bool:
+        """Whether a ping sent to this hub's own channel comes back through the layer in time."""
+        pong = self.loop.create_future()
+        self.pongs[n] = pong
+        try:
+            await asyncio.wait_for(self.layer.send(self.channel, {"type": "live.ping", "n": n}), PING_TIMEOUT_SECONDS)
+            await asyncio.wait_for(pong, PING_TIMEOUT_SECONDS)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            return False
+        finally:
+            self.pongs.pop(n, None)
+        return True
+
     async def ping_loop(self) -> None:
-        """A heartbeat through the layer: a ping that does not come back means a gap in the updates."""
+        """A heartbeat through the layer. While it fails, pages are told live updates are off (they retry
+        with backoff, and get their full state when they are back); so a gap never leaves a page stale."""
         for n in itertools.count(1):
             await asyncio.sleep(PING_SECONDS)
-            try:
-                await asyncio.wait_for(self.layer.send(self.channel, {"type": "live.ping", "n": n}), PING_TIMEOUT_SECONDS)
-                self.ping_sent = n
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                if self.healthy:
-                    logger.warning("the channel layer is unreachable: live updates paused")
+            ok = await self.ping(n)
+            if ok and not self.healthy:
+                logger.warning("the channel layer answers again: open pages resync")
+                self.healthy = True
+                await self.resync()
+            elif not ok and self.healthy:
+                logger.warning("the channel layer does not answer: live updates paused, pages retry")
                 self.healthy = False
-                continue
-            if not self.healthy:
-                # Wait for the ping to come back through the layer before telling pages to reconnect.
-                for _ in range(int(PING_TIMEOUT_SECONDS / 0.05)):
-                    if self.ping_back >= n:
-                        break
-                    await asyncio.sleep(0.05)
-                if self.ping_back >= n:
-                    logger.warning("the channel layer is back: open pages resync")
-                    self.healthy = True
-                    await self.resync()
-            elif n - self.ping_back > PING_TIMEOUT_SECONDS / PING_SECONDS + 1:
-                logger.warning("live update heartbeat lost: open pages resync when it returns")
-                self.healthy = False
+                await self.close_all(CLOSE_LAYER_DOWN)
+
+    async def close_all(self, code: int) -> None:
+        clients = [c for feed in self.feeds.values() for c in feed.clients]
+        await asyncio.gather(*(c.close(code=code) for c in clients), return_exceptions=True)
 
     async def resync(self) -> None:
         """Every open page reconnects and gets its full state."""
-        clients = [c for feed in self.feeds.values() for c in feed.clients]
-        await asyncio.gather(*(c.close(code=CLOSE_RESYNC) for c in clients), return_exceptions=True)
+        await self.close_all(CLOSE_RESYNC)
 
     # feeds
 

@@ -175,8 +175,8 @@
       if (evt.code === 4401) { status("off", "Logged out: reload the page to log in again"); return; }
       if (evt.code === 4404) { status("off", "This page no longer exists"); return; }
       failures++;
-      // 0.5 s, 1 s, 2 s … up to 15 s, with jitter so many pages do not come back all at once.
-      var delay = Math.min(15000, 500 * Math.pow(2, Math.min(failures - 1, 5))) * (0.75 + Math.random() / 2);
+      // 0.5 s, 1 s, 2 s … up to 10 s, with jitter so many pages do not come back all at once.
+      var delay = Math.min(10000, 500 * Math.pow(2, Math.min(failures - 1, 5))) * (0.75 + Math.random() / 2);
       status("off", evt.code === 4503 ? "Live updates unavailable; retrying…" : "Reconnecting…");
       retry(delay);
     };
