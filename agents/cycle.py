@@ -42,7 +42,14 @@ from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate, plan_retry_due
-from planning.services import event_record, plan_abandon, step_finish, step_move, step_request_approval
+from planning.services import (
+    event_record,
+    plan_abandon,
+    step_finish,
+    step_lock,
+    step_move,
+    step_request_approval,
+)
 
 logger = logging.getLogger("planner.cycle")
 
@@ -170,6 +177,8 @@ def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
     # action_apply's deltas already keep every need within 0..1; this is what the person now feels.
     after = {name: value + outcome.need_deltas.get(name, 0.0) for name, value in needs.items()}
     with transaction.atomic():
+        if plan is not None and step is not None and suggested is not None:
+            step_lock(step.pk)  # plan and step before needs, goals and agent: the services' lock order
         # Re-read under lock: an operator may have edited a need since the decay at the top of the cycle.
         for n in Need.objects.select_for_update().filter(agent=agent, name__in=list(outcome.need_deltas)):
             n.satisfaction = max(0.0, min(1.0, n.satisfaction + outcome.need_deltas[n.name]))
@@ -229,7 +238,7 @@ def action_decide(*, agent: Agent, plan: Plan | None, step: PlanStep | None, nee
 def step_progress(*, step: PlanStep, plan: Plan, runner: str, followed: bool, succeeded: bool, outcome: str,
                   override_reason: str, experience_id: int) -> None:
     """Seed 000's evaluate_step and check_for_replan, for one experience."""
-    step = PlanStep.objects.select_for_update().get(pk=step.pk)
+    step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
     if step.status == PlanStep.Status.PENDING:
         step_move(step=step, status=PlanStep.Status.RUNNING)
         event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner, reason=step.description)
@@ -299,7 +308,7 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
             done.append(f"{step.key} awaits approval")
             continue
         with transaction.atomic():
-            step = PlanStep.objects.select_for_update().get(pk=step.pk)
+            step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
             if step.status != PlanStep.Status.PENDING:
                 continue
             step_move(step=step, status=PlanStep.Status.RUNNING)

@@ -14,6 +14,7 @@ import json
 import ntpath
 import os
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -115,6 +116,8 @@ def path_problem(rel: object, workspace: Path | None = None) -> str | None:
         return f"path must be a string, got {type(rel).__name__}"
     if "\x00" in rel:
         return "path contains a NUL byte"
+    if _name_shown(rel) != rel:
+        return f"path {_name_shown(rel)[:80]} contains control or bidirectional characters"
     text = rel.strip().replace("\\", "/")  # models trained on Windows prompts write backslashes
     if len(rel) > MAX_PATH_CHARS:
         return f"path '{_shown(rel)}' is too long ({len(rel)} characters; at most {MAX_PATH_CHARS})"
@@ -184,6 +187,11 @@ def workspace_listing(workspace: Path, *, limit: int = MAX_LIST_ENTRIES) -> list
         if len(entries) >= limit:
             break
     return sorted(entries)[:limit]
+
+
+def _name_shown(name: str) -> str:
+    """A file name as shown: escaped when control or bidirectional characters would make it look like another."""
+    return ascii(name) if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name) else name
 
 
 def _display(workspace: Path, path: Path) -> str:
@@ -275,7 +283,7 @@ def _run_list(ws: Path, args: Mapping[str, Any]) -> str:
         raise ToolError(f"folder '{rel}' does not exist")
     if not path.is_dir():
         raise ToolError(f"'{rel}' is not a folder")
-    names = sorted(f"{p.name}/" if p.is_dir() else p.name for p in path.iterdir())
+    names = sorted(f"{_name_shown(p.name)}/" if p.is_dir() else _name_shown(p.name) for p in path.iterdir())
     shown = _display(ws, path)
     if not names:
         return f"{shown} is empty"

@@ -11,7 +11,7 @@ admin.site.site_title = "Agent planner"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include("planner_site.accounts")),
     path("healthz", healthz, name="healthz"),
     path("", include("planning.urls")),
     path("api/", api_urls()),

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Subquery
 from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
@@ -240,9 +241,10 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         previous = Plan.objects.select_for_update().get(pk=previous.pk)
         if Plan.objects.filter(previous=previous).exists():
             raise PlanAlreadyReplanned(previous)
-        # A version that failed while planning has no steps: trying it again is a retry, not a replan.
+        # A version that failed while planning has no steps: trying it again is a retry, not a replan;
+        # an answered question is neither (nothing failed).
         planned = previous.steps.exists()
-        retry = 0 if planned else previous.planning_retry + 1
+        retry = 0 if planned else previous.planning_retry + (0 if previous.clarification_answer else 1)
     try:
         with transaction.atomic():
             plan = Plan.objects.create(
@@ -263,7 +265,8 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         PlanEvent.objects.create(plan=previous, kind=PlanEvent.Kind.REPLANNED, actor_label=actor_label, reason=reason,
                                  detail={"next_plan": plan.pk, "next_version": plan.version})
         publish_changed_on_commit(agent_id=agent.pk, plan_id=previous.pk, kind="replanned")
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason="", plan_retry_at=None)
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason="")
+    agent_retry_sync(agent_id=agent.pk)
     PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=actor_label, reason=reason,
                              detail={"version": plan.version, "previous": previous.pk if previous else None})
     publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_created")
@@ -485,9 +488,17 @@ def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[
     PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=actor_label,
                              reason=f"planning failed: {headline}",
                              detail={"reasons": reasons, "retry_at": plan.retry_at.isoformat() if plan.retry_at else None})
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason=waiting[:300], plan_retry_at=plan.retry_at)
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason=waiting[:300])
+    agent_retry_sync(agent_id=agent.pk)
     publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_failed")
     return plan
+
+
+def agent_retry_sync(*, agent_id: int) -> None:
+    """The agent row keeps the earliest automatic retry of its failed plans, so a cycle knows without a query."""
+    earliest = (Plan.objects.filter(agent_id=agent_id, status=Plan.Status.FAILED, retry_at__isnull=False)
+                .order_by("retry_at").values("retry_at")[:1])
+    Agent.objects.filter(pk=agent_id).update(plan_retry_at=Subquery(earliest))
 
 
 def plan_retry_due(*, agent: Agent, runner: str) -> None:
@@ -496,16 +507,18 @@ def plan_retry_due(*, agent: Agent, runner: str) -> None:
     if agent.plan_retry_at is None or agent.plan_retry_at > timezone.now():
         return
     with transaction.atomic():
-        plan = (Plan.objects.select_for_update().filter(agent=agent, status=Plan.Status.FAILED, retry_at__isnull=False)
-                .order_by("-created_at").first())
-        Agent.objects.filter(pk=agent.pk).update(plan_retry_at=None)
-        if plan is None or plan.retry_at is None or plan.retry_at > timezone.now():
+        plan = (Plan.objects.select_for_update()
+                .filter(agent=agent, status=Plan.Status.FAILED, retry_at__lte=timezone.now())
+                .order_by("retry_at").first())
+        if plan is None:
+            agent_retry_sync(agent_id=agent.pk)
             return
         headline = plan.failure_reason.split("\n", 1)[0]
         plan.status = Plan.Status.ACTIVE
         plan.retry_at = None
         plan.replan_reason = f"automatic retry {plan.planning_retry + 1} of {agent.plan_retry_limit} after: {headline}"
         plan.save(update_fields=["status", "retry_at", "replan_reason", "updated_at"])
+        agent_retry_sync(agent_id=agent.pk)
         PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label=runner,
                                  reason=plan.replan_reason, detail={"retry": plan.planning_retry + 1})
         publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_retry")
@@ -517,7 +530,10 @@ def plans_interrupted_fail(*, agent_ids: Sequence[int], runner: str) -> int:
     failed = 0
     for plan in Plan.objects.filter(agent_id__in=list(agent_ids), status=Plan.Status.VALIDATING):
         started_by = plan.events.filter(kind=PlanEvent.Kind.CREATED).values_list("actor_label", flat=True).first()
-        headline = f"planning interrupted: {started_by or 'the runner'} stopped before it finished (its lease expired)"
+        if started_by == runner:  # this runner's own planning cycle broke off (its log says why)
+            headline = f"planning interrupted: the cycle of {runner} ended before planning finished"
+        else:
+            headline = f"planning interrupted: {started_by or 'a runner'} stopped before it finished (its lease expired)"
         try:
             plan_fail(plan=plan, headline=headline, actor_label=runner)
         except PlanNoLongerValidating:
