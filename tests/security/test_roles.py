@@ -19,7 +19,7 @@ from django.db import models
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from agents.models import Agent
+from agents.models import Agent, AgentToken, ApiRequest
 from goals.models import Goal
 from planning.models import Plan, PlanEvent, PlanStep
 from tests.factories import (
@@ -111,7 +111,15 @@ def world(db: None) -> dict[type[models.Model], models.Model]:
     rows: list[models.Model] = [agent, plan, step, event, need, plan.goal, ExperienceFactory(agent=agent),
                                 LessonFactory(agent=agent), LLMCallFactory(agent=agent, plan=plan),
                                 GoalSampleFactory(goal=plan.goal)]
+    external = AgentFactory(kind="external")  # the API's models: a token and a remembered request
+    rows += [AgentToken.issue(agent=external)[0],
+             ApiRequest.objects.create(agent=external, request_id="r1", operation="start of step 1")]
     return {type(row): row for row in rows}
+
+
+def write_refusals(page: Page) -> tuple[int, ...]:
+    """How a refused write answers: 403 or 405; the API (api:*) takes tokens, not sessions: 401 (404 at its root)."""
+    return (401, 403, 404, 405) if page.name.startswith("api:") else (403, 405)
 
 
 def user_client(role: str) -> Client:
@@ -168,7 +176,7 @@ def test_viewer_reads_and_every_write_is_refused(world: dict[type[models.Model],
         where = f"POST {page.url} ({page.name}): {response.status_code}"
         assert response.status_code != 500, where
         if not page.admin or page.name.endswith(WRITE_ADMIN_VIEWS):
-            assert response.status_code in (403, 405), where
+            assert response.status_code in write_refusals(page), where
     assert snapshot() == before  # read only: not one row changed
 
 
@@ -215,7 +223,7 @@ def test_decisions_need_the_csrf_token(world: dict[type[models.Model], models.Mo
         if page.admin or page.name in PUBLIC | ACCOUNT:
             continue
         response = client.post(page.url, {"reason": "x", "feedback": "x", "mode": "all", "status": "paused"})
-        assert response.status_code in (403, 405), f"POST {page.url} ({page.name}) without a CSRF token"
+        assert response.status_code in write_refusals(page), f"POST {page.url} ({page.name}) without a CSRF token"
     assert snapshot() == before
 
 
