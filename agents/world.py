@@ -1,6 +1,7 @@
 """The persona world model: what each action does to needs (seeds 000 and 001).
 
-Plain values only. Each cycle stands for one simulated hour of the person's life.
+Plain values only. Each cycle is one action, which takes its own simulated hours (an hour unless said);
+needs and goals decay by the hours that passed.
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-SIM_HOURS_PER_CYCLE = 1.0
+SIM_HOURS_PER_CYCLE = 1.0  # the hours an action takes unless it says otherwise
 URGENT_BELOW = 0.15  # a need this low overrides the plan's suggestion
+RELIEVE_BELOW = 0.5  # without a plan step, the person relieves their lowest need once it drops below this
 
 
 @dataclass(frozen=True)
@@ -19,20 +21,22 @@ class Action:
     requires: Mapping[str, float] = field(default_factory=dict)  # need -> minimum satisfaction to succeed
     outcome: str = ""
     permission: bool = False  # an operator must say yes before a plan step does this
+    hours: float = SIM_HOURS_PER_CYCLE  # simulated time the action takes
 
 
 ACTIONS: dict[str, Action] = {
     a.name: a
     for a in [
         Action("look for work", {"social": 0.02, "energy": -0.03}, outcome="found a job lead"),
-        Action("work", {"money": 0.3, "energy": -0.12, "fun": -0.05}, requires={"energy": 0.1}, outcome="earned a wage"),
+        Action("work", {"money": 0.3, "energy": -0.12, "fun": -0.05}, requires={"energy": 0.1}, outcome="earned a wage",
+               hours=2.0),
         Action("go to the store", {"energy": -0.03}, outcome="arrived at the store"),
         Action("buy food", {"money": -0.15, "hunger": 0.1}, requires={"money": 0.15}, outcome="bought groceries",
                permission=True),
         Action("eat", {"hunger": 0.5, "energy": 0.05, "money": -0.05}, requires={"money": 0.1}, outcome="had a meal"),
         Action("cook", {"hunger": 0.3, "fun": 0.05, "energy": -0.03}, outcome="cooked dinner"),
         Action("go home", {"energy": 0.02}, outcome="got home"),
-        Action("sleep", {"energy": 0.5, "hunger": -0.05}, outcome="slept well"),
+        Action("sleep", {"energy": 0.5, "hunger": -0.05}, outcome="slept well", hours=2.0),
         Action("call a friend", {"social": 0.25, "fun": 0.05}, outcome="had a nice chat"),
         Action("meet friend", {"social": 0.4, "fun": 0.15, "money": -0.1}, requires={"money": 0.1},
                outcome="spent time with a friend", permission=True),
@@ -89,7 +93,7 @@ def action_choose(*, suggested: str | None, needs: Mapping[str, float]) -> tuple
         return suggested, ""
     # No plan step: relieve the lowest need.
     lowest = min(needs.items(), key=lambda item: item[1], default=None)
-    if lowest and lowest[0] in URGENT_ACTION and lowest[1] < 0.5:
+    if lowest and lowest[0] in URGENT_ACTION and lowest[1] < RELIEVE_BELOW:
         return URGENT_ACTION[lowest[0]], f"no plan step; {lowest[0]} is lowest"
     return "idle", "no plan step"
 
@@ -97,6 +101,23 @@ def action_choose(*, suggested: str | None, needs: Mapping[str, float]) -> tuple
 def needs_decay(needs: Mapping[str, tuple[float, float]], hours: float) -> dict[str, float]:
     """Satisfaction after `hours`, from (satisfaction, decay per hour) pairs."""
     return {name: max(0.0, round(value - rate * hours, 4)) for name, (value, rate) in needs.items()}
+
+
+def action_hours(action: str) -> float:
+    """The simulated hours an action takes."""
+    return (ACTIONS.get(action) or ACTIONS["idle"]).hours
+
+
+def needs_changes(*, needs: Mapping[str, float], rates: Mapping[str, float], deltas: Mapping[str, float],
+                  hours: float) -> dict[str, float]:
+    """How much each need changes in one cycle: the action's effect, then decay over the hours it took,
+    kept within 0..1. Returned as changes so they can be applied to the stored value in one UPDATE."""
+    changes: dict[str, float] = {}
+    for name, value in needs.items():
+        after = max(0.0, min(1.0, value + deltas.get(name, 0.0)))
+        after = max(0.0, after - rates.get(name, 0.0) * hours)
+        changes[name] = round(after - value, 4)
+    return changes
 
 
 def action_lesson(action: str, needs: Mapping[str, float]) -> str | None:

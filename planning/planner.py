@@ -45,8 +45,10 @@ def plan_generate(
     reason: str = "",
     feedback: Sequence[str] = (),
     actor_label: str = "runner",
+    situation: Sequence[str] = (),
 ) -> Plan:
-    """Make a validated plan (or a failed one with every reason) for a goal; a replan when `previous` is given."""
+    """Make a validated plan (or a failed one with every reason) for a goal; a replan when `previous` is given.
+    `situation`: lines the prompt adds to who the agent is (a persona's emotions and lessons, seed 000)."""
     plan = plan_start(agent=agent, goal_text=goal_text, goal=goal, previous=previous, reason=reason, actor_label=actor_label)
     kept = list(previous.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED])) if previous else []
 
@@ -74,6 +76,7 @@ def plan_generate(
             messages = plan_messages(
                 agent=agent, goal_text=goal_text, restatement=restatement, previous=previous, kept=kept,
                 reason=reason, feedback=feedback, recent_reasons=recent_reasons[-6:], last_output=last_output, hints=hints,
+                situation=situation,
             )
             try:
                 answer = llm_complete(purpose="replan" if previous else "plan", messages=messages, models=[model],
@@ -162,22 +165,23 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str) -> dict[str, str]:
 
 def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], previous: Plan | None,
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], recent_reasons: list[str],
-                  last_output: str, hints: list[str]) -> list[dict[str, str]]:
+                  last_output: str, hints: list[str], situation: Sequence[str] = ()) -> list[dict[str, str]]:
     needs = {n.name: n.satisfaction for n in agent.needs.all()}
+    backstory = "\n".join([agent.backstory, *situation]).strip()
     kind = agent.kind
     tools = list(TOOLS.values()) if kind == Agent.Kind.TOOL else None
     files = workspace_listing(agent.workspace) if kind == Agent.Kind.TOOL else []
     if previous is not None:
         failed = previous.steps.filter(status__in=[PlanStep.Status.FAILED, PlanStep.Status.DECLINED]).first()
         return prompt_replan(
-            kind=kind, goal=goal_text, agent_name=agent.name, backstory=agent.backstory, tools=tools,
+            kind=kind, goal=goal_text, agent_name=agent.name, backstory=backstory, tools=tools,
             allowed_actions=list(ACTIONS), needs=needs, completed_steps=[s.as_spec() for s in kept],
             failed_step=failed.as_spec() | {"failure_reason": failed.failure_reason} if failed else None,
             reason=reason, feedback=[*feedback, *recent_reasons], max_steps=settings.PLAN_MAX_STEPS,
             workspace_files=files,
         )
     return prompt_plan(
-        kind=kind, goal=goal_text, restatement=restatement or None, agent_name=agent.name, backstory=agent.backstory,
+        kind=kind, goal=goal_text, restatement=restatement or None, agent_name=agent.name, backstory=backstory,
         tools=tools, allowed_actions=list(ACTIONS), needs=needs, rejection_reasons=recent_reasons,
         last_rejected_output=last_output, feedback=list(feedback), retry_hints=hints, max_steps=settings.PLAN_MAX_STEPS,
         workspace_files=files,
