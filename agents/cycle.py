@@ -168,7 +168,9 @@ class PersonaState:
 
 def persona_state(agent: Agent, need_rows: list[Need]) -> PersonaState:
     held = Plan.objects.filter(goal=OuterRef("pk"), status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
-    done = Plan.objects.filter(goal=OuterRef("pk"), status=Plan.Status.COMPLETED).order_by("-created_at", "-pk")
+    # A plan that completed for a goal of the same words is the person's routine for it (seed 000 plans once).
+    done = Plan.objects.filter(agent=agent, goal_text__iexact=OuterRef("description"),
+                               status=Plan.Status.COMPLETED).order_by("-created_at", "-pk")
     goals: list[Goal] = sorted(
         Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).annotate(
             planned=Exists(held), completed_plan_id=Subquery(done.values("pk")[:1])),

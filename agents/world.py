@@ -28,19 +28,19 @@ ACTIONS: dict[str, Action] = {
     a.name: a
     for a in [
         Action("look for work", {"social": 0.02, "energy": -0.03}, outcome="found a job lead"),
-        Action("work", {"money": 0.3, "energy": -0.12, "fun": -0.05}, requires={"energy": 0.1}, outcome="earned a wage",
+        Action("work", {"money": 0.15, "energy": -0.06, "fun": -0.02}, requires={"energy": 0.1}, outcome="earned a wage",
                hours=2.0),
         Action("go to the store", {"energy": -0.03}, outcome="arrived at the store"),
         Action("buy food", {"money": -0.15, "hunger": 0.1}, requires={"money": 0.15}, outcome="bought groceries",
                permission=True),
-        Action("eat", {"hunger": 0.5, "energy": 0.05, "money": -0.05}, requires={"money": 0.1}, outcome="had a meal"),
-        Action("cook", {"hunger": 0.3, "fun": 0.05, "energy": -0.03}, outcome="cooked dinner"),
+        Action("eat", {"hunger": 0.2, "energy": 0.02, "money": -0.04}, requires={"money": 0.1}, outcome="had a meal"),
+        Action("cook", {"hunger": 0.15, "fun": 0.03, "energy": -0.02}, outcome="cooked dinner"),
         Action("go home", {"energy": 0.02}, outcome="got home"),
-        Action("sleep", {"energy": 0.5, "hunger": -0.05}, outcome="slept well", hours=2.0),
-        Action("call a friend", {"social": 0.25, "fun": 0.05}, outcome="had a nice chat"),
-        Action("meet friend", {"social": 0.4, "fun": 0.15, "money": -0.1}, requires={"money": 0.1},
+        Action("sleep", {"energy": 0.2, "hunger": -0.02}, outcome="slept well", hours=2.0),
+        Action("call a friend", {"social": 0.1, "fun": 0.02}, outcome="had a nice chat"),
+        Action("meet friend", {"social": 0.2, "fun": 0.08, "money": -0.08}, requires={"money": 0.1},
                outcome="spent time with a friend", permission=True),
-        Action("relax", {"fun": 0.3, "energy": 0.05}, outcome="relaxed"),
+        Action("relax", {"fun": 0.12, "energy": 0.02}, outcome="relaxed"),
         Action("idle", {}, outcome="did nothing in particular"),
     ]
 }

@@ -15,7 +15,7 @@ GOALS_PER_GENERATION = 3  # the model proposes up to this many new goals
 MILESTONE_CHECK_THRESHOLD = 0.85  # progress that asks the model whether the goal is achieved
 PLAN_COMPLETION_BONUS = 0.3  # seed 000: a completed plan advances its goal
 PLAN_ABANDON_PENALTY = 0.2  # seed 000: an abandoned plan costs its goal confidence
-MILESTONE_SETBACK = 0.1  # progress taken back when the milestone check says "not yet"
+MILESTONE_SETBACK = 0.3  # progress taken back when the milestone check says "not yet": one plan's worth
 # A need below this, served by no active goal, is room for a new goal (the re-evaluation asks the model
 # only then). The offline model proposes goals for needs below the same line.
 GOAL_NEED_BELOW = 0.6

@@ -16,10 +16,9 @@ from django.db import IntegrityError, transaction
 from agents.llm.gateway import LLMError, llm_complete, model_chain
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
-from agents.world import ACTIONS, action_apply, action_needs_permission
+from agents.world import ACTIONS, action_needs_permission
 from goals.models import Goal
 from planner_site.events import publish_changed_on_commit
-from planning.engine.complexity import should_plan
 from planning.engine.diff import plan_diff
 from planning.engine.parse import PlanParseError, plan_parse
 from planning.engine.prompts import prompt_plan, prompt_reflect, prompt_replan, prompt_restate
@@ -51,19 +50,6 @@ def plan_generate(
     `situation`: lines the prompt adds to who the agent is (a persona's emotions and lessons, seed 000)."""
     plan = plan_start(agent=agent, goal_text=goal_text, goal=goal, previous=previous, reason=reason, actor_label=actor_label)
     kept = list(previous.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED])) if previous else []
-
-    direct = persona_direct_action(agent=agent, goal=goal) if previous is None and not should_plan(goal_text) else None
-    if direct is not None:
-        data: dict[str, Any] = {"steps": [{
-            "id": "1", "description": goal_text, "action_hint": direct, "expected_outcome": goal_text,
-            "estimated_cycles": 1,
-        }]}
-        result = plan_validate(data, kind="persona", allowed_actions=list(ACTIONS))
-        if result.plan is not None:
-            # One step is the point here, so the validator's "2-6 steps are preferred" note would only confuse.
-            flags = [f for f in result.flags if "preferred" not in f]
-            return plan_accept(plan=plan, spec=result.plan, flags=[*flags, "simple goal: one step, no planning call"],
-                               model="", kept=[], actor_label=actor_label)
 
     restatement = plan_restate(agent=agent, plan=plan, goal_text=goal_text) if agent.kind == Agent.Kind.TOOL else {}
     reasons_all: list[str] = []
@@ -100,20 +86,6 @@ def plan_generate(
             if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK and index < len(chain) - 1:
                 break  # seed 002: after repeated rejections, the next model in the chain
     return plan_fail(plan=plan, reasons=reasons_all or ["no model answered"], actor_label=actor_label)
-
-
-def persona_direct_action(*, agent: Agent, goal: Goal | None) -> str | None:
-    """For a simple persona goal: a recommended action that relieves its main need and can succeed now.
-    Such a goal gets a one-step plan without a planning call (seed 004's should_plan)."""
-    if agent.kind != Agent.Kind.PERSONA or goal is None:
-        return None
-    needs = {n.name: n.satisfaction for n in agent.needs.all()}
-    for action in goal.recommended_actions:
-        outcome = action_apply(str(action), needs)
-        # The first source need is what the goal is about ("get something to eat" is about hunger, not money).
-        if outcome.succeeded and goal.source_needs and outcome.need_deltas.get(goal.source_needs[0], 0) > 0:
-            return str(action)
-    return None
 
 
 @transaction.atomic
