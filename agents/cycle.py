@@ -173,7 +173,7 @@ def persona_state(agent: Agent, need_rows: list[Need]) -> PersonaState:
                                status=Plan.Status.COMPLETED).order_by("-created_at", "-pk")
     goals: list[Goal] = sorted(
         Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).annotate(
-            planned=Exists(held), completed_plan_id=Subquery(done.values("pk")[:1])),
+            planned=Exists(held), completed_plan_id=Subquery(done.values("pk")[:1])).order_by(),
         key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
     )
     state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in need_rows},
@@ -236,9 +236,10 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             continue
         if goal_plannable(horizon=goal.horizon, source_needs=goal.source_needs, needs=state.needs):
             source = goal.completed_plan_id  # type: ignore[attr-defined]
+            routine = None
             if source is not None:
-                plan_repeat(goal=goal, source=Plan.objects.get(pk=source), runner=runner)
-            else:
+                routine = plan_repeat(goal=goal, source=Plan.objects.get(pk=source), needs=state.needs, runner=runner)
+            if routine is None:
                 plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner,
                               situation=persona_situation(agent))
             return True
@@ -288,7 +289,7 @@ def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
     if plan is not None and step is not None:
         verdict = step_evaluate(key=step.key, actual_cycles=step.actual_cycles, estimated_cycles=step.estimated_cycles,
                                 overrides=step.overrides, followed=followed, succeeded=outcome.succeeded,
-                                override_reason=override_reason)
+                                override_reason=override_reason, outcome=outcome.outcome)
         others_done = all(s.is_done for s in state.steps.get(plan.pk, []) if s.pk != step.pk)
         change = StepChange(step=step, plan=plan, verdict=verdict, followed=followed, override_reason=override_reason,
                             result=outcome.outcome, plan_completed=verdict.completed and others_done)
@@ -296,7 +297,7 @@ def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
     goals = [(goal, goal_after_experience(
         state=GoalState(progress=goal.progress, confidence=goal.confidence, times_advanced=goal.times_advanced,
                         times_regressed=goal.times_regressed),
-        horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=outcome.need_deltas, hours=hours,
+        horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=changes, hours=hours,
         bonus=PLAN_COMPLETION_BONUS if goal.pk == bonus_goal else 0.0,
     )) for goal in state.goals]
     abandoned = {g.pk for g, s in goals if s.abandoned}
@@ -349,6 +350,10 @@ def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | No
     if action_needs_permission(action) and not (step is not None and step.action_hint == action):
         # The model may not do on its own what a plan step may only do after an operator's yes.
         logger.info("action decision for %s chose %r, which needs permission; rules decide", agent, action)
+        return fallback
+    if not action_apply(action, state.needs).succeeded and action_apply(fallback[0], state.needs).succeeded:
+        # The person already knows (a lesson) that this cannot work now; the rules' choice can.
+        logger.info("action decision for %s chose %r, which cannot succeed now; rules decide", agent, action)
         return fallback
     reason = str(data.get("reason", ""))[:300] if isinstance(data, dict) else ""
     return action, reason or fallback[1]

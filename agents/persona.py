@@ -39,7 +39,7 @@ class StepVerdict:
 
 
 def step_evaluate(*, key: str, actual_cycles: int, estimated_cycles: int, overrides: int, followed: bool,
-                  succeeded: bool, override_reason: str = "") -> StepVerdict:
+                  succeeded: bool, override_reason: str = "", outcome: str = "") -> StepVerdict:
     """Seed 000's evaluate_step and check_for_replan for one experience.
 
     Every cycle the step is current counts in actual_cycles. Followed and succeeded completes it once the
@@ -55,6 +55,17 @@ def step_evaluate(*, key: str, actual_cycles: int, estimated_cycles: int, overri
         why = f"step {key} overridden {in_a_row} cycles in a row" + (f": {override_reason}" if override_reason else "")
         return StepVerdict(actual_cycles=cycles, overrides=in_a_row, failure=why)
     if cycles > estimated_cycles * STUCK_MULTIPLIER:
-        why = f"step {key} stuck: {cycles} cycles, estimate {estimated_cycles}"
+        why = f"step {key} stuck: {cycles} cycles, estimate {estimated_cycles}" + (f"; last: {outcome}" if outcome else "")
         return StepVerdict(actual_cycles=cycles, overrides=in_a_row, failure=why)
     return StepVerdict(actual_cycles=cycles, overrides=in_a_row)
+
+
+def routine_keeps(*, effects: Mapping[str, float], source_needs: Iterable[str], needs: Mapping[str, float],
+                  fine_above: float) -> bool:
+    """Whether a step of a completed plan is done again when the plan is repeated as a routine. A step whose
+    action only helps needs that are not the goal's and are fine now (work, when money is plentiful) is
+    left out; preparation with no effect of its own (going to the store) and steps for the goal's own
+    needs are kept."""
+    helped = [name for name, delta in effects.items() if delta > 0]
+    own = set(source_needs)
+    return not helped or any(name in own or needs.get(name, 1.0) < fine_above for name in helped)

@@ -18,9 +18,10 @@ from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from agents.models import Agent, Experience, Lesson, Need
-from agents.persona import StepVerdict
+from agents.persona import StepVerdict, routine_keeps
+from agents.world import ACTIONS
 from goals.models import Goal
-from goals.system import GoalState
+from goals.system import GOAL_NEED_BELOW, GoalState
 from planner_site.events import publish_changed_on_commit
 from planning.models import Plan, PlanEvent, PlanStep
 
@@ -195,11 +196,16 @@ def goal_plans_close(*, goal: Goal, runner: str, reason: str) -> None:
 
 
 @transaction.atomic
-def plan_repeat(*, goal: Goal, source: Plan, runner: str) -> Plan:
-    """A goal still active after its plan completed does the same again: a new plan with the completed
-    plan's steps, made without a model call (the person's routine). Steps that spend money wait for an
-    operator's yes again."""
-    steps = [s for s in source.steps.all() if s.status == PlanStep.Status.COMPLETED]
+def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float], runner: str) -> Plan | None:
+    """A goal whose plan (or a plan for the same goal in the same words) completed does the same again: a
+    new plan with the completed plan's steps, made without a model call (the person's routine). Steps
+    that only served needs that are fine now are left out; none left: None, the caller asks the model.
+    Steps that spend money wait for an operator's yes again."""
+    steps = [s for s in source.steps.all() if s.status == PlanStep.Status.COMPLETED and routine_keeps(
+        effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {}, source_needs=goal.source_needs,
+        needs=needs, fine_above=GOAL_NEED_BELOW)]
+    if not steps:
+        return None
     plan = Plan.objects.create(
         agent_id=goal.agent_id, goal=goal, goal_text=source.goal_text, status=Plan.Status.ACTIVE,
         approval_mode=Plan.ApprovalMode.ALL, thinking_summary=source.thinking_summary, confidence=source.confidence,

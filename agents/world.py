@@ -48,6 +48,8 @@ ACTIONS: dict[str, Action] = {
 # What to do when a need is urgent, whatever the plan says.
 # Money is not a bodily need: being broke never overrides a plan (the plan is how the person earns).
 URGENT_ACTION = {"hunger": "eat", "energy": "sleep", "social": "call a friend", "fun": "relax"}
+# When the urgent action cannot succeed now (eating out needs money), what relieves the need instead.
+URGENT_FALLBACK = {"hunger": "cook"}
 
 
 @dataclass(frozen=True)
@@ -84,17 +86,26 @@ def urgent_need(needs: Mapping[str, float]) -> str | None:
     return urgent[0][1] if urgent else None
 
 
+def relief_action(need: str, needs: Mapping[str, float]) -> str:
+    """What relieves a need now: its usual action, or the fallback when that one would fail."""
+    action = URGENT_ACTION[need]
+    fallback = URGENT_FALLBACK.get(need)
+    if fallback is not None and not action_apply(action, needs).succeeded:
+        return fallback
+    return action
+
+
 def action_choose(*, suggested: str | None, needs: Mapping[str, float]) -> tuple[str, str]:
     """The action for this cycle and, when it is not the plan's suggestion, why (seed 000: urgent needs override)."""
     need = urgent_need(needs)
     if need is not None and (suggested is None or ACTIONS.get(suggested, ACTIONS["idle"]).effects.get(need, 0) <= 0):
-        return URGENT_ACTION[need], f"{need} is urgent ({needs[need]:.0%})"
+        return relief_action(need, needs), f"{need} is urgent ({needs[need]:.0%})"
     if suggested:
         return suggested, ""
     # No plan step: relieve the lowest need.
     lowest = min(needs.items(), key=lambda item: item[1], default=None)
     if lowest and lowest[0] in URGENT_ACTION and lowest[1] < RELIEVE_BELOW:
-        return URGENT_ACTION[lowest[0]], f"no plan step; {lowest[0]} is lowest"
+        return relief_action(lowest[0], needs), f"no plan step; {lowest[0]} is lowest"
     return "idle", "no plan step"
 
 

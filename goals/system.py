@@ -18,7 +18,7 @@ PLAN_ABANDON_PENALTY = 0.2  # seed 000: an abandoned plan costs its goal confide
 MILESTONE_SETBACK = 0.3  # progress taken back when the milestone check says "not yet": one plan's worth
 # A need below this, served by no active goal, is room for a new goal (the re-evaluation asks the model
 # only then). The offline model proposes goals for needs below the same line.
-GOAL_NEED_BELOW = 0.6
+GOAL_NEED_BELOW = 0.5
 # Priority of horizons: short-term first, then mid, then long (seed 000's get_current_step).
 HORIZON_ORDER = {"short_term": 0, "mid_term": 1, "long_term": 2}
 

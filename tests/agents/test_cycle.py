@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -219,3 +220,36 @@ def test_failed_action_teaches_a_lesson_once_and_moods_follow_needs() -> None:
     assert list(agent.lessons.values_list("description", flat=True)) == ["To eat I need money at 10% or more."]
     agent.refresh_from_db()
     assert agent.emotions["worry"] > 0.5 and agent.emotions["frustration"] > 0.5
+
+
+SIMULATED_CYCLES = 1000
+STEADY_STATE = 500  # the last cycles, where model calls are counted
+MAX_CALLS_PER_CYCLE = 0.2
+
+
+def test_thousand_cycles_of_a_demo_persona_keep_every_invariant(operator: object) -> None:
+    """The demo's Jenbina, offline model, an operator who approves what waits: checked after every cycle."""
+    from django.core.management import call_command
+    from django.db.models import Count, Sum
+
+    call_command("seed_demo", no_users=True, interval=0, stdout=open(os.devnull, "w"))  # noqa: SIM115
+    agent = Agent.objects.get(name="Jenbina")
+    calls_before_steady = 0
+    for n in range(1, SIMULATED_CYCLES + 1):
+        agent_cycle(agent_id=agent.pk, runner="runner-sim")
+        for step in PlanStep.objects.filter(plan__agent=agent, status=PlanStep.Status.AWAITING_APPROVAL):
+            services.step_approve(step=step, user=operator)
+        assert not agent.needs.exclude(satisfaction__gte=0.0, satisfaction__lte=1.0).exists(), n
+        assert Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).count() <= 10, n
+        open_plans = Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES)
+        per_horizon = list(open_plans.values("goal__horizon").annotate(n=Count("pk")).values_list("n", flat=True))
+        assert sum(per_horizon) <= 3 and max(per_horizon, default=0) <= 1, n
+        assert not open_plans.exclude(goal__status=Goal.Status.ACTIVE).exists(), n
+        counted = PlanStep.objects.filter(plan__agent=agent, carried_over=False).aggregate(c=Sum("actual_cycles"))["c"]
+        experiences = Experience.objects.filter(agent=agent)
+        assert (counted or 0) == experiences.filter(step__isnull=False).count(), n
+        assert Agent.objects.get(pk=agent.pk).cycle_count == experiences.count() == n
+        if n == SIMULATED_CYCLES - STEADY_STATE:
+            calls_before_steady = LLMCall.objects.filter(agent=agent).count()
+    steady_calls = LLMCall.objects.filter(agent=agent).count() - calls_before_steady
+    assert steady_calls / STEADY_STATE <= MAX_CALLS_PER_CYCLE
