@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef, Subquery
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from agents.llm.gateway import LLMError, llm_complete
@@ -168,12 +168,8 @@ class PersonaState:
 
 def persona_state(agent: Agent, need_rows: list[Need]) -> PersonaState:
     held = Plan.objects.filter(goal=OuterRef("pk"), status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
-    # A plan that completed for a goal of the same words is the person's routine for it (seed 000 plans once).
-    done = Plan.objects.filter(agent=agent, goal_text__iexact=OuterRef("description"),
-                               status=Plan.Status.COMPLETED).order_by("-created_at", "-pk")
     goals: list[Goal] = sorted(
-        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).annotate(
-            planned=Exists(held), completed_plan_id=Subquery(done.values("pk")[:1])).order_by(),
+        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).annotate(planned=Exists(held)).order_by(),
         key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
     )
     state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in need_rows},
@@ -235,10 +231,13 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         if goal.planned or goal.horizon in open_horizons:  # type: ignore[attr-defined]
             continue
         if goal_plannable(horizon=goal.horizon, source_needs=goal.source_needs, needs=state.needs):
-            source = goal.completed_plan_id  # type: ignore[attr-defined]
+            # A plan that completed for a goal in the same words is the person's routine for it: seed 000
+            # plans a goal once.
+            source = Plan.objects.filter(agent=agent, goal_text__iexact=goal.description,
+                                         status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").first()
             routine = None
             if source is not None:
-                routine = plan_repeat(goal=goal, source=Plan.objects.get(pk=source), needs=state.needs, runner=runner)
+                routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
             if routine is None:
                 plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner,
                               situation=persona_situation(agent))

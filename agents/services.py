@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, F, FloatField, Value, When
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
@@ -101,10 +101,11 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         Lesson.objects.create(agent=agent, description=record.lesson, source_experience=experience)
     if events:
         PlanEvent.objects.bulk_create(events)
-    for plan_id in sorted(pushed):
-        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan_id, kind="cycle")
-    if not pushed:
-        publish_changed_on_commit(agent_id=agent.pk, kind="experience")
+    # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
+    current = change.plan.pk if change is not None else None
+    publish_changed_on_commit(agent_id=agent.pk, plan_id=current, kind="experience")
+    for plan_id in sorted(pushed - {current}):
+        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan_id, kind="plan_closed")
     return experience
 
 
@@ -133,10 +134,16 @@ def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> None:
             goal.last_progressed = now
         if state.abandoned:
             goal.status = Goal.Status.ABANDONED
-        rows.append(goal)
+        rows.append((goal.progress, goal.confidence, goal.times_advanced, goal.times_regressed,
+                     connection.ops.adapt_datetimefield_value(goal.last_progressed), goal.status, goal.pk))
     if rows:
-        Goal.objects.bulk_update(rows, ["progress", "confidence", "status", "times_advanced", "times_regressed",
-                                        "last_progressed"])
+        # One statement for every active goal. bulk_update would build a CASE per field and goal, which costs
+        # more Python than the whole rest of the cycle.
+        table = connection.ops.quote_name(Goal._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {table} SET progress = %s, confidence = %s, times_advanced = %s, times_regressed = %s, "  # noqa: S608
+                "last_progressed = %s, status = %s WHERE id = %s", rows)
 
 
 def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[PlanEvent]:

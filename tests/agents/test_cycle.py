@@ -12,7 +12,7 @@ from agents.models import Agent, Experience, LLMCall
 from goals.models import Goal
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
-from tests.factories import AgentFactory, GoalFactory, NeedFactory
+from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -213,9 +213,11 @@ def test_step_left_running_by_a_dead_runner_counts_as_a_failed_try() -> None:
 
 def test_failed_action_teaches_a_lesson_once_and_moods_follow_needs() -> None:
     agent = AgentFactory(kind=Agent.Kind.PERSONA, emotions={"worry": 0.1})
-    NeedFactory(agent=agent, name="hunger", satisfaction=0.05, decay_per_hour=0)
+    NeedFactory(agent=agent, name="hunger", satisfaction=0.4, decay_per_hour=0)
     NeedFactory(agent=agent, name="money", satisfaction=0.0, decay_per_hour=0)
-    for _ in range(3):  # urgent hunger -> "eat", which needs money she does not have
+    plan = PlanFactory(agent=agent, goal=GoalFactory(agent=agent, source_needs=["hunger"]))
+    PlanStepFactory(plan=plan, key="1", position=1, action_hint="eat", estimated_cycles=5)
+    for _ in range(3):  # the step says "eat", which needs money she does not have
         agent_cycle(agent_id=agent.pk, runner="runner-test")
     assert list(agent.lessons.values_list("description", flat=True)) == ["To eat I need money at 10% or more."]
     agent.refresh_from_db()
