@@ -22,6 +22,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent, Need
 from agents.persona import goal_plannable, step_evaluate
@@ -33,7 +34,7 @@ from agents.services import (
     persona_cycle_record,
     plan_repeat,
 )
-from agents.tools import ToolError, tool_run
+from agents.tools import ToolError, tool_run, undo_dir_for
 from agents.world import (
     ACTIONS,
     action_apply,
@@ -56,17 +57,23 @@ from goals.system import (
     goals_room,
 )
 from planner_site.events import publish_changed_on_commit
-from planning.engine.parse import PlanParseError, json_extract
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate
-from planning.services import event_record, plan_abandon, step_finish, step_move, step_request_approval
+from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate, plan_retry_due
+from planning.services import (
+    event_record,
+    plan_abandon,
+    step_finish,
+    step_lock,
+    step_move,
+    step_request_approval,
+)
 
 logger = logging.getLogger("planner.cycle")
 
 TOOL_STEPS_PER_CYCLE = 2  # independent tool steps may run side by side, bounded
-LESSONS_IN_PLAN_PROMPT = 5
+LESSONS_IN_DECISION_PROMPT = 5
 GOALS_IN_DECISION_PROMPT = 5
 
 
@@ -79,6 +86,7 @@ def agent_cycle(*, agent_id: int, runner: str) -> str:
     if agent.kind == Agent.Kind.PERSONA:
         return persona_cycle(agent=agent, need_rows=needs, runner=runner)
     try:
+        plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
         plan = tool_open_plan(agent)
         if plan is not None and plan.replan_reason:
             what = plan_replan(agent=agent, plan=plan, runner=runner)
@@ -120,7 +128,7 @@ def plan_was_abandoned(plan: Plan) -> bool:
     return plan.events.filter(kind=PlanEvent.Kind.PLAN_FAILED, detail__abandoned=True).exists()
 
 
-def plan_replan(*, agent: Agent, plan: Plan, runner: str, situation: list[str] | None = None) -> str:
+def plan_replan(*, agent: Agent, plan: Plan, runner: str) -> str:
     """Make the next version of a plan after a decline, failure, stuck step or operator request.
 
     At MAX_REPLANS the plan is abandoned instead (its goal loses confidence, once). An operator who asks
@@ -130,8 +138,7 @@ def plan_replan(*, agent: Agent, plan: Plan, runner: str, situation: list[str] |
         return "plan abandoned"
     try:
         new = plan_generate(agent=agent, goal_text=plan.goal_text, goal=plan.goal, previous=plan,
-                            reason=plan.replan_reason, feedback=plan_feedback(plan), actor_label=runner,
-                            situation=situation or [])
+                            reason=plan.replan_reason, feedback=plan_feedback(plan), actor_label=runner)
     except PlanAlreadyReplanned:
         return "already replanned"
     return f"replanned to v{new.version} ({new.status})"
@@ -191,17 +198,6 @@ def persona_reload(agent: Agent) -> PersonaState:
     return persona_state(fresh, need_rows)
 
 
-def persona_situation(agent: Agent) -> list[str]:
-    """Seed 000's plan inputs beyond needs: the person's emotions and learned lessons."""
-    lines = []
-    if agent.emotions:
-        lines.append("Emotions: " + ", ".join(f"{k} {float(v):.0%}" for k, v in sorted(agent.emotions.items())))
-    lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_PLAN_PROMPT])
-    if lessons:
-        lines.append("Lessons learned: " + " ".join(lessons))
-    return lines
-
-
 def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     """The uncommon paths, each its own service call (and at most one model call each): replan a plan that
     asks for it, re-evaluate goals when due and there is room, plan the most urgent unplanned goal.
@@ -216,7 +212,7 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         changed = True
     for plan in state.plans:
         if plan.replan_reason and plan not in finished:
-            plan_replan(agent=agent, plan=plan, runner=runner, situation=persona_situation(agent))
+            plan_replan(agent=agent, plan=plan, runner=runner)
             changed = True
             break  # one replan per cycle: a model call each
     served = [n for g in state.goals for n in g.source_needs]
@@ -239,8 +235,7 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             if source is not None:
                 routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
             if routine is None:
-                plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner,
-                              situation=persona_situation(agent))
+                plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
             return True
     return changed
 
@@ -264,7 +259,10 @@ def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, 
 def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
     expected = agent.cycle_count
     state = persona_state(agent, need_rows)
-    if persona_prepare(state=state, runner=runner):
+    retry = agent.plan_retry_at is not None and agent.plan_retry_at <= timezone.now()
+    if retry:
+        plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
+    if persona_prepare(state=state, runner=runner) or retry:
         state = persona_reload(agent)
         if state.agent.cycle_count != expected or state.agent.status != Agent.Status.RUNNING:
             return "cycle already done"
@@ -332,14 +330,14 @@ def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | No
         directive = plan_step_directive(goal=plan.goal_text, number=step.position, total=len(steps),
                                         description=step.description, action_hint=step.action_hint)
     goals = [g.description for g in state.goals[:GOALS_IN_DECISION_PROMPT]]
-    lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_PLAN_PROMPT])
+    lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_DECISION_PROMPT])
     try:
         answer = llm_complete(purpose="decide", agent_id=agent.pk, plan_id=plan.pk if plan else None,
                               messages=prompt_decide_action(agent_name=agent.name, needs=state.needs,
                                                             current_step=directive, goals=goals, lessons=lessons,
                                                             actions=list(ACTIONS)))
         data = json_extract(answer.text).value
-    except (LLMError, PlanParseError) as exc:
+    except (LLMError, ExtractError) as exc:
         logger.info("action decision for %s fell back to rules: %s", agent, exc)
         return fallback
     action = str(data.get("action", "")).strip().lower() if isinstance(data, dict) else ""
@@ -379,7 +377,8 @@ def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
 def tool_call(step: PlanStep, workspace: Path) -> tuple[bool, str]:
     """Run one tool step: (True, result) or (False, the error an operator can act on)."""
     try:
-        return True, tool_run(step.tool, step.tool_input, workspace=workspace)
+        return True, tool_run(step.tool, step.tool_input, workspace=workspace, loop=step.loop or None,
+                              undo_dir=undo_dir_for(workspace, str(step.pk)))
     except ToolError as exc:
         return False, str(exc)
     except Exception as exc:  # a tool bug must fail the step, never the cycle
@@ -419,7 +418,7 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
             done.append(f"{step.key} awaits approval")
             continue
         with transaction.atomic():
-            step = PlanStep.objects.select_for_update().get(pk=step.pk)
+            step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
             if step.status != PlanStep.Status.PENDING:
                 continue
             step_move(step=step, status=PlanStep.Status.RUNNING)

@@ -6,7 +6,7 @@ needs and goals decay by the hours that passed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 SIM_HOURS_PER_CYCLE = 1.0  # the hours an action takes unless it says otherwise
@@ -141,6 +141,16 @@ def action_lesson(action: str, needs: Mapping[str, float]) -> str | None:
         return None
     need, minimum = missing[0]
     return f"To {spec.name} I need {need} at {minimum:.0%} or more."
+
+
+def persona_situation(*, emotions: Mapping[str, float], lessons: Sequence[str]) -> list[str]:
+    """Seed 000's plan inputs beyond needs, as prompt lines: the person's emotions and learned lessons."""
+    lines = []
+    if emotions:
+        lines.append("Emotions: " + ", ".join(f"{k} {float(v):.0%}" for k, v in sorted(emotions.items())))
+    if lessons:
+        lines.append("Lessons learned: " + " ".join(lessons))
+    return lines
 
 
 def emotions_update(emotions: Mapping[str, float], *, needs: Mapping[str, float], succeeded: bool,

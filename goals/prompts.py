@@ -6,12 +6,12 @@ JSON: real models may use it, and the offline rules model answers from it alone.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-CONTEXT_PREFIX = "CONTEXT: "  # the offline model's contract (agents/llm/offline.py reads this line)
+from agents.llm.context import context_line
+from agents.llm.extract import ExtractError, json_extract
+
 RECENT_EXPERIENCES = 10
 
 Messages = list[dict[str, str]]
@@ -19,10 +19,6 @@ Messages = list[dict[str, str]]
 
 class AnswerUnreadable(ValueError):
     """The model's answer holds no JSON value of the expected shape."""
-
-
-def _context_line(context: Mapping[str, Any]) -> str:
-    return CONTEXT_PREFIX + json.dumps(context, ensure_ascii=False, default=str)
 
 
 def _percent(value: float) -> str:
@@ -61,7 +57,7 @@ def prompt_goals(*, needs: Mapping[str, float], personality: Mapping[str, Any], 
         "from the list above. Answer with a JSON array inside <json>...</json>:\n"
         '<json>[{"description": "Find a cozy place to eat", "horizon": "short_term", "source_needs": ["hunger"], '
         '"recommended_actions": ["go to restaurant", "find food"], "reasoning": "Hunger is critically low at 15%"}]'
-        "</json>\n" + _context_line(context)
+        "</json>\n" + context_line(context)
     )
     system = "You set goals for a simulated person, grounded in their needs and what they have learned."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -80,30 +76,18 @@ def prompt_milestone(*, goal: str, experiences: Sequence[str], needs: Mapping[st
         f"GOAL: {goal}\nRECENT RELATED EXPERIENCES:\n{_bullets(recent)}\n"
         f"CURRENT SATISFACTION OF ITS SOURCE NEEDS: {_needs_text(needs)}\n\n"
         "Has the goal been achieved? Answer with JSON inside <json>...</json>:\n"
-        '<json>{"achieved": true, "explanation": "..."}</json>\n' + _context_line(context)
+        '<json>{"achieved": true, "explanation": "..."}</json>\n' + context_line(context)
     )
     system = "You judge whether a simulated person has achieved a goal, from evidence only."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-_TAGGED = re.compile(r"<json>(.*?)</json>", re.DOTALL | re.IGNORECASE)
-
-
 def answer_json(text: str) -> Any:
-    """The JSON value of a model's answer: inside <json> tags, else the first JSON object or array in it."""
-    for match in _TAGGED.finditer(text):
-        try:
-            return json.loads(match.group(1))
-        except ValueError:
-            continue
-    decoder = json.JSONDecoder()
-    for index, char in enumerate(text):
-        if char in "[{":
-            try:
-                return decoder.raw_decode(text, index)[0]
-            except ValueError:
-                continue
-    raise AnswerUnreadable("no JSON value in the answer")
+    """The JSON value of a model's answer (the gateway's extraction: tags, fences, repairs)."""
+    try:
+        return json_extract(text).value
+    except ExtractError as exc:
+        raise AnswerUnreadable(str(exc)) from exc
 
 
 def goal_proposals(text: str) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any, cast
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
@@ -20,6 +21,7 @@ from planning import services
 from planning.forms import (
     AgentStatusForm,
     ApproveplanForm,
+    ClarifyForm,
     DeclineForm,
     GoalForm,
     ReasonForm,
@@ -27,12 +29,20 @@ from planning.forms import (
     StepEditForm,
 )
 from planning.models import Plan, PlanStep
-from planning.selectors import agent_context, dashboard_counts, dashboard_rows, plan_context
+from planning.selectors import DashboardFilter, agent_context, dashboard_counts, dashboard_page, plan_context
 
 
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "planning/dashboard.html", {"rows": dashboard_rows(), "counts": dashboard_counts()})
+    filters = DashboardFilter.from_query(request.GET)
+    rows, page = dashboard_page(filters)
+    return render(request, "planning/dashboard.html", {
+        "rows": rows, "page": page, "counts": dashboard_counts(), "filters": filters,
+        "live_query": filters.query(page=page.number),
+        "prev_query": filters.query(page=page.number - 1) if page.has_previous() else "",
+        "next_query": filters.query(page=page.number + 1) if page.has_next() else "",
+        "statuses": Agent.Status.choices, "kinds": Agent.Kind.choices,
+    })
 
 
 @require_GET
@@ -44,7 +54,9 @@ def agent_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def plan_detail(request: HttpRequest, pk: int) -> HttpResponse:
     get_object_or_404(Plan, pk=pk)
-    return render(request, "planning/plan_detail.html", plan_context(pk))
+    context = plan_context(pk, events_page=request.GET.get("events", 1), calls_page=request.GET.get("calls", 1))
+    live_query = urlencode({k: context[f"{k}_page"].number for k in ("events", "calls") if context[f"{k}_page"].number > 1})
+    return render(request, "planning/plan_detail.html", context | {"live_query": live_query})
 
 
 def decision_refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpResponse:
@@ -100,7 +112,8 @@ def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
 def plan_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     plan = get_object_or_404(Plan, pk=pk)
     form = ReasonForm(request.POST)
-    form.is_valid()
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
         request, plan, f"Plan v{plan.version} cancelled.",
         lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
@@ -136,7 +149,8 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
     form = DeclineForm(request.POST)
     if not form.is_valid():
-        return decision_refused(request, "Feedback is required to decline a step. Nothing was changed.", status=400)
+        message = form_errors(form) if form.data.get("feedback", "").strip() else "Feedback is required to decline a step."
+        return decision_refused(request, message + " Nothing was changed.", status=400)
     return decision_apply(
         request, step.plan, f"Step {step.key} declined; the agent replans with your feedback.",
         lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
@@ -148,7 +162,8 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
 def step_skip_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
     form = ReasonForm(request.POST)
-    form.is_valid()
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
         request, step.plan, f"Step {step.key} skipped.",
         lambda: services.step_skip(step=step, user=operator(request), reason=form.cleaned_data.get("reason", "")),
@@ -219,3 +234,26 @@ def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect(agent)
     messages.success(request, "Goal given; the agent plans it next cycle.")
     return redirect(agent)
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
+    plan = get_object_or_404(Plan, pk=pk)
+    form = ClarifyForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, "Write an answer to the planner's question. Nothing was changed.", status=400)
+    return decision_apply(
+        request, plan, "Answer given; the agent plans again with it next cycle.",
+        lambda: services.plan_clarify(plan=plan, user=operator(request), answer=form.cleaned_data["answer"]),
+    )
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def step_rollback_view(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    return decision_apply(
+        request, step.plan, f"Step {step.key} rolled back.",
+        lambda: services.step_rollback(step=step, user=operator(request)),
+    )
