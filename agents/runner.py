@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from agents.cycle import agent_cycle
 from agents.models import Agent
+from planning.planner import plans_interrupted_fail
 
 logger = logging.getLogger("planner.runner")
 
@@ -46,6 +47,7 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int]) -> list[int]:
         ids = list(
             Agent.objects.select_for_update(skip_locked=True)
             .filter(free & due, status=Agent.Status.RUNNING)
+            .exclude(kind=Agent.Kind.EXTERNAL)  # external agents drive themselves over the API
             .exclude(pk__in=exclude)
             .order_by("next_cycle_at", "pk")
             .values_list("pk", flat=True)[:limit]
@@ -54,6 +56,7 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int]) -> list[int]:
             Agent.objects.filter(pk__in=ids).update(
                 lease_owner=runner, lease_expires_at=now + timedelta(seconds=settings.RUNNER_LEASE_SECONDS)
             )
+            plans_interrupted_fail(agent_ids=ids, runner=runner)  # planning cut off by a runner that died
     return ids
 
 
@@ -75,7 +78,8 @@ def agents_release(*, runner: str, ids: set[int] | None = None) -> None:
 def agents_remaining(*, finished: set[int]) -> bool:
     """Whether some running agent still owes this runner cycles (for --cycles). Agents another runner
     holds count too: their lease is released or expires, and then this runner drives them."""
-    return Agent.objects.filter(status=Agent.Status.RUNNING).exclude(pk__in=finished).exists()
+    return Agent.objects.filter(status=Agent.Status.RUNNING).exclude(kind=Agent.Kind.EXTERNAL).exclude(
+        pk__in=finished).exists()
 
 
 def cycle_run(agent_id: int, runner: str) -> str:

@@ -28,7 +28,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -363,6 +363,9 @@ class LiveHub:
         self.pongs: dict[int, asyncio.Future[None]] = {}
         self.relay: asyncio.DatagramTransport | None = None
         self.relay_path = ""
+        # Listeners that are not pages (the external agents' long polls and sockets): which agents and plans
+        # they follow, and what to call when one changes.
+        self.watchers: dict[object, tuple[frozenset[int], frozenset[int], Callable[[], None]]] = {}
 
     # lifecycle
 
@@ -435,6 +438,10 @@ class LiveHub:
     def deliver(self, message: dict[str, Any]) -> None:
         for feed in list(self.feeds.values()):
             feed.notice(message)
+        agents, plans = set(message["agents"]), set(message["plans"])
+        for watched_agents, watched_plans, notify in list(self.watchers.values()):
+            if agents & watched_agents or plans & watched_plans:
+                notify()
 
     def note_sequence(self, message: dict[str, Any]) -> bool:
         """False when messages from this publisher were lost since the last one seen."""
@@ -503,7 +510,9 @@ class LiveHub:
         await asyncio.gather(*(c.close(code=code) for c in clients), return_exceptions=True)
 
     async def resync(self) -> None:
-        """Every open page reconnects and gets its full state."""
+        """Every open page reconnects and gets its full state; every watcher looks again."""
+        for _agents, _plans, notify in list(self.watchers.values()):
+            notify()
         await self.close_all(CLOSE_RESYNC)
 
     # feeds
@@ -529,7 +538,19 @@ class LiveHub:
             del self.feeds[feed.page.key]
             if feed.task is not None:
                 feed.task.cancel()
-        if not self.feeds:
+        if not self.feeds and not self.watchers:
+            await hub_stop(self)
+
+    # watchers
+
+    def watch(self, *, agents: set[int], plans: set[int], notify: Callable[[], None]) -> object:
+        token = object()
+        self.watchers[token] = (frozenset(agents), frozenset(plans), notify)
+        return token
+
+    async def unwatch(self, token: object) -> None:
+        self.watchers.pop(token, None)
+        if not self.feeds and not self.watchers:
             await hub_stop(self)
 
 
@@ -558,6 +579,24 @@ async def hub_get() -> LiveHub:
     if not hub.healthy:
         raise LayerUnavailable("the channel layer does not answer the heartbeat")
     return hub
+
+
+@contextlib.asynccontextmanager
+async def changes_watched(*, agents: set[int], plans: set[int]) -> AsyncIterator[asyncio.Event | None]:
+    """An event set whenever one of these agents or plans changes (from any process), cleared by the caller;
+    None when this process cannot listen (the shared layer is down): then the caller polls."""
+    try:
+        hub = await hub_get()
+    except Exception:  # LayerUnavailable, or Redis refusing the connection
+        logger.warning("live updates unavailable; a watcher polls instead", exc_info=True)
+        yield None
+        return
+    changed = asyncio.Event()
+    token = hub.watch(agents=agents, plans=plans, notify=changed.set)
+    try:
+        yield changed
+    finally:
+        await hub.unwatch(token)
 
 
 async def hub_stop(hub: LiveHub) -> None:
