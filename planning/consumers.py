@@ -402,6 +402,7 @@ class LiveHub:
         if not hasattr(socket, "AF_UNIX"):
             return
         path = str(events.live_relay_path())
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # var/ is made at first use, not at import
         if os.path.exists(path):
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             try:
