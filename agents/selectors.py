@@ -50,8 +50,8 @@ def plan_step_now(steps: list[PlanStep]) -> PlanStep | None:
 def persona_page(agent: Agent) -> dict[str, Any]:
     """The persona parts of the agent page (five queries)."""
     priority = Case(*[When(horizon=h, then=Value(n)) for h, n in HORIZON_ORDER.items()], output_field=IntegerField())
-    shown = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).annotate(p=priority)
-                 .order_by("p", "-confidence", "pk"))
+    shown: list[Goal] = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).alias(p=priority)
+                             .order_by("p", "-confidence", "pk"))
     shown += list(Goal.objects.filter(agent=agent).exclude(status=Goal.Status.ACTIVE)
                   .order_by("-milestone_checked_at", "-pk")[:FINISHED_GOALS_SHOWN])
 
