@@ -221,6 +221,9 @@ def test_feedback_on_every_earlier_version_reaches_the_replan_prompt(operator: A
     assert call is not None
     prompt = json.dumps(call.prompt)
     assert "cook at home" in prompt and "no meeting friends" in prompt
+    v3 = Plan.objects.get(previous=v2)
+    # The feedback steers the plan but is not pasted into step text, which would grow with every replan.
+    assert not [s.description for s in v3.steps.all() if "cook at home" in s.description.lower()]
 
 
 def test_plan_prompt_carries_the_persons_emotions_and_lessons() -> None:
