@@ -104,10 +104,14 @@ def test_at_most_one_open_plan_per_horizon_and_three_in_all() -> None:
     for n, horizon in enumerate(["short_term", "short_term", "mid_term", "long_term", "long_term"]):
         GoalFactory(agent=agent, horizon=horizon, source_needs=["social" if n % 2 else "fun"],
                     description=f"Goal {n} of {horizon}")
+    seen = []
     for _ in range(6):
         cycle(agent)
-    horizons = list(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).values_list("goal__horizon", flat=True))
-    assert sorted(horizons) == ["long_term", "mid_term", "short_term"]
+        horizons = sorted(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES)
+                          .values_list("goal__horizon", flat=True))
+        assert len(horizons) == len(set(horizons)) <= 3
+        seen.append(horizons)
+    assert ["long_term", "mid_term", "short_term"] in seen  # all three horizons planned at once
 
 
 def test_a_goal_with_a_plan_is_not_planned_again() -> None:
