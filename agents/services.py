@@ -21,9 +21,12 @@ from agents.models import Agent, Experience, Lesson, Need
 from agents.persona import StepVerdict, routine_keeps
 from agents.world import ACTIONS
 from goals.models import Goal
-from goals.system import GOAL_NEED_BELOW, GoalState
+from goals.system import GoalState
 from planner_site.events import publish_changed_on_commit
 from planning.models import Plan, PlanEvent, PlanStep
+
+# A routine repeats a step that serves another need only while that need is below this (work while money is short).
+ROUTINE_FINE_ABOVE = 0.8
 
 
 class CycleAlreadyDone(Exception):
@@ -210,7 +213,7 @@ def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float], runner:
     Steps that spend money wait for an operator's yes again."""
     steps = [s for s in source.steps.all() if s.status == PlanStep.Status.COMPLETED and routine_keeps(
         effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {}, source_needs=goal.source_needs,
-        needs=needs, fine_above=GOAL_NEED_BELOW)]
+        needs=needs, fine_above=ROUTINE_FINE_ABOVE)]
     if not steps:
         return None
     plan = Plan.objects.create(
