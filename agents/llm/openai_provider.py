@@ -30,7 +30,9 @@ from django.conf import settings
 from openai._base_client import Platform, get_platform
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
+from agents.connections import connection_release
 from agents.llm.gateway import ProviderAnswer
+from agents.llm.limits import model_call_bounded
 
 
 class ProviderResponseError(Exception):
@@ -181,4 +183,5 @@ async def openai_acomplete(*, model: str, messages: Sequence[Mapping[str, str]])
 
 def openai_complete(*, model: str, messages: Sequence[Mapping[str, str]]) -> ProviderAnswer:
     """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one."""
-    return async_to_sync(openai_acomplete)(model=model, messages=messages)
+    connection_release()  # the wait for the model holds no database connection (agents/connections.py)
+    return async_to_sync(model_call_bounded)(openai_acomplete, model=model, messages=messages)

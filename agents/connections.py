@@ -1,0 +1,32 @@
+"""The database connection of a worker thread: given back while the thread waits, recovered after a failure.
+
+On PostgreSQL the connections come from a pool (settings: DB_POOL_MAX_SIZE per process), so "closing" one
+hands it back for the next cycle instead of ending it: a thread that waits for a model holds no connection,
+and a runner can drive far more agents at once than PostgreSQL's `max_connections` would allow with one
+connection each. SQLite keeps each thread's connection (opening one is cheap and no server counts them).
+"""
+
+from __future__ import annotations
+
+from django.db import InterfaceError, OperationalError, connection
+
+# What a lost connection or a database outage raises (a terminated backend, a refused connect, a
+# restart): the runner waits and retries these; any other error is a bug in one cycle.
+CONNECTION_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+
+
+def connection_release() -> None:
+    """Give this thread's connection back to the pool, unless a transaction still needs it."""
+    if connection.vendor == "sqlite" or connection.in_atomic_block:
+        return
+    connection.close()
+
+
+def connection_recover() -> None:
+    """After an error: drop this thread's connection if it is broken, so the next query opens a fresh one."""
+    if connection.in_atomic_block or connection.connection is None:
+        return
+    if not connection.is_usable():
+        connection.close()
+    else:
+        connection.errors_occurred = False
