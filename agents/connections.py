@@ -8,7 +8,9 @@ connection each. SQLite keeps each thread's connection (opening one is cheap and
 
 from __future__ import annotations
 
-from django.db import InterfaceError, OperationalError, connection
+from typing import Any
+
+from django.db import InterfaceError, OperationalError, connection, connections
 
 # What a lost connection or a database outage raises (a terminated backend, a refused connect, a
 # restart): the runner waits and retries these; any other error is a bug in one cycle.
@@ -30,3 +32,21 @@ def connection_recover() -> None:
         connection.close()
     else:
         connection.errors_occurred = False
+
+
+def pool_connection_check(conn: Any) -> None:
+    """The pool's check of a connection before it hands it out (settings: DATABASES OPTIONS pool "check").
+
+    One dead connection means the server restarted, failed over or cut its clients: the others in the pool
+    are as dead. The pool would find each by a failed check followed by a growing wait (1, 2, 4 s...) and
+    give up after its timeout, so the whole pool is replaced at once instead.
+    """
+    from psycopg_pool import ConnectionPool
+
+    try:
+        ConnectionPool.check_connection(conn)
+    except Exception:
+        pool = connections["default"].pool  # type: ignore[attr-defined]  # the PostgreSQL backend's own pool
+        if pool is not None:
+            pool.drain()
+        raise

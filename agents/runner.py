@@ -243,7 +243,9 @@ class Runner:
         return claimed
 
     async def beat_forever(self) -> None:
-        while not self.stopping.is_set():
+        # Beats go on while a stopping runner finishes its cycles (their leases must not lapse meanwhile);
+        # the shutdown cancels this task last.
+        while True:
             in_flight = set(self.inflight)
             try:
                 held, self.share = await self.db(runner_heartbeat, runner=self.id, in_flight=in_flight,
@@ -253,10 +255,9 @@ class Runner:
             else:
                 lost = (in_flight - held) & set(self.inflight)
                 if lost:
-                    logger.error("runner %s lost the lease of agents %s while their cycles ran (the database was "
-                                 "away longer than RUNNER_LEASE_SECONDS)", self.id, sorted(lost))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=self.beat_seconds)
+                    logger.error("runner %s lost the lease of agents %s while their cycles ran (no renewal for "
+                                 "RUNNER_LEASE_SECONDS)", self.id, sorted(lost))
+            await asyncio.sleep(self.beat_seconds)
 
     async def prune_forever(self) -> None:
         while not self.stopping.is_set():

@@ -104,12 +104,12 @@ if os.environ.get("DATABASE_URL"):
         # A pool per process (PostgreSQL allows 100 connections here): a thread gives its connection back
         # while it waits for a model, so a runner drives many agents on a few connections. Connections are
         # checked when taken, so one terminated under the process is replaced, not handed out broken.
-        from psycopg_pool import ConnectionPool
+        from agents.connections import pool_connection_check
 
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool requires it: "closing" returns to the pool
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-            "min_size": 1, "max_size": int(os.environ.get("DB_POOL_MAX_SIZE", "10")), "timeout": 30,
-            "check": ConnectionPool.check_connection,
+            "min_size": 1, "max_size": int(os.environ.get("DB_POOL_MAX_SIZE", "10")), "timeout": 10,
+            "check": pool_connection_check,
         }
 else:
     DATABASES = {

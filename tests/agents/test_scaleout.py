@@ -4,49 +4,18 @@ OpenAI-compatible server. Runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from agents.models import Agent, Experience, LLMCall
 from planning.models import Plan
-from tests.factories import AgentFactory, GoalFactory, NeedFactory
+from tests.factories import AgentFactory, GoalFactory
+from tests.runners import personas, runagents, runner_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def runner_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, PLANNER_VAR_DIR=str(tmp_path / "var"), AGENT_WORKSPACES=str(tmp_path / "ws"),
-               RUNNER_TICK_SECONDS="0.05", LOG_LEVEL="WARNING", **extra)
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        env["SQLITE_PATH"] = str(db["NAME"])
-    else:
-        env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    return env
-
-
-def runagents(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "manage.py", "runagents", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def personas(n: int) -> list[Agent]:
-    agents = []
-    for _ in range(n):
-        agent = AgentFactory(kind=Agent.Kind.PERSONA, cycle_interval=0)
-        for name in ("hunger", "energy", "social"):
-            NeedFactory(agent=agent, name=name, satisfaction=0.9, decay_per_hour=0.01)
-        agents.append(agent)
-    return agents
 
 
 def test_two_runners_share_agents_without_driving_one_twice(tmp_path: Path) -> None:
