@@ -2,8 +2,8 @@
 
 Every query here is set-based and bounded (RETENTION_BATCH_ROWS rows a statement), never one per goal
 or agent, so pruning a big backlog neither locks a table for long nor holds a cycle back. Rows are
-found oldest first in primary-key order, which follows creation time: a pass over a table stops at
-the first batch, and one index probe tells when there is nothing to do.
+taken oldest first in primary-key order, which follows creation time, so a pass stops at its first
+batch; the tables it scans are themselves bounded by these very limits.
 
 Kept always: the events operators made (the audit of what people decided) and every event of a plan
 that is still open (its page shows the whole story). Goal samples go by age and, beyond the newest
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Model, QuerySet, Window
+from django.db.models import F, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -49,12 +49,6 @@ def cutoff(hours: float, now: datetime) -> datetime | None:
     return now - timedelta(hours=hours) if hours > 0 else None
 
 
-def oldest_before(model: type[Model], time_field: str, moment: datetime) -> bool:
-    """Whether the table's oldest row (by primary key) is older than `moment`: one index probe."""
-    first = model._default_manager.order_by("pk").values_list(time_field, flat=True).first()
-    return first is not None and first < moment
-
-
 def batch_delete(qs: QuerySet, batch: int) -> int:
     """Delete up to `batch` rows of `qs`, oldest (lowest primary key) first; returns how many went."""
     ids = list(qs.order_by("pk").values_list("pk", flat=True)[:batch])
@@ -66,14 +60,14 @@ def batch_delete(qs: QuerySet, batch: int) -> int:
 
 def experiences_prune(*, now: datetime, batch: int) -> int:
     moment = cutoff(settings.RETAIN_EXPERIENCES_HOURS, now)
-    if moment is None or not oldest_before(Experience, "created_at", moment):
+    if moment is None:
         return 0
     return batch_delete(Experience.objects.filter(created_at__lt=moment), batch)
 
 
 def goal_samples_prune_by_age(*, now: datetime, batch: int) -> int:
     moment = cutoff(settings.RETAIN_GOAL_SAMPLES_HOURS, now)
-    if moment is None or not oldest_before(GoalSample, "taken_at", moment):
+    if moment is None:
         return 0
     return batch_delete(GoalSample.objects.filter(taken_at__lt=moment), batch)
 
@@ -104,7 +98,7 @@ def llm_bodies_prune(*, now: datetime, batch: int) -> int:
 
 def llm_calls_prune(*, now: datetime, batch: int) -> int:
     moment = cutoff(settings.RETAIN_LLM_CALLS_HOURS, now)
-    if moment is None or not oldest_before(LLMCall, "created_at", moment):
+    if moment is None:
         return 0
     return batch_delete(LLMCall.objects.filter(created_at__lt=moment), batch)
 
@@ -112,7 +106,7 @@ def llm_calls_prune(*, now: datetime, batch: int) -> int:
 def events_prune(*, now: datetime, batch: int) -> int:
     """The runner's events of closed plans, once old; operators' events and open plans' events stay."""
     moment = cutoff(settings.RETAIN_EVENTS_HOURS, now)
-    if moment is None or not oldest_before(PlanEvent, "created_at", moment):
+    if moment is None:
         return 0
     old = PlanEvent.objects.filter(created_at__lt=moment, actor__isnull=True).exclude(
         plan__status__in=Plan.OPEN_STATUSES
