@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from agents.models import Agent, Experience, LLMCall
 from planning.models import Plan
@@ -79,3 +80,27 @@ def test_runner_process_plans_with_an_openai_compatible_server(tmp_path: Path) -
     assert plan.who == "Remote"
     call = LLMCall.objects.get(plan=plan, purpose="plan")
     assert (call.model, call.provider, call.tokens_in, call.tokens_out) == ("remote-planner", "openai", 250, 60)
+
+
+@pytest.mark.skipif("postgresql" not in settings.DATABASES["default"]["ENGINE"],
+                    reason="connection pool: PostgreSQL only (SQLite has no server connections to count)")
+def test_agents_waiting_for_models_hold_no_database_connection(tmp_path: Path) -> None:
+    """Twelve agents wait for their models at once through a runner with two database connections."""
+    from tests.llm_server import LLMTestServer, answer
+
+    for i in range(12):
+        agent = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0, name=f"Waiting {i}")
+        GoalFactory(agent=agent, description="List the workspace", source_needs=[])
+    restate = '<json>{"who": "W", "what": "list", "when": "now", "where": "here", "why": "asked"}</json>'
+    plan_text = ('<json>{"goal": "List", "steps": [{"id": "1", "tool": "file.list", "intent": "List the files", '
+                 '"input": {"path": "."}, "requiresPermission": false}]}</json>')
+    with LLMTestServer() as server:
+        server.script("wait-fast", *[answer(restate, delay=1.5) for _ in range(12)])
+        server.script("wait-planner", *[answer(plan_text) for _ in range(12)])
+        env = runner_env(tmp_path, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="k", DB_POOL_MAX_SIZE="2",
+                         PLANNER_MODELS="wait-planner", FAST_MODELS="wait-fast")
+        proc = runagents(env, "--cycles", "1")
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert server.max_in_flight == 12
+    assert Plan.objects.filter(status=Plan.Status.AWAITING_APPROVAL).count() == 12
