@@ -40,6 +40,7 @@ from agents.connections import CONNECTION_ERRORS, connection_recover, connection
 from agents.cycle import agent_cycle
 from agents.models import Agent, RunnerHeartbeat
 from agents.retention import retention_prune
+from planning.planner import plans_interrupted_fail
 
 logger = logging.getLogger("planner.runner")
 
@@ -71,6 +72,7 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int], release: set[int
         ids = list(
             Agent.objects.select_for_update(skip_locked=True)
             .filter(free & due, status=Agent.Status.RUNNING)
+            .exclude(kind=Agent.Kind.EXTERNAL)  # external agents drive themselves over the API
             .exclude(pk__in=exclude)
             # Never-run agents first (PostgreSQL sorts NULL last unless told), then the longest overdue.
             .order_by(F("next_cycle_at").asc(nulls_first=True), "pk")
@@ -78,6 +80,7 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int], release: set[int
         )
         if ids:
             Agent.objects.filter(pk__in=ids).update(lease_owner=runner, lease_expires_at=lease_end(now))
+            plans_interrupted_fail(agent_ids=ids, runner=runner)  # planning cut off by a runner that died
     return ids
 
 
@@ -94,7 +97,8 @@ def agents_release(*, runner: str, ids: set[int] | None = None, keep: set[int] |
 def agents_remaining(*, finished: set[int]) -> bool:
     """Whether some running agent still owes this runner cycles (for --cycles). Agents another runner
     holds count too: their lease is released or expires, and then this runner drives them."""
-    return Agent.objects.filter(status=Agent.Status.RUNNING).exclude(pk__in=finished).exists()
+    return Agent.objects.filter(status=Agent.Status.RUNNING).exclude(kind=Agent.Kind.EXTERNAL).exclude(
+        pk__in=finished).exists()
 
 
 def runner_heartbeat(*, runner: str, in_flight: set[int], cycles: int, concurrency: int) -> tuple[set[int], int]:

@@ -4,13 +4,15 @@ from django.contrib import admin
 from django.urls import include, path
 
 from planner_site.health import healthz
+from planning.api import api_urls
 
 admin.site.site_header = "Agent planner admin"
 admin.site.site_title = "Agent planner"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include("planner_site.accounts")),
     path("healthz", healthz, name="healthz"),
     path("", include("planning.urls")),
+    path("api/", api_urls()),
 ]

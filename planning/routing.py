@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from django.urls import path
 
-from planning import consumers
+from planning import api_ws, consumers
 
 websocket_urlpatterns = [
     path("ws/dashboard/", consumers.DashboardConsumer.as_asgi()),
     path("ws/agents/<int:agent_id>/", consumers.AgentConsumer.as_asgi()),
     path("ws/plans/<int:plan_id>/", consumers.PlanConsumer.as_asgi()),
+    path("ws/api/plans/<int:plan_id>/", api_ws.PlanNextConsumer.as_asgi()),
 ]
