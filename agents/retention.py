@@ -58,18 +58,13 @@ def batch_delete(qs: QuerySet, batch: int) -> int:
     return len(ids)
 
 
-def experiences_prune(*, now: datetime, batch: int) -> int:
-    moment = cutoff(settings.RETAIN_EXPERIENCES_HOURS, now)
-    if moment is None:
-        return 0
-    return batch_delete(Experience.objects.filter(created_at__lt=moment), batch)
+def aged_out(setting: str, old: Callable[[datetime], QuerySet]) -> Callable[..., int]:
+    """A pruner deleting the rows `old(moment)` finds, where the moment is `setting` hours ago (0: never)."""
+    def prune(*, now: datetime, batch: int) -> int:
+        moment = cutoff(getattr(settings, setting), now)
+        return 0 if moment is None else batch_delete(old(moment), batch)
 
-
-def goal_samples_prune_by_age(*, now: datetime, batch: int) -> int:
-    moment = cutoff(settings.RETAIN_GOAL_SAMPLES_HOURS, now)
-    if moment is None:
-        return 0
-    return batch_delete(GoalSample.objects.filter(taken_at__lt=moment), batch)
+    return prune
 
 
 def goal_samples_prune_by_count(*, now: datetime, batch: int) -> int:
@@ -96,31 +91,15 @@ def llm_bodies_prune(*, now: datetime, batch: int) -> int:
     return len(ids)
 
 
-def llm_calls_prune(*, now: datetime, batch: int) -> int:
-    moment = cutoff(settings.RETAIN_LLM_CALLS_HOURS, now)
-    if moment is None:
-        return 0
-    return batch_delete(LLMCall.objects.filter(created_at__lt=moment), batch)
-
-
-def events_prune(*, now: datetime, batch: int) -> int:
-    """The runner's events of closed plans, once old; operators' events and open plans' events stay."""
-    moment = cutoff(settings.RETAIN_EVENTS_HOURS, now)
-    if moment is None:
-        return 0
-    old = PlanEvent.objects.filter(created_at__lt=moment, actor__isnull=True).exclude(
-        plan__status__in=Plan.OPEN_STATUSES
-    )
-    return batch_delete(old, batch)
-
-
 PRUNERS: dict[str, Callable[..., int]] = {
-    "experiences": experiences_prune,
-    "goal samples (age)": goal_samples_prune_by_age,
+    "experiences": aged_out("RETAIN_EXPERIENCES_HOURS", lambda m: Experience.objects.filter(created_at__lt=m)),
+    "goal samples (age)": aged_out("RETAIN_GOAL_SAMPLES_HOURS", lambda m: GoalSample.objects.filter(taken_at__lt=m)),
     "goal samples (per goal)": goal_samples_prune_by_count,
     "model-call bodies": llm_bodies_prune,
-    "model calls": llm_calls_prune,
-    "events": events_prune,
+    "model calls": aged_out("RETAIN_LLM_CALLS_HOURS", lambda m: LLMCall.objects.filter(created_at__lt=m)),
+    # The runner's events of closed plans; operators' events and open plans' events stay.
+    "events": aged_out("RETAIN_EVENTS_HOURS", lambda m: PlanEvent.objects.filter(
+        created_at__lt=m, actor__isnull=True).exclude(plan__status__in=Plan.OPEN_STATUSES)),
 }
 
 
