@@ -58,26 +58,29 @@ def lease_end(now: datetime) -> datetime:
     return now + timedelta(seconds=settings.RUNNER_LEASE_SECONDS)
 
 
-def agents_claim(*, runner: str, limit: int, exclude: set[int], release: set[int] | None = None) -> list[int]:
-    """Give back the leases of `release` (cycles just ended) and lease up to `limit` due, running agents
-    that no live runner holds, the longest-waiting first; one transaction. Returns the claimed ids."""
+def agents_claim(*, runner: str, limit: int, exclude: set[int], release: set[int] | None = None,
+                 share: int | None = None) -> list[int]:
+    """Lease up to `limit` due, running agents, the longest-waiting first, in one transaction: this runner's
+    own agents first, then agents no live runner holds, as long as it holds fewer than its `share` (None:
+    no bound). The leases of `release` (agents it is done with) go back first. Returns the claimed ids."""
     now = timezone.now()
     with transaction.atomic():
         if release:
-            Agent.objects.filter(pk__in=release, lease_owner=runner).update(lease_owner="", lease_expires_at=None)
+            agents_release(runner=runner, ids=release)
         if limit <= 0:
             return []
-        free = Q(lease_owner="") | Q(lease_expires_at__lt=now) | Q(lease_owner=runner)
-        due = Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=now)
-        ids = list(
-            Agent.objects.select_for_update(skip_locked=True)
-            .filter(free & due, status=Agent.Status.RUNNING)
-            .exclude(kind=Agent.Kind.EXTERNAL)  # external agents drive themselves over the API
-            .exclude(pk__in=exclude)
-            # Never-run agents first (PostgreSQL sorts NULL last unless told), then the longest overdue.
-            .order_by(F("next_cycle_at").asc(nulls_first=True), "pk")
-            .values_list("pk", flat=True)[:limit]
-        )
+        due = (Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=now)) & Q(status=Agent.Status.RUNNING)
+        # Never-run agents first (PostgreSQL sorts NULL last unless told), then the longest overdue.
+        order = (F("next_cycle_at").asc(nulls_first=True), "pk")
+        ids = list(Agent.objects.select_for_update(skip_locked=True).filter(due, lease_owner=runner)
+                   .exclude(pk__in=exclude).order_by(*order).values_list("pk", flat=True)[:limit])
+        room = limit - len(ids)
+        if share is not None:
+            room = min(room, share - Agent.objects.filter(lease_owner=runner).count())
+        if room > 0:
+            free = Q(lease_owner="") | Q(lease_expires_at__lt=now)
+            ids += Agent.objects.select_for_update(skip_locked=True).filter(due & free).exclude(pk__in=exclude) \
+                .order_by(*order).values_list("pk", flat=True)[:room]
         if ids:
             Agent.objects.filter(pk__in=ids).update(lease_owner=runner, lease_expires_at=lease_end(now))
             plans_interrupted_fail(agent_ids=ids, runner=runner)  # planning cut off by a runner that died
@@ -101,26 +104,34 @@ def agents_remaining(*, finished: set[int]) -> bool:
         pk__in=finished).exists()
 
 
-def runner_heartbeat(*, runner: str, in_flight: set[int], cycles: int, concurrency: int) -> tuple[set[int], int]:
-    """Say this runner is alive and renew the leases of the agents it is driving; one transaction.
+def runner_heartbeat(*, runner: str, in_flight: set[int], cycles: int) -> tuple[set[int], int]:
+    """Say this runner is alive, work out its fair share and keep its leases to that; one transaction.
 
-    Returns the in-flight agents whose lease it still holds (one it lost, e.g. after a database outage
-    longer than a lease, is logged by the caller) and its fair share: the running agents divided among
-    the live runners, so one runner never takes them all while others idle."""
+    The share is the running agents divided among the live runners: a runner keeps (and renews) the
+    leases of its agents up to its share, those under way always, and gives back the rest (the latest
+    due first) for the others, so a runner that joins gets its part within a heartbeat and no runner
+    takes them all while others idle. Returns the in-flight agents whose lease it still holds (one it
+    lost, e.g. after a database outage longer than a lease, is logged by the caller) and the share."""
     now = timezone.now()
     with transaction.atomic():
-        held = set(in_flight)
-        if in_flight:
-            renewed = Agent.objects.filter(pk__in=in_flight, lease_owner=runner).update(lease_expires_at=lease_end(now))
-            if renewed != len(in_flight):
-                held = set(Agent.objects.filter(pk__in=in_flight, lease_owner=runner).values_list("pk", flat=True))
         if not RunnerHeartbeat.objects.filter(name=runner).update(seen_at=now, in_flight=len(in_flight), cycles=cycles):
             RunnerHeartbeat.objects.filter(seen_at__lt=now - HEARTBEAT_FORGOTTEN).delete()
             RunnerHeartbeat.objects.create(name=runner, host=socket.gethostname()[:255], pid=os.getpid(), seen_at=now,
                                            in_flight=len(in_flight), cycles=cycles)
         live = RunnerHeartbeat.objects.live().count()
         running = Agent.objects.filter(status=Agent.Status.RUNNING).count()
-    return held, max(1, min(concurrency, math.ceil(running / max(1, live))))
+        share = max(1, math.ceil(running / max(1, live)))
+        held = list(Agent.objects.filter(lease_owner=runner)
+                    .order_by(F("next_cycle_at").asc(nulls_first=True), "pk").values_list("pk", "status"))
+        kept = {pk for pk, _status in held if pk in in_flight}
+        for pk, status in held:
+            if pk not in kept and status == Agent.Status.RUNNING and len(kept) < share:
+                kept.add(pk)
+        if len(kept) < len(held):
+            agents_release(runner=runner, keep=kept)
+        if kept:
+            Agent.objects.filter(pk__in=kept, lease_owner=runner).update(lease_expires_at=lease_end(now))
+    return kept & in_flight, share
 
 
 def runner_gone(*, runner: str, keep: set[int]) -> None:
@@ -171,9 +182,10 @@ class Runner:
         self.done: Counter[int] = Counter()
         self.cycles_total = 0
         self.inflight: dict[int, asyncio.Task[None]] = {}
-        self.ended: set[int] = set()  # cycles that ended; their leases go back with the next claim
+        self.ended: set[int] = set()  # agents done with (--cycles reached); their leases go back with the next claim
         self.stopping = asyncio.Event()
         self.wake = asyncio.Event()  # a slot freed, or a stop: claim or leave now, not on the next tick
+        self.leases = asyncio.Lock()  # a claim and a heartbeat never interleave (see beat)
         self.failures = 0
         self.outage_since: float | None = None
         # Cycles get their own threads: the loop's default executor must stay free for the work the
@@ -229,39 +241,47 @@ class Runner:
                 self.done[agent_id] += 1
                 self.cycles_total += 1
             self.inflight.pop(agent_id, None)
-            self.ended.add(agent_id)
+            if agent_id in self.finished:
+                self.ended.add(agent_id)
             self.wake.set()
 
     async def claim(self) -> list[int]:
-        release, self.ended = self.ended, set()
-        try:
-            claimed: list[int] = await self.db(
-                agents_claim, runner=self.id, limit=min(self.concurrency, self.share) - len(self.inflight),
-                exclude=set(self.inflight) | self.finished, release=release,
-            )
-        except BaseException:
-            self.ended |= release
-            raise
-        for agent_id in claimed:
-            self.inflight[agent_id] = asyncio.create_task(self.drive(agent_id))
+        async with self.leases:
+            release, self.ended = self.ended, set()
+            try:
+                claimed: list[int] = await self.db(
+                    agents_claim, runner=self.id, limit=self.concurrency - len(self.inflight),
+                    exclude=set(self.inflight) | self.finished, release=release, share=self.share,
+                )
+            except BaseException:
+                self.ended |= release
+                raise
+            for agent_id in claimed:
+                self.inflight[agent_id] = asyncio.create_task(self.drive(agent_id))
         return claimed
+
+    async def beat(self) -> None:
+        # Under the leases lock: the heartbeat keeps the leases of the agents under way, so it must see
+        # every agent a claim has just taken.
+        async with self.leases:
+            in_flight = set(self.inflight)
+            try:
+                held, self.share = await self.db(runner_heartbeat, runner=self.id, in_flight=in_flight,
+                                                 cycles=self.cycles_total)
+            except CONNECTION_ERRORS as exc:
+                logger.warning("runner %s: heartbeat failed (%s)", self.id, error_brief(exc))
+                return
+        lost = (in_flight - held) & set(self.inflight)
+        if lost:
+            logger.error("runner %s lost the lease of agents %s while their cycles ran (no renewal for "
+                         "RUNNER_LEASE_SECONDS)", self.id, sorted(lost))
 
     async def beat_forever(self) -> None:
         # Beats go on while a stopping runner finishes its cycles (their leases must not lapse meanwhile);
         # the shutdown cancels this task last.
         while True:
-            in_flight = set(self.inflight)
-            try:
-                held, self.share = await self.db(runner_heartbeat, runner=self.id, in_flight=in_flight,
-                                                 cycles=self.cycles_total, concurrency=self.concurrency)
-            except CONNECTION_ERRORS as exc:
-                logger.warning("runner %s: heartbeat failed (%s)", self.id, error_brief(exc))
-            else:
-                lost = (in_flight - held) & set(self.inflight)
-                if lost:
-                    logger.error("runner %s lost the lease of agents %s while their cycles ran (no renewal for "
-                                 "RUNNER_LEASE_SECONDS)", self.id, sorted(lost))
             await asyncio.sleep(self.beat_seconds)
+            await self.beat()
 
     async def prune_forever(self) -> None:
         while not self.stopping.is_set():
@@ -279,6 +299,7 @@ class Runner:
 
     async def run(self) -> None:
         logger.info("runner %s started (up to %d agents at once)", self.id, self.concurrency)
+        await self.beat()  # the first claim already knows this runner's fair share
         background = [asyncio.create_task(self.beat_forever())]
         if self.prune_seconds > 0:
             background.append(asyncio.create_task(self.prune_forever()))

@@ -76,10 +76,25 @@ def test_fair_share_divides_running_agents_among_live_runners_only() -> None:
     RunnerHeartbeat.objects.create(name="b", seen_at=now)
     RunnerHeartbeat.objects.create(name="c", seen_at=now)
     RunnerHeartbeat.objects.create(name="killed", seen_at=now - timedelta(minutes=5))
-    _held, share = runner_heartbeat(runner="a", in_flight=set(), cycles=0, concurrency=100)
+    _held, share = runner_heartbeat(runner="a", in_flight=set(), cycles=0)
     assert share == 20  # 60 agents, 3 live runners (a, b, c); the killed one does not count
-    _held, share = runner_heartbeat(runner="a", in_flight=set(), cycles=0, concurrency=8)
-    assert share == 8  # never more than the runner's own bound
+    # At its share, a runner drives its own agents and takes no more.
+    mine = agents_claim(runner="a", limit=100, exclude=set(), share=share)
+    assert len(mine) == 20
+    Agent.objects.filter(pk__in=mine).update(next_cycle_at=None)
+    assert sorted(agents_claim(runner="a", limit=100, exclude=set(), share=share)) == sorted(mine)
+
+
+def test_a_runner_over_its_share_gives_the_excess_back_but_never_an_agent_under_way() -> None:
+    agents = AgentFactory.create_batch(6, kind="tool")
+    assert len(agents_claim(runner="a", limit=10, exclude=set())) == 6  # alone, it took them all
+    RunnerHeartbeat.objects.create(name="b", seen_at=timezone.now())  # another runner joins
+    busy = {agents[4].pk, agents[5].pk}
+    held, share = runner_heartbeat(runner="a", in_flight=busy, cycles=6)
+    assert (held, share) == (busy, 3)
+    kept = set(Agent.objects.filter(lease_owner="a").values_list("pk", flat=True))
+    assert kept == busy | {agents[0].pk}  # the two under way, then the earliest due
+    assert len(agents_claim(runner="b", limit=10, exclude=set(), share=3)) == 3
 
 
 def test_heartbeat_renews_leases_and_reports_one_taken_over() -> None:
@@ -87,7 +102,7 @@ def test_heartbeat_renews_leases_and_reports_one_taken_over() -> None:
     agents_claim(runner="a", limit=2, exclude=set())
     Agent.objects.filter(pk=taken.pk).update(lease_owner="b")  # a's lease expired during an outage; b took it
     Agent.objects.filter(pk=mine.pk).update(lease_expires_at=timezone.now() + timedelta(seconds=1))
-    held, _share = runner_heartbeat(runner="a", in_flight={mine.pk, taken.pk}, cycles=3, concurrency=10)
+    held, _share = runner_heartbeat(runner="a", in_flight={mine.pk, taken.pk}, cycles=3)
     assert held == {mine.pk}
     mine.refresh_from_db()
     assert mine.lease_expires_at is not None and mine.lease_expires_at > timezone.now() + timedelta(seconds=5)
@@ -98,7 +113,7 @@ def test_heartbeat_renews_leases_and_reports_one_taken_over() -> None:
 def test_clean_stop_frees_all_agents_but_those_in_a_cycle_and_leaves_the_live_runners() -> None:
     busy, idle = AgentFactory.create_batch(2, kind="tool")
     agents_claim(runner="a", limit=2, exclude=set())
-    runner_heartbeat(runner="a", in_flight={busy.pk}, cycles=0, concurrency=10)
+    runner_heartbeat(runner="a", in_flight={busy.pk}, cycles=0)
     runner_gone(runner="a", keep={busy.pk})
     assert set(Agent.objects.filter(lease_owner="a").values_list("pk", flat=True)) == {busy.pk}
     assert agents_claim(runner="b", limit=5, exclude=set()) == [idle.pk]
