@@ -2,11 +2,12 @@
 
 Leases make scale-out safe: any number of runners share the database; a claim is
 `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL (SQLite serialises writers instead), so no agent is
-driven by two runners at once. A lease lives while its cycle runs (renewed every quarter of
-RUNNER_LEASE_SECONDS) and is given back when the cycle ends, so due agents go to whichever runner has a
-free slot, oldest-due first, each runner taking at most its fair share of the running agents. A killed
-runner's leases expire and the others continue its agents; a runner stopped with SIGTERM/SIGINT frees
-every agent it is not driving at once, and the others as their cycles end.
+driven by two runners at once. Each runner holds the leases of its fair share of the running agents
+(their number divided among the live runners, from the heartbeats), renews them with its heartbeat and
+drives them as they fall due, the longest-waiting first; when runners join it gives the excess back, and
+it takes free agents only while below its share. A killed runner's leases expire and its heartbeat goes
+stale, so the others' shares grow and they continue its agents; a runner stopped with SIGTERM/SIGINT
+frees every agent it is not driving at once, and the others as their cycles end.
 
 The database may go away under a runner (a terminated connection, a restart, a failover): the loop
 logs it, waits with a growing backoff and carries on when the database answers again. Cycles run in
@@ -46,6 +47,7 @@ logger = logging.getLogger("planner.runner")
 
 RETRY_FIRST_SECONDS = 0.25  # the first wait after a database error; doubled up to RUNNER_DB_RETRY_MAX_SECONDS
 PRUNE_BUDGET_SECONDS = 5.0  # one background pruning round; a bigger backlog goes on in the next round
+HEARTBEAT_MAX_SECONDS = 2.5
 HEARTBEAT_FORGOTTEN = timedelta(hours=1)  # rows of runners gone without a word (killed) are deleted after this
 
 
@@ -176,7 +178,9 @@ class Runner:
         self.cycles = cycles
         self.concurrency = concurrency or settings.RUNNER_CONCURRENCY
         self.tick = settings.RUNNER_TICK_SECONDS if tick is None else tick
-        self.beat_seconds = settings.RUNNER_LEASE_SECONDS / 4
+        # Four beats a lease (one lost beat loses nothing), and often enough that a runner that leaves or
+        # dies is noticed by the others within seconds.
+        self.beat_seconds = min(settings.RUNNER_LEASE_SECONDS / 4, HEARTBEAT_MAX_SECONDS)
         self.prune_seconds = settings.RETENTION_PRUNE_SECONDS if prune_seconds is None else prune_seconds
         self.share = self.concurrency  # until the first heartbeat tells how many runners share the agents
         self.done: Counter[int] = Counter()
