@@ -48,6 +48,8 @@ logger = logging.getLogger("planner.runner")
 RETRY_FIRST_SECONDS = 0.25  # the first wait after a database error; doubled up to RUNNER_DB_RETRY_MAX_SECONDS
 PRUNE_BUDGET_SECONDS = 5.0  # one background pruning round; a bigger backlog goes on in the next round
 HEARTBEAT_MAX_SECONDS = 2.5
+# The agents runners drive: running ones, but not external agents, which drive themselves over the API.
+DRIVEN = Q(status=Agent.Status.RUNNING) & ~Q(kind=Agent.Kind.EXTERNAL)
 HEARTBEAT_FORGOTTEN = timedelta(hours=1)  # rows of runners gone without a word (killed) are deleted after this
 
 
@@ -71,7 +73,7 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int], release: set[int
             agents_release(runner=runner, ids=release)
         if limit <= 0:
             return []
-        due = (Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=now)) & Q(status=Agent.Status.RUNNING)
+        due = (Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=now)) & DRIVEN
         # Never-run agents first (PostgreSQL sorts NULL last unless told), then the longest overdue.
         order = (F("next_cycle_at").asc(nulls_first=True), "pk")
         ids = list(Agent.objects.select_for_update(skip_locked=True).filter(due, lease_owner=runner)
@@ -102,8 +104,7 @@ def agents_release(*, runner: str, ids: set[int] | None = None, keep: set[int] |
 def agents_remaining(*, finished: set[int]) -> bool:
     """Whether some running agent still owes this runner cycles (for --cycles). Agents another runner
     holds count too: their lease is released or expires, and then this runner drives them."""
-    return Agent.objects.filter(status=Agent.Status.RUNNING).exclude(kind=Agent.Kind.EXTERNAL).exclude(
-        pk__in=finished).exists()
+    return Agent.objects.filter(DRIVEN).exclude(pk__in=finished).exists()
 
 
 def runner_heartbeat(*, runner: str, in_flight: set[int], cycles: int) -> tuple[set[int], int]:
@@ -121,7 +122,7 @@ def runner_heartbeat(*, runner: str, in_flight: set[int], cycles: int) -> tuple[
             RunnerHeartbeat.objects.create(name=runner, host=socket.gethostname()[:255], pid=os.getpid(), seen_at=now,
                                            in_flight=len(in_flight), cycles=cycles)
         live = RunnerHeartbeat.objects.live().count()
-        running = Agent.objects.filter(status=Agent.Status.RUNNING).count()
+        running = Agent.objects.filter(DRIVEN).count()
         share = max(1, math.ceil(running / max(1, live)))
         held = list(Agent.objects.filter(lease_owner=runner)
                     .order_by(F("next_cycle_at").asc(nulls_first=True), "pk").values_list("pk", "status"))
