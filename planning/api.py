@@ -15,7 +15,6 @@ import os
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
@@ -29,8 +28,8 @@ from ninja.throttling import SimpleRateThrottle
 from pydantic import ConfigDict
 
 from agents.models import Agent, AgentToken
-from planner_site.events import agent_group, plan_group
 from planning import external
+from planning.consumers import changes_watched
 from planning.external import ExternalError
 
 # From the environment; a Django setting of the same name overrides (tests do).
@@ -317,29 +316,27 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float) -> dict[str
     read = sync_to_async(external.plan_next_read)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    layer = get_channel_layer() if wait > 0 else None
-    channel = ""
-    groups = [plan_group(plan_id), agent_group(agent.pk)]
-    if layer is not None:
-        channel = await layer.new_channel()
-        for group in groups:
-            await layer.group_add(group, channel)
-    try:
+    answer = await read(agent=agent, plan_id=plan_id)
+    if answer["action"] != "wait" or wait <= 0:
+        return answer
+    async with changes_watched(agents={agent.pk}, plans={plan_id}) as changed:
+        answer = await read(agent=agent, plan_id=plan_id)  # a change before the watch began is not missed
+        if answer["action"] != "wait":
+            return answer
         while True:
-            answer = await read(agent=agent, plan_id=plan_id)
             remaining = deadline - loop.time()
-            if answer["action"] != "wait" or remaining <= 0:
+            if remaining <= 0:
                 return answer
             pause = min(remaining, POLL_SECONDS)
-            if layer is None:
+            if changed is None:
                 await asyncio.sleep(pause)
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(layer.receive(channel), timeout=pause)
-    finally:
-        if layer is not None:
-            for group in groups:
-                await layer.group_discard(group, channel)
+                    await asyncio.wait_for(changed.wait(), timeout=pause)
+                changed.clear()
+            answer = await read(agent=agent, plan_id=plan_id)
+            if answer["action"] != "wait":
+                return answer
 
 
 @v1.post("/plans/{plan_id}/versions", response={201: PlanCreated, **ERRORS},

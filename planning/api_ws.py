@@ -7,13 +7,15 @@ are ignored. Close codes: 4401 no valid token, 4403 not an external agent, 4404 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agents.models import Agent, AgentToken
-from planner_site.events import agent_group, plan_group
+from planning.consumers import changes_watched
 from planning.external import NotFound, plan_next
 
 
@@ -29,6 +31,9 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> str:
 def token_agent(raw: str) -> Agent | None:
     token = AgentToken.objects.lookup(raw)
     return token.agent if token is not None else None
+
+
+POLL_SECONDS = 2.0
 
 
 class PlanNextConsumer(AsyncJsonWebsocketConsumer):
@@ -47,15 +52,28 @@ class PlanNextConsumer(AsyncJsonWebsocketConsumer):
         except NotFound:
             await self.close(code=4404)
             return
-        self.joined = [plan_group(self.plan_id), agent_group(agent.pk)]
-        for group in self.joined:
-            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         await self.send_json(self.last)
+        self.follower = asyncio.create_task(self.follow())
+
+    async def follow(self) -> None:
+        """Look again whenever the plan or agent changes (or every few seconds while live updates are down)."""
+        async with changes_watched(agents={self.agent.pk}, plans={self.plan_id}) as changed:
+            await self.state_changed({})  # a change before the watch began is not missed
+            while True:
+                if changed is None:
+                    await asyncio.sleep(POLL_SECONDS)
+                else:
+                    await changed.wait()
+                    changed.clear()
+                await self.state_changed({})
 
     async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        follower = getattr(self, "follower", None)
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The agent acts over HTTP; what it sends here changes nothing."""

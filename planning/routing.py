@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 
 from planning import api_ws, consumers
 
@@ -9,4 +9,5 @@ websocket_urlpatterns = [
     path("ws/agents/<int:agent_id>/", consumers.AgentConsumer.as_asgi()),
     path("ws/plans/<int:plan_id>/", consumers.PlanConsumer.as_asgi()),
     path("ws/api/plans/<int:plan_id>/", api_ws.PlanNextConsumer.as_asgi()),
+    re_path(r"", consumers.UnknownPathConsumer.as_asgi()),  # closed with 4404, not a server error
 ]
