@@ -199,16 +199,3 @@ def test_give_goal_errors_are_shown_on_the_agent_page(operator_client: Client) -
                                     follow=True)
     assert "Select a valid choice" in response.content.decode()
     assert not agent.goals.exists()
-
-
-def test_health_check_needs_no_login_and_counts_live_runners() -> None:
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    AgentFactory(lease_owner="runner a", lease_expires_at=timezone.now() + timedelta(seconds=30))
-    AgentFactory(lease_owner="runner a", lease_expires_at=timezone.now() + timedelta(seconds=30))
-    AgentFactory(lease_owner="runner dead", lease_expires_at=timezone.now() - timedelta(seconds=30))
-    response = Client().get("/healthz")
-    assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "runners": 1}
