@@ -115,6 +115,9 @@ class Experience(models.Model):
     followed_plan = models.BooleanField(default=False)
     override_reason = models.CharField(max_length=300, blank=True)
     outcome = models.TextField(blank=True)
+    hours = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)], help_text="Simulated hours the action took")
+    needs_after = models.JSONField(default=dict, blank=True, help_text="Need name -> satisfaction after this cycle")
+    goals_after = models.JSONField(default=dict, blank=True, help_text="Goal id -> [progress, confidence] after this cycle")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

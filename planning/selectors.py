@@ -56,7 +56,7 @@ def dashboard_rows(*, agent_ids: list[int] | None = None) -> list[AgentRow]:
         order = {pk: i for i, pk in enumerate(agent_ids)}
         agents.sort(key=lambda a: order.get(a.pk, 0))
     plan_ids = [a.latest_plan_id for a in agents if a.latest_plan_id]  # type: ignore[attr-defined]
-    steps = PlanStep.objects.only("plan_id", "key", "position", "description", "status")
+    steps = PlanStep.objects.only("plan_id", "key", "position", "description", "status", "retries")
     plans = {
         p.pk: p
         for p in Plan.objects.filter(pk__in=plan_ids).only("agent_id", "goal_text", "version", "status")
@@ -269,4 +269,5 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "versions": versions,
         "next_version": later[0] if later else None,
         "done": sum(1 for s in steps if s.is_done),
+        "total": len(steps),
     }
