@@ -402,7 +402,8 @@ class LiveHub:
         if not hasattr(socket, "AF_UNIX"):
             return
         path = str(events.live_relay_path())
-        os.makedirs(os.path.dirname(path), exist_ok=True)  # var/ is made at first use, not at import
+        with contextlib.suppress(OSError):  # var/ is made at first use, not when the settings are imported
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         if os.path.exists(path):
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             try:
