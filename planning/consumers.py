@@ -35,6 +35,7 @@ from urllib.parse import parse_qsl
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
+from django.contrib.auth.models import User
 from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Count, Max
 from django.template.loader import render_to_string
@@ -45,6 +46,7 @@ from planner_site import events
 from planner_site.roles import user_can_decide
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.selectors import (
+    AgentRow,
     DashboardFilter,
     agent_context,
     dashboard_counts,
@@ -101,24 +103,56 @@ def render_for(template: str, context: dict[str, Any], audience: str) -> str:
 
 
 class DashboardLivePage(LivePage):
+    """Changed rows, and the counts when a changed row may have moved them (one aggregate less per push)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.row_states: dict[int, tuple[Any, ...]] = {}
+
     def concerns(self, message: dict[str, Any]) -> set[int]:
         return set(message["agents"])
+
+    @staticmethod
+    def row_state(row: AgentRow) -> tuple[Any, ...]:
+        steps = list(row.plan.steps.all()) if row.plan else []
+        return (row.agent.status, bool(row.agent.waiting_reason), row.plan.pk if row.plan else None,
+                row.plan.status if row.plan else None,
+                tuple((s.status, s.retries) for s in steps if s.status == PlanStep.Status.FAILED or s.retries))
 
     def render_changes(self, ids: set[int], audiences: set[str]) -> dict[str, str]:
         # Rows carry no decisions: one render serves every audience.
         rows = dashboard_rows(agent_ids=sorted(ids))
         removed = sorted(ids - {r.agent.pk for r in rows})
-        html = render_to_string("planning/dashboard_live.html",
-                                {"rows": rows, "removed": removed, "counts": dashboard_counts()})
+        moved = bool(removed)
+        for row in rows:
+            state = self.row_state(row)
+            if self.row_states.get(row.agent.pk) != state:
+                self.row_states[row.agent.pk] = state
+                moved = True
+        for pk in removed:
+            self.row_states.pop(pk, None)
+        context: dict[str, Any] = {"rows": rows, "removed": removed}
+        if moved:
+            context["counts"] = dashboard_counts()
+        html = render_to_string("planning/dashboard_live.html", context)
         return dict.fromkeys(audiences, html)
 
 
-def step_snapshot(step: PlanStep) -> tuple[Any, ...]:
-    return tuple(getattr(step, f.attname) for f in PlanStep._meta.concrete_fields)
+STEP_FIELDS = tuple(f.attname for f in PlanStep._meta.concrete_fields)
+PLAN_FIELDS = tuple(f.attname for f in Plan._meta.concrete_fields)
+DONE_STATUSES = {PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED}
+# Events after which the versions, the attempts and the model calls of a plan may have changed.
+PLANNING_KINDS = {PlanEvent.Kind.CREATED, PlanEvent.Kind.ATTEMPT_REJECTED, PlanEvent.Kind.VALIDATED,
+                  PlanEvent.Kind.REPLANNED, PlanEvent.Kind.PLAN_FAILED}
 
 
 class PlanLivePage(LivePage):
-    """Step rows that changed, new timeline entries, and the sections whose HTML changed."""
+    """Step rows that changed, new timeline entries, and the sections whose content changed.
+
+    A push costs four queries in the common case (the plan, the steps' columns, the changed steps,
+    the new events), whatever the number of steps; the other sections are read and rendered only
+    when what they show may have changed.
+    """
 
     def __init__(self, key: str, plan_id: int) -> None:
         super().__init__(key)
@@ -128,22 +162,33 @@ class PlanLivePage(LivePage):
         self.step_order: list[int] = []
         self.plan_state: tuple[Any, ...] = ()
         self.calls_state: tuple[Any, ...] = ()
-        self.sections: dict[tuple[str, str], str] = {}
+        self.sections: dict[tuple[str, str], Any] = {}
         self.flags: list[str] = []
         self.diff: Any = None
+        self.versions: list[Plan] = []
+        self.next_version: Plan | None = None
 
     def concerns(self, message: dict[str, Any]) -> set[int]:
         return {self.plan_id} if self.plan_id in message["plans"] else set()
 
+    def step_rows(self, plan: Plan) -> list[tuple[Any, ...]]:
+        return list(PlanStep.objects.filter(plan=plan).order_by("position").values_list(*STEP_FIELDS))
+
+    def versions_refresh(self, plan: Plan) -> None:
+        self.versions = plan_versions(plan)
+        later = [v for v in self.versions if v.version > plan.version and v.previous_id == plan.pk]
+        self.next_version = later[0] if later else None
+
     def baseline(self) -> None:
         plan = Plan.objects.get(pk=self.plan_id)
-        steps = plan_steps(plan)
-        self.steps = {s.pk: step_snapshot(s) for s in steps}
-        self.step_order = [s.pk for s in steps]
+        rows = self.step_rows(plan)
+        self.steps = {r[0]: r for r in rows}
+        self.step_order = [r[0] for r in rows]
         self.plan_state = (plan.status, plan.approval_mode)
         self.last_event_id = plan.events.aggregate(m=Max("pk"))["m"] or 0
         self.calls_state = self.calls_now(plan)
         self.validated_refresh(plan)
+        self.versions_refresh(plan)
 
     def calls_now(self, plan: Plan) -> tuple[Any, ...]:
         agg = LLMCall.objects.filter(plan=plan).aggregate(n=Count("pk"), m=Max("pk"))
@@ -154,15 +199,20 @@ class PlanLivePage(LivePage):
         self.flags = validated.detail.get("flags", []) if validated else []
         self.diff = validated.detail.get("diff") if validated else None
 
-    def section(self, audience: str, name: str, html: str, out: list[str]) -> None:
-        """Add a section to the push if its HTML differs from what this audience was last sent."""
-        if self.sections.get((audience, name)) != html:
-            self.sections[(audience, name)] = html
-            out.append(html)
+    def changed(self, audience: str, name: str, key: Any) -> bool:
+        """Whether this audience was last sent this section with another key (then remember this one)."""
+        if self.sections.get((audience, name)) == key:
+            return False
+        self.sections[(audience, name)] = key
+        return True
 
     def render_changes(self, ids: set[int], audiences: set[str]) -> dict[str, str]:
-        plan = Plan.objects.select_related("agent", "goal", "previous").get(pk=self.plan_id)
-        steps = plan_steps(plan)
+        # The plan's columns first (cheap); the plan with its agent only when the header must be rendered.
+        plan_row = Plan.objects.filter(pk=self.plan_id).values_list(*PLAN_FIELDS).first()
+        if plan_row is None:
+            raise Plan.DoesNotExist(self.plan_id)
+        plan = Plan.from_db("default", list(PLAN_FIELDS), plan_row)
+        rows = self.step_rows(plan)
         new_events = list(plan.events.filter(pk__gt=self.last_event_id).select_related("step").order_by("created_at", "id"))
         if new_events:
             self.last_event_id = max(e.pk for e in new_events)
@@ -171,29 +221,42 @@ class PlanLivePage(LivePage):
             self.validated_refresh(plan)
 
         plan_state = (plan.status, plan.approval_mode)
-        order = [s.pk for s in steps]
+        order = [r[0] for r in rows]
         whole_steps = order != self.step_order  # steps added, removed or reordered: send the whole list
         all_rows = plan_state != self.plan_state  # the plan's status decides which buttons every row has
-        changed = [s for s in steps if all_rows or self.steps.get(s.pk) != step_snapshot(s)]
-        self.steps = {s.pk: step_snapshot(s) for s in steps}
+        changed_ids = [r[0] for r in rows if all_rows or self.steps.get(r[0]) != r]
+        planning = bool(kinds & PLANNING_KINDS) or all_rows
+        self.steps = {r[0]: r for r in rows}
         self.step_order, self.plan_state = order, plan_state
+        status_at = STEP_FIELDS.index("status")
+        done = sum(1 for r in rows if r[status_at] in DONE_STATUSES)
 
-        calls_state = self.calls_now(plan)
-        calls_changed = calls_state != self.calls_state
-        self.calls_state = calls_state
-        versions = plan_versions(plan)
-        later = [v for v in versions if v.version > plan.version and v.previous_id == plan.pk]
-        context: dict[str, Any] = {
-            "plan": plan, "agent": plan.agent, "steps": steps, "versions": versions,
-            "next_version": later[0] if later else None, "flags": self.flags, "diff": self.diff,
-            "done": sum(1 for s in steps if s.is_done),
-        }
-        if kinds & {PlanEvent.Kind.ATTEMPT_REJECTED, PlanEvent.Kind.VALIDATED}:
+        if planning:
+            self.versions_refresh(plan)
+        header_key = (plan_row, done, len(rows), tuple(self.flags), self.next_version.pk if self.next_version else None)
+        if planning or any(self.sections.get((a, "header")) != header_key for a in audiences):
+            plan = Plan.objects.select_related("agent", "goal", "previous").get(pk=self.plan_id)
+        context: dict[str, Any] = {"plan": plan, "flags": self.flags, "diff": self.diff, "done": done, "total": len(rows)}
+        if planning:
             attempts = list(plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).order_by("-created_at", "-id")[:20])
             context["attempts"] = list(reversed(attempts))
-        if calls_changed:
-            calls = plan_calls_page(plan, 1)
-            context |= {"calls": calls.object_list, "calls_page": calls}
+            calls_state = self.calls_now(plan)
+            if calls_state != self.calls_state:
+                self.calls_state = calls_state
+                calls = plan_calls_page(plan, 1)
+                context |= {"calls": calls.object_list, "calls_page": calls}
+        context |= {"versions": self.versions, "next_version": self.next_version,
+                    "agent": plan.agent if "agent" in plan._state.fields_cache else None}
+        if whole_steps:
+            steps = plan_steps(plan)
+        else:  # built from the columns already read; only an approver's name costs one more query
+            steps = [PlanStep.from_db("default", list(STEP_FIELDS), self.steps[pk]) for pk in changed_ids]
+            approver_ids = {s.approved_by_id for s in steps if s.approved_by_id}
+            if approver_ids:
+                approvers = User.objects.in_bulk(approver_ids)
+                for s in steps:
+                    if s.approved_by_id:
+                        s.approved_by = approvers.get(s.approved_by_id)
         # Timeline entries are the same for everyone: rendered once, newest on top after prepending.
         entries = "".join(render_to_string("planning/plan_detail.html#event", {"e": e, "prepend": True})
                           for e in new_events)
@@ -201,15 +264,17 @@ class PlanLivePage(LivePage):
         out: dict[str, str] = {}
         for audience in sorted(audiences):
             parts: list[str] = []
-            self.section(audience, "header", render_for("planning/plan_detail.html#header", context, audience), parts)
+            if self.changed(audience, "header", header_key):
+                parts.append(render_for("planning/plan_detail.html#header", context, audience))
             if whole_steps:
-                parts.append(render_for("planning/plan_detail.html#steps", context, audience))
+                parts.append(render_for("planning/plan_detail.html#steps", context | {"steps": steps}, audience))
             else:
-                parts.extend(render_for("planning/plan_detail.html#step", context | {"step": s}, audience) for s in changed)
-            self.section(audience, "versions", render_for("planning/plan_detail.html#versions", context, audience), parts)
+                parts.extend(render_for("planning/plan_detail.html#step", context | {"step": s}, audience) for s in steps)
+            if planning and self.changed(audience, "versions", tuple((v.pk, v.status) for v in self.versions)):
+                parts.append(render_for("planning/plan_detail.html#versions", context, audience))
             if "attempts" in context:
                 parts.append(render_for("planning/plan_detail.html#attempts", context, audience))
-            if calls_changed:
+            if "calls_page" in context:
                 # Only pages showing the first page of calls have this tbody's id.
                 parts.append(render_for("planning/plan_detail.html#calls", context, audience))
             parts.append(entries)
@@ -337,6 +402,8 @@ class LiveHub:
         if not hasattr(socket, "AF_UNIX"):
             return
         path = str(events.live_relay_path())
+        with contextlib.suppress(OSError):  # var/ is made at first use, not when the settings are imported
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         if os.path.exists(path):
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             try:

@@ -59,6 +59,7 @@ print(json.dumps({"agent": agent.pk, "plan": plan.pk, "s1": s1.pk, "s2": s2.pk})
 
 # Edits from another process, a few tenths of a second apart.
 PUSHER = r"""
+import time
 from django.contrib.auth.models import User
 from planning import services
 from planning.models import PlanStep

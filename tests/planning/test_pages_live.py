@@ -147,7 +147,7 @@ def test_live_plan_push_queries_do_not_grow_with_steps(django_assert_max_num_que
     more = PlanStepFactory.create_batch(200, plan=plan)
     page.baseline()
     PlanStep.objects.filter(pk=more[7].pk).update(status="running")
-    PlanEventFactory(plan=plan, step=more[7], reason="started")
+    PlanEventFactory(plan=plan, step=more[7], kind="step_started", reason="started")
     with django_assert_max_num_queries(len(small.captured_queries) + 1):  # + the new entry's step
         out = page.render_changes({plan.pk}, {"operator", "viewer"})
     assert out["viewer"].count('class="step status-') == 1 and "started" in out["viewer"]
