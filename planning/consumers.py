@@ -656,7 +656,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.backlog = []
 
     async def leave_hub_if_idle(self, hub: LiveHub) -> None:
-        if not hub.feeds:
+        if not hub.feeds and not hub.watchers:
             await hub_stop(hub)
 
     async def refuse(self, code: int) -> None:
