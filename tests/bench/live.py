@@ -149,13 +149,10 @@ class Stack:
         raise RuntimeError(f"nothing listens on {port}; logs in {self.tmp}")
 
     def close(self) -> None:
+        from tests.browser.conftest import stop
+
         for proc in self.processes:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop(proc)
         if self.scaleout:
             import psycopg
             from psycopg import sql

@@ -262,7 +262,13 @@ async def socket_connect(path: str, client: Client | None) -> tuple[bool, int | 
         headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
     comm = WebsocketCommunicator(application, path, headers=headers)
     connected, code = await comm.connect(timeout=10)
-    first = await comm.receive_from(timeout=10) if connected else ""
+    first = ""
+    if connected:
+        output = await comm.receive_output(timeout=10)
+        if output["type"] == "websocket.close":  # accepted only to send a close code the page can read
+            connected, code = False, output.get("code")
+        else:
+            first = output.get("text", "")
     await comm.disconnect()
     return connected, code, first
 
