@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 
 UNIT = [MinValueValidator(0.0), MaxValueValidator(1.0)]
 
@@ -84,6 +86,36 @@ class Agent(models.Model):
         return Path(settings.AGENT_WORKSPACES) / str(self.pk)
 
 
+class RunnerHeartbeatQuerySet(models.QuerySet["RunnerHeartbeat"]):
+    def live(self) -> RunnerHeartbeatQuerySet:
+        """Runners seen within a lease's length: they beat four times in that span, so one missed beat is
+        no death, and a killed runner drops out as its leases expire."""
+        return self.filter(seen_at__gte=timezone.now() - timedelta(seconds=settings.RUNNER_LEASE_SECONDS))
+
+
+class RunnerHeartbeat(models.Model):
+    """A runner process that is alive: it refreshes `seen_at` every few seconds and deletes its row when it
+    stops cleanly. A killed runner's row goes stale; /healthz counts only fresh rows, and runners share the
+    agents among the live ones."""
+
+    name = models.CharField(max_length=100, unique=True, help_text="The runner id written into leases")
+    host = models.CharField(max_length=255, blank=True)
+    pid = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(auto_now_add=True)
+    seen_at = models.DateTimeField()
+    in_flight = models.PositiveIntegerField(default=0, help_text="Cycles under way when last seen")
+    cycles = models.PositiveBigIntegerField(default=0, help_text="Cycles driven since it started")
+
+    objects = RunnerHeartbeatQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["seen_at"], name="runner_seen_idx")]  # /healthz and fair shares: live runners
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Need(models.Model):
     """A need (hunger, energy, money, social...) whose satisfaction decays every hour."""
 
@@ -115,6 +147,9 @@ class Experience(models.Model):
     followed_plan = models.BooleanField(default=False)
     override_reason = models.CharField(max_length=300, blank=True)
     outcome = models.TextField(blank=True)
+    hours = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)], help_text="Simulated hours the action took")
+    needs_after = models.JSONField(default=dict, blank=True, help_text="Need name -> satisfaction after this cycle")
+    goals_after = models.JSONField(default=dict, blank=True, help_text="Goal id -> [progress, confidence] after this cycle")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -165,12 +200,17 @@ class LLMCall(models.Model):
     latency_ms = models.PositiveIntegerField(default=0)
     cost = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     error = models.TextField(blank=True)
+    body_pruned = models.BooleanField(default=False, help_text="Prompt and response removed by retention")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "LLM call"
-        indexes = [models.Index(fields=["plan", "created_at"], name="llmcall_plan_idx")]  # the plan page lists its calls
+        indexes = [
+            models.Index(fields=["plan", "created_at"], name="llmcall_plan_idx"),  # the plan page lists its calls
+            # Retention clears the bodies of calls past RETAIN_LLM_BODIES_HOURS: only rows still holding one.
+            models.Index(fields=["created_at"], condition=models.Q(body_pruned=False), name="llmcall_body_kept_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.purpose} via {self.model}"

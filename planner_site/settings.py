@@ -113,6 +113,17 @@ if os.environ.get("DATABASE_URL"):
         "default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")))
     }
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get("TEST_DATABASE_NAME", "test_planner")
+    if env_bool("DB_POOL", True):
+        # A pool per process (PostgreSQL allows 100 connections here): a thread gives its connection back
+        # while it waits for a model, so a runner drives many agents on a few connections. Connections are
+        # checked when taken, so one terminated under the process is replaced, not handed out broken.
+        from agents.connections import pool_connection_check
+
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool requires it: "closing" returns to the pool
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": int(os.environ.get("DB_POOL_MAX_SIZE", "10")), "timeout": 10,
+            "check": pool_connection_check,
+        }
 else:
     DATABASES = {
         "default": {
@@ -238,11 +249,28 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 # Agents' sandboxed workspaces: tools may touch nothing outside AGENT_WORKSPACES/<agent id>/.
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
 
-# The runner.
+# The runner. A lease is renewed every quarter of its length; a killed runner's agents go on elsewhere once
+# it expires. Cycles wait for models without a database connection, so the concurrency is not bounded by
+# PostgreSQL's connections but by LLM_CONCURRENCY_PER_MODEL and what the model servers take.
 RUNNER_TICK_SECONDS = float(os.environ.get("RUNNER_TICK_SECONDS", "0.5"))
-RUNNER_LEASE_SECONDS = int(os.environ.get("RUNNER_LEASE_SECONDS", "30"))
-RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "8"))
+RUNNER_LEASE_SECONDS = float(os.environ.get("RUNNER_LEASE_SECONDS", "10"))
+RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "100"))
 RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
+RUNNER_DB_RETRY_MAX_SECONDS = float(os.environ.get("RUNNER_DB_RETRY_MAX_SECONDS", "10"))  # backoff ceiling
+RUNNER_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("RUNNER_SHUTDOWN_GRACE_SECONDS", "30"))
+LLM_CONCURRENCY_PER_MODEL = int(os.environ.get("LLM_CONCURRENCY_PER_MODEL", "100"))  # calls at once, per process
+
+# Retention: how long rows are kept (hours; 0 keeps them forever). Runners prune in the background every
+# RETENTION_PRUNE_SECONDS (0: never; `manage.py prune` does the same by hand), in batches of
+# RETENTION_BATCH_ROWS, so a demo left running stays at a constant size. Operators' own events and the
+# events of open plans are always kept.
+RETAIN_EXPERIENCES_HOURS = float(os.environ.get("RETAIN_EXPERIENCES_HOURS", "24"))
+RETAIN_GOAL_SAMPLES_HOURS = float(os.environ.get("RETAIN_GOAL_SAMPLES_HOURS", "24"))
+RETAIN_LLM_BODIES_HOURS = float(os.environ.get("RETAIN_LLM_BODIES_HOURS", "24"))  # prompt and response text
+RETAIN_LLM_CALLS_HOURS = float(os.environ.get("RETAIN_LLM_CALLS_HOURS", "168"))  # the rows (tokens, cost)
+RETAIN_EVENTS_HOURS = float(os.environ.get("RETAIN_EVENTS_HOURS", "168"))
+RETENTION_PRUNE_SECONDS = float(os.environ.get("RETENTION_PRUNE_SECONDS", "60"))
+RETENTION_BATCH_ROWS = int(os.environ.get("RETENTION_BATCH_ROWS", "2000"))
 
 # LLM gateway: per-purpose model chains; "offline-rules" is the built-in deterministic model.
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")

@@ -25,9 +25,10 @@ from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationEr
 from ninja.responses import Status
 from ninja.security import HttpBearer
 from ninja.throttling import SimpleRateThrottle
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
 
 from agents.models import Agent, AgentToken
+from planner_site.validators import json_problem
 from planning import external
 from planning.consumers import changes_watched
 from planning.external import ExternalError
@@ -37,6 +38,8 @@ API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "600/m")  # requests per token: N/s, N/m, N/h or N/d
 LONG_POLL_MAX_SECONDS = 60
 POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
+API_JSON_MAX_DEPTH = 32  # a tool's input schema nests a little deeper than a step's input
+API_JSON_MAX_VALUES = 100_000  # in effect unbounded: the body size limit bounds a request
 LAST_USED_EVERY_SECONDS = 60  # last_used_at is written at most this often per token
 
 
@@ -157,6 +160,16 @@ def body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 
 class StrictSchema(Schema):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def storable(cls, data: Any) -> Any:
+        """What the database would choke on (NUL, lone surrogates, NaN, huge numbers, deep nesting) is refused
+        here with the operator forms' message, not as a server error (the body size bounds the rest)."""
+        body = getattr(data, "_obj", data)  # ninja hands schemas its DjangoGetter around the parsed body
+        if problem := json_problem(body, max_depth=API_JSON_MAX_DEPTH, max_nodes=API_JSON_MAX_VALUES):
+            raise ValueError(f"the request {problem}")
+        return data
 
 
 class ToolIn(StrictSchema):

@@ -27,7 +27,7 @@ from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, llm_complete, model_chain
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
-from agents.world import ACTIONS, action_apply, action_needs_permission
+from agents.world import ACTIONS, action_needs_permission, persona_situation
 from goals.models import Goal
 from planner_site.events import publish_changed_on_commit
 from planning.engine.complexity import should_plan, tool_single_step
@@ -43,6 +43,7 @@ MAX_REPLANS = 3  # seed 000: a plan replanned this often is abandoned
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
 RECENT_REASONS = 6  # rejection reasons carried into the next prompt
 SIMPLE_GOAL_FLAG = "simple goal: one step, no planning call"
+PERSONA_LESSONS_IN_PROMPT = 5
 
 
 class PlanAlreadyReplanned(Exception):
@@ -200,15 +201,11 @@ def plan_with_steps(plan: Plan | None) -> Plan | None:
 def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[PlanSpec, list[str]] | None:
     """Seed 004's should_plan: a simple goal becomes one step without a planning call, for personas (a
     recommended action that works now) and tool agents (one read-only call on a named file or folder)."""
-    if should_plan(goal_text):
+    # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (agents/cycle.py).
+    if should_plan(goal_text) or agent.kind != Agent.Kind.TOOL:
         return None
-    if agent.kind == Agent.Kind.TOOL:
-        step = tool_single_step(goal_text)
-        data: dict[str, Any] | None = {"steps": [step]} if step else None
-    else:
-        action = persona_direct_action(agent=agent, goal=goal)
-        data = {"steps": [{"id": "1", "description": goal_text, "action_hint": action, "expected_outcome": goal_text,
-                           "estimated_cycles": 1}]} if action else None
+    step = tool_single_step(goal_text)
+    data: dict[str, Any] | None = {"steps": [step]} if step else None
     if data is None:
         return None
     result = plan_validate(data, kind=agent.kind, allowed_actions=list(ACTIONS),
@@ -217,19 +214,6 @@ def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[Pla
         return None
     # One step is the point here, so the validator's "2-6 steps are preferred" note would only confuse.
     return result.plan, [f for f in result.flags if "preferred" not in f]
-
-
-def persona_direct_action(*, agent: Agent, goal: Goal | None) -> str | None:
-    """For a simple persona goal: a recommended action that relieves its main need and can succeed now."""
-    if goal is None:
-        return None
-    needs = {n.name: n.satisfaction for n in agent.needs.all()}
-    for action in goal.recommended_actions:
-        outcome = action_apply(str(action), needs)
-        # The first source need is what the goal is about ("get something to eat" is about hunger, not money).
-        if outcome.succeeded and goal.source_needs and outcome.need_deltas.get(goal.source_needs[0], 0) > 0:
-            return str(action)
-    return None
 
 
 @transaction.atomic
@@ -311,8 +295,12 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
     kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
     tools = list((declared or TOOLS).values()) if kind == Agent.Kind.TOOL else None
     files = workspace_listing(agent.workspace) if agent.kind == Agent.Kind.TOOL else []
+    backstory = agent.backstory
+    if agent.kind == Agent.Kind.PERSONA:  # seed 000's plan inputs: emotions and learned lessons too
+        lessons = list(agent.lessons.values_list("description", flat=True)[:PERSONA_LESSONS_IN_PROMPT])
+        backstory = "\n".join([backstory, *persona_situation(emotions=agent.emotions, lessons=lessons)]).strip()
     common: dict[str, Any] = {
-        "kind": kind, "goal": goal_text, "agent_name": agent.name, "backstory": agent.backstory, "tools": tools,
+        "kind": kind, "goal": goal_text, "agent_name": agent.name, "backstory": backstory, "tools": tools,
         "allowed_actions": list(ACTIONS), "needs": needs, "max_steps": settings.PLAN_MAX_STEPS,
         "workspace_files": files, "restatement": restatement or None, "feedback": list(feedback),
         "rejection_reasons": memory.reasons, "last_rejected_output": memory.last_output,

@@ -441,7 +441,8 @@ def plan_abandon(*, plan: Plan, runner: str, reason: str) -> None:
         goal.confidence = clamp_unit(goal.confidence - PLAN_ABANDON_PENALTY)
         goal.save(update_fields=["confidence"])
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan '{plan.goal_text[:60]}' abandoned: {reason[:120]}")
-    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason)
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason,
+                 detail={"abandoned": True, "confidence_penalty": PLAN_ABANDON_PENALTY})
 
 
 

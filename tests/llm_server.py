@@ -141,6 +141,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 drops connects beyond it when many clients call at once; the
+    # client's TCP retry then adds a second to those calls, which a real model server would not.
+    request_queue_size = 256
     llm: LLMTestServer
 
 

@@ -30,7 +30,9 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
+from agents.connections import connection_release
 from agents.llm.gateway import ProviderAnswer
+from agents.llm.limits import model_call_bounded
 
 
 class ProviderResponseError(Exception):
@@ -191,4 +193,5 @@ def openai_complete(
     *, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None
 ) -> ProviderAnswer:
     """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one."""
-    return async_to_sync(openai_acomplete)(model=model, messages=messages, ends_at=ends_at)
+    connection_release()  # the wait for the model holds no database connection (agents/connections.py)
+    return async_to_sync(model_call_bounded)(openai_acomplete, model=model, messages=messages, ends_at=ends_at)

@@ -16,12 +16,11 @@ import pytest
 from agents.llm.context import prompt_context
 from agents.llm.offline import offline_complete
 from agents.tools import TOOLS, tool_run, workspace_listing
+from goals.prompts import prompt_goals, prompt_milestone
 from planning.engine.parse import plan_parse
 from planning.engine.prompts import (
     plan_step_directive,
     prompt_decide_action,
-    prompt_goals,
-    prompt_milestone,
     prompt_plan,
     prompt_reflect,
     prompt_replan,
@@ -259,7 +258,8 @@ def test_offline_persona_replan_takes_the_operators_action() -> None:
                                ["too expensive, just call a friend again"], needs={"social": 0.3})
     new = accepted(offline_complete("replan", messages), "persona")
     assert [s.action_hint for s in new.steps] == ["call a friend", "call a friend"]
-    assert "too expensive" in new.steps[1].description
+    assert new.steps[1].description == "Call a friend instead"  # step text does not grow by the feedback
+    assert "too expensive" in new.thinking_summary
 
 
 # -- the fast purposes -----------------------------------------------------------------------------

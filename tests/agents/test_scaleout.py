@@ -4,49 +4,19 @@ OpenAI-compatible server. Runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from django.db import connection
+from django.conf import settings
 
 from agents.models import Agent, Experience, LLMCall
 from planning.models import Plan
-from tests.factories import AgentFactory, GoalFactory, NeedFactory
+from tests.factories import AgentFactory, GoalFactory
+from tests.runners import personas, runagents, runner_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def runner_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ, PLANNER_VAR_DIR=str(tmp_path / "var"), AGENT_WORKSPACES=str(tmp_path / "ws"),
-               RUNNER_TICK_SECONDS="0.05", LOG_LEVEL="WARNING", **extra)
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        env["SQLITE_PATH"] = str(db["NAME"])
-    else:
-        env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    return env
-
-
-def runagents(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "manage.py", "runagents", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def personas(n: int) -> list[Agent]:
-    agents = []
-    for _ in range(n):
-        agent = AgentFactory(kind=Agent.Kind.PERSONA, cycle_interval=0)
-        for name in ("hunger", "energy", "social"):
-            NeedFactory(agent=agent, name=name, satisfaction=0.9, decay_per_hour=0.01)
-        agents.append(agent)
-    return agents
 
 
 def test_two_runners_share_agents_without_driving_one_twice(tmp_path: Path) -> None:
@@ -110,3 +80,27 @@ def test_runner_process_plans_with_an_openai_compatible_server(tmp_path: Path) -
     assert plan.who == "Remote"
     call = LLMCall.objects.get(plan=plan, purpose="plan")
     assert (call.model, call.provider, call.tokens_in, call.tokens_out) == ("remote-planner", "openai", 250, 60)
+
+
+@pytest.mark.skipif("postgresql" not in settings.DATABASES["default"]["ENGINE"],
+                    reason="connection pool: PostgreSQL only (SQLite has no server connections to count)")
+def test_agents_waiting_for_models_hold_no_database_connection(tmp_path: Path) -> None:
+    """Twelve agents wait for their models at once through a runner with two database connections."""
+    from tests.llm_server import LLMTestServer, answer
+
+    for i in range(12):
+        agent = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0, name=f"Waiting {i}")
+        GoalFactory(agent=agent, description="List the workspace", source_needs=[])
+    restate = '<json>{"who": "W", "what": "list", "when": "now", "where": "here", "why": "asked"}</json>'
+    plan_text = ('<json>{"goal": "List", "steps": [{"id": "1", "tool": "file.list", "intent": "List the files", '
+                 '"input": {"path": "."}, "requiresPermission": false}]}</json>')
+    with LLMTestServer() as server:
+        server.script("wait-fast", *[answer(restate, delay=1.5) for _ in range(12)])
+        server.script("wait-planner", *[answer(plan_text) for _ in range(12)])
+        env = runner_env(tmp_path, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="k", DB_POOL_MAX_SIZE="2",
+                         PLANNER_MODELS="wait-planner", FAST_MODELS="wait-fast")
+        proc = runagents(env, "--cycles", "1")
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert server.max_in_flight == 12
+    assert Plan.objects.filter(status=Plan.Status.AWAITING_APPROVAL).count() == 12

@@ -7,7 +7,6 @@ own promises (a live page must update well within a second).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from pathlib import Path
@@ -61,28 +60,10 @@ def bench_parse_validate() -> None:
     report("planner: parse + validate model outputs", per_second, "outputs/s", "100/s (a model answers ~1/s)")
 
 
-def bench_cycles(n: int) -> None:
-    from agents.models import Agent
-    from agents.runner import Runner
-
-    Agent.objects.update(next_cycle_at=None)
-    runner = Runner(runner_id="bench", cycles=3, tick=0.01)
-    started = time.perf_counter()
-    asyncio.run(runner.run())
-    elapsed = time.perf_counter() - started
-    report(f"runner: persona cycles, {n} agents x 3", sum(runner.done.values()) / elapsed, "cycles/s",
-           "20/s (1 agent every 2 s x 40 agents)")
-
-
 def figures() -> list[dict]:
     FIGURES.clear()
     n = int(os.environ.get("BENCH_AGENTS", "200"))
     seed(n)
     print(f"  {n} agents on {django.db.connection.vendor}")
     bench_parse_validate()  # the dashboard and push figures are in tests/bench/live.py, beside baselines
-    seed_small = 40
-    from agents.models import Agent
-
-    Agent.objects.exclude(pk__in=list(Agent.objects.values_list("pk", flat=True)[:seed_small])).update(status="paused")
-    bench_cycles(seed_small)
-    return FIGURES
+    return FIGURES  # the runner's figures are in tests/bench/runner.py

@@ -469,6 +469,7 @@ def bare_server(port: int) -> None:
     async def main() -> None:
         if not shared:
             sock = Path(os.environ["PLANNER_VAR_DIR"]) / "bare.sock"
+            sock.parent.mkdir(parents=True, exist_ok=True)  # the settings no longer create var/ at import
             with contextlib.suppress(OSError):
                 sock.unlink()
             await asyncio.get_running_loop().create_datagram_endpoint(Datagrams, local_addr=str(sock), family=socket.AF_UNIX)

@@ -1,0 +1,125 @@
+"""Retention: what the runner stores at machine speed is kept only as long as the RETAIN_* settings say.
+
+Every query here is set-based and bounded (RETENTION_BATCH_ROWS rows a statement), never one per goal
+or agent, so pruning a big backlog neither locks a table for long nor holds a cycle back. Rows are
+taken oldest first in primary-key order, which follows creation time, so a pass stops at its first
+batch; the tables it scans are themselves bounded by these very limits.
+
+Kept always: the events operators made (the audit of what people decided) and every event of a plan
+that is still open (its page shows the whole story). Goal samples go by age and, beyond the newest
+GOAL_SAMPLES_PER_GOAL of a goal, by count (the curve on the agent page needs no more).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import F, QuerySet, Window
+from django.db.models.functions import RowNumber
+from django.utils import timezone
+
+from agents.models import Experience, LLMCall
+from goals.models import GoalSample
+from planning.models import Plan, PlanEvent
+
+logger = logging.getLogger("planner.retention")
+
+GOAL_SAMPLES_PER_GOAL = 240  # the agent page's curve; older samples of a goal go even within the age limit
+
+
+@dataclass
+class PruneReport:
+    """Rows deleted (or, for model calls' bodies, cleared) per kind, and whether a backlog remains."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    more: bool = False  # a time budget ran out before every backlog was cleared
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def cutoff(hours: float, now: datetime) -> datetime | None:
+    """The moment before which rows go, or None when the setting keeps them forever (0)."""
+    return now - timedelta(hours=hours) if hours > 0 else None
+
+
+def batch_delete(qs: QuerySet, batch: int) -> int:
+    """Delete up to `batch` rows of `qs`, oldest (lowest primary key) first; returns how many went."""
+    ids = list(qs.order_by("pk").values_list("pk", flat=True)[:batch])
+    if not ids:
+        return 0
+    qs.model._default_manager.filter(pk__in=ids).delete()
+    return len(ids)
+
+
+def aged_out(setting: str, old: Callable[[datetime], QuerySet]) -> Callable[..., int]:
+    """A pruner deleting the rows `old(moment)` finds, where the moment is `setting` hours ago (0: never)."""
+    def prune(*, now: datetime, batch: int) -> int:
+        moment = cutoff(getattr(settings, setting), now)
+        return 0 if moment is None else batch_delete(old(moment), batch)
+
+    return prune
+
+
+def goal_samples_prune_by_count(*, now: datetime, batch: int) -> int:
+    """Samples beyond each goal's newest GOAL_SAMPLES_PER_GOAL, for all goals in one statement."""
+    ranked = GoalSample.objects.annotate(
+        rank=Window(RowNumber(), partition_by=[F("goal_id")], order_by=[F("taken_at").desc(), F("pk").desc()])
+    ).filter(rank__gt=GOAL_SAMPLES_PER_GOAL)
+    ids = list(ranked.values_list("pk", flat=True)[:batch])
+    if ids:
+        GoalSample.objects.filter(pk__in=ids).delete()
+    return len(ids)
+
+
+def llm_bodies_prune(*, now: datetime, batch: int) -> int:
+    """Clear the prompt and response of old calls; the row (model, tokens, latency, cost) stays for usage."""
+    moment = cutoff(settings.RETAIN_LLM_BODIES_HOURS, now)
+    if moment is None:
+        return 0
+    # Served by llmcall_body_kept_idx: only rows that still hold a body are looked at.
+    ids = list(LLMCall.objects.filter(body_pruned=False, created_at__lt=moment)
+               .order_by("created_at").values_list("pk", flat=True)[:batch])
+    if ids:
+        LLMCall.objects.filter(pk__in=ids).update(prompt=[], response="", body_pruned=True)
+    return len(ids)
+
+
+PRUNERS: dict[str, Callable[..., int]] = {
+    "experiences": aged_out("RETAIN_EXPERIENCES_HOURS", lambda m: Experience.objects.filter(created_at__lt=m)),
+    "goal samples (age)": aged_out("RETAIN_GOAL_SAMPLES_HOURS", lambda m: GoalSample.objects.filter(taken_at__lt=m)),
+    "goal samples (per goal)": goal_samples_prune_by_count,
+    "model-call bodies": llm_bodies_prune,
+    "model calls": aged_out("RETAIN_LLM_CALLS_HOURS", lambda m: LLMCall.objects.filter(created_at__lt=m)),
+    # The runner's events of closed plans; operators' events and open plans' events stay.
+    "events": aged_out("RETAIN_EVENTS_HOURS", lambda m: PlanEvent.objects.filter(
+        created_at__lt=m, actor__isnull=True).exclude(plan__status__in=Plan.OPEN_STATUSES)),
+}
+
+
+def retention_prune(*, now: datetime | None = None, batch: int | None = None,
+                    budget_seconds: float | None = None) -> PruneReport:
+    """Prune every kind, batch after batch, until nothing is left or `budget_seconds` runs out."""
+    now = now or timezone.now()
+    batch = batch or settings.RETENTION_BATCH_ROWS
+    started = time.monotonic()
+    report = PruneReport(counts=dict.fromkeys(PRUNERS, 0))
+    busy = set(PRUNERS)
+    while busy:
+        for name in sorted(busy):
+            done = PRUNERS[name](now=now, batch=batch)
+            report.counts[name] += done
+            if done < batch:
+                busy.discard(name)
+        if busy and budget_seconds is not None and time.monotonic() - started > budget_seconds:
+            report.more = True
+            break
+    if report.total:
+        logger.info("retention pruned %s", ", ".join(f"{n} {k}" for k, n in report.counts.items() if n))
+    return report

@@ -1,0 +1,149 @@
+"""Retention: old machine-written rows go, what operators did and what open plans show stays, every query
+is set-based (the same count for 2 goals as for 40), and `manage.py prune` reports what it did."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from agents.models import Experience, Lesson, LLMCall
+from agents.retention import GOAL_SAMPLES_PER_GOAL, retention_prune
+from goals.models import GoalSample
+from planning.models import Plan, PlanEvent
+from tests.factories import (
+    AgentFactory,
+    ExperienceFactory,
+    GoalFactory,
+    GoalSampleFactory,
+    LessonFactory,
+    LLMCallFactory,
+    PlanEventFactory,
+    PlanFactory,
+    UserFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def aged(model: Any, rows: list[Any], hours: float, field: str = "created_at") -> None:
+    """Move rows back in time (their timestamps are set on insert)."""
+    model.objects.filter(pk__in=[r.pk for r in rows]).update(**{field: timezone.now() - timedelta(hours=hours)})
+
+
+@pytest.fixture
+def windows(settings: Any) -> Any:
+    settings.RETAIN_EXPERIENCES_HOURS = 24
+    settings.RETAIN_GOAL_SAMPLES_HOURS = 24
+    settings.RETAIN_LLM_BODIES_HOURS = 24
+    settings.RETAIN_LLM_CALLS_HOURS = 168
+    settings.RETAIN_EVENTS_HOURS = 168
+    return settings
+
+
+def test_old_experiences_go_recent_ones_stay_and_lessons_keep_their_text(windows: Any) -> None:
+    agent = AgentFactory()
+    old = ExperienceFactory.create_batch(3, agent=agent)
+    recent = ExperienceFactory(agent=agent)
+    lesson = LessonFactory(agent=agent, source_experience=old[0])
+    aged(Experience, old, 25)
+    report = retention_prune()
+    assert report.counts["experiences"] == 3
+    assert list(Experience.objects.values_list("pk", flat=True)) == [recent.pk]
+    lesson.refresh_from_db()
+    assert lesson.source_experience is None and Lesson.objects.filter(pk=lesson.pk).exists()
+
+
+def test_model_call_bodies_are_cleared_first_and_the_rows_go_later(windows: Any) -> None:
+    day_old, week_old, fresh = LLMCallFactory.create_batch(3, tokens_in=120, tokens_out=40)
+    aged(LLMCall, [day_old], 30)
+    aged(LLMCall, [week_old], 170)
+    retention_prune()
+    day_old.refresh_from_db()
+    # The usage record stays (model, tokens), the text of the prompt and answer does not.
+    assert (day_old.prompt, day_old.response, day_old.body_pruned) == ([], "", True)
+    assert (day_old.model, day_old.tokens_in, day_old.tokens_out) == ("offline-rules", 120, 40)
+    fresh.refresh_from_db()
+    assert fresh.response and fresh.prompt and not fresh.body_pruned
+    assert not LLMCall.objects.filter(pk=week_old.pk).exists()
+
+
+def test_events_of_closed_plans_go_but_operators_and_open_plans_keep_theirs(windows: Any) -> None:
+    operator = UserFactory()
+    closed = PlanFactory(status=Plan.Status.COMPLETED)
+    open_plan = PlanFactory(status=Plan.Status.ACTIVE)
+    runner_event = PlanEventFactory(plan=closed, kind=PlanEvent.Kind.STEP_STARTED)
+    decided = PlanEventFactory(plan=closed, kind=PlanEvent.Kind.STEP_DECLINED, actor=operator, actor_label="olga")
+    still_open = PlanEventFactory(plan=open_plan, kind=PlanEvent.Kind.STEP_STARTED)
+    recent = PlanEventFactory(plan=closed, kind=PlanEvent.Kind.PLAN_COMPLETED)
+    aged(PlanEvent, [runner_event, decided, still_open], 200)
+    retention_prune()
+    assert set(PlanEvent.objects.values_list("pk", flat=True)) == {decided.pk, still_open.pk, recent.pk}
+
+
+def test_goal_samples_go_by_age_and_beyond_the_curve_per_goal(windows: Any) -> None:
+    busy, quiet = GoalFactory(), GoalFactory()
+    GoalSample.objects.bulk_create([GoalSample(goal=busy, progress=0.1, confidence=0.9)
+                                    for _ in range(GOAL_SAMPLES_PER_GOAL + 15)])
+    old = GoalSampleFactory.create_batch(4, goal=quiet)
+    kept = GoalSampleFactory(goal=quiet)
+    aged(GoalSample, old, 30, field="taken_at")
+    retention_prune()
+    assert GoalSample.objects.filter(goal=busy).count() == GOAL_SAMPLES_PER_GOAL
+    assert list(GoalSample.objects.filter(goal=quiet).values_list("pk", flat=True)) == [kept.pk]
+
+
+def test_zero_keeps_rows_forever(windows: Any) -> None:
+    windows.RETAIN_EXPERIENCES_HOURS = 0
+    windows.RETAIN_LLM_BODIES_HOURS = 0
+    windows.RETAIN_LLM_CALLS_HOURS = 0
+    experience = ExperienceFactory()
+    call = LLMCallFactory()
+    aged(Experience, [experience], 10_000)
+    aged(LLMCall, [call], 10_000)
+    assert retention_prune().total == 0
+    call.refresh_from_db()
+    assert call.response and Experience.objects.filter(pk=experience.pk).exists()
+
+
+def test_backlog_goes_in_bounded_batches_with_a_query_count_independent_of_goals(windows: Any) -> None:
+    def queries_for(goals: int) -> int:
+        for goal in GoalFactory.create_batch(goals):
+            aged(GoalSample, GoalSampleFactory.create_batch(3, goal=goal), 30, field="taken_at")
+            aged(Experience, ExperienceFactory.create_batch(3, agent=goal.agent), 30)
+        with CaptureQueriesContext(connection) as captured:
+            report = retention_prune(batch=1000)
+        assert report.counts["goal samples (age)"] == goals * 3
+        return len(captured)
+
+    # (Django deletes in chunks of 100 rows; 30 goals stay within one, so only goals could add queries.)
+    assert queries_for(2) == queries_for(30)
+
+
+def test_batches_stop_at_the_budget_and_say_more_remains(windows: Any) -> None:
+    agent = AgentFactory()
+    aged(Experience, ExperienceFactory.create_batch(7, agent=agent), 30)
+    report = retention_prune(batch=2, budget_seconds=0)
+    assert report.more and report.counts["experiences"] == 2
+    assert retention_prune(batch=2).counts["experiences"] == 5
+
+
+def test_prune_command_reports_what_it_deleted(windows: Any) -> None:
+    aged(Experience, ExperienceFactory.create_batch(2), 30)
+    out = StringIO()
+    call_command("prune", stdout=out)
+    text = out.getvalue()
+    assert "Keeping experiences 24 h" in text
+    assert "experiences: 2 deleted" in text and "Pruned 2 rows." in text
+    assert not Experience.objects.exists()
+
+
+def test_prune_command_refuses_a_bad_batch() -> None:
+    with pytest.raises(CommandError, match="at least 1. Nothing was changed."):
+        call_command("prune", "--batch", "0")

@@ -1,0 +1,273 @@
+"""The fault suite for runners (issue 9): real `runagents` processes on this run's own PostgreSQL test
+database, killed, cut off from the database and stopped, each test bounded in time on loopback.
+
+A storm of SIGKILLs must leave no cycle run twice, no tool step run twice, no plan stuck in
+"validating", and every agent moving; a runner whose database connections are terminated, or whose
+database refuses connections for a while, carries on when it can; a runner stopped with SIGTERM hands
+its agents over at once, long before its leases would have expired.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from agents.models import Agent, RunnerHeartbeat
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.factories import AgentFactory, GoalFactory
+from tests.runners import personas, runagents, runner_env
+
+pytestmark = [
+    pytest.mark.skipif(
+        "postgresql" not in settings.DATABASES["default"]["ENGINE"],
+        reason="fault suite: needs PostgreSQL (connections to terminate, a server to refuse them); "
+               "it runs in the scale-out pass of `make test`",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+STORM_SECONDS = 40
+TOOL_STEPS = 30
+
+
+def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up after {timeout:.0f} s waiting for {what}"
+        time.sleep(0.2)
+
+
+def cycles_of(agents: list[Agent]) -> dict[int, int]:
+    return dict(Agent.objects.filter(pk__in=[a.pk for a in agents]).values_list("pk", "cycle_count"))
+
+
+def other_backends(sql: str) -> None:
+    """Run `sql` (with `{where}`) on every other connection to this test database: the runners' ones."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql.format(where="datname = current_database() AND pid <> pg_backend_pid()"))
+
+
+def terminate_runner_connections() -> None:
+    other_backends("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE {where}")
+
+
+@contextlib.contextmanager
+def database_refusing_connections() -> Iterator[None]:
+    """This run's test database refuses new connections (as during a restart) until the block ends;
+    other databases on the server are untouched. Said from the server's maintenance database."""
+    import psycopg
+
+    db = connection.settings_dict
+    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], password=db["PASSWORD"] or None,
+                         dbname="postgres", autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{db["NAME"]}" ALLOW_CONNECTIONS false')
+        try:
+            yield
+        finally:
+            admin.execute(f'ALTER DATABASE "{db["NAME"]}" ALLOW_CONNECTIONS true')
+
+
+@pytest.fixture
+def runners() -> Iterator[list[subprocess.Popen[str]]]:
+    """Every runner a test starts; whatever is still running at the end is killed."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def tool_agent_with_plan(n_steps: int, workspace_note: str) -> tuple[Agent, Plan]:
+    """A tool agent with an approved plan of sequential steps, each appending its own line to log.txt."""
+    agent = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0.3)
+    goal = GoalFactory(agent=agent, description=f"Write the log ({workspace_note})", source_needs=[])
+    plan = Plan.objects.create(agent=agent, goal=goal, goal_text=goal.description, status=Plan.Status.ACTIVE,
+                               approval_mode=Plan.ApprovalMode.ALL)
+    PlanStep.objects.bulk_create([
+        PlanStep(plan=plan, key=str(i), position=i, description=f"line {i}", tool="file.append",
+                 tool_input={"path": "log.txt", "content": f"line {i}\n"}, depends_on=[str(i - 1)] if i > 1 else [])
+        for i in range(1, n_steps + 1)
+    ])
+    return agent, plan
+
+
+def test_kill_storm_loses_nothing_and_doubles_nothing(tmp_path: Path, runners: list[subprocess.Popen[str]]) -> None:
+    people = personas(45, cycle_interval=3.0)
+    tools = [tool_agent_with_plan(TOOL_STEPS, f"agent {i}") for i in range(15)]
+    every = people + [agent for agent, _plan in tools]
+    env = runner_env(tmp_path, RUNNER_LEASE_SECONDS="3", RUNNER_TICK_SECONDS="0.2", DB_POOL_MAX_SIZE="4")
+    logs: list[Path] = []
+
+    def start(slot: int, generation: int) -> subprocess.Popen[str]:
+        log = tmp_path / f"runner-{slot}-{generation}.log"
+        logs.append(log)
+        proc = runagents(env, "--runner-id", f"storm-{slot}-{generation}", log=log)
+        runners.append(proc)
+        return proc
+
+    slots = {slot: start(slot, 0) for slot in range(3)}
+    rng = random.Random(9)
+    kills = 0
+    ends = time.monotonic() + STORM_SECONDS
+    while time.monotonic() < ends:
+        time.sleep(rng.uniform(3.0, 5.0))
+        slot = rng.randrange(3)
+        slots[slot].send_signal(signal.SIGKILL)
+        slots[slot].wait(timeout=10)
+        kills += 1
+        slots[slot] = start(slot, kills)
+    # A runner still importing Django has no handler yet: the last one started must be up to stop cleanly.
+    wait_until(lambda: RunnerHeartbeat.objects.filter(name=f"storm-{slot}-{kills}").exists(), timeout=60,
+               what="the last runner started")
+    for proc in slots.values():
+        proc.send_signal(signal.SIGTERM)
+    for proc in slots.values():
+        assert proc.wait(timeout=60) == 0
+    assert kills >= 8
+
+    # One more runner drives every agent once more: interrupted planning and leases of the killed are settled.
+    time.sleep(float(env["RUNNER_LEASE_SECONDS"]) + 0.5)
+    final = runagents(env, "--cycles", "1", "--runner-id", "storm-final", log=tmp_path / "final.log")
+    runners.append(final)
+    assert final.wait(timeout=120) == 0
+    output = "".join(log.read_text() for log in [*logs, tmp_path / "final.log"])
+
+    # Every agent moved on, tool agents through their steps.
+    assert all(count > 0 for count in cycles_of(every).values())
+    for agent, plan in tools:
+        done = plan.steps.filter(status=PlanStep.Status.COMPLETED).count()
+        assert done >= 1, f"{agent} completed no step"
+        completed = Counter(PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.STEP_COMPLETED)
+                            .values_list("step__key", flat=True))
+        assert all(n == 1 for n in completed.values()), completed
+        # A step cut off by a kill counts as an interrupted try (retried, or failed); no other step ran twice.
+        interrupted = Counter(PlanEvent.objects.filter(
+            plan=plan, kind__in=[PlanEvent.Kind.STEP_RETRIED, PlanEvent.Kind.STEP_FAILED], reason__startswith="interrupted",
+        ).values_list("step__key", flat=True))
+        lines = Counter((Path(env["AGENT_WORKSPACES"]) / str(agent.pk) / "log.txt").read_text().splitlines())
+        assert len(lines) >= done
+        assert all(n <= 1 + interrupted[line.removeprefix("line ")] for line, n in lines.items()), lines
+    assert not Agent.objects.exclude(lease_owner="").exists()
+    assert not RunnerHeartbeat.objects.live().exists()  # stopped cleanly or killed long enough ago
+
+    # No cycle was run twice: a re-run cycle fails on the experience's unique (agent, cycle) number.
+    doubled = output.count("experience_cycle_unique_per_agent")
+    try:
+        from agents.services import CycleAlreadyDone  # noqa: F401  (a cycle as one numbered transaction)
+    except ImportError:
+        if doubled:
+            pytest.xfail(f"cycles re-run after a kill failed on their number ({doubled} mentions in the runners' logs): "
+                         "the atomic cycle (issue 9, item 3, the persona lane) is not merged yet")
+    assert doubled == 0 and "IntegrityError" not in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    stuck = Plan.objects.filter(status=Plan.Status.VALIDATING).count()
+    try:
+        from planning.planner import plans_interrupted_fail  # noqa: F401  (the planning issue's recovery)
+    except ImportError:
+        if stuck:
+            pytest.xfail(f"{stuck} plans left 'validating' by killed runners: the recovery of interrupted planning "
+                         "(the planning issue) is not merged yet")
+    assert stuck == 0
+
+
+def test_terminated_connections_do_not_stop_a_runner(tmp_path: Path, runners: list[subprocess.Popen[str]]) -> None:
+    agents = personas(8, cycle_interval=0.2)
+    proc = runagents(runner_env(tmp_path, RUNNER_LEASE_SECONDS="3"), "--runner-id", "terminated",
+                     log=tmp_path / "runner.log")
+    runners.append(proc)
+    wait_until(lambda: all(n >= 2 for n in cycles_of(agents).values()), timeout=60, what="the first cycles")
+    for _ in range(5):
+        before = cycles_of(agents)
+        terminate_runner_connections()
+        # It carries on: every agent cycles again after each cut, and the process is still there.
+        wait_until(lambda before=before: all(n > before[pk] for pk, n in cycles_of(agents).items()),
+                   timeout=60, what="cycles after pg_terminate_backend")
+        assert proc.poll() is None, (tmp_path / "runner.log").read_text()[-3000:]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+
+
+def test_database_outage_is_waited_out(tmp_path: Path, runners: list[subprocess.Popen[str]]) -> None:
+    agents = personas(6, cycle_interval=0.2)
+    log = tmp_path / "runner.log"
+    proc = runagents(runner_env(tmp_path, RUNNER_LEASE_SECONDS="3", RUNNER_DB_RETRY_MAX_SECONDS="1"),
+                     "--runner-id", "outage", log=log)
+    runners.append(proc)
+    wait_until(lambda: all(n >= 2 for n in cycles_of(agents).values()), timeout=60, what="the first cycles")
+    with database_refusing_connections():
+        terminate_runner_connections()
+        time.sleep(8)  # the outage: the runner cannot connect at all
+        assert proc.poll() is None, log.read_text()[-3000:]
+    during = cycles_of(agents)
+    wait_until(lambda: all(n > during[pk] for pk, n in cycles_of(agents).items()), timeout=60,
+               what="cycles after the database came back")
+    text = log.read_text()
+    assert "database unreachable" in text and "answers again" in text, text[-3000:]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    assert not Agent.objects.exclude(lease_owner="").exists()
+
+
+def test_graceful_stop_hands_agents_over_before_the_leases_expire(
+    tmp_path: Path, runners: list[subprocess.Popen[str]], llm_server: object
+) -> None:
+    from tests.llm_server import answer
+
+    agents = personas(6, cycle_interval=0.2)
+    planner = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0.2, name="Slow planner", planner_models="slow-planner")
+    GoalFactory(agent=planner, description="List the workspace", source_needs=[])
+    restate = '<json>{"who": "Slow", "what": "list", "when": "now", "where": "here", "why": "asked"}</json>'
+    plan_text = ('<json>{"goal": "List", "steps": [{"id": "1", "tool": "file.list", "intent": "List the files", '
+                 '"input": {"path": "."}, "requiresPermission": false}]}</json>')
+    llm_server.script("slow-fast", answer(restate, delay=8.0))  # type: ignore[attr-defined]
+    llm_server.script("slow-planner", answer(plan_text))  # type: ignore[attr-defined]
+    # Leases of a minute: a hand-over within seconds can only come from the stopped runner freeing them.
+    env = runner_env(tmp_path, RUNNER_LEASE_SECONDS="60", OPENAI_BASE_URL=llm_server.base_url,  # type: ignore[attr-defined]
+                     OPENAI_API_KEY="k", PLANNER_MODELS="offline-rules", FAST_MODELS="offline-rules",
+                     RESTATE_MODELS="slow-fast")  # the persona agents think offline; only the tool agent waits
+    first = runagents(env, "--runner-id", "leaving", log=tmp_path / "leaving.log")
+    runners.append(first)
+    wait_until(lambda: len(llm_server.requests) == 1 and all(n >= 1 for n in cycles_of(agents).values()),  # type: ignore[attr-defined]
+               timeout=60, what="the first runner to cycle and to wait on the model")
+    second = runagents(env, "--runner-id", "staying", log=tmp_path / "staying.log")
+    runners.append(second)
+    wait_until(lambda: RunnerHeartbeat.objects.filter(name="staying").exists(), timeout=60, what="the second runner")
+    first.send_signal(signal.SIGTERM)
+    # The first runner finishes the planning under way, then frees everything and leaves.
+    assert first.wait(timeout=30) == 0, (tmp_path / "leaving.log").read_text()[-3000:]
+    assert not Agent.objects.filter(lease_owner="leaving").exists()
+    assert list(RunnerHeartbeat.objects.values_list("name", flat=True)) == ["staying"]
+    assert Plan.objects.get(agent=planner).status == Plan.Status.AWAITING_APPROVAL
+    after = cycles_of(agents)
+    wait_until(lambda: all(n > after[pk] for pk, n in cycles_of(agents).items()), timeout=20,
+               what="the second runner to drive every agent")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(timeout=30) == 0
+
+
+def test_runners_share_the_agents_fairly(tmp_path: Path, runners: list[subprocess.Popen[str]]) -> None:
+    """Three runners on thirty agents: each drives about a third (issue 9 saw 591, 73 and 0 cycles)."""
+    agents = personas(30, cycle_interval=0.5)
+    env = runner_env(tmp_path, RUNNER_LEASE_SECONDS="3", RUNNER_TICK_SECONDS="0.2")
+    procs = [runagents(env, "--runner-id", f"fair-{i}") for i in range(3)]
+    runners.extend(procs)
+    wait_until(lambda: RunnerHeartbeat.objects.live().count() == 3, timeout=60, what="three live runners")
+    start = sum(cycles_of(agents).values())
+    wait_until(lambda: sum(cycles_of(agents).values()) >= start + 150, timeout=120, what="150 cycles")
+    shares = dict(RunnerHeartbeat.objects.values_list("name", "cycles"))
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    outputs = [proc.communicate(timeout=60)[0] for proc in procs]
+    assert all(proc.returncode == 0 for proc in procs), outputs
+    assert len(shares) == 3 and min(shares.values()) >= max(shares.values()) / 3, shares
