@@ -62,7 +62,7 @@ def dashboard_rows(*, agent_ids: list[int] | None = None) -> list[AgentRow]:
         plan_steps = list(plan.steps.all()) if plan else []
         rows.append(AgentRow(
             agent=agent, plan=plan, step=plan_current_step(plan, plan_steps) if plan else None,
-            done=sum(1 for s in plan_steps if s.is_done), total=len(plan_steps), needs=list(agent.needs.all()),
+            done=sum(1 for s in plan_steps if s.status == PlanStep.Status.COMPLETED), total=len(plan_steps), needs=list(agent.needs.all()),
         ))
     return rows
 
@@ -86,7 +86,7 @@ def agent_context(agent_id: int) -> dict[str, Any]:
     for goal in goals:
         goal.curve = goal_curve(list(goal.samples.all()))  # type: ignore[attr-defined]
     plans = list(Plan.objects.filter(agent=agent).annotate(
-        steps_total=Count("steps"), steps_done=Count("steps", filter=Q(steps__status__in=["completed", "skipped"])),
+        steps_total=Count("steps"), steps_done=Count("steps", filter=Q(steps__status=PlanStep.Status.COMPLETED)),
     ).order_by("-created_at")[:20])
     return {
         "agent": agent,
@@ -148,5 +148,5 @@ def plan_context(plan_id: int) -> dict[str, Any]:
         "diff": (validated.detail.get("diff") if validated else None),
         "calls": calls,
         "versions": plan_versions(plan),
-        "done": sum(1 for s in steps if s.is_done),
+        "done": sum(1 for s in steps if s.status == PlanStep.Status.COMPLETED),  # skipped is not done
     }

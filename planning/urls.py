@@ -18,3 +18,15 @@ urlpatterns = [
     path("steps/<int:pk>/edit/", views.step_edit_view, name="step-edit"),
     path("steps/<int:pk>/skip/", views.step_skip_view, name="step-skip"),
 ]
+
+# --- steering: the inbox, the plan editor, versions, the graph, the audit log and usage (issue 10) ---
+from planning import views_inbox  # noqa: E402
+
+urlpatterns += [
+    path("inbox/", views_inbox.inbox, name="inbox"),
+    path("inbox/count/", views_inbox.inbox_count_view, name="inbox-count"),
+    path("inbox/steps/<int:pk>/approve/", views_inbox.inbox_step_approve, name="inbox-step-approve"),
+    path("inbox/steps/<int:pk>/decline/", views_inbox.inbox_step_decline, name="inbox-step-decline"),
+    path("inbox/plans/<int:pk>/approve/", views_inbox.inbox_plan_approve, name="inbox-plan-approve"),
+    path("inbox/plans/<int:pk>/cancel/", views_inbox.inbox_plan_cancel, name="inbox-plan-cancel"),
+]

@@ -1,0 +1,31 @@
+"""Template helpers of the steering pages: the inbox count in every page's navigation, waiting times."""
+
+from __future__ import annotations
+
+from django import template
+
+from planning.steer_selectors import inbox_count as inbox_count_query
+
+register = template.Library()
+
+
+@register.simple_tag
+def inbox_count() -> int:
+    """How many things wait for a person; one query, only on pages that show the navigation."""
+    return inbox_count_query()
+
+
+@register.filter
+def waited(seconds: int) -> str:
+    """A waiting time as people say it: "40 s", "12 min", "3 h 5 min", "2 d 4 h"."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
