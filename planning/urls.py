@@ -30,3 +30,21 @@ urlpatterns += [
     path("inbox/plans/<int:pk>/approve/", views_inbox.inbox_plan_approve, name="inbox-plan-approve"),
     path("inbox/plans/<int:pk>/cancel/", views_inbox.inbox_plan_cancel, name="inbox-plan-cancel"),
 ]
+
+from planning import views_editor  # noqa: E402
+
+urlpatterns += [
+    path("plans/<int:pk>/editor/", views_editor.plan_editor, name="plan-editor"),
+    path("plans/<int:pk>/versions/", views_editor.plan_versions, name="plan-versions"),
+    path("plans/compare/", views_editor.plan_compare, name="plan-compare"),
+]
+
+from django.urls import re_path  # noqa: E402
+
+from planning import views_audit  # noqa: E402
+
+urlpatterns += [
+    path("audit/", views_audit.audit, name="audit"),
+    re_path(r"^audit/export\.(?P<fmt>csv|json)$", views_audit.audit_export, name="audit-export"),
+    path("usage/", views_audit.usage, name="usage"),
+]

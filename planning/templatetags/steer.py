@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django import template
 
 from planning.steer_selectors import inbox_count as inbox_count_query
+from planning.steer_selectors import plan_graph
 
 register = template.Library()
 
@@ -29,3 +33,9 @@ def waited(seconds: int) -> str:
         return f"{hours} h {minutes} min" if minutes else f"{hours} h"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@register.inclusion_tag("planning/plan_graph.html")
+def plan_graph_svg(plan: Any, steps: Sequence[Any], oob: bool = False) -> dict[str, Any]:
+    """The plan's steps and dependencies as an SVG graph laid out by depth (from the page's steps: no query)."""
+    return {"plan": plan, "graph": plan_graph(list(steps)), "oob": oob}

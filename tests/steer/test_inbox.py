@@ -25,8 +25,8 @@ def waiting_step(**kwargs: object) -> PlanStep:
 def waiting_plan(**kwargs: object) -> Plan:
     plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING,
                        agent__kind=Agent.Kind.TOOL, **kwargs)
-    PlanStepFactory(plan=plan, tool="read_file", tool_input={"path": "a.txt"}, action_hint="")
-    PlanStepFactory(plan=plan, tool="write_file", tool_input={"path": "b.txt"}, action_hint="", requires_permission=True,
+    PlanStepFactory(plan=plan, tool="file.read", tool_input={"path": "a.txt"}, action_hint="")
+    PlanStepFactory(plan=plan, tool="file.write", tool_input={"path": "b.txt"}, action_hint="", requires_permission=True,
                     risk="risky")
     PlanEventFactory(plan=plan, kind=PlanEvent.Kind.VALIDATED)
     return plan
