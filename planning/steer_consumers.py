@@ -47,8 +47,8 @@ class InboxConsumer(InboxLiveBase):
             return ""
         self.last_signature = signature
         count = len(items)
-        announce = ""
-        if previous is not None:
-            word = "item waits" if count == 1 else "items wait"
-            announce = f"The inbox changed: {count} {word} for you." if count else "Nothing waits for you."
+        announce = ""  # only arrivals are announced: the operator's own decisions are announced by their answer
+        arrived = len({i.key for i in items} - {key for key, _ in previous or ()})
+        if previous is not None and arrived:
+            announce = f"{arrived} new in the inbox; {count} item{'s' if count != 1 else ''} wait for you."
         return self.render("planning/inbox_live.html", {"items": items, "count": count, "announce": announce})

@@ -171,7 +171,11 @@ def plans_compare(old: Plan, new: Plan) -> dict[str, Any]:
     old_steps = [step_spec(s) for s in old.steps.all()]
     new_steps = [step_spec(s) for s in new.steps.all()]
     diff = plan_diff(old_steps, new_steps)
-    plan_fields = {name: [getattr(old, name), getattr(new, name)] for name in PLAN_COMPARED
+    def shown(plan: Plan, name: str) -> Any:
+        display = getattr(plan, f"get_{name}_display", None)
+        return display() if display else getattr(plan, name)
+
+    plan_fields = {name.replace("_", " "): [shown(old, name), shown(new, name)] for name in PLAN_COMPARED
                    if getattr(old, name) != getattr(new, name)}
     totals = {
         "estimated cycles": [sum(int(s["estimated_cycles"]) for s in old_steps), sum(int(s["estimated_cycles"]) for s in new_steps)],

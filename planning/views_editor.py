@@ -183,8 +183,8 @@ def plan_editor(request: HttpRequest, pk: int) -> HttpResponse:
     rows = rows_from_post(request.POST)
     op = request.POST.get("op", "")
     kept_keys = {s.key for s in steps if s.status in KEPT_STEP_STATUSES}
-    if op != "save":
-        context = editor_context(plan, row_apply(rows, op, kept_keys))
+    if op != "save":  # a new step never reuses the id of one of this version's steps, so diffs stay truthful
+        context = editor_context(plan, row_apply(rows, op, {s.key for s in steps}))
         return render(request, "planning/plan_editor.html#editor", context)
     edited = rows_parse(rows)
     general: list[str] = []

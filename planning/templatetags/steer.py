@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,3 +40,11 @@ def waited(seconds: int) -> str:
 def plan_graph_svg(plan: Any, steps: Sequence[Any], oob: bool = False) -> dict[str, Any]:
     """The plan's steps and dependencies as an SVG graph laid out by depth (from the page's steps: no query)."""
     return {"plan": plan, "graph": plan_graph(list(steps)), "oob": oob}
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """Objects and lists as the JSON the planner writes; text as it is."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return "" if value is None else str(value)

@@ -38,7 +38,17 @@
       notify.hidden = false;
       notify.addEventListener("click", function () { Notification.requestPermission().then(function () { notify.hidden = true; }); });
     }
-    document.body.addEventListener("htmx:oobBeforeSwap", function () {
+    document.body.addEventListener("htmx:oobBeforeSwap", function (e) {
+      // A decision in flight from this list brings the fresh list with its answer; a push must not remove the
+      // form that sent it first (htmx would then drop the answer, and the operator would not be told).
+      var target = e.detail && e.detail.target;
+      var fragment = e.detail && e.detail.fragment;
+      var answer = fragment && ((fragment.matches && fragment.matches("[data-answer]")) ||
+                                (fragment.querySelector && fragment.querySelector("[data-answer]")));
+      if (target && target.id === "inbox-list" && target.querySelector(".htmx-request") && !answer) {
+        e.detail.shouldSwap = false;
+        return;
+      }
       var a = document.activeElement;
       focusedId = a && a.id && a.closest && a.closest("#inbox-list") ? a.id : null;
       focusedIndex = focusedId ? items().indexOf(current()) : -1;

@@ -112,6 +112,7 @@ class Server:
     log: Path
     scaleout: bool
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # the server's environment, for `manage` against its database
 
     def log_tail(self) -> str:
         try:
@@ -214,7 +215,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = tmp / "server.log"
-    srv = Server(url=url, scenario={}, log=log, scaleout=scaleout)
+    srv = Server(url=url, scenario={}, log=log, scaleout=scaleout, env=env)
     try:
         manage(env, "migrate", "--noinput")
         srv.scenario = json.loads(manage(env, "shell", "-c", SCENARIO).strip().splitlines()[-1])

@@ -62,7 +62,7 @@ def test_add_remove_and_reorder_change_the_form_only(operator_client: Client) ->
     url = reverse("plan-editor", args=[plan.pk])
     rows = rows_of(plan)
     html = operator_client.post(url, form(plan, rows, op="add"), HTTP_HX_REQUEST="true").content.decode()
-    assert html.count('name="row"') == 3 and 'value="3"' in html
+    assert html.count('name="row"') == 3 and 'name="2-key" value="3"' in html
     html = operator_client.post(url, form(plan, rows, op="remove-0"), HTTP_HX_REQUEST="true").content.decode()
     assert html.count('name="row"') == 1 and "Read the CSV" not in html
     html = operator_client.post(url, form(plan, rows, op="down-0"), HTTP_HX_REQUEST="true").content.decode()
