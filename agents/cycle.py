@@ -18,9 +18,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agents.llm.extract import json_extract
 from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent, Experience, Lesson, Need
-from agents.tools import ToolError, tool_run
+from agents.tools import ToolError, tool_run, undo_dir_for
 from agents.world import (
     ACTIONS,
     SIM_HOURS_PER_CYCLE,
@@ -36,11 +37,11 @@ from goals.models import Goal
 from goals.services import goal_milestone_check, goal_samples_prune, goals_due, goals_generate, goals_update
 from goals.system import goal_priority
 from planner_site.events import publish_changed_on_commit
-from planning.engine.parse import PlanParseError, json_extract
+from planning.engine.parse import PlanParseError
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate
+from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate, plan_retry_due
 from planning.services import event_record, plan_abandon, step_finish, step_move, step_request_approval
 
 logger = logging.getLogger("planner.cycle")
@@ -56,6 +57,7 @@ def agent_cycle(*, agent_id: int, runner: str) -> str:
     if agent.status != Agent.Status.RUNNING:
         return "not running"
     try:
+        plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
         plan = agent_open_plan(agent)
         if plan is not None and plan.replan_reason:
             what = plan_replan(agent=agent, plan=plan, runner=runner)
@@ -256,7 +258,8 @@ def step_progress(*, step: PlanStep, plan: Plan, runner: str, followed: bool, su
 def tool_call(step: PlanStep, workspace: Path) -> tuple[bool, str]:
     """Run one tool step: (True, result) or (False, the error an operator can act on)."""
     try:
-        return True, tool_run(step.tool, step.tool_input, workspace=workspace)
+        return True, tool_run(step.tool, step.tool_input, workspace=workspace, loop=step.loop or None,
+                              undo_dir=undo_dir_for(workspace, str(step.pk)))
     except ToolError as exc:
         return False, str(exc)
     except Exception as exc:  # a tool bug must fail the step, never the cycle

@@ -36,6 +36,13 @@ class Agent(models.Model):
         max_length=500, blank=True,
         help_text="This agent's planning model chain, strongest first, comma-separated; empty: PLANNER_MODELS",
     )
+    plan_retry_limit = models.PositiveSmallIntegerField(
+        default=3, help_text="How often failed planning is retried automatically; 0: wait for an operator",
+    )
+    plan_retry_backoff = models.PositiveIntegerField(
+        default=30, help_text="Seconds before the first automatic retry; doubled for each further one",
+    )
+    plan_retry_at = models.DateTimeField(null=True, blank=True, help_text="The next automatic planning retry")
     next_cycle_at = models.DateTimeField(null=True, blank=True)
     waiting_reason = models.CharField(max_length=300, blank=True, help_text="Why the agent waits for an operator")
     escalate_after_minutes = models.PositiveIntegerField(

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from agents.cycle import agent_cycle
 from agents.models import Agent
+from planning.planner import plans_interrupted_fail
 
 logger = logging.getLogger("planner.runner")
 
@@ -54,6 +55,7 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int]) -> list[int]:
             Agent.objects.filter(pk__in=ids).update(
                 lease_owner=runner, lease_expires_at=now + timedelta(seconds=settings.RUNNER_LEASE_SECONDS)
             )
+            plans_interrupted_fail(agent_ids=ids, runner=runner)  # planning cut off by a runner that died
     return ids
 
 

@@ -8,11 +8,13 @@ lexically when a plan is validated (`path_problem`), and again, following symlin
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import ntpath
 import os
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,8 +24,10 @@ from typing import Any
 MAX_FILE_BYTES = 1_000_000  # reads and writes above this are refused: a runaway plan must not fill the disk
 MAX_LIST_ENTRIES = 200
 RESULT_PREVIEW_CHARS = 2_000  # results are shown on the dashboard and fed back to the planner
-
-RISK_CLASSES = ("read", "write", "network", "system")
+MAX_PATH_CHARS = 1_024  # far beyond any real relative path; the OS refuses long ones with a confusing error
+MAX_NAME_CHARS = 255  # one folder or file name (the usual file-system limit)
+MAX_LOOP_RUNS = 50  # seed 002 loops: FOR_EACH items or REPEAT count
+UNDO_FOLDER = ".undo"  # beside the workspaces, never inside one: agents cannot touch their own undo copies
 
 
 class ToolError(Exception):
@@ -86,6 +90,11 @@ TOOLS: Mapping[str, ToolSpec] = {
             "report.write", "Write a markdown report with a summary of each given file", "write",
             {"paths": (list, True), "output": (str, True)}, ("paths", "output"),
         ),
+        ToolSpec(
+            "file.count", "Count the data rows of a CSV file (lines or words of a text file) and write the number "
+            "to `output`", "write", {"path": (str, True), "output": (str, True), "unit": (str, False)},
+            ("path", "output"), choices={"unit": ("rows", "lines", "words")},
+        ),
         ToolSpec("web.fetch", "Fetch a web page", "network", {"url": (str, True)}),
     ]
 }
@@ -107,7 +116,14 @@ def path_problem(rel: object, workspace: Path | None = None) -> str | None:
         return f"path must be a string, got {type(rel).__name__}"
     if "\x00" in rel:
         return "path contains a NUL byte"
+    if _name_shown(rel) != rel:
+        return f"path {_name_shown(rel)[:80]} contains control or bidirectional characters"
     text = rel.strip().replace("\\", "/")  # models trained on Windows prompts write backslashes
+    if len(rel) > MAX_PATH_CHARS:
+        return f"path '{_shown(rel)}' is too long ({len(rel)} characters; at most {MAX_PATH_CHARS})"
+    longest = max((len(part) for part in text.split("/")), default=0)
+    if longest > MAX_NAME_CHARS:
+        return f"path '{_shown(rel)}' has a name of {longest} characters (at most {MAX_NAME_CHARS} per name)"
     if text.startswith("~"):
         return f"path '{_shown(rel)}' points into a home directory; use a path relative to the workspace"
     if ntpath.splitdrive(rel)[0] or text.startswith("//"):
@@ -145,8 +161,11 @@ def workspace_resolve(workspace: Path, rel: str) -> Path:
         resolved = candidate.resolve(strict=True)
     except FileNotFoundError:  # a file about to be written; its folders may not exist yet either
         resolved = candidate.resolve()
-    except (OSError, RuntimeError):  # a symlink loop: RuntimeError before Python 3.13, OSError(ELOOP) since
-        raise ToolError(f"path '{_shown(rel)}' cannot be resolved (a symbolic link loop?)") from None
+    except RuntimeError:  # a symlink loop before Python 3.13
+        raise ToolError(f"path '{_shown(rel)}' cannot be resolved: a symbolic link loop") from None
+    except OSError as exc:  # ELOOP since Python 3.13, or whatever else the OS says: say that, not a guess
+        what = "a symbolic link loop" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+        raise ToolError(f"path '{_shown(rel)}' cannot be resolved: {what}") from None
     if resolved != root and not resolved.is_relative_to(root):
         raise ToolError(f"path '{_shown(rel)}' leads outside the workspace (through a symbolic link)")
     return resolved
@@ -168,6 +187,11 @@ def workspace_listing(workspace: Path, *, limit: int = MAX_LIST_ENTRIES) -> list
         if len(entries) >= limit:
             break
     return sorted(entries)[:limit]
+
+
+def _name_shown(name: str) -> str:
+    """A file name as shown: escaped when control or bidirectional characters would make it look like another."""
+    return ascii(name) if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in name) else name
 
 
 def _display(workspace: Path, path: Path) -> str:
@@ -259,7 +283,7 @@ def _run_list(ws: Path, args: Mapping[str, Any]) -> str:
         raise ToolError(f"folder '{rel}' does not exist")
     if not path.is_dir():
         raise ToolError(f"'{rel}' is not a folder")
-    names = sorted(f"{p.name}/" if p.is_dir() else p.name for p in path.iterdir())
+    names = sorted(f"{_name_shown(p.name)}/" if p.is_dir() else _name_shown(p.name) for p in path.iterdir())
     shown = _display(ws, path)
     if not names:
         return f"{shown} is empty"
@@ -409,6 +433,24 @@ def _run_report(ws: Path, args: Mapping[str, Any]) -> str:
     return f"Wrote report {_display(ws, output)} covering {len(sections)} file(s)"
 
 
+def count_of(text: str, unit: str) -> int:
+    """Rows of CSV data (the header is not a row), lines, or words of a text."""
+    if unit == "words":
+        return len(text.split())
+    if unit == "lines":
+        return len(text.splitlines())
+    return max(len([row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]) - 1, 0)
+
+
+def _run_count(ws: Path, args: Mapping[str, Any]) -> str:
+    source = workspace_resolve(ws, args["path"])
+    unit = args.get("unit") or ("rows" if source.suffix.lower() == ".csv" else "lines")
+    count = count_of(_read_text(source, args["path"]), unit)
+    output = workspace_resolve(ws, args["output"])
+    _write_text(output, args["output"], f"{count}\n")
+    return f"{_display(ws, source)} has {count} {unit}; wrote {count} to {_display(ws, output)}"
+
+
 def _run_fetch(ws: Path, args: Mapping[str, Any]) -> str:
     raise ToolError("network access is disabled for this agent")
 
@@ -423,15 +465,203 @@ _RUNNERS: Mapping[str, Callable[[Path, Mapping[str, Any]], str]] = {
     "dir.create": _run_mkdir,
     "text.summarize": _run_summarize,
     "report.write": _run_report,
+    "file.count": _run_count,
     "web.fetch": _run_fetch,
 }
 
 
-def tool_run(name: str, tool_input: Mapping[str, Any], *, workspace: Path) -> str:
-    """Run one tool call confined to `workspace`; a short human-readable result, or ToolError."""
+# -- seed 002 loops: FOR_EACH over a list an earlier step produced, REPEAT n times ---------------------
+
+LIST_TOOLS = ("file.list",)  # tools whose result is a list a later step may iterate over
+LOOP_FORBIDDEN = ("dir.create",)  # seed 002: folders are created explicitly, never inside a loop
+_INDEX = re.compile(r"\{index(?::(0?)(\d{1,2})d)?\}")
+
+
+def loop_items(source_tool: str, source_input: Mapping[str, Any], workspace: Path) -> list[str]:
+    """The list an earlier step produced, read again when the loop runs: the files of the folder a
+    `file.list` step listed, as paths from the workspace root (seed 002: `{item}` is a full path)."""
+    if source_tool not in LIST_TOOLS:
+        raise ToolError(f"{source_tool} produces no list to iterate over")
+    rel = source_input.get("path") or "."
+    folder = workspace_resolve(workspace, rel)
+    if not folder.is_dir():
+        raise ToolError(f"the list to iterate over does not exist: folder '{_shown(str(rel))}' is missing")
+    root = workspace.resolve()
+    return sorted(p.relative_to(root).as_posix() for p in folder.iterdir() if p.is_file())
+
+
+def loop_fill(value: Any, *, item: str | None, index: int) -> Any:
+    """`{item}` and `{index}` / `{index:03d}` (zero-based) filled in, in every string of a tool input."""
+    if isinstance(value, str):
+        text = value.replace("{item}", item) if item is not None else value
+        return _INDEX.sub(lambda m: str(index).rjust(int(m.group(2)), "0" if m.group(1) else " ")
+                          if m.group(2) else str(index), text)
+    if isinstance(value, list):
+        return [loop_fill(v, item=item, index=index) for v in value]
+    if isinstance(value, Mapping):
+        return {k: loop_fill(v, item=item, index=index) for k, v in value.items()}
+    return value
+
+
+def loop_inputs(tool_input: Mapping[str, Any], loop: Mapping[str, Any], workspace: Path) -> list[dict[str, Any]]:
+    """One tool input per run of a loop step."""
+    if "repeat" in loop:
+        count = int(loop["repeat"])
+        items: list[str | None] = [None] * count
+    else:
+        source = loop.get("items_from") or {}
+        items = list(loop_items(str(source.get("tool", "")), source.get("input") or {}, workspace))
+    if len(items) > MAX_LOOP_RUNS:
+        raise ToolError(f"the loop would run {len(items)} times; at most {MAX_LOOP_RUNS}")
+    return [loop_fill(dict(tool_input), item=item, index=i) for i, item in enumerate(items)]
+
+
+# -- undo: what a write, move or delete changed is kept, so an operator can roll the step back ----------
+
+
+def undo_dir_for(workspace: Path, key: str) -> Path:
+    """Where the undo copies of one step live: beside the workspaces, out of every agent's reach."""
+    return workspace.parent / UNDO_FOLDER / workspace.name / key
+
+
+def _targets(name: str, args: Mapping[str, Any]) -> list[str]:
+    """The workspace paths a writing tool creates, changes or removes."""
+    if name in ("file.write", "file.append", "dir.create"):
+        return [args["path"]]
+    if name in ("report.write", "file.count"):
+        return [args["output"]]
+    if name == "file.convert":
+        target = "json" if args.get("to") == "json" else "csv"
+        return [args.get("output") or Path(args["path"].replace("\\", "/")).with_suffix(f".{target}").as_posix()]
+    if name == "file.move":
+        source = args["path"].rstrip("/\\")
+        to = args["to"]
+        return [source, to.rstrip("/\\") + "/" + Path(source).name if to.rstrip().endswith(("/", "\\")) else to]
+    return []
+
+
+def undo_keep(name: str, inputs: list[dict[str, Any]], workspace: Path, undo_dir: Path) -> None:
+    """Before the step runs: copy every file it will change or remove; note what it will create."""
+    entries: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for args in inputs:
+        for rel in _targets(name, args):
+            path = workspace_resolve(workspace, rel)
+            if name == "file.move" and rel != args["path"] and path.is_dir():
+                path = path / Path(args["path"].replace("\\", "/")).name  # moved into an existing folder
+            shown = path.relative_to(workspace.resolve()).as_posix()
+            if shown in seen:
+                continue
+            seen.add(shown)
+            entry: dict[str, Any] = {"path": shown, "existed": path.exists(), "folder": path.is_dir()}
+            if path.is_file():
+                copy = undo_dir / f"{len(entries)}.copy"
+                undo_dir.mkdir(parents=True, exist_ok=True)
+                copy.write_bytes(path.read_bytes())
+                entry["copy"] = copy.name
+            entries.append(entry)
+    undo_dir.mkdir(parents=True, exist_ok=True)
+    (undo_dir / "manifest.json").write_text(json.dumps({"tool": name, "entries": entries}), encoding="utf-8")
+
+
+def tool_rollback(workspace: Path, undo_dir: Path) -> list[str]:
+    """Put back what a step changed: files it overwrote or removed return, files and empty folders it
+    created go. Returns what was done, one line each; ToolError when there is nothing to roll back."""
+    manifest = undo_dir / "manifest.json"
+    if not manifest.is_file():
+        raise ToolError("this step kept no undo copies (it changed no files, or ran before undo existed)")
+    entries = json.loads(manifest.read_text(encoding="utf-8"))["entries"]
+    done: list[str] = []
+    for entry in reversed(entries):
+        path = workspace_resolve(workspace, entry["path"])
+        if entry.get("copy"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes((undo_dir / entry["copy"]).read_bytes())
+            done.append(f"restored {entry['path']}")
+        elif not entry["existed"] and path.is_file():
+            path.unlink()
+            done.append(f"removed {entry['path']}")
+        elif not entry["existed"] and path.is_dir():
+            if any(path.iterdir()):
+                done.append(f"kept folder {entry['path']}: it is not empty")
+            else:
+                path.rmdir()
+                done.append(f"removed folder {entry['path']}")
+    manifest.unlink()
+    return done
+
+
+# -- pre-check: what a step will touch, shown to the operator before it runs (seed 002) ---------------
+
+
+def tool_precheck(name: str, tool_input: Mapping[str, Any], workspace: Path) -> str:
+    """A one-line summary of what the step will read, create, overwrite or move, and what is missing.
+
+    Deterministic and instant: a look at the workspace, not a model call."""
+    spec = TOOLS.get(name)
+    if spec is None or not isinstance(tool_input, Mapping) or tool_input_problems(spec, tool_input):
+        return ""
+    notes: list[str] = []
+    writes = set(_targets(name, tool_input)) if spec.risk_class == "write" else set()
+    for key in spec.path_keys:
+        values = tool_input.get(key)
+        for rel in values if isinstance(values, list) else [values]:
+            if not isinstance(rel, str) or "{" in rel:
+                continue
+            try:
+                path = workspace_resolve(workspace, rel or ".")
+            except ToolError as exc:
+                notes.append(str(exc))
+                continue
+            if rel in writes or (name == "file.move" and key == "to"):
+                notes.append(f"will overwrite {rel}" if path.is_file() else f"will create {rel}")
+            elif path.is_file():
+                notes.append(f"reads {rel} ({path.stat().st_size} bytes)")
+            elif path.is_dir():
+                notes.append(f"reads folder {rel}")
+            else:
+                notes.append(f"{rel} does not exist yet")
+    if name == "file.move" and isinstance(tool_input.get("path"), str):
+        notes.append(f"moves {tool_input['path']} away")
+    return "; ".join(notes)
+
+
+def tool_run(
+    name: str,
+    tool_input: Mapping[str, Any],
+    *,
+    workspace: Path,
+    loop: Mapping[str, Any] | None = None,
+    undo_dir: Path | None = None,
+) -> str:
+    """Run one tool call confined to `workspace`; a short human-readable result, or ToolError.
+
+    With `loop`, the call runs once per item (or `repeat` times); with `undo_dir`, what a writing tool
+    will change is kept there first, for `tool_rollback`."""
     spec = TOOLS.get(name)
     if spec is None:
         raise ToolError(f"unknown tool '{name}'")
+    workspace.mkdir(parents=True, exist_ok=True)
+    inputs = loop_inputs(tool_input, loop, workspace) if loop else [dict(tool_input)]
+    for args in inputs:
+        tool_input_check(spec, args, workspace)
+    try:
+        if undo_dir is not None and spec.risk_class == "write":
+            undo_keep(name, inputs, workspace, undo_dir)
+        results = [_RUNNERS[name](workspace, args) for args in inputs]
+    except ToolError:
+        raise
+    except OSError as exc:  # permissions, full disk, races: say what happened, not a traceback
+        raise ToolError(f"{name} failed: {exc.strerror or exc}") from None
+    if not loop:
+        return results[0]
+    if not results:
+        return "the loop had nothing to do: the list is empty"
+    return f"{len(results)} runs:\n" + "\n".join(f"- {r.splitlines()[0]}" for r in results)
+
+
+def tool_input_check(spec: ToolSpec, tool_input: Mapping[str, Any], workspace: Path) -> None:
+    """ToolError for a schema problem or a path outside the workspace."""
     problems = tool_input_problems(spec, tool_input)
     if problems:
         raise ToolError("; ".join(problems))
@@ -440,10 +670,3 @@ def tool_run(name: str, tool_input: Mapping[str, Any], *, workspace: Path) -> st
         for value in values if isinstance(values, list) else [values]:
             if value is not None and (problem := path_problem(value, workspace)):
                 raise ToolError(problem)
-    workspace.mkdir(parents=True, exist_ok=True)
-    try:
-        return _RUNNERS[name](workspace, tool_input)
-    except ToolError:
-        raise
-    except OSError as exc:  # permissions, full disk, races: say what happened, not a traceback
-        raise ToolError(f"{name} failed: {exc.strerror or exc}") from None

@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db import transaction
+from django.db import models, transaction
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest
 
 from planner_site.events import publish_changed_on_commit
+from planner_site.formfields import JSONValueField
+
+# Every JSON field of the admin refuses what the services refuse (too deep, too big, NUL...) with a message.
+VALIDATED_FORMFIELDS: dict[type[models.Field[Any, Any]], dict[str, Any]] = {models.JSONField: {"form_class": JSONValueField}}
 
 
 def form_diff(form: ModelForm) -> dict[str, list[str]]:
@@ -38,8 +42,18 @@ def admin_event(*, request: HttpRequest, agent_id: int, plan_id: int | None, wha
     publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_edit")
 
 
+def plan_lock_first(plan_id: int | None) -> None:
+    """Lock the plan before its steps are written, in the one lock order of the services (plan, then steps)."""
+    from planning.models import Plan
+
+    if plan_id is not None:
+        list(Plan.objects.select_for_update(no_key=True).filter(pk=plan_id).values_list("pk", flat=True))
+
+
 class AuditedAdmin(admin.ModelAdmin):
     """Subclasses say which agent (and plan) an object belongs to."""
+
+    formfield_overrides = VALIDATED_FORMFIELDS
 
     def audit_agent_id(self, obj: Any) -> int:
         raise NotImplementedError
@@ -49,6 +63,7 @@ class AuditedAdmin(admin.ModelAdmin):
 
     @transaction.atomic
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        plan_lock_first(self.audit_plan_id(obj))
         super().save_model(request, obj, form, change)
         diff = form_diff(form) if change else {"created": ["", str(obj)]}
         if diff:

@@ -6,37 +6,47 @@ Scale-out: DATABASE_URL (PostgreSQL) and REDIS_URL (channels-redis) switch both.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import dj_database_url
 from django.utils.csp import CSP
+from django.utils.functional import lazy
 
+# Importing the settings changes nothing on disk: var/ and the secret key file are made at first use
+# (the SQLite backend creates its folder when it first connects; the key when something first signs).
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PLANNER_VAR_DIR", BASE_DIR / "var"))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def env_bool(name: str, default: bool = False) -> bool:
     return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
 
 
-def secret_key_load() -> str:
-    """SECRET_KEY from the environment, else one generated once and kept in var/ (never in the repository)."""
-    if key := os.environ.get("SECRET_KEY"):
-        return key
+@functools.cache
+def secret_key_file() -> str:
+    """The key generated once and kept in var/secret_key (never in the repository). Made on first use, by
+    whichever process signs something first; O_EXCL lets two processes starting together agree on one key."""
     path = VAR_DIR / "secret_key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(50))
     return path.read_text().strip()
 
 
-SECRET_KEY = secret_key_load()
+SECRET_KEY: str = os.environ.get("SECRET_KEY") or lazy(secret_key_file, str)()  # type: ignore[assignment]
 DEBUG = env_bool("DEBUG")
 ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
@@ -51,6 +61,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "axes",
     "planner_site",
     "agents",
     "goals",
@@ -69,6 +80,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: it turns a lockout into the login page
 ]
 
 ROOT_URLCONF = "planner_site.urls"
@@ -103,7 +115,7 @@ if os.environ.get("DATABASE_URL"):
 else:
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "planner_site.sqlite",  # Django's SQLite backend, creating the file's folder on connect
             "NAME": SQLITE_PATH,
             "OPTIONS": {
                 # The runner and the web share one file: WAL lets readers go on while one writes, IMMEDIATE
@@ -135,9 +147,45 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": int(os.environ.get("PASSWORD_MIN_LENGTH", "10"))}},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+
+# Login throttling (django-axes): after AXES_FAILURE_LIMIT failed logins for one username, or from one
+# address, logins for it are locked for LOGIN_LOCKOUT_MINUTES; the login page says so (HTTP 429). Failures
+# are counted in the database, so every web process of a scale-out deployment shares them.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one alone locks
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "planner_site.accounts.login_locked_out"
+AXES_CLIENT_IP_CALLABLE = "planner_site.accounts.client_ip"
+AXES_DISABLE_ACCESS_LOG = True  # failures only: successful logins are not logged row by row
+AXES_VERBOSE = False
+# Behind this many reverse proxies (each appending to X-Forwarded-For), the client address is read from there.
+TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
+
+# Mail (Django 6.1's MAILERS): set EMAIL_HOST to send mail; password reset is offered only then.
+MAILERS: dict[str, Any] = {}
+if os.environ.get("EMAIL_HOST"):
+    MAILERS["default"] = {
+        "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "OPTIONS": {
+            "host": os.environ["EMAIL_HOST"],
+            "port": int(os.environ.get("EMAIL_PORT", "587")),
+            "username": os.environ.get("EMAIL_HOST_USER", ""),
+            "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+            "use_tls": env_bool("EMAIL_USE_TLS", True),
+        },
+    }
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "planner@localhost")
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -145,8 +193,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "staticfiles"
-STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise serves from finders in place; an empty root keeps it quiet
+STATIC_ROOT = VAR_DIR / "staticfiles"  # only `collectstatic` fills it; whitenoise serves from the finders
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -156,12 +203,18 @@ WHITENOISE_USE_FINDERS = True
 # WhiteNoise streams files with a sync iterator; under ASGI Django warns on every static file. The files
 # are small and cached by browsers, so the warning is noise here.
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
+warnings.filterwarnings("ignore", message="No directory at: ")  # STATIC_ROOT before collectstatic
 
 SESSION_COOKIE_HTTPONLY = True
-if env_bool("HTTPS"):  # behind TLS (a proxy that sets X-Forwarded-Proto): cookies only over HTTPS
+if env_bool("HTTPS"):  # behind TLS (a proxy that sets X-Forwarded-Proto): HTTPS only, cookies only over HTTPS
     SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0"))
+    SECURE_SSL_REDIRECT = True
+    # A load balancer probes /healthz over plain HTTP on the backend's port: it gets the answer, not a redirect.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS")
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD")
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 # Scripts only from this site (htmx is served by django-htmx with the nonce); model and user text is
@@ -215,6 +268,8 @@ LLM_PURPOSE_MODELS = {
 # USD per million tokens in and out, per model, e.g. {"gpt-4o-mini": [0.15, 0.6]}: fills LLMCall.cost.
 LLM_PRICES = json.loads(os.environ.get("LLM_PRICES", "{}"))
 PLAN_MAX_STEPS = int(os.environ.get("PLAN_MAX_STEPS", "20"))
+# One deadline per plan: restatement, attempts, reflections, the whole chain (each call waits only for what remains).
+PLAN_DEADLINE_SECONDS = float(os.environ.get("PLAN_DEADLINE_SECONDS", "120"))
 PLAN_ATTEMPTS_PER_MODEL = 3
 PLAN_REJECTIONS_BEFORE_FALLBACK = 2
 

@@ -10,7 +10,7 @@ admin.site.site_title = "Agent planner"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include("planner_site.accounts")),
     path("healthz", healthz, name="healthz"),
     path("", include("planning.urls")),
 ]

@@ -2,15 +2,64 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from planner_site.admin_audit import AuditedAdmin
+from planner_site.admin_audit import VALIDATED_FORMFIELDS, AuditedAdmin
+from planning.engine.schedule import IllegalTransition, step_transition_check
 from planning.models import Plan, PlanEvent, PlanStep
+from planning.services import EDITABLE_STEP_FIELDS, PLAN_FINAL, UNSTARTED, step_changes_problems
+
+NOTHING_SAVED = "Nothing was saved."
+
+
+class PlanStepAdminForm(forms.ModelForm):
+    """The admin obeys the rules the services obey: the step state machine (a completed step never runs
+    again), only steps not yet started change their content, and the whole plan is validated again
+    (a path outside the workspace is refused when saved, not when run)."""
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        step: PlanStep = self.instance
+        old_status = self.initial.get("status") if step.pk else None
+        new_status = cleaned.get("status")
+        if old_status and new_status and new_status != old_status:
+            try:
+                step_transition_check(old_status, new_status)
+            except IllegalTransition as exc:
+                self.add_error("status", f"{str(exc).capitalize()}. {NOTHING_SAVED}")
+        content = [*EDITABLE_STEP_FIELDS, "depends_on"]
+        changes = {k: cleaned[k] for k in content if k in cleaned and (not step.pk or k in self.changed_data)}
+        if not changes or self.errors:
+            return cleaned
+        if step.pk and old_status not in UNSTARTED:
+            self.add_error(None, f"Step {step.key} is {old_status}; only steps not yet started can be edited. {NOTHING_SAVED}")
+            return cleaned
+        plan = cleaned.get("plan") or getattr(step, "plan", None)
+        if plan is None or plan.pk is None:
+            return cleaned  # a plan being created: its steps are checked when they are edited
+        probe = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.concrete_fields})
+        probe.key = cleaned.get("key", step.key)
+        problems, _ = step_changes_problems(step=probe, plan=plan, changes=changes)
+        for problem in problems:
+            self.add_error(None, f"The plan would not be valid: {problem}. {NOTHING_SAVED}")
+        return cleaned
+
+
+class PlanAdminForm(forms.ModelForm):
+    def clean_status(self) -> str:
+        old, new = self.initial.get("status"), self.cleaned_data["status"]
+        if self.instance.pk and old in PLAN_FINAL and new != old:
+            raise forms.ValidationError(
+                f"A {old} plan is final and cannot become {new}; ask for a replan instead. {NOTHING_SAVED}")
+        return str(new)
 
 
 class PlanStepInline(admin.StackedInline):
     model = PlanStep
+    form = PlanStepAdminForm
+    formfield_overrides = VALIDATED_FORMFIELDS
     extra = 0
     fieldsets = [(None, {"fields": [
         ("key", "position", "status"), "description", ("action_hint", "tool"), "tool_input", "expected_outcome",
@@ -33,6 +82,7 @@ class PlanEventInline(admin.TabularInline):
 
 @admin.register(Plan)
 class PlanAdmin(AuditedAdmin):
+    form = PlanAdminForm
     list_display = ["goal_text", "agent", "version", "status", "approval_mode", "times_replanned", "model", "created_at"]
     list_filter = ["status", "agent", "goal__horizon", "approval_mode"]
     search_fields = ["goal_text", "thinking_summary"]
@@ -49,6 +99,7 @@ class PlanAdmin(AuditedAdmin):
 
 @admin.register(PlanStep)
 class PlanStepAdmin(AuditedAdmin):
+    form = PlanStepAdminForm
     list_display = ["__str__", "key", "status", "tool", "action_hint", "requires_permission", "risk"]
     list_filter = ["status", "risk", "requires_permission", "plan__agent"]
     search_fields = ["description", "key"]

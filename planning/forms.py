@@ -1,17 +1,21 @@
+"""Operator forms. Every text and JSON value is checked by the same validators as the services
+(planner_site/validators.py), so a bad value is refused with a clear message before any service runs."""
+
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
 
 from agents.tools import TOOLS
 from goals.models import Goal
+from planner_site.formfields import TextField
+from planner_site.validators import JSON_MAX_CHARS, InputError, json_parse
 from planning.models import Plan
 
 
 class DeclineForm(forms.Form):
-    feedback = forms.CharField(
+    feedback = TextField(
         label="Feedback", max_length=2000, strip=True,
         widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Why not? The agent replans with this."}),
     )
@@ -22,16 +26,16 @@ class ApproveplanForm(forms.Form):
 
 
 class ReasonForm(forms.Form):
-    reason = forms.CharField(label="Reason", max_length=2000, required=False, strip=True)
+    reason = TextField(label="Reason", max_length=2000, required=False, strip=True)
 
 
 class ReplanForm(forms.Form):
-    reason = forms.CharField(label="Reason", max_length=2000, strip=True)
+    reason = TextField(label="Reason", max_length=2000, strip=True)
 
 
 class GoalForm(forms.Form):
-    description = forms.CharField(label="Goal", max_length=500, strip=True,
-                                  widget=forms.TextInput(attrs={"placeholder": "e.g. convert data.csv to JSON"}))
+    description = TextField(label="Goal", max_length=500, strip=True,
+                            widget=forms.TextInput(attrs={"placeholder": "e.g. convert data.csv to JSON"}))
     horizon = forms.ChoiceField(choices=Goal.Horizon.choices, initial=Goal.Horizon.SHORT)
 
 
@@ -40,20 +44,25 @@ class AgentStatusForm(forms.Form):
 
 
 class StepEditForm(forms.Form):
-    description = forms.CharField(label="Description", max_length=500)
-    action_hint = forms.CharField(label="Action", max_length=200, required=False)
+    description = TextField(label="Description", max_length=500)
+    action_hint = TextField(label="Action", max_length=200, required=False)
     tool = forms.ChoiceField(label="Tool", required=False, choices=[("", "-")] + [(n, n) for n in sorted(TOOLS)])
-    tool_input = forms.CharField(label="Input (JSON)", required=False, widget=forms.Textarea(attrs={"rows": 3}))
-    expected_outcome = forms.CharField(label="Expected outcome", max_length=500, required=False)
+    tool_input = forms.CharField(label="Input (JSON)", required=False, max_length=JSON_MAX_CHARS,
+                                 widget=forms.Textarea(attrs={"rows": 3}))
+    expected_outcome = TextField(label="Expected outcome", max_length=500, required=False)
     requires_permission = forms.BooleanField(label="Requires permission", required=False)
-    reason = forms.CharField(label="Reason", max_length=2000, required=False)
+    reason = TextField(label="Reason", max_length=2000, required=False)
 
     def clean_tool_input(self) -> dict[str, Any]:
         raw = self.cleaned_data.get("tool_input") or "{}"
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"Input is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).") from exc
+            value = json_parse(raw)
+        except InputError as exc:
+            raise forms.ValidationError(f"Input {exc}.") from None
         if not isinstance(value, dict):
             raise forms.ValidationError("Input must be a JSON object, like {\"path\": \"data.csv\"}.")
         return value
+
+
+class ClarifyForm(forms.Form):
+    answer = forms.CharField(label="Answer", max_length=2000, strip=True)

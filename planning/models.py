@@ -17,6 +17,7 @@ class Plan(models.Model):
     class Status(models.TextChoices):
         DRAFT = "draft", "Draft"
         VALIDATING = "validating", "Validating"
+        CLARIFYING = "needs_clarification", "Needs clarification"
         REJECTED = "rejected", "Rejected"
         AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
         ACTIVE = "active", "Active"
@@ -24,13 +25,16 @@ class Plan(models.Model):
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
         REPLANNED = "replanned", "Replanned"
+        CLARIFICATION_ASKED = "clarification_asked", "Clarification asked"
+        CLARIFIED = "clarified", "Clarification answered"
+        STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
 
     class ApprovalMode(models.TextChoices):
         PENDING = "pending", "Not yet chosen"
         ALL = "all", "All steps"
         STEP = "step", "Step by step"
 
-    OPEN_STATUSES = (Status.DRAFT, Status.VALIDATING, Status.AWAITING_APPROVAL, Status.ACTIVE)
+    OPEN_STATUSES = (Status.DRAFT, Status.VALIDATING, Status.CLARIFYING, Status.AWAITING_APPROVAL, Status.ACTIVE)
 
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="plans")
     goal = models.ForeignKey("goals.Goal", null=True, blank=True, on_delete=models.SET_NULL, related_name="plans")
@@ -52,6 +56,10 @@ class Plan(models.Model):
     retry_hints = models.JSONField(default=list, blank=True)
     failure_reason = models.TextField(blank=True)
     replan_reason = models.TextField(blank=True, help_text="Set when a replan is due; the runner replans next cycle")
+    clarification_question = models.TextField(blank=True, help_text="What the planner asks the operator (seed 003)")
+    clarification_answer = models.TextField(blank=True, help_text="The operator's answer; planning resumes with it")
+    planning_retry = models.PositiveIntegerField(default=0, help_text="Automatic retries of planning before this version")
+    retry_at = models.DateTimeField(null=True, blank=True, help_text="When a failed planning is tried again")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -85,6 +93,7 @@ class PlanStep(models.Model):
         FAILED = "failed", "Failed"
         SKIPPED = "skipped", "Skipped"
         DECLINED = "declined", "Declined"
+        ROLLED_BACK = "rolled_back", "Rolled back"
 
     class Risk(models.TextChoices):
         SAFE = "safe", "Safe"
@@ -111,6 +120,13 @@ class PlanStep(models.Model):
     error = models.TextField(blank=True)
     failure_reason = models.TextField(blank=True)
     carried_over = models.BooleanField(default=False, help_text="Completed in an earlier version and kept")
+    tools_needed = models.JSONField(default=list, blank=True, help_text="The tools this step needs (seed 004)")
+    loop = models.JSONField(
+        default=dict, blank=True,
+        help_text='Seed 002 loops: {"for_each": key, "items_from": {tool, input}} or {"repeat": n}',
+    )
+    precheck = models.TextField(blank=True, help_text="What the step will touch, checked before it runs")
+    elapsed_ms = models.PositiveIntegerField(null=True, blank=True, help_text="How long the step took")
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="approved_steps"
     )
@@ -148,6 +164,9 @@ class PlanStep(models.Model):
             "depends_on": list(self.depends_on),
             "requires_permission": self.requires_permission,
             "status": self.status,
+            "estimated_cycles": self.estimated_cycles,
+            "tools_needed": list(self.tools_needed),
+            "loop": dict(self.loop),
         }
 
 
@@ -170,6 +189,9 @@ class PlanEvent(models.Model):
         STEP_OVERRIDDEN = "step_overridden", "Step overridden"
         STEP_EDITED = "step_edited", "Step edited"
         REPLANNED = "replanned", "Replanned"
+        CLARIFICATION_ASKED = "clarification_asked", "Clarification asked"
+        CLARIFIED = "clarified", "Clarification answered"
+        STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
         PLAN_COMPLETED = "plan_completed", "Plan completed"
         PLAN_FAILED = "plan_failed", "Plan failed"
         ADMIN_EDIT = "admin_edit", "Edited in admin"

@@ -2,38 +2,75 @@
 
 LLM calls happen outside transactions (they take seconds); each write is its own short transaction,
 so the plan page shows "validating" and every rejected attempt while the planner works.
+
+One deadline (PLAN_DEADLINE_SECONDS) covers the whole of one plan: the restatement, every attempt,
+every reflection, every model of the chain; each call may wait only for what remains. A plan that
+fails is tried again later by the agent's retry policy, or waits for an operator; a plan left in
+"validating" by a runner that died is failed with that reason when its lease expires.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from agents.llm.gateway import LLMError, llm_complete, model_chain
+from agents.llm.extract import ExtractError, json_extract
+from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, llm_complete, model_chain
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
 from agents.world import ACTIONS, action_apply, action_needs_permission
 from goals.models import Goal
 from planner_site.events import publish_changed_on_commit
-from planning.engine.complexity import should_plan
+from planning.engine.complexity import should_plan, tool_single_step
 from planning.engine.diff import plan_diff
-from planning.engine.parse import PlanParseError, plan_parse
-from planning.engine.prompts import prompt_plan, prompt_reflect, prompt_replan, prompt_restate
-from planning.engine.validate import PlanSpec, plan_validate
+from planning.engine.parse import plan_parse
+from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
+from planning.engine.validate import PlanSpec, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
 
 logger = logging.getLogger("planner.planner")
 
 MAX_REPLANS = 3  # seed 000: a plan replanned this often is abandoned
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
+RECENT_REASONS = 6  # rejection reasons carried into the next prompt
+SIMPLE_GOAL_FLAG = "simple goal: one step, no planning call"
 
 
 class PlanAlreadyReplanned(Exception):
     """Another runner or operator already made the next version of this plan."""
+
+
+class PlanNoLongerValidating(Exception):
+    """The plan left "validating" while the planner worked (failed as interrupted, or cancelled)."""
+
+
+@dataclass
+class RetryContext:
+    """What earlier attempts taught, kept across attempts and models (seed 002 failure memory)."""
+
+    reasons: list[str] = field(default_factory=list)  # the validator's, never the operator's
+    hints: list[str] = field(default_factory=list)
+    last_output: str = ""
+    rejected: int = 0  # answers rejected
+    errors: int = 0  # models that did not answer
+    answered_by: str = ""  # the last model that answered at all
+
+
+@dataclass
+class Check:
+    """One model answer judged: a plan, or problems; maybe a question for the operator instead."""
+
+    problems: list[str]
+    spec: PlanSpec | None = None
+    flags: list[str] = field(default_factory=list)
+    question: str = ""
 
 
 def plan_generate(
@@ -47,62 +84,142 @@ def plan_generate(
     actor_label: str = "runner",
 ) -> Plan:
     """Make a validated plan (or a failed one with every reason) for a goal; a replan when `previous` is given."""
-    plan = plan_start(agent=agent, goal_text=goal_text, goal=goal, previous=previous, reason=reason, actor_label=actor_label)
-    kept = list(previous.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED])) if previous else []
+    deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
+    if previous is not None and previous.clarification_answer:
+        # Seed 003: the operator's answer to the planner's question is part of the goal from now on.
+        goal_text = f"{goal_text} ({previous.clarification_answer})"[:500]
+    plan = plan_start(agent=agent, goal_text=goal_text, goal=goal, previous=previous, reason=reason,
+                      actor_label=actor_label)
+    try:
+        return plan_attempts(agent=agent, plan=plan, goal_text=goal_text, goal=goal, previous=previous,
+                             reason=reason, feedback=feedback, actor_label=actor_label, deadline=deadline)
+    except PlanNoLongerValidating:
+        plan.refresh_from_db()
+        return plan
 
-    direct = persona_direct_action(agent=agent, goal=goal) if previous is None and not should_plan(goal_text) else None
+
+def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None, previous: Plan | None,
+                  reason: str, feedback: Sequence[str], actor_label: str, deadline: Deadline) -> Plan:
+    base = plan_with_steps(previous)
+    kept = list(base.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED])) if base else []
+
+    direct = plan_direct(agent=agent, goal=goal, goal_text=goal_text) if previous is None else None
     if direct is not None:
-        data: dict[str, Any] = {"steps": [{
-            "id": "1", "description": goal_text, "action_hint": direct, "expected_outcome": goal_text,
-            "estimated_cycles": 1,
-        }]}
-        result = plan_validate(data, kind="persona", allowed_actions=list(ACTIONS))
-        if result.plan is not None:
-            # One step is the point here, so the validator's "2-6 steps are preferred" note would only confuse.
-            flags = [f for f in result.flags if "preferred" not in f]
-            return plan_accept(plan=plan, spec=result.plan, flags=[*flags, "simple goal: one step, no planning call"],
-                               model="", kept=[], actor_label=actor_label)
+        spec, flags = direct
+        return plan_accept(plan=plan, spec=spec, flags=[*flags, SIMPLE_GOAL_FLAG], model="", kept=[],
+                           actor_label=actor_label)
 
-    restatement = plan_restate(agent=agent, plan=plan, goal_text=goal_text) if agent.kind == Agent.Kind.TOOL else {}
-    reasons_all: list[str] = []
-    recent_reasons: list[str] = []
-    hints: list[str] = []
-    last_output = ""
-    chain = model_chain("plan", agent_models=agent.planner_models)
+    restatement = plan_restatement(agent=agent, plan=plan, previous=previous, goal_text=goal_text, deadline=deadline)
+    purpose = "replan" if previous is not None else "plan"
+    chain = model_chain(purpose, agent_models=agent.planner_models)
+    memory = RetryContext()
     for index, model in enumerate(chain):
         for attempt in range(1, settings.PLAN_ATTEMPTS_PER_MODEL + 1):
-            messages = plan_messages(
-                agent=agent, goal_text=goal_text, restatement=restatement, previous=previous, kept=kept,
-                reason=reason, feedback=feedback, recent_reasons=recent_reasons[-6:], last_output=last_output, hints=hints,
-            )
-            try:
-                answer = llm_complete(purpose="replan" if previous else "plan", messages=messages, models=[model],
-                                      agent_id=agent.pk, plan_id=plan.pk)
-            except LLMError as exc:
-                attempt_reject(plan=plan, model=model, reasons=[f"model error: {exc}"], output="", hints=[],
-                               actor_label=actor_label)
-                reasons_all.append(f"{model}: model error: {exc}")
+            outcome = plan_attempt(agent=agent, plan=plan, model=model, purpose=purpose, goal_text=goal_text,
+                                   restatement=restatement, previous=base, kept=kept, reason=reason,
+                                   feedback=feedback, memory=memory, deadline=deadline, actor_label=actor_label)
+            if outcome is None and deadline.expired:
+                return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
+            if outcome is None:
                 break  # an error hands over to the next model at once
-            problems, spec, flags, repairs = plan_check(agent=agent, text=answer.text, kept=kept)
-            if spec is not None:
-                return plan_accept(plan=plan, spec=spec, flags=[*repairs, *flags], model=model, kept=kept,
-                                   actor_label=actor_label)
-            hints = plan_reflect(agent=agent, plan=plan, output=answer.text, reasons=problems)
-            attempt_reject(plan=plan, model=model, reasons=problems, output=answer.text, hints=hints, actor_label=actor_label)
-            reasons_all.extend(f"{model}: {p}" for p in problems)
-            recent_reasons.extend(problems)
-            last_output = answer.text
+            if isinstance(outcome, Plan):
+                return outcome
             # Every attempt that reaches here was rejected, so the attempt number counts rejections in a row;
             # the last model of the chain has nobody to hand over to and uses all its attempts.
             if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK and index < len(chain) - 1:
                 break  # seed 002: after repeated rejections, the next model in the chain
-    return plan_fail(plan=plan, reasons=reasons_all or ["no model answered"], actor_label=actor_label)
+    if memory.rejected and not deadline.expired:
+        # Seed 003's "fallback to a simpler request": one last, smaller ask of the model that last answered.
+        outcome = plan_attempt(agent=agent, plan=plan, model=memory.answered_by, purpose=purpose, goal_text=goal_text,
+                               restatement=restatement, previous=base, kept=kept, reason=reason, feedback=feedback,
+                               memory=memory, deadline=deadline, actor_label=actor_label, simple=True)
+        if isinstance(outcome, Plan):
+            return outcome
+    if deadline.expired:
+        return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
+    if not memory.rejected:
+        return plan_fail(plan=plan, headline="no model answered", actor_label=actor_label)
+    return plan_fail(plan=plan, headline=f"no acceptable plan: {counted(memory.rejected, 'answer')} rejected"
+                     + (f", {counted(memory.errors, 'model error')}" if memory.errors else ""), actor_label=actor_label)
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def deadline_headline(deadline: Deadline, memory: RetryContext) -> str:
+    if not memory.rejected:
+        return f"no model answered within {deadline.seconds:g} s"
+    return f"no acceptable plan within {deadline.seconds:g} s: {counted(memory.rejected, 'answer')} rejected"
+
+
+def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_text: str, restatement: dict[str, str],
+                 previous: Plan | None, kept: list[PlanStep], reason: str, feedback: Sequence[str],
+                 memory: RetryContext, deadline: Deadline, actor_label: str, simple: bool = False) -> Plan | bool | None:
+    """One ask of one model: the accepted (or clarifying) plan, False when rejected, None when it did not answer."""
+    messages = plan_messages(agent=agent, goal_text=goal_text, restatement=restatement, previous=previous, kept=kept,
+                             reason=reason, feedback=feedback, memory=memory, simple=simple)
+    try:
+        answer = llm_complete(purpose=purpose, messages=messages, models=[model], agent_id=agent.pk,
+                              plan_id=plan.pk, deadline=deadline)
+    except LLMError as exc:
+        if isinstance(exc, LLMDeadlineError) and not exc.failures:
+            return None  # nothing was asked: the time was up before
+        memory.errors += 1
+        attempt_reject(plan=plan, model=model, reasons=[f"model error: {exc.reason}"], output="", hints=[],
+                       actor_label=actor_label)
+        return None
+    memory.answered_by = model
+    check = plan_check(agent=agent, text=answer.text, kept=kept)
+    if check.spec is not None:
+        flags = [*check.flags, *(["accepted from a simpler request after rejected answers"] if simple else [])]
+        return plan_accept(plan=plan, spec=check.spec, flags=flags, model=model, kept=kept, actor_label=actor_label)
+    if check.question:
+        return plan_ask(plan=plan, question=check.question, model=model, actor_label=actor_label)
+    memory.rejected += 1
+    hints = plan_reflect(agent=agent, plan=plan, output=answer.text, reasons=check.problems, deadline=deadline)
+    attempt_reject(plan=plan, model=model, reasons=check.problems, output=answer.text, hints=hints,
+                   actor_label=actor_label)
+    memory.reasons = [*memory.reasons, *check.problems][-RECENT_REASONS:]
+    memory.hints = hints or memory.hints  # a failed reflection keeps the hints we had
+    memory.last_output = answer.text
+    return False
+
+
+def plan_with_steps(plan: Plan | None) -> Plan | None:
+    """The nearest version that got as far as steps: a version that failed while planning has none, and a
+    retry of it continues from the version before (its completed steps are kept, its failure explained)."""
+    seen = 0
+    while plan is not None and seen < 50 and not plan.steps.exists():
+        plan, seen = plan.previous, seen + 1
+    return plan
+
+
+def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[PlanSpec, list[str]] | None:
+    """Seed 004's should_plan: a simple goal becomes one step without a planning call, for personas (a
+    recommended action that works now) and tool agents (one read-only call on a named file or folder)."""
+    if should_plan(goal_text):
+        return None
+    if agent.kind == Agent.Kind.TOOL:
+        step = tool_single_step(goal_text)
+        data: dict[str, Any] | None = {"steps": [step]} if step else None
+    else:
+        action = persona_direct_action(agent=agent, goal=goal)
+        data = {"steps": [{"id": "1", "description": goal_text, "action_hint": action, "expected_outcome": goal_text,
+                           "estimated_cycles": 1}]} if action else None
+    if data is None:
+        return None
+    result = plan_validate(data, kind=agent.kind, allowed_actions=list(ACTIONS),
+                           workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None)
+    if result.plan is None:
+        return None
+    # One step is the point here, so the validator's "2-6 steps are preferred" note would only confuse.
+    return result.plan, [f for f in result.flags if "preferred" not in f]
 
 
 def persona_direct_action(*, agent: Agent, goal: Goal | None) -> str | None:
-    """For a simple persona goal: a recommended action that relieves its main need and can succeed now.
-    Such a goal gets a one-step plan without a planning call (seed 004's should_plan)."""
-    if agent.kind != Agent.Kind.PERSONA or goal is None:
+    """For a simple persona goal: a recommended action that relieves its main need and can succeed now."""
+    if goal is None:
         return None
     needs = {n.name: n.satisfaction for n in agent.needs.all()}
     for action in goal.recommended_actions:
@@ -117,128 +234,158 @@ def persona_direct_action(*, agent: Agent, goal: Goal | None) -> str | None:
 def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Plan | None, reason: str,
                actor_label: str) -> Plan:
     """Create the new version in status "validating"; refuse a second next version of the same plan."""
+    retry = 0
     if previous is not None:
         previous = Plan.objects.select_for_update().get(pk=previous.pk)
         if Plan.objects.filter(previous=previous).exists():
             raise PlanAlreadyReplanned(previous)
+        # A version that failed while planning has no steps: trying it again is a retry, not a replan.
+        planned = previous.steps.exists()
+        retry = 0 if planned else previous.planning_retry + 1
     try:
         with transaction.atomic():
             plan = Plan.objects.create(
                 agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
                 version=previous.version + 1 if previous else 1, previous=previous,
-                times_replanned=previous.times_replanned + 1 if previous else 0,
+                times_replanned=previous.times_replanned + (1 if planned else 0) if previous else 0,
+                planning_retry=retry,
+                # The restatement is the goal's, not the version's: a replan keeps it (and its call).
+                **({k: getattr(previous, k) for k in RESTATE_KEYS} if previous is not None else {}),
             )
     except IntegrityError as exc:
         raise PlanAlreadyReplanned(previous) from exc
     if previous is not None:
         previous.status = Plan.Status.REPLANNED
         previous.replan_reason = ""
-        previous.save(update_fields=["status", "replan_reason", "updated_at"])
+        previous.retry_at = None
+        previous.save(update_fields=["status", "replan_reason", "retry_at", "updated_at"])
         PlanEvent.objects.create(plan=previous, kind=PlanEvent.Kind.REPLANNED, actor_label=actor_label, reason=reason,
                                  detail={"next_plan": plan.pk, "next_version": plan.version})
         publish_changed_on_commit(agent_id=agent.pk, plan_id=previous.pk, kind="replanned")
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason="", plan_retry_at=None)
     PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=actor_label, reason=reason,
                              detail={"version": plan.version, "previous": previous.pk if previous else None})
     publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_created")
     return plan
 
 
-def plan_restate(*, agent: Agent, plan: Plan, goal_text: str) -> dict[str, str]:
+def plan_restatement(*, agent: Agent, plan: Plan, previous: Plan | None, goal_text: str,
+                     deadline: Deadline) -> dict[str, str]:
+    """The restatement of a replan's goal is its previous version's (copied by plan_start, no call);
+    a tool agent's first plan asks the fast model."""
+    if previous is not None:
+        kept = {k: getattr(plan, k) for k in RESTATE_KEYS}
+        if any(kept.values()) and not previous.clarification_answer:
+            return kept
+    if agent.kind != Agent.Kind.TOOL:
+        return {}
+    return plan_restate(agent=agent, plan=plan, goal_text=goal_text, deadline=deadline)
+
+
+def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline | None = None) -> dict[str, str]:
     """WHO/WHAT/WHEN/WHERE/WHY by the fast model (seed 002); a failure here only loses the restatement."""
     try:
         answer = llm_complete(purpose="restate", messages=prompt_restate(goal=goal_text, agent_name=agent.name,
                                                                           backstory=agent.backstory),
-                              agent_id=agent.pk, plan_id=plan.pk)
-        data = plan_parse(answer.text, allow_single_step=False).data
-    except (LLMError, PlanParseError) as exc:
+                              agent_id=agent.pk, plan_id=plan.pk, deadline=deadline)
+        data = json_extract(answer.text).value
+    except (LLMError, ExtractError) as exc:
         logger.info("restatement failed for plan %s: %s", plan.pk, exc)
         return {}
-    raw = data.get("restatement", data)
-    fields = ("who", "what", "when", "where", "why")
-    restatement = {k: str(raw.get(k, ""))[:300] for k in fields if isinstance(raw, dict)}
+    raw = data.get("restatement", data) if isinstance(data, dict) else None
+    if not isinstance(raw, dict):
+        return {}
+    restatement = {k: str(raw.get(k, ""))[:300] for k in RESTATE_KEYS}
     Plan.objects.filter(pk=plan.pk).update(**restatement)
     return restatement
 
 
 def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], previous: Plan | None,
-                  kept: list[PlanStep], reason: str, feedback: Sequence[str], recent_reasons: list[str],
-                  last_output: str, hints: list[str]) -> list[dict[str, str]]:
+                  kept: list[PlanStep], reason: str, feedback: Sequence[str], memory: RetryContext,
+                  simple: bool = False) -> list[dict[str, str]]:
     needs = {n.name: n.satisfaction for n in agent.needs.all()}
     kind = agent.kind
     tools = list(TOOLS.values()) if kind == Agent.Kind.TOOL else None
     files = workspace_listing(agent.workspace) if kind == Agent.Kind.TOOL else []
+    common: dict[str, Any] = {
+        "kind": kind, "goal": goal_text, "agent_name": agent.name, "backstory": agent.backstory, "tools": tools,
+        "allowed_actions": list(ACTIONS), "needs": needs, "max_steps": settings.PLAN_MAX_STEPS,
+        "workspace_files": files, "restatement": restatement or None, "feedback": list(feedback),
+        "rejection_reasons": memory.reasons, "last_rejected_output": memory.last_output,
+        "retry_hints": memory.hints, "simple": simple,
+    }
     if previous is not None:
         failed = previous.steps.filter(status__in=[PlanStep.Status.FAILED, PlanStep.Status.DECLINED]).first()
         return prompt_replan(
-            kind=kind, goal=goal_text, agent_name=agent.name, backstory=agent.backstory, tools=tools,
-            allowed_actions=list(ACTIONS), needs=needs, completed_steps=[s.as_spec() for s in kept],
+            **common, completed_steps=[s.as_spec() for s in kept],
             failed_step=failed.as_spec() | {"failure_reason": failed.failure_reason} if failed else None,
-            reason=reason, feedback=[*feedback, *recent_reasons], max_steps=settings.PLAN_MAX_STEPS,
-            workspace_files=files,
+            reason=reason,
         )
-    return prompt_plan(
-        kind=kind, goal=goal_text, restatement=restatement or None, agent_name=agent.name, backstory=agent.backstory,
-        tools=tools, allowed_actions=list(ACTIONS), needs=needs, rejection_reasons=recent_reasons,
-        last_rejected_output=last_output, feedback=list(feedback), retry_hints=hints, max_steps=settings.PLAN_MAX_STEPS,
-        workspace_files=files,
-    )
+    return prompt_plan(**common)
 
 
-def kept_as_data(step: PlanStep, kind: str) -> dict[str, Any]:
-    if kind == Agent.Kind.TOOL:
-        return {"id": step.key, "tool": step.tool, "intent": step.description, "input": step.tool_input,
-                "requiresPermission": step.requires_permission, "dependsOn": list(step.depends_on),
-                "expects": step.expected_outcome}
-    return {"id": step.key, "description": step.description, "action_hint": step.action_hint,
-            "expected_outcome": step.expected_outcome, "estimated_cycles": step.estimated_cycles,
-            "depends_on": list(step.depends_on)}
-
-
-def plan_check(*, agent: Agent, text: str, kept: list[PlanStep]) -> tuple[list[str], PlanSpec | None, list[str], list[str]]:
-    """Parse and validate one model answer: (problems, plan, flags, repairs). Never raises on bad output."""
+def plan_check(*, agent: Agent, text: str, kept: list[PlanStep]) -> Check:
+    """Parse and validate one model answer. Never raises on bad output."""
     try:
         parsed = plan_parse(text)
-    except PlanParseError as exc:
-        return [f"unparseable output: {exc.reason}"], None, [], []
+    except ExtractError as exc:
+        return Check([f"unparseable output: {exc.reason}"])
     data = dict(parsed.data)
     steps = data.get("steps")
     if kept and isinstance(steps, list):
         kept_keys = {s.key for s in kept}
         # The model may repeat completed steps; they are kept as they were, never redone.
         new = [s for s in steps if not (isinstance(s, dict) and str(s.get("id", "")) in kept_keys)]
-        data["steps"] = [kept_as_data(s, agent.kind) for s in kept] + new
+        data["steps"] = [step_plan_data(s.as_spec(), agent.kind) for s in kept] + new
         if not new:
-            return ["replan has no remaining steps"], None, [], []
+            return Check(["replan has no remaining steps"])
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
     result = plan_validate(data, kind=agent.kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
                            allowed_actions=list(ACTIONS))
-    repairs = [f"repaired: {r}" for r in parsed.repaired]
+    notes = [f"repaired: {r}" for r in parsed.repaired] + parsed.flags
     if parsed.method not in ("json_tag", "fenced", "balanced"):
-        repairs.append(f"parsed from {parsed.method.replace('_', ' ')}")
+        notes.append(f"parsed from {parsed.method.replace('_', ' ')}")
+    if result.clarification:
+        return Check(result.problems, question=result.clarification)
+    if result.steps_over_limit:
+        # Seed 003: "too many steps: ask the user to clarify", rather than re-prompting in silence.
+        question = (f"The plan needs {result.steps_over_limit} steps, more than the limit of {settings.PLAN_MAX_STEPS}. "
+                    "Which part should be done first, or how can the goal be narrowed?")
+        return Check(result.problems, question=question)
     if not result.ok or result.plan is None:
-        return result.problems, None, [], repairs
-    return [], result.plan, result.flags, repairs
+        return Check(result.problems)
+    return Check([], result.plan, [*notes, *result.flags])
 
 
-def plan_reflect(*, agent: Agent, plan: Plan, output: str, reasons: list[str]) -> list[str]:
+def plan_reflect(*, agent: Agent, plan: Plan, output: str, reasons: list[str],
+                 deadline: Deadline | None = None) -> list[str]:
     """Seed 002's failure reflection: the fast model turns rejection reasons into fix hints (RETRY_HINTS)."""
     try:
         answer = llm_complete(purpose="reflect", messages=prompt_reflect(output=output[:3000], reasons=reasons),
-                              agent_id=agent.pk, plan_id=plan.pk)
-        data = plan_parse(answer.text, allow_single_step=False).data
-    except (LLMError, PlanParseError):
+                              agent_id=agent.pk, plan_id=plan.pk, deadline=deadline)
+        data = json_extract(answer.text).value
+    except (LLMError, ExtractError):
         return []
-    hints = data.get("hints") if isinstance(data, dict) else None
+    hints = data.get("hints") if isinstance(data, dict) else data
     if not isinstance(hints, list):
         steps = data.get("steps") if isinstance(data, dict) else None
         hints = steps if isinstance(steps, list) else []
     return [str(h)[:300] for h in hints if isinstance(h, str | int | float)][:6]
 
 
+def plan_locked_validating(plan: Plan) -> Plan:
+    """The plan row, locked; PlanNoLongerValidating when someone else ended its planning meanwhile."""
+    locked = Plan.objects.select_for_update(of=("self",)).select_related("agent", "previous").get(pk=plan.pk)
+    if locked.status != Plan.Status.VALIDATING:
+        raise PlanNoLongerValidating(locked)
+    return locked
+
+
 @transaction.atomic
 def attempt_reject(*, plan: Plan, model: str, reasons: list[str], output: str, hints: list[str], actor_label: str) -> None:
+    plan_locked_validating(plan)
     Plan.objects.filter(pk=plan.pk).update(retry_hints=hints)
     PlanEvent.objects.create(
         plan=plan, kind=PlanEvent.Kind.ATTEMPT_REJECTED, actor_label=actor_label, reason="; ".join(reasons)[:4000],
@@ -252,7 +399,7 @@ def attempt_reject(*, plan: Plan, model: str, reasons: list[str], output: str, h
 def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kept: list[PlanStep],
                 actor_label: str) -> Plan:
     """Store the validated steps; tool plans wait for the operator, persona plans start at once."""
-    plan = Plan.objects.select_for_update(of=("self",)).select_related("agent", "previous").get(pk=plan.pk)
+    plan = plan_locked_validating(plan)
     kept_by_key = {s.key: s for s in kept}
     persona = plan.agent.kind == Agent.Kind.PERSONA
     for step in spec.steps:
@@ -268,8 +415,10 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
             action_hint=step.action_hint[:200], tool=step.tool, tool_input=step.input,
             expected_outcome=step.expected_outcome[:500], estimated_cycles=max(1, step.estimated_cycles),
             depends_on=list(step.depends_on), requires_permission=step.requires_permission, risk=step.risk,
+            tools_needed=list(step.tools_needed), loop=dict(step.loop),
             status=carried.status if carried else PlanStep.Status.PENDING,
             result=carried.result if carried else "", actual_cycles=carried.actual_cycles if carried else 0,
+            elapsed_ms=carried.elapsed_ms if carried else None,
             carried_over=carried is not None, approved_by=carried.approved_by if carried else None,
         )
     plan.status = Plan.Status.ACTIVE if persona else Plan.Status.AWAITING_APPROVAL
@@ -291,29 +440,85 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
 
 
 @transaction.atomic
-def plan_fail(*, plan: Plan, reasons: list[str], actor_label: str) -> Plan:
-    """Every model rejected or failed: the plan fails with all reasons, and the agent waits for an operator."""
-    plan = Plan.objects.select_for_update().get(pk=plan.pk)
-    plan.status = Plan.Status.FAILED
-    plan.failure_reason = "\n".join(reasons)[:20000]
-    plan.save(update_fields=["status", "failure_reason", "updated_at"])
-    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=actor_label,
-                             reason="planning failed: every model's output was rejected", detail={"reasons": reasons})
-    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"planning failed for '{plan.goal_text[:80]}'")
-    publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_failed")
+def plan_ask(*, plan: Plan, question: str, model: str, actor_label: str) -> Plan:
+    """Seed 003: the planner cannot plan without the operator's answer (an ambiguous goal, too many steps)."""
+    plan = plan_locked_validating(plan)
+    plan.status = Plan.Status.CLARIFYING
+    plan.clarification_question = question
+    plan.model = model
+    plan.save(update_fields=["status", "clarification_question", "model", "updated_at"])
+    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CLARIFICATION_ASKED, actor_label=actor_label,
+                             reason=question[:4000], detail={"model": model, "question": question})
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan v{plan.version} asks: {question}"[:300])
+    publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="clarification_asked")
     return plan
 
 
-def plan_validate_edit(*, step: PlanStep, changes: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """Validate the whole plan as it would be after an operator's edit of one step: (problems, flags)."""
-    agent = step.plan.agent
-    rows = []
-    for s in step.plan.steps.all():
-        if s.pk == step.pk:
-            for key, value in changes.items():
-                setattr(s, key, value)
-        rows.append(kept_as_data(s, agent.kind))
-    result = plan_validate({"steps": rows}, kind=agent.kind,
-                           workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,
-                           max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS))
-    return result.problems, result.flags
+def failure_reasons(plan: Plan) -> list[str]:
+    """Every rejected attempt's reasons and every model error of this version, "model: reason", in order."""
+    events = plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).order_by("created_at", "pk")
+    return [f"{e.detail.get('model', '?')}: {r}" for e in events for r in e.detail.get("reasons", [])]
+
+
+@transaction.atomic
+def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[str] = ()) -> Plan:
+    """Planning failed: the plan fails with a true headline and every reason; the agent's retry policy tries
+    the goal again after a backoff, or the agent waits for an operator (Replan or Cancel)."""
+    plan = plan_locked_validating(plan)
+    agent = plan.agent
+    reasons = [*reasons, *failure_reasons(plan)]
+    plan.status = Plan.Status.FAILED
+    plan.failure_reason = "\n".join([headline, *reasons])[:20000]
+    now = timezone.now()
+    if plan.planning_retry < agent.plan_retry_limit:
+        # Backoff doubles with each retry: a server that is down is not hammered.
+        plan.retry_at = now + timedelta(seconds=agent.plan_retry_backoff * 2 ** plan.planning_retry)
+        local = timezone.localtime(plan.retry_at)
+        waiting = (f"planning failed ({headline}); next attempt at {local:%H:%M:%S} "
+                   f"(retry {plan.planning_retry + 1} of {agent.plan_retry_limit})")
+    else:
+        plan.retry_at = None
+        waiting = f"planning failed ({headline}); waiting for an operator to replan"
+    plan.save(update_fields=["status", "failure_reason", "retry_at", "updated_at"])
+    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=actor_label,
+                             reason=f"planning failed: {headline}",
+                             detail={"reasons": reasons, "retry_at": plan.retry_at.isoformat() if plan.retry_at else None})
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason=waiting[:300], plan_retry_at=plan.retry_at)
+    publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_failed")
+    return plan
+
+
+def plan_retry_due(*, agent: Agent, runner: str) -> None:
+    """At the start of a cycle: a failed plan whose automatic retry is due gets a replan request, which
+    this very cycle carries out. Costs no query unless a retry is due (the time is on the agent row)."""
+    if agent.plan_retry_at is None or agent.plan_retry_at > timezone.now():
+        return
+    with transaction.atomic():
+        plan = (Plan.objects.select_for_update().filter(agent=agent, status=Plan.Status.FAILED, retry_at__isnull=False)
+                .order_by("-created_at").first())
+        Agent.objects.filter(pk=agent.pk).update(plan_retry_at=None)
+        if plan is None or plan.retry_at is None or plan.retry_at > timezone.now():
+            return
+        headline = plan.failure_reason.split("\n", 1)[0]
+        plan.status = Plan.Status.ACTIVE
+        plan.retry_at = None
+        plan.replan_reason = f"automatic retry {plan.planning_retry + 1} of {agent.plan_retry_limit} after: {headline}"
+        plan.save(update_fields=["status", "retry_at", "replan_reason", "updated_at"])
+        PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label=runner,
+                                 reason=plan.replan_reason, detail={"retry": plan.planning_retry + 1})
+        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_retry")
+
+
+def plans_interrupted_fail(*, agent_ids: Sequence[int], runner: str) -> int:
+    """For agents a runner has just claimed: a plan still "validating" lost its planner (only the lease
+    holder plans, and this runner is not planning them yet), so it fails, saying which runner stopped."""
+    failed = 0
+    for plan in Plan.objects.filter(agent_id__in=list(agent_ids), status=Plan.Status.VALIDATING):
+        started_by = plan.events.filter(kind=PlanEvent.Kind.CREATED).values_list("actor_label", flat=True).first()
+        headline = f"planning interrupted: {started_by or 'the runner'} stopped before it finished (its lease expired)"
+        try:
+            plan_fail(plan=plan, headline=headline, actor_label=runner)
+        except PlanNoLongerValidating:
+            continue
+        failed += 1
+    return failed

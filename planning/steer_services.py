@@ -16,9 +16,8 @@ from django.db import transaction
 from agents.models import Agent
 from agents.world import ACTIONS, action_needs_permission
 from planning.engine.diff import plan_diff
-from planning.engine.validate import plan_validate
+from planning.engine.validate import plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import kept_as_data
 from planning.services import DecisionError, event_record
 
 EDITABLE_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.ACTIVE)
@@ -59,16 +58,21 @@ class EditedStep:
     estimated_cycles: int = 1
     depends_on: list[str] = field(default_factory=list)
     requires_permission: bool = False
+    tools_needed: list[str] = field(default_factory=list)  # not in the editor: kept from the step of the same id
+    loop: dict[str, Any] = field(default_factory=dict)
 
     def as_data(self, kind: str) -> dict[str, Any]:
         """In the shape the planner's validator reads for this kind of agent."""
+        data = step_plan_data({
+            "key": self.key, "description": self.description, "tool": self.tool, "input": self.input,
+            "action_hint": self.action_hint, "expected_outcome": self.expected_outcome,
+            "estimated_cycles": self.estimated_cycles, "depends_on": list(self.depends_on),
+            "requires_permission": self.requires_permission, "tools_needed": list(self.tools_needed),
+            "loop": dict(self.loop),
+        }, kind)
         if kind == Agent.Kind.TOOL:
-            return {"id": self.key, "tool": self.tool, "intent": self.description, "input": self.input,
-                    "requiresPermission": self.requires_permission, "dependsOn": list(self.depends_on),
-                    "expects": self.expected_outcome, "estimated_cycles": self.estimated_cycles}
-        return {"id": self.key, "description": self.description, "action_hint": self.action_hint,
-                "expected_outcome": self.expected_outcome, "estimated_cycles": self.estimated_cycles,
-                "depends_on": list(self.depends_on)}
+            data["estimated_cycles"] = self.estimated_cycles
+        return data
 
 
 def plan_latest(plan: Plan) -> Plan:
@@ -112,7 +116,12 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[EditedStep], seen_vers
     edited = [s for s in steps if s.key not in kept_keys]
     if not edited:
         raise PlanEditInvalid(["the plan has no steps left to do"])
-    rows = [kept_as_data(s, agent.kind) for s in kept] + [s.as_data(agent.kind) for s in edited]
+    old_by_key = {s.key: s for s in old_steps}
+    for step in edited:
+        before = old_by_key.get(step.key)
+        if before is not None and before.tool == step.tool:  # what the editor does not show is kept
+            step.tools_needed, step.loop = list(before.tools_needed), dict(before.loop)
+    rows = [step_plan_data(s.as_spec(), agent.kind) for s in kept] + [s.as_data(agent.kind) for s in edited]
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
@@ -122,7 +131,6 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[EditedStep], seen_vers
         raise PlanEditInvalid(result.problems)
     flags = list(result.flags)
     asked = {s.key: s for s in edited}
-    old_by_key = {s.key: s for s in old_steps}
     new = Plan.objects.create(
         agent=agent, goal_id=plan.goal_id, goal_text=plan.goal_text, version=plan.version + 1, previous=plan,
         status=plan.status, approval_mode=plan.approval_mode, times_replanned=plan.times_replanned,
@@ -149,9 +157,10 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[EditedStep], seen_vers
             action_hint=spec.action_hint[:200], tool=spec.tool, tool_input=spec.input,
             expected_outcome=spec.expected_outcome[:500], estimated_cycles=max(1, spec.estimated_cycles),
             depends_on=list(spec.depends_on), requires_permission=requires_permission, risk=risk,
+            tools_needed=list(spec.tools_needed), loop=dict(spec.loop),
             status=carried.status if carried else PlanStep.Status.PENDING,
             result=carried.result if carried else "", actual_cycles=carried.actual_cycles if carried else 0,
-            carried_over=carried is not None,
+            elapsed_ms=carried.elapsed_ms if carried else None, carried_over=carried is not None,
             # An approval given to a step carries over only when the operator left that step as it was.
             approved_by=carried.approved_by if carried else (before.approved_by if unchanged and before else None),
         )

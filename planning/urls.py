@@ -17,6 +17,8 @@ urlpatterns = [
     path("steps/<int:pk>/decline/", views.step_decline_view, name="step-decline"),
     path("steps/<int:pk>/edit/", views.step_edit_view, name="step-edit"),
     path("steps/<int:pk>/skip/", views.step_skip_view, name="step-skip"),
+    path("plans/<int:pk>/clarify/", views.plan_clarify_view, name="plan-clarify"),
+    path("steps/<int:pk>/rollback/", views.step_rollback_view, name="step-rollback"),
 ]
 
 # --- steering: the inbox, the plan editor, versions, the graph, the audit log and usage (issue 10) ---

@@ -21,6 +21,7 @@ from planning import services
 from planning.forms import (
     AgentStatusForm,
     ApproveplanForm,
+    ClarifyForm,
     DeclineForm,
     GoalForm,
     ReasonForm,
@@ -102,7 +103,8 @@ def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
 def plan_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
     plan = get_object_or_404(Plan, pk=pk)
     form = ReasonForm(request.POST)
-    form.is_valid()
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
         request, plan, f"Plan v{plan.version} cancelled.",
         lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
@@ -138,7 +140,8 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
     form = DeclineForm(request.POST)
     if not form.is_valid():
-        return decision_refused(request, "Feedback is required to decline a step. Nothing was changed.", status=400)
+        message = form_errors(form) if form.data.get("feedback", "").strip() else "Feedback is required to decline a step."
+        return decision_refused(request, message + " Nothing was changed.", status=400)
     return decision_apply(
         request, step.plan, f"Step {step.key} declined; the agent replans with your feedback.",
         lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
@@ -150,7 +153,8 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
 def step_skip_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
     form = ReasonForm(request.POST)
-    form.is_valid()
+    if not form.is_valid():
+        return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
         request, step.plan, f"Step {step.key} skipped.",
         lambda: services.step_skip(step=step, user=operator(request), reason=form.cleaned_data.get("reason", "")),
@@ -230,3 +234,26 @@ def goal_given_note(goal: Goal) -> str:
         return "Goal given; the agent plans it next cycle."
     behind = f" behind the open plan “{open_plan.goal_text}” (v{open_plan.version})" if open_plan else ""
     return f"Goal given; it is queued{behind}, number {place} in the agent's queue of goals."
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
+    plan = get_object_or_404(Plan, pk=pk)
+    form = ClarifyForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, "Write an answer to the planner's question. Nothing was changed.", status=400)
+    return decision_apply(
+        request, plan, "Answer given; the agent plans again with it next cycle.",
+        lambda: services.plan_clarify(plan=plan, user=operator(request), answer=form.cleaned_data["answer"]),
+    )
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def step_rollback_view(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    return decision_apply(
+        request, step.plan, f"Step {step.key} rolled back.",
+        lambda: services.step_rollback(step=step, user=operator(request)),
+    )

@@ -13,7 +13,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 from django.conf import settings
 
@@ -25,14 +24,48 @@ logger = logging.getLogger("planner.llm")
 FAST_PURPOSES = {"restate", "reflect", "goals", "milestone", "decide"}
 COST_PLACES = Decimal("0.000001")  # LLMCall.cost keeps six decimal places
 ERROR_CHARS = 5000
+RESPONSE_STORED_BYTES = 64 * 1024  # one long-winded model must not fill the database or the plan page
 
 
 class LLMError(Exception):
     """Every model in the chain failed; the message lists each model's error."""
 
-    def __init__(self, message: str, errors: Sequence[str] = ()) -> None:
+    def __init__(self, message: str, errors: Sequence[tuple[str, str]] = ()) -> None:
         super().__init__(message)
-        self.errors = list(errors)  # "model: error", one per model tried
+        self.failures = list(errors)  # (model, error), one per model tried
+
+    @property
+    def errors(self) -> list[str]:
+        """"model: error", one per model tried."""
+        return [f"{model}: {error}" for model, error in self.failures]
+
+    @property
+    def reason(self) -> str:
+        """The errors without model names, for a caller that asked one model and names it itself."""
+        return "; ".join(error for _model, error in self.failures) or str(self)
+
+
+class LLMDeadlineError(LLMError):
+    """The caller's deadline passed before a model answered."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A point in time by which an answer is needed: each call may wait only for what remains."""
+
+    seconds: float
+    ends_at: float  # time.monotonic()
+
+    @classmethod
+    def after(cls, seconds: float) -> Deadline:
+        return cls(seconds=seconds, ends_at=time.monotonic() + seconds)
+
+    def remaining(self) -> float:
+        return self.ends_at - time.monotonic()
+
+    @property
+    def expired(self) -> bool:
+        return self.remaining() <= 0
 
 
 @dataclass
@@ -58,7 +91,7 @@ class ProviderAnswer:
 
 def model_chain(purpose: str, *, agent_models: str = "") -> list[str]:
     """The models to try for a purpose, strongest first: the agent's own planner chain for planning, when
-    it has one, else the purpose's own chain (e.g. REFLECT_MODELS), else PLANNER_MODELS / FAST_MODELS."""
+    it has one, else the purpose's own chain (e.g. REPLAN_MODELS), else PLANNER_MODELS / FAST_MODELS."""
     key = "fast" if purpose in FAST_PURPOSES else "planner"
     own = [m.strip() for m in agent_models.split(",") if m.strip()]
     if own and key == "planner":
@@ -71,22 +104,19 @@ def provider_name(model: str) -> str:
     return "offline" if model in OFFLINE_MODELS else "openai"
 
 
-def offline_answer(purpose: str, messages: Sequence[Mapping[str, str]], model: str = OFFLINE_MODEL) -> ProviderAnswer:
-    text = (sloppy_complete if model == SLOPPY_MODEL else offline_complete)(purpose, messages)
-    # Offline "tokens" are words, so the call log and cost columns stay meaningful in the demo.
-    return ProviderAnswer(
-        text=text,
-        tokens_in=sum(len(m["content"].split()) for m in messages),
-        tokens_out=len(text.split()),
-    )
-
-
-def provider_complete(purpose: str, model: str, messages: Sequence[Mapping[str, str]]) -> ProviderAnswer:
+def provider_complete(
+    purpose: str, model: str, messages: Sequence[Mapping[str, str]], *, timeout: float | None = None
+) -> ProviderAnswer:
+    """One call to one model; `timeout` bounds it, retries included (the offline model needs no bound)."""
     if model in OFFLINE_MODELS:
-        return offline_answer(purpose, messages, model)
+        text = (sloppy_complete if model == SLOPPY_MODEL else offline_complete)(purpose, messages)
+        # Offline "tokens" are words, so the call log and cost columns stay meaningful in the demo.
+        return ProviderAnswer(
+            text=text, tokens_in=sum(len(m["content"].split()) for m in messages), tokens_out=len(text.split())
+        )
     from agents.llm.openai_provider import openai_complete
 
-    return openai_complete(model=model, messages=messages)
+    return openai_complete(model=model, messages=messages, timeout=timeout)
 
 
 def error_text(exc: BaseException) -> str:
@@ -98,45 +128,13 @@ def error_text(exc: BaseException) -> str:
     return text
 
 
-def _call_fields(
-    *, purpose: str, model: str, messages: Sequence[Mapping[str, str]], agent_id: int | None,
-    plan_id: int | None, latency_ms: int, answer: ProviderAnswer | None = None, error: str = "",
-) -> dict[str, Any]:
-    """The LLMCall row for one attempt: an answer, or the error that made the chain move on."""
-    fields: dict[str, Any] = {
-        "agent_id": agent_id, "plan_id": plan_id, "purpose": purpose, "provider": provider_name(model),
-        "model": model, "prompt": [dict(m) for m in messages], "latency_ms": latency_ms,
-    }
-    if answer is None:
-        fields["error"] = error[:ERROR_CHARS]
-    else:
-        fields.update(
-            response=answer.text, tokens_in=answer.tokens_in, tokens_out=answer.tokens_out,
-            cost=call_cost(model, answer.tokens_in, answer.tokens_out),
-        )
-    return fields
-
-
-def _elapsed_ms(started: float) -> int:
-    return int((time.perf_counter() - started) * 1000)
-
-
-def _failed(purpose: str, model: str, exc: Exception, errors: list[str]) -> str:
-    error = error_text(exc)
-    errors.append(f"{model}: {error}")
-    logger.warning("LLM %s via %s failed: %s", purpose, model, error)
-    return error
-
-
-def _result(model: str, answer: ProviderAnswer, call: LLMCall, latency_ms: int) -> LLMResult:
-    return LLMResult(
-        text=answer.text, model=model, call_id=call.pk, tokens_in=answer.tokens_in,
-        tokens_out=answer.tokens_out, latency_ms=latency_ms,
-    )
-
-
-def _chain_error(errors: list[str]) -> LLMError:
-    return LLMError("; ".join(errors) or "no model configured", errors)
+def response_stored(text: str) -> str:
+    """The answer as kept in the call log: at most RESPONSE_STORED_BYTES of UTF-8, with a note of the rest."""
+    data = text.encode("utf-8")
+    if len(data) <= RESPONSE_STORED_BYTES:
+        return text
+    kept = data[:RESPONSE_STORED_BYTES].decode("utf-8", errors="ignore")
+    return kept + f"\n[... {len(text) - len(kept)} more characters not stored]"
 
 
 def llm_complete(
@@ -146,29 +144,42 @@ def llm_complete(
     models: Sequence[str] | None = None,
     agent_id: int | None = None,
     plan_id: int | None = None,
+    deadline: Deadline | None = None,
 ) -> LLMResult:
-    """Ask the first model of the chain that answers; record every call, failed or not."""
+    """Ask the first model of the chain that answers; record every call, failed or not.
+
+    With a deadline, each call may take only the time that remains, and once it has passed no further
+    model is asked: LLMDeadlineError.
+    """
     chain = list(models) if models else model_chain(purpose)
-    errors: list[str] = []
+    failures: list[tuple[str, str]] = []
+    row = {"agent_id": agent_id, "plan_id": plan_id, "purpose": purpose, "prompt": [dict(m) for m in messages]}
     for model in chain:
+        timeout = None if deadline is None else deadline.remaining()
+        if timeout is not None and timeout <= 0:
+            break
         started = time.perf_counter()
         try:
-            answer = provider_complete(purpose, model, messages)
+            answer = provider_complete(purpose, model, messages, timeout=timeout)
         except Exception as exc:  # any provider failure hands over to the next model
-            latency = _elapsed_ms(started)
-            error = _failed(purpose, model, exc, errors)
-            LLMCall.objects.create(**_call_fields(
-                purpose=purpose, model=model, messages=messages, agent_id=agent_id, plan_id=plan_id,
-                latency_ms=latency, error=error,
-            ))
+            error = error_text(exc)
+            failures.append((model, error))
+            logger.warning("LLM %s via %s failed: %s", purpose, model, error)
+            LLMCall.objects.create(**row, provider=provider_name(model), model=model, error=error[:ERROR_CHARS],
+                                   latency_ms=int((time.perf_counter() - started) * 1000))
             continue
-        latency = _elapsed_ms(started)
-        call = LLMCall.objects.create(**_call_fields(
-            purpose=purpose, model=model, messages=messages, agent_id=agent_id, plan_id=plan_id,
-            latency_ms=latency, answer=answer,
-        ))
-        return _result(model, answer, call, latency)
-    raise _chain_error(errors)
+        latency = int((time.perf_counter() - started) * 1000)
+        call = LLMCall.objects.create(
+            **row, provider=provider_name(model), model=model, latency_ms=latency, response=response_stored(answer.text),
+            tokens_in=answer.tokens_in, tokens_out=answer.tokens_out,
+            cost=call_cost(model, answer.tokens_in, answer.tokens_out),
+        )
+        return LLMResult(text=answer.text, model=model, call_id=call.pk, tokens_in=answer.tokens_in,
+                         tokens_out=answer.tokens_out, latency_ms=latency)
+    if deadline is not None and deadline.expired:
+        message = f"no model answered within {deadline.seconds:g} s"
+        raise LLMDeadlineError("; ".join([message, *(f"{m}: {e}" for m, e in failures)]), failures)
+    raise LLMError("; ".join(f"{m}: {e}" for m, e in failures) or "no model configured", failures)
 
 
 def call_cost(model: str, tokens_in: int, tokens_out: int) -> Decimal | None:

@@ -1,7 +1,7 @@
 """The offline rules model: the default "LLM", deterministic and without network.
 
 It answers every purpose from the `CONTEXT:` line our prompt builders append (see
-`planning.engine.prompts.prompt_context`), in the shape a real model would: a sentence, then JSON in
+`agents.llm.context.prompt_context`), in the shape a real model would: a sentence, then JSON in
 `<json>` tags. Its plans come from templates keyed by words in the goal, so the demo worlds run, plans
 pass validation, and replans visibly take the operator's feedback into account. Same input, same output:
 nothing here iterates over a set or reads the clock.
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from agents.llm.context import prompt_context
 from agents.tools import TOOLS
 from agents.world import URGENT_ACTION, URGENT_BELOW
-from planning.engine.prompts import prompt_context
 
 OFFLINE_MODEL = "offline-rules"
 MILESTONE_MEAN = 0.6  # a goal counts as achieved when its source needs average above this
@@ -433,6 +433,38 @@ def _template_write(goal: str) -> _Template:
     return _Template(f"Write {path} and read it back.", steps, [f"Overwrites {path} if it already exists"])
 
 
+def _template_count(goal: str, files: Sequence[str]) -> _Template:
+    """"Count the rows in data.csv and write the count to count.txt": read the source, never write it."""
+    mentioned = _mentioned_files(goal)
+    lowered = goal.lower()
+    source = next((f for f in mentioned if _ext(f) == "csv"), None) or next(iter(mentioned), None)
+    source = source or next((f for f in files if _ext(f) == "csv"), None) or "data.csv"
+    output = next((f for f in mentioned if f != source), None) or "count.txt"
+    unit = "words" if "word" in lowered else "lines" if "line" in lowered and _ext(source) != "csv" else (
+        "rows" if _ext(source) == "csv" else "lines")
+    steps = [
+        _ToolStep("read", "file.read", f"Read {source} to check it has a header and rows", {"path": source},
+                  expects=f"{source} is readable"),
+        _ToolStep("count", "file.count", f"Count the {unit} of {source} and write the number to {output}",
+                  {"path": source, "output": output, "unit": unit}, ["read"], f"{output} holds the number of {unit}"),
+        _ToolStep("check", "file.read", f"Read {output} back to check the count", {"path": output}, ["count"],
+                  f"{output} holds one number"),
+    ]
+    return _Template(f"Read {source}, count its {unit} into {output} ({source} itself is not changed), then check it.",
+                     steps, [f"Overwrites {output} if it already exists"])
+
+
+# Words that say what a tool goal wants; a goal with none of them and no file or URL is a question.
+_INTENT_WORDS = frozenset((
+    "list", "show", "read", "look", "files", "file", "folder", "workspace", "open", "check", "find", "see",
+    "what", "which", "inventory", "contents",
+))
+
+
+def _ambiguous(goal: str, words: set[str]) -> bool:
+    return not _mentioned_files(goal) and not _URL.search(goal) and not words & _INTENT_WORDS
+
+
 def _template_fetch(goal: str, url: str) -> _Template:
     steps = [_ToolStep("fetch", "web.fetch", f"Fetch {url}", {"url": url}, expects="the page content")]
     return _Template(f"Fetch {url}.", steps, ["Needs network access"])
@@ -445,6 +477,12 @@ def _template_list(goal: str) -> _Template:
     return _Template("List the workspace" + (" and read the files named in the goal." if len(steps) > 1 else "."), steps)
 
 
+_TEMPLATE_WORDS = frozenset((
+    "count", "convert", "sort", "organize", "organise", "tidy", "arrange", "report", "summarize", "summarise",
+    "summary", "write", "note", "save", "create", "csv", "json",
+))
+
+
 def _tool_template(goal: str, files: Sequence[str], max_steps: int) -> _Template:
     """The plan template for a goal, chosen by its words."""
     url = _URL.search(goal)
@@ -452,6 +490,8 @@ def _tool_template(goal: str, files: Sequence[str], max_steps: int) -> _Template
     words = set(re.findall(r"[a-z]+", text))
     if url:
         template = _template_fetch(goal, url.group())
+    elif "count" in words or "how many" in text:
+        template = _template_count(goal, files)
     elif "convert" in words or ({"csv", "json"} <= words):
         template = _template_convert(goal, files)
     elif words & {"sort", "organize", "organise", "tidy", "arrange"} or "by extension" in text:
@@ -488,6 +528,12 @@ def _tool_step_out(step: _ToolStep, key: str, depends_on: list[str]) -> dict[str
 
 def _tool_plan(ctx: Mapping[str, Any]) -> str:
     goal = _text(ctx, "goal") or "List the workspace"
+    words = set(re.findall(r"[a-z]+", goal.lower()))
+    if _ambiguous(goal, words) and not _TEMPLATE_WORDS & words:
+        # Seed 003: ask rather than guess what an unclear goal means.
+        question = (f"What should I do for \"{_one_line(goal, 120)}\"? Name the files and the result you want, "
+                    "e.g. \"convert data.csv to JSON\" or \"summarize notes.txt\".")
+        return _reply("The goal is not clear enough to plan.", {"clarification": question})
     template = _tool_template(goal, _workspace_files(ctx), _max_steps(ctx))
     keys = {step.ref: str(number) for number, step in enumerate(template.steps, start=1)}
     data = {

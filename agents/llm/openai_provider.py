@@ -9,15 +9,15 @@ LLM_MAX_RETRIES; LLM_TIMEOUT_SECONDS bounds each attempt.
 An `AsyncOpenAI` client's connection pool belongs to the event loop it was first used on, so clients are
 kept per loop and closed when that loop shuts down (see `_LoopClients`).
 
-Resolving a host name (not an IP address) in OPENAI_BASE_URL takes a thread of the loop's default executor:
-agent threads that wait for the loop must therefore not fill that executor (give `sync_to_async` its own).
+Resolving a host name in OPENAI_BASE_URL, and the SDK's one-off platform lookup for its diagnostic headers,
+take a thread of the loop's default executor: agent threads that wait for the loop must therefore not fill that
+executor (give `sync_to_async` its own, as the runner does). Only the SDK's public API is used here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import threading
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -27,7 +27,6 @@ from typing import Any, cast
 import openai
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from openai._base_client import Platform, get_platform
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from agents.llm.gateway import ProviderAnswer
@@ -35,6 +34,10 @@ from agents.llm.gateway import ProviderAnswer
 
 class ProviderResponseError(Exception):
     """The server answered, but not with a usable chat completion: the gateway falls back to the next."""
+
+
+class ProviderTimeout(Exception):
+    """No answer within the time the caller had left (its plan's deadline), retries included."""
 
 
 # base_url, api_key, timeout in seconds, max retries: the settings a client is built from.
@@ -58,12 +61,6 @@ class _LoopClients:
 # outside any loop), hence the lock; within one loop the lookups below never await, so need no lock.
 _loops: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
 _loops_lock = threading.Lock()
-
-
-@functools.cache
-def sdk_platform() -> Platform:
-    """The platform the SDK reports; a few milliseconds of blocking reads, once per process."""
-    return get_platform()
 
 
 def client_key() -> ClientKey:
@@ -125,10 +122,6 @@ async def openai_client() -> openai.AsyncOpenAI:
             timeout=timeout,
             max_retries=retries,
         )
-        # The SDK looks up its platform (for a diagnostic header) on first use in the loop's default executor.
-        # When the runner's agent threads fill that executor, each waiting for this very loop, that lookup
-        # would never run: found once here instead, the client needs no executor thread for an IP address.
-        client._platform = sdk_platform()
     return client
 
 
@@ -146,15 +139,15 @@ def answer_from_completion(model: str, completion: object) -> ProviderAnswer:
     if not isinstance(completion, ChatCompletion):
         # The SDK hands back the raw text when a server answers 200 with a non-JSON content type.
         preview = str(completion)[:200]
-        raise ProviderResponseError(f"{model}: the server's answer is not a chat completion: {preview!r}")
+        raise ProviderResponseError(f"the server's answer is not a chat completion: {preview!r}")
     choices = getattr(completion, "choices", None)
     if not choices:
-        raise ProviderResponseError(f"{model}: the answer has no choices")
+        raise ProviderResponseError("the answer has no choices")
     message = getattr(choices[0], "message", None)
     content = getattr(message, "content", None)
     if not isinstance(content, str) or not content.strip():
         reason = getattr(choices[0], "finish_reason", None)
-        raise ProviderResponseError(f"{model}: the answer has no text (finish_reason={reason!r})")
+        raise ProviderResponseError(f"the answer has no text (finish_reason={reason!r})")
     usage = getattr(completion, "usage", None)
     return ProviderAnswer(
         text=content,
@@ -163,22 +156,36 @@ def answer_from_completion(model: str, completion: object) -> ProviderAnswer:
     )
 
 
-async def openai_acomplete(*, model: str, messages: Sequence[Mapping[str, str]]) -> ProviderAnswer:
+async def openai_acomplete(
+    *, model: str, messages: Sequence[Mapping[str, str]], timeout: float | None = None
+) -> ProviderAnswer:
     """Ask `model` on the OpenAI-compatible server for one chat completion.
 
     Raises the SDK's errors (`openai.APITimeoutError`, `openai.RateLimitError`, `openai.APIStatusError`...)
-    once its retries are spent, and `ProviderResponseError` for an answer without text or a malformed body.
+    once its retries are spent, `ProviderResponseError` for an answer without text or a malformed body, and
+    `ProviderTimeout` when `timeout` seconds pass first: it bounds the whole call, the SDK's retries included.
     """
     client = await openai_client()
     payload = cast(list[ChatCompletionMessageParam], [dict(m) for m in messages])
     try:
-        completion: Any = await client.chat.completions.create(model=model, messages=payload)
+        if timeout is None:
+            completion: Any = await client.chat.completions.create(model=model, messages=payload)
+        else:
+            # Each attempt may wait at most what remains, and so may all of them together.
+            attempt = min(timeout, float(settings.LLM_TIMEOUT_SECONDS))
+            completion = await asyncio.wait_for(
+                client.chat.completions.create(model=model, messages=payload, timeout=attempt), timeout
+            )
+    except TimeoutError:
+        raise ProviderTimeout(f"no answer within the {timeout:.1f} s left") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         # A 200 whose body is not valid JSON: the SDK lets the decoder's error through.
-        raise ProviderResponseError(f"{model}: malformed response body: {exc}") from exc
+        raise ProviderResponseError(f"malformed response body: {exc}") from exc
     return answer_from_completion(model, completion)
 
 
-def openai_complete(*, model: str, messages: Sequence[Mapping[str, str]]) -> ProviderAnswer:
+def openai_complete(
+    *, model: str, messages: Sequence[Mapping[str, str]], timeout: float | None = None
+) -> ProviderAnswer:
     """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one."""
-    return async_to_sync(openai_acomplete)(model=model, messages=messages)
+    return async_to_sync(openai_acomplete)(model=model, messages=messages, timeout=timeout)

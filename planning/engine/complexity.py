@@ -60,3 +60,27 @@ def goal_complexity(goal: str) -> float:
 def should_plan(goal: str, threshold: float = 0.3) -> bool:
     """Whether a goal deserves a multi-step plan rather than a single step."""
     return goal_complexity(goal) >= threshold
+
+
+_FILE = r"(?P<path>[\w.-]+(?:/[\w.-]+)*\.[A-Za-z0-9]{1,8})"
+_FOLDER = r"(?P<path>[\w.-]+(?:/[\w.-]+)*)"
+# (pattern, tool, input key): one read-only call on a named file or folder, nothing else asked.
+_SINGLE_STEPS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(rf"^(?:read|open|show)\s+(?:the\s+file\s+)?{_FILE}$", re.IGNORECASE), "file.read"),
+    (re.compile(rf"^summari[sz]e\s+(?:the\s+file\s+)?{_FILE}$", re.IGNORECASE), "text.summarize"),
+    (re.compile(rf"^(?:list|show)\s+(?:the\s+files\s+in\s+)?the\s+folder\s+{_FOLDER}/?$", re.IGNORECASE), "file.list"),
+)
+
+
+def tool_single_step(goal: str) -> dict[str, object] | None:
+    """Seed 004's create_single_step_plan for a tool agent: the one step a simple goal names, or None.
+
+    Only a read-only call on a file or folder the goal names exactly ("Read notes.txt"): anything else
+    is left to the model, because guessing a tool is worse than one planning call."""
+    text = " ".join(goal.split()).rstrip(".!")
+    for pattern, tool in _SINGLE_STEPS:
+        match = pattern.match(text)
+        if match:
+            return {"id": "1", "tool": tool, "intent": text, "input": {"path": match.group("path")},
+                    "requiresPermission": False, "expects": f"the result of {tool} on {match.group('path')}"}
+    return None

@@ -2,7 +2,7 @@
 
 Each builder returns chat messages. The last user message ends with a `CONTEXT: {...}` line holding the
 structured inputs as one-line JSON: real models may use it, and the offline rules model answers from it
-alone, so its keys are a contract (see `prompt_context`).
+alone, so its keys are a contract (see `agents.llm.context`).
 """
 
 from __future__ import annotations
@@ -12,33 +12,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agents.llm.context import context_line, prompt_context
 from agents.tools import ToolSpec
 
 REJECTED_OUTPUT_CHARS = 1500  # seed 002: the last rejected output, truncated
-CONTEXT_PREFIX = "CONTEXT: "
 RESTATE_KEYS = ("who", "what", "when", "where", "why")
 
 Messages = list[dict[str, str]]
-
-
-def _context_line(context: Mapping[str, Any]) -> str:
-    # json.dumps escapes newlines, so the context is always exactly one line.
-    return CONTEXT_PREFIX + json.dumps(context, ensure_ascii=False, default=str)
-
-
-def prompt_context(messages: Sequence[Mapping[str, str]]) -> dict[str, Any]:
-    """The CONTEXT JSON of the last message ({} if there is none or it is not valid JSON)."""
-    if not messages:
-        return {}
-    content = str(messages[-1].get("content", ""))
-    for line in reversed(content.splitlines()):
-        if line.startswith(CONTEXT_PREFIX):
-            try:
-                value = json.loads(line[len(CONTEXT_PREFIX) :])
-            except ValueError:
-                return {}
-            return value if isinstance(value, dict) else {}
-    return {}
 
 
 def _percent(value: float) -> str:
@@ -83,7 +63,7 @@ def prompt_restate(*, goal: str, agent_name: str, backstory: str) -> Messages:
         "Restate this goal as WHO / WHAT / WHEN / WHERE / WHY, one short line each, without adding "
         "anything the goal does not say. Answer with JSON inside <json>...</json>:\n"
         '<json>{"who": "...", "what": "...", "when": "...", "where": "...", "why": "..."}</json>\n'
-        + _context_line(context)
+        + context_line(context)
     )
     system = _identity(agent_name, backstory) + " You restate goals precisely. You never plan or act."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -138,6 +118,12 @@ def _rules(kind: str, max_steps: int) -> str:
             "- Content for file.write / file.append is the real, final text: never TODO, '...', or <placeholders>.\n"
             "- requiresPermission is true for every RISKY tool; read-only steps come first.\n"
             "- No shell commands. Nothing is executed while planning.\n"
+            "- After a step that writes, add a file.read step that checks the result (verification).\n"
+            '- toolsNeeded (optional) lists the tools a step needs.\n'
+            '- To repeat a step for every file an earlier file.list step found, give it "forEach": "<that step\'s id>" '
+            "and use {item} (the file's full path from the workspace root) in its input. To repeat it n times, give "
+            '"repeat": n and use {index} (zero-based; {index:03d} pads it). Never dir.create inside a loop.\n'
+            '- If the goal is too ambiguous to plan, answer <json>{"clarification": "your question"}</json> instead.\n'
             f"- At most {max_steps} steps."
         )
     return (
@@ -215,8 +201,12 @@ def prompt_plan(
     retry_hints: Sequence[str],
     max_steps: int,
     workspace_files: Sequence[str] = (),
+    simple: bool = False,
 ) -> Messages:
-    """The planner prompt: a strict JSON template, the tools or actions, and what went wrong before."""
+    """The planner prompt: a strict JSON template, the tools or actions, and what went wrong before.
+
+    Operator feedback and the planner's own rejected attempts are labelled apart: one is what a person
+    wants, the other what the validator refused. `simple` is seed 003's fallback to a simpler request."""
     if kind == "tool":
         system = (
             _identity(agent_name, backstory) + "\nYou MUST:\n- Produce a step-by-step plan\n- Declare tool usage\n"
@@ -239,7 +229,12 @@ def prompt_plan(
     if last_rejected_output.strip():
         parts.append("LAST REJECTED OUTPUT (truncated):\n" + _truncate(last_rejected_output))
     if retry_hints:
-        parts.append("RETRY_HINTS:\n" + _bullets(retry_hints))
+        parts.append("RETRY_HINTS (from a review of your rejected attempt):\n" + _bullets(retry_hints))
+    if simple:
+        parts.append(
+            "SIMPLER REQUEST: the full plan was rejected repeatedly. Give the smallest plan that does only the "
+            "first useful part of the goal: at most 3 steps, the plainest tools, nothing optional."
+        )
     parts.append(_rules(kind, max_steps))
     parts.append("TEMPLATE:\n" + (_TOOL_TEMPLATE if kind == "tool" else _PERSONA_TEMPLATE))
     context = _plan_context(
@@ -250,8 +245,9 @@ def prompt_plan(
         "restatement": dict(restatement or {}),
         "reasons": [str(r) for r in rejection_reasons],
         "retry_hints": [str(h) for h in retry_hints],
+        "simple": simple,
     }
-    user = "\n\n".join(parts) + "\n" + _context_line(context)
+    user = "\n\n".join(parts) + "\n" + context_line(context)
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -287,12 +283,21 @@ def prompt_replan(
     feedback: Sequence[str],
     max_steps: int,
     workspace_files: Sequence[str] = (),
+    restatement: Mapping[str, str] | None = None,
+    rejection_reasons: Sequence[str] = (),
+    last_rejected_output: str = "",
+    retry_hints: Sequence[str] = (),
+    simple: bool = False,
 ) -> Messages:
-    """Seed 000/004 replanning: keep what is done, replace what failed, in the light of the feedback."""
+    """Seed 000/004 replanning: keep what is done, replace what failed, in the light of the feedback.
+
+    The restatement and the retry context (rejection reasons, the last rejected output, the hints) are
+    the same as for a first plan: a replan's own rejected attempts teach it as much."""
     messages = prompt_plan(
-        kind=kind, goal=goal, restatement=None, agent_name=agent_name, backstory=backstory, tools=tools,
-        allowed_actions=allowed_actions, needs=needs, rejection_reasons=(), last_rejected_output="",
-        feedback=feedback, retry_hints=(), max_steps=max_steps, workspace_files=workspace_files,
+        kind=kind, goal=goal, restatement=restatement, agent_name=agent_name, backstory=backstory, tools=tools,
+        allowed_actions=allowed_actions, needs=needs, rejection_reasons=rejection_reasons,
+        last_rejected_output=last_rejected_output, feedback=feedback, retry_hints=retry_hints, max_steps=max_steps,
+        workspace_files=workspace_files, simple=simple,
     )
     completed = [_step_record(s) for s in completed_steps]
     failed = _step_record(failed_step) if failed_step else None
@@ -318,7 +323,7 @@ def prompt_replan(
     context = prompt_context(messages)
     context |= {"purpose": "replan", "completed_steps": completed, "failed_step": failed, "reason": reason}
     body = messages[-1]["content"].rsplit("\n", 1)[0]  # drop the plan CONTEXT line; a replan one follows
-    messages[-1]["content"] = "\n\n".join(lines) + "\n\n" + body + "\n" + _context_line(context)
+    messages[-1]["content"] = "\n\n".join(lines) + "\n\n" + body + "\n" + context_line(context)
     return messages
 
 
@@ -328,7 +333,7 @@ def prompt_reflect(*, output: str, reasons: Sequence[str]) -> Messages:
     user = (
         "A planner's output was rejected.\n\nREASONS:\n" + _bullets(reasons) + "\n\nOUTPUT (truncated):\n"
         + _truncate(output) + "\n\nGive at most 5 short, concrete hints that would fix it. "
-        'Answer with JSON inside <json>...</json>: <json>{"hints": ["..."]}</json>\n' + _context_line(context)
+        'Answer with JSON inside <json>...</json>: <json>{"hints": ["..."]}</json>\n' + context_line(context)
     )
     system = "You review rejected plans and say precisely how to fix them. You never write the plan yourself."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -361,7 +366,7 @@ def prompt_goals(
         "from the list above. Answer with a JSON array inside <json>...</json>:\n"
         '<json>[{"description": "Find a cozy place to eat", "horizon": "short_term", "source_needs": ["hunger"], '
         '"recommended_actions": ["go to restaurant", "find food"], "reasoning": "Hunger is critically low at 15%"}]'
-        "</json>\n" + _context_line(context)
+        "</json>\n" + context_line(context)
     )
     system = "You set goals for a simulated person, grounded in their needs and what they have learned."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -379,7 +384,7 @@ def prompt_milestone(*, goal: str, experiences: Sequence[str], needs: Mapping[st
         f"GOAL: {goal}\nRECENT RELATED EXPERIENCES:\n{_bullets(list(experiences)[-10:])}\n"
         f"CURRENT SATISFACTION OF ITS SOURCE NEEDS: {_needs_text(needs)}\n\n"
         "Has the goal been achieved? Answer with JSON inside <json>...</json>:\n"
-        '<json>{"achieved": true, "explanation": "..."}</json>\n' + _context_line(context)
+        '<json>{"achieved": true, "explanation": "..."}</json>\n' + context_line(context)
     )
     system = "You judge whether a simulated person has achieved a goal, from evidence only."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -414,6 +419,6 @@ def prompt_decide_action(
         "Choose exactly one available action. Answer with JSON inside <json>...</json>:\n"
         '<json>{"action": "...", "reason": "..."}</json>'
     )
-    user = "\n\n".join(parts) + "\n" + _context_line(context)
+    user = "\n\n".join(parts) + "\n" + context_line(context)
     system = _identity(agent_name, "") + " You decide what to do next, one action at a time."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-STATUSES = ("pending", "awaiting_approval", "running", "completed", "failed", "skipped", "declined")
-TERMINAL = {"completed", "skipped", "failed", "declined"}
+STATUSES = ("pending", "awaiting_approval", "running", "completed", "failed", "skipped", "declined", "rolled_back")
+TERMINAL = {"completed", "skipped", "failed", "declined", "rolled_back"}
 DONE = {"completed", "skipped"}  # a skipped dependency does not hold its dependents back
-STOPPED = {"failed", "declined"}
+STOPPED = {"failed", "declined", "rolled_back"}
 
 # Terminal states have no way out: a retry or a replan makes new work instead of reviving a step.
 TRANSITIONS: dict[str, frozenset[str]] = {
     "pending": frozenset({"awaiting_approval", "running", "skipped", "failed", "declined"}),
     "awaiting_approval": frozenset({"pending", "running", "declined", "skipped"}),
     "running": frozenset({"completed", "failed", "pending"}),  # running -> pending is a retry
-    "completed": frozenset(),
+    "completed": frozenset({"rolled_back"}),  # an operator undid its changes (seed 003 rollback)
     "failed": frozenset(),
     "skipped": frozenset(),
     "declined": frozenset(),
+    "rolled_back": frozenset(),
 }
 
 StepState = tuple[str, str, Sequence[str]]

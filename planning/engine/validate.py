@@ -15,10 +15,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agents.tools import TOOLS, ToolError, ToolSpec, path_problem, tool_input_problems, workspace_resolve
+from agents.tools import (
+    LIST_TOOLS,
+    LOOP_FORBIDDEN,
+    MAX_LOOP_RUNS,
+    TOOLS,
+    ToolError,
+    ToolSpec,
+    path_problem,
+    tool_input_problems,
+    workspace_resolve,
+)
 
 KINDS = ("tool", "persona")
-TOP_LEVEL_KEYS = ("goal", "thinking_summary", "reflection", "ready", "steps", "plan", "risks", "confidence")
+TOP_LEVEL_KEYS = (
+    "goal", "thinking_summary", "reflection", "ready", "steps", "plan", "risks", "confidence", "clarification",
+)
 # Field -> the names models use for it; the first is the one our prompts ask for.
 TOOL_STEP_FIELDS: Mapping[str, tuple[str, ...]] = {
     "key": ("id", "step", "step_id"),
@@ -30,6 +42,9 @@ TOOL_STEP_FIELDS: Mapping[str, tuple[str, ...]] = {
     "expected_outcome": ("expects", "expected_outcome", "expectedOutcome"),
     "risk": ("risk",),
     "estimated_cycles": ("estimated_cycles", "estimatedCycles"),
+    "tools_needed": ("toolsNeeded", "tools_needed"),
+    "for_each": ("forEach", "for_each", "FOR_EACH"),
+    "repeat": ("repeat", "REPEAT"),
 }
 PERSONA_STEP_FIELDS: Mapping[str, tuple[str, ...]] = {
     "key": ("id", "step", "step_id"),
@@ -38,6 +53,7 @@ PERSONA_STEP_FIELDS: Mapping[str, tuple[str, ...]] = {
     "expected_outcome": ("expected_outcome", "expects"),
     "estimated_cycles": ("estimated_cycles",),
     "depends_on": ("depends_on", "dependencies", "dependsOn"),
+    "tools_needed": ("tools_needed", "toolsNeeded"),
 }
 # Lengths of the PlanStep columns these values land in.
 KEY_MAX = 32
@@ -71,7 +87,8 @@ _PROHIBITED: list[tuple[tuple[str, ...], re.Pattern[str], str]] = [
         re.compile(r"\b(?:powershell|pwsh)\b[^\n]*\s-e(?:nc|ncodedcommand)?\b", re.IGNORECASE),
         "shell command",
     ),
-    (("nc", "/etc/"), re.compile(r"\bnc\s+-e\b|/etc/(?:passwd|shadow|sudoers)\b", re.IGNORECASE), "shell command"),
+    (("nc",), re.compile(r"\bnc\s+-e\b", re.IGNORECASE), "shell command"),
+    (("/etc/",), re.compile(r"(?<![\w.-])/etc/(?:passwd|shadow|sudoers)\b", re.IGNORECASE), "reference to a system file"),
     (
         ("ignore", "disregard", "forget", "override"),
         re.compile(
@@ -126,6 +143,8 @@ class StepSpec:
     depends_on: list[str] = field(default_factory=list)
     requires_permission: bool = False
     risk: str = "safe"  # "safe" | "risky"
+    tools_needed: list[str] = field(default_factory=list)
+    loop: dict[str, Any] = field(default_factory=dict)  # {"for_each": key} or {"repeat": n} (seed 002)
 
     def as_dict(self) -> dict[str, Any]:
         """The step as plain values (the shape `plan_diff` and `PlanStep.as_spec` use)."""
@@ -157,6 +176,8 @@ class ValidationResult:
     plan: PlanSpec | None  # None when rejected
     problems: list[str]  # non-empty means rejected; each says precisely what is wrong
     flags: list[str]  # accepted, but the operator should know (e.g. a permission the validator raised)
+    clarification: str = ""  # seed 003: the planner asks the operator instead of planning
+    steps_over_limit: int = 0  # seed 003: "too many steps" goes to the operator, not back to the model
 
     @property
     def ok(self) -> bool:
@@ -333,9 +354,14 @@ def _tool_step(
             risk = RISK_WORDS[risk_value.strip().lower()]
         else:
             c.problem(f"{where}: 'risk' must be \"safe\" or \"risky\", got {_clip(repr(risk_value))}")
-    c.prohibited([description, expected, tool_input], where)
-
     spec = tools.get(tool) if tool else None
+    # Paths are judged by the path rules ("backup/etc/passwd" is a fine name inside the workspace).
+    path_keys = spec.path_keys if spec is not None else ()
+    c.prohibited([description, expected, {k: v for k, v in tool_input.items() if k not in path_keys}], where)
+    tools_needed = _tools_needed(c, c.pick(raw, fields["tools_needed"], where)[1], where, tools)
+    if tool and tool not in tools_needed and spec is not None:
+        tools_needed.insert(0, tool)
+    loop = _loop(c, raw, fields, where, tool, tool_input)
     if tool and spec is None:
         c.problem(f"{where}: unknown tool '{_clip(tool)}'{_did_you_mean(tool, list(tools))}")
     if spec is not None:
@@ -355,8 +381,80 @@ def _tool_step(
     return StepSpec(
         key=key, description=description, tool=tool, input=dict(tool_input), action_hint=tool,
         expected_outcome=expected, estimated_cycles=cycles, depends_on=depends_on,
-        requires_permission=requires_permission, risk=risk,
+        requires_permission=requires_permission, risk=risk, tools_needed=tools_needed, loop=loop,
     )
+
+
+def _tools_needed(c: _Checker, value: Any, where: str, tools: Mapping[str, ToolSpec] | None) -> list[str]:
+    """Seed 004's tools_needed: a list of tool names (known tools, for a tool agent)."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value) or len(value) > 10:
+        c.problem(f"{where}: 'toolsNeeded' must be a list of at most 10 tool names")
+        return []
+    names = list(dict.fromkeys(v.strip() for v in value))
+    for name in names:
+        if tools is not None and name not in tools:
+            c.problem(f"{where}: toolsNeeded names unknown tool '{_clip(name)}'{_did_you_mean(name, list(tools))}")
+    return names
+
+
+_LOOP_MARK = re.compile(r"\{(?:item|index(?::0?\d{1,2}d)?)\}")
+
+
+def _loop(
+    c: _Checker, raw: Mapping[str, Any], fields: Mapping[str, tuple[str, ...]], where: str, tool: str,
+    tool_input: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Seed 002's FOR_EACH (over the list an earlier step produced) and REPEAT (zero-based {index})."""
+    has_each, each = c.pick(raw, fields["for_each"], where)
+    has_repeat, repeat = c.pick(raw, fields["repeat"], where)
+    marks = {m.group() for text in _strings(tool_input) for m in _LOOP_MARK.finditer(text)}
+    if has_each and has_repeat:
+        c.problem(f"{where}: give either 'forEach' or 'repeat', not both")
+        return {}
+    if (has_each or has_repeat) and tool in LOOP_FORBIDDEN:
+        c.problem(f"{where}: {tool} may not run inside a loop; create folders in their own steps before it")
+        return {}
+    if has_each:
+        if isinstance(each, bool) or not isinstance(each, str | int) or not str(each).strip():
+            c.problem(f"{where}: 'forEach' must be the id of an earlier step that produces a list")
+            return {}
+        if "{item}" not in marks:
+            c.problem(f"{where}: a forEach step must use {{item}} in its input")
+        return {"for_each": str(each).strip()}
+    if has_repeat:
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_LOOP_RUNS:
+            c.problem(f"{where}: 'repeat' must be a whole number from 1 to {MAX_LOOP_RUNS}")
+            return {}
+        if "{item}" in marks:
+            c.problem(f"{where}: {{item}} needs 'forEach'; a repeat step has only {{index}}")
+        return {"repeat": repeat}
+    if marks:
+        c.problem(f"{where}: {', '.join(sorted(marks))} is only filled in inside a loop; add 'forEach' or 'repeat'")
+    return {}
+
+
+def _check_loops(c: _Checker, steps: Sequence[StepSpec]) -> None:
+    """A forEach names an earlier step that produces a list, and waits for it (seed 002: the list must exist)."""
+    position_of = {s.key: i for i, s in enumerate(steps)}
+    for position, step in enumerate(steps):
+        source_key = step.loop.get("for_each")
+        if source_key is None:
+            continue
+        where = f"step {position + 1}"
+        source_position = position_of.get(source_key)
+        if source_position is None or source_position >= position:
+            c.problem(f"{where}: forEach '{_clip(source_key)}' must name an earlier step")
+            continue
+        source = steps[source_position]
+        if source.tool not in LIST_TOOLS:
+            c.problem(f"{where}: forEach step '{source.key}' ({source.tool or 'no tool'}) produces no list; "
+                      f"use a {' or '.join(LIST_TOOLS)} step")
+            continue
+        step.loop = {"for_each": source_key, "items_from": {"tool": source.tool, "input": dict(source.input)}}
+        if source_key not in step.depends_on:
+            step.depends_on.append(source_key)  # the list must exist before the loop runs
 
 
 def _check_paths(c: _Checker, spec: ToolSpec, tool_input: Mapping[str, Any], where: str, workspace: Path | None) -> None:
@@ -438,9 +536,10 @@ def _persona_step(
     has_depends, depends_value = c.pick(raw, fields["depends_on"], where)
     depends_on = c.depends_on(depends_value, where)
     c.prohibited([description, hint, expected], where)
+    tools_needed = _tools_needed(c, c.pick(raw, fields["tools_needed"], where)[1], where, None)
     return has_depends, StepSpec(
         key=key, description=description, action_hint=hint, expected_outcome=expected,
-        estimated_cycles=cycles, depends_on=depends_on,
+        estimated_cycles=cycles, depends_on=depends_on, tools_needed=tools_needed,
     )
 
 
@@ -545,6 +644,12 @@ def plan_validate(
     if not isinstance(data, Mapping):
         return ValidationResult(None, [f"plan must be a JSON object, got {_type_name(data)}"], [])
     goal, summary, confidence, risks = _top_level(c, data)
+    question = data.get("clarification")
+    raw_list = data.get("steps", data.get("plan"))
+    if isinstance(question, str) and question.strip() and not raw_list:
+        # Seed 003: an ambiguous intent is a question for the operator, not a guess.
+        return ValidationResult(None, [f"the planner asks: {_clip(question.strip(), 500)}"], c.flags,
+                                clarification=question.strip()[:2000])
     if "steps" in data and "plan" in data:
         c.problem("give the steps under 'steps' only (both 'steps' and 'plan' are present)")
     raw_steps = data["steps"] if "steps" in data else data.get("plan")
@@ -559,7 +664,7 @@ def plan_validate(
         return ValidationResult(None, c.problems, c.flags)
     if len(raw_steps) > max_steps:
         c.problem(f"too many steps: {len(raw_steps)} > {max_steps}")
-        return ValidationResult(None, c.problems, c.flags)
+        return ValidationResult(None, c.problems, c.flags, steps_over_limit=len(raw_steps))
 
     registry = TOOLS if tools is None else tools
     steps: list[StepSpec] = []
@@ -577,6 +682,7 @@ def plan_validate(
                 # Seed 000 plans are ordered sequences: a step waits for the one before it.
                 step.depends_on = [steps[-2].key] if steps[-2].key else []
     if len(steps) == len(raw_steps):
+        _check_loops(c, steps)
         _check_dependencies(c, steps)
     if kind == "persona" and steps:
         low, high = PREFERRED_PERSONA_STEPS
@@ -586,3 +692,50 @@ def plan_validate(
         return ValidationResult(None, c.problems, c.flags)
     plan = PlanSpec(goal=goal, thinking_summary=summary, confidence=confidence, risks=risks, steps=steps)
     return ValidationResult(plan, [], c.flags)
+
+
+def step_plan_data(step: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """A stored step (PlanStep.as_spec()) in the shape a model writes, to validate it again."""
+    depends_on = list(step.get("depends_on") or [])
+    if kind == "tool":
+        data: dict[str, Any] = {
+            "id": step["key"], "tool": step.get("tool", ""), "intent": step.get("description", ""),
+            "input": step.get("input") or {}, "requiresPermission": bool(step.get("requires_permission")),
+            "dependsOn": depends_on, "expects": step.get("expected_outcome", ""),
+        }
+        loop = step.get("loop") or {}
+        if "for_each" in loop:
+            data["forEach"] = loop["for_each"]
+        elif "repeat" in loop:
+            data["repeat"] = loop["repeat"]
+    else:
+        data = {"id": step["key"], "description": step.get("description", ""),
+                "action_hint": step.get("action_hint", ""), "expected_outcome": step.get("expected_outcome", ""),
+                "estimated_cycles": step.get("estimated_cycles", 1), "depends_on": depends_on}
+    if step.get("tools_needed"):
+        data["tools_needed" if kind != "tool" else "toolsNeeded"] = list(step["tools_needed"])
+    return data
+
+
+_EDIT_FIELDS = {"tool_input": "input"}  # PlanStep field -> as_spec key, where they differ
+
+
+def plan_validate_edit(
+    *,
+    kind: str,
+    steps: Sequence[Mapping[str, Any]],
+    key: str,
+    changes: Mapping[str, Any],
+    workspace: Path | None = None,
+    max_steps: int = 20,
+    allowed_actions: Sequence[str] = (),
+) -> tuple[list[str], list[str]]:
+    """Validate the whole plan as it would be after an operator's edit of step `key`: (problems, flags)."""
+    rows = []
+    for step in steps:
+        if step["key"] == key:
+            step = dict(step) | {_EDIT_FIELDS.get(name, name): value for name, value in changes.items()}
+        rows.append(step_plan_data(step, kind))
+    result = plan_validate({"steps": rows}, kind=kind, workspace=workspace, max_steps=max_steps,
+                           allowed_actions=allowed_actions)
+    return result.problems, result.flags

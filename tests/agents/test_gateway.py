@@ -10,6 +10,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
+from typing import Any
 
 import openai
 import pytest
@@ -17,7 +18,7 @@ from asgiref.sync import sync_to_async
 from pytest_django.fixtures import Settings
 
 from agents.llm import openai_provider
-from agents.llm.gateway import LLMError, llm_complete, model_chain
+from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, llm_complete, model_chain
 from agents.llm.offline import OFFLINE_MODEL
 from agents.llm.openai_provider import openai_aclose_clients, openai_acomplete, openai_client, openai_complete
 from agents.models import LLMCall
@@ -202,7 +203,8 @@ def test_llm_complete_unusable_answer_recorded_then_falls_back(
     assert (result.model, result.text) == ("m2", "sane")
     assert len(llm_server.requests_for("broken")) == 1  # a 200 is not retried
     [failed] = calls_by_model()["broken"]
-    assert failed.error.startswith("ProviderResponseError: broken: ")
+    assert failed.error.startswith("ProviderResponseError: ")
+    assert "broken" not in failed.error  # the model is named once, in its own column
     assert expected in failed.error
     assert (failed.response, failed.tokens_in, failed.cost) == ("", 0, None)
 
@@ -303,16 +305,15 @@ def test_openai_complete_from_runner_threads_waits_on_the_outer_loop(
 ) -> None:
     """Agent threads from sync_to_async wait on the runner's loop together, through one pooled client.
 
-    The loop's default executor is just big enough for the agent threads: every one of its threads then
-    waits for the loop, so the provider must not need a thread of it (the SDK's platform lookup would).
+    The agent threads get their own executor, as the runner's do: the loop's default executor stays free
+    for the SDK's one-off platform lookup (the provider uses no private SDK API to avoid it).
     """
     spy = ClientSpy(monkeypatch)
     agents = 4
     llm_server.script("m1", *[answer(f"agent {i}", delay=0.4) for i in range(agents)])
 
     async def runner() -> tuple[list[str], float]:
-        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=agents))
-        ask = sync_to_async(openai_complete, thread_sensitive=False)
+        ask = sync_to_async(openai_complete, thread_sensitive=False, executor=ThreadPoolExecutor(max_workers=agents))
         started = time.perf_counter()
         answers = await asyncio.gather(*[ask(model="m1", messages=MESSAGES) for _ in range(agents)])
         return sorted(a.text for a in answers), time.perf_counter() - started
@@ -357,3 +358,34 @@ def test_a_purpose_can_have_its_own_chain(settings: Settings) -> None:
     assert model_chain("restate") == ["small"]
     assert model_chain("plan") == ["big"]
     assert model_chain("plan", agent_models="mine, backup") == ["mine", "backup"]
+
+
+@pytest.mark.django_db
+def test_a_deadline_bounds_each_call_and_stops_the_chain(llm_server: LLMTestServer, settings: Settings) -> None:
+    settings.LLM_TIMEOUT_SECONDS = 30
+    llm_server.script("slow", answer("late", delay=6))
+    llm_server.script("next", answer("never asked"))
+    with pytest.raises(LLMDeadlineError) as raised:
+        llm_complete(purpose="plan", messages=MESSAGES, models=["slow", "next"], deadline=Deadline.after(0.5))
+    assert str(raised.value).startswith("no model answered within 0.5 s")
+    assert raised.value.errors[0].startswith("slow: ProviderTimeout")
+    assert llm_server.requests_for("next") == []
+    assert [c.model for c in LLMCall.objects.all()] == ["slow"]
+
+
+@pytest.mark.django_db
+def test_a_long_answer_is_stored_up_to_64_kb_and_shown_behind_show_all(llm_server: LLMTestServer,
+                                                                       viewer_client: Any) -> None:
+    from tests.factories import PlanFactory
+
+    plan = PlanFactory()
+    long_text = "word " * 40_000  # 200,000 characters
+    llm_server.script("verbose", answer(long_text))
+    result = llm_complete(purpose="plan", messages=MESSAGES, models=["verbose"], plan_id=plan.pk)
+    assert result.text == long_text  # the planner still reads the whole answer
+    stored = LLMCall.objects.get().response
+    assert len(stored.encode()) < 64 * 1024 + 100
+    assert stored.endswith(f"[... {len(long_text) - 64 * 1024} more characters not stored]")
+    html = viewer_client.get(plan.get_absolute_url()).content.decode()
+    assert "show all (" in html
+    assert len(html) < 200_000  # one chatty model no longer makes a megabyte page

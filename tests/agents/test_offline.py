@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from agents.llm.context import prompt_context
 from agents.llm.offline import offline_complete
 from agents.tools import TOOLS, tool_run, workspace_listing
 from planning.engine.parse import plan_parse
 from planning.engine.prompts import (
     plan_step_directive,
-    prompt_context,
     prompt_decide_action,
     prompt_goals,
     prompt_milestone,
@@ -354,7 +354,7 @@ def test_prompt_plan_lists_tools_with_schema_and_risk_and_truncates_rejected_out
     assert '- file.convert {path: str, to: "json" | "csv", output?: str}' in content
     assert "[RISKY (network): requiresPermission must be true]" in content
     assert "x" * 1500 + "\n[... 3500 more characters cut]" in content and "x" * 1501 not in content
-    assert "RETRY_HINTS:\n- Use file.convert" in content
+    assert "RETRY_HINTS (from a review of your rejected attempt):\n- Use file.convert" in content
     assert "<json>" in content and "You MUST:" in messages[0]["content"]
 
 

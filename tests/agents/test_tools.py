@@ -15,7 +15,10 @@ from agents.tools import (
     csv_to_json,
     json_to_csv,
     text_summary,
+    tool_precheck,
+    tool_rollback,
     tool_run,
+    undo_dir_for,
     workspace_listing,
     workspace_resolve,
 )
@@ -228,3 +231,110 @@ def test_workspace_resolve_symlink_loop_is_a_tool_error(sandbox: tuple[Path, Pat
     os.symlink(workspace / "a", workspace / "b")
     with pytest.raises(ToolError, match="cannot be resolved"):
         tool_run("file.read", {"path": "a/x.txt"}, workspace=workspace)
+
+
+# -- misleading reasons made true ------------------------------------------------------------------
+
+
+def test_a_5000_character_path_is_called_too_long_not_a_link_loop(sandbox: tuple[Path, Path]) -> None:
+    workspace, _ = sandbox
+    with pytest.raises(ToolError) as raised:
+        workspace_resolve(workspace, "a" * 5000)
+    assert "is too long (5000 characters; at most 1024)" in str(raised.value)
+    assert "link" not in str(raised.value)
+    with pytest.raises(ToolError, match="has a name of 300 characters"):
+        tool_run("file.read", {"path": "b" * 300}, workspace=workspace)
+
+
+# -- counting (the demo's "count the rows" goal) ------------------------------------------------------
+
+
+def test_file_count_writes_the_number_of_csv_rows_and_leaves_the_source(sandbox: tuple[Path, Path]) -> None:
+    workspace, _ = sandbox
+    (workspace / "data.csv").write_text("name,age\nAda,36\nAlan,41\n\nGrace,85\n")
+    result = tool_run("file.count", {"path": "data.csv", "output": "count.txt"}, workspace=workspace)
+    assert (workspace / "count.txt").read_text() == "3\n"
+    assert (workspace / "data.csv").read_text().startswith("name,age\n")
+    assert result == "data.csv has 3 rows; wrote 3 to count.txt"
+    tool_run("file.count", {"path": "data.csv", "output": "lines.txt", "unit": "lines"}, workspace=workspace)
+    assert (workspace / "lines.txt").read_text() == "5\n"
+
+
+# -- seed 002 loops ------------------------------------------------------------------------------------
+
+
+def test_for_each_runs_once_per_listed_file_with_its_full_path(sandbox: tuple[Path, Path]) -> None:
+    workspace, _ = sandbox
+    (workspace / "notes").mkdir()
+    (workspace / "notes" / "a.txt").write_text("Alpha is first. It leads.")
+    (workspace / "notes" / "b.txt").write_text("Beta is second.")
+    loop = {"for_each": "1", "items_from": {"tool": "file.list", "input": {"path": "notes"}}}
+    result = tool_run("text.summarize", {"path": "{item}"}, workspace=workspace, loop=loop)
+    assert result.startswith("2 runs:")
+    assert "Summary of notes/a.txt" in result and "Summary of notes/b.txt" in result
+
+
+def test_for_each_over_a_list_that_does_not_exist_fails_clearly(sandbox: tuple[Path, Path]) -> None:
+    workspace, _ = sandbox
+    loop = {"for_each": "1", "items_from": {"tool": "file.list", "input": {"path": "missing"}}}
+    with pytest.raises(ToolError, match="the list to iterate over does not exist: folder 'missing' is missing"):
+        tool_run("text.summarize", {"path": "{item}"}, workspace=workspace, loop=loop)
+
+
+def test_repeat_fills_a_zero_based_padded_index(sandbox: tuple[Path, Path]) -> None:
+    workspace, _ = sandbox
+    tool_run("file.write", {"path": "part-{index:03d}.txt", "content": "part {index}\n"}, workspace=workspace,
+             loop={"repeat": 3})
+    assert sorted(p.name for p in workspace.iterdir()) == ["part-000.txt", "part-001.txt", "part-002.txt"]
+    assert (workspace / "part-002.txt").read_text() == "part 2\n"
+
+
+def test_a_loop_cannot_write_outside_the_workspace(sandbox: tuple[Path, Path]) -> None:
+    workspace, outside = sandbox
+    with pytest.raises(ToolError, match="escapes the workspace"):
+        tool_run("file.write", {"path": "../outside/{index}.txt", "content": "x"}, workspace=workspace,
+                 loop={"repeat": 2})
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
+# -- undo and rollback ---------------------------------------------------------------------------------
+
+
+def test_rollback_restores_an_overwritten_file_and_removes_a_created_one(sandbox: tuple[Path, Path]) -> None:
+    workspace, _ = sandbox
+    undo = undo_dir_for(workspace, "7")
+    (workspace / "data.csv").write_text("a,b\n1,2\n")
+    tool_run("file.write", {"path": "data.csv", "content": "clobbered\n"}, workspace=workspace, undo_dir=undo)
+    assert (workspace / "data.csv").read_text() == "clobbered\n"
+    assert not undo.is_relative_to(workspace)  # the agent cannot reach its own undo copies
+    assert tool_rollback(workspace, undo) == ["restored data.csv"]
+    assert (workspace / "data.csv").read_text() == "a,b\n1,2\n"
+
+    undo2 = undo_dir_for(workspace, "8")
+    tool_run("file.convert", {"path": "data.csv", "to": "json"}, workspace=workspace, undo_dir=undo2)
+    assert (workspace / "data.json").exists()
+    assert tool_rollback(workspace, undo2) == ["removed data.json"]
+    assert not (workspace / "data.json").exists()
+    with pytest.raises(ToolError, match="kept no undo copies"):
+        tool_rollback(workspace, undo2)  # nothing is rolled back twice
+
+
+def test_rollback_of_a_move_puts_the_file_back(sandbox: tuple[Path, Path]) -> None:
+    workspace, _ = sandbox
+    (workspace / "a.txt").write_text("A")
+    (workspace / "docs").mkdir()
+    undo = undo_dir_for(workspace, "9")
+    tool_run("file.move", {"path": "a.txt", "to": "docs"}, workspace=workspace, undo_dir=undo)
+    assert (workspace / "docs" / "a.txt").exists() and not (workspace / "a.txt").exists()
+    tool_rollback(workspace, undo)
+    assert (workspace / "a.txt").read_text() == "A" and not (workspace / "docs" / "a.txt").exists()
+
+
+def test_precheck_says_what_a_step_reads_creates_and_overwrites(sandbox: tuple[Path, Path]) -> None:
+    workspace, _ = sandbox
+    (workspace / "data.csv").write_text("a,b\n1,2\n")
+    (workspace / "count.txt").write_text("9\n")
+    assert tool_precheck("file.count", {"path": "data.csv", "output": "count.txt"}, workspace) == (
+        "reads data.csv (8 bytes); will overwrite count.txt")
+    assert tool_precheck("file.read", {"path": "nope.txt"}, workspace) == "nope.txt does not exist yet"
+    assert tool_precheck("file.write", {"path": "new.txt", "content": "x"}, workspace) == "will create new.txt"

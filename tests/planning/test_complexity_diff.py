@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planning.engine.complexity import goal_complexity, should_plan
+from planning.engine.complexity import goal_complexity, should_plan, tool_single_step
 from planning.engine.diff import plan_diff, plan_diff_summary
 
 
@@ -72,3 +73,21 @@ def test_plan_diff_dependency_order_is_not_a_change() -> None:
 def test_plan_diff_matches_steps_by_id_when_there_is_no_key() -> None:
     diff = plan_diff([{"id": "a", "action_hint": "work"}], [{"id": "a", "action_hint": "look for work"}])
     assert diff["changed"] == [{"key": "a", "fields": {"action_hint": ["work", "look for work"]}}]
+
+
+@pytest.mark.parametrize(
+    ("goal", "step"),
+    [
+        ("Read notes.txt", ("file.read", "notes.txt")),
+        ("Summarize docs/ideas.md.", ("text.summarize", "docs/ideas.md")),
+        ("List the folder notes", ("file.list", "notes")),
+    ],
+)
+def test_tool_single_step_for_one_read_on_a_named_file(goal: str, step: tuple[str, str]) -> None:
+    found = tool_single_step(goal)
+    assert found is not None and (found["tool"], found["input"]) == (step[0], {"path": step[1]})
+
+
+@pytest.mark.parametrize("goal", ["List the workspace", "Read the notes", "Write notes.txt", "Read a.txt and b.txt"])
+def test_tool_single_step_leaves_everything_else_to_the_model(goal: str) -> None:
+    assert tool_single_step(goal) is None

@@ -25,10 +25,11 @@ def judge(case: dict[str, Any]) -> tuple[str, list[str], str | None]:
     result = plan_validate(
         parsed.data, kind=case["kind"], max_steps=case.get("max_steps", 20), allowed_actions=CORPUS["allowed_actions"]
     )
-    messages = [*result.problems, *result.flags, *parsed.repaired]
+    flags = [*result.flags, *parsed.flags]  # seed 002: an answer outside <json> tags is flagged
+    messages = [*result.problems, *flags, *parsed.repaired]
     if not result.ok:
         return "rejected", messages, parsed.method
-    if result.flags:
+    if flags:
         return "flagged", messages, parsed.method
     if parsed.repaired:
         return "repaired", messages, parsed.method

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planning.engine.parse import MAX_OUTPUT_CHARS, PlanParseError, json_extract, plan_parse
+from agents.llm.extract import json_extract
+from planning.engine.parse import MAX_OUTPUT_CHARS, PlanParseError, plan_parse
 
 STEP = {"id": "1", "tool": "file.list", "intent": "List the workspace", "input": {}, "requiresPermission": False}
 
@@ -152,3 +153,19 @@ def test_plan_parse_round_trips_and_survives_truncation(steps: list[dict[str, An
     assert parsed.repaired == []
     cut = data.draw(st.integers(min_value=1, max_value=len(text)))
     _parse_or_reason("<json>" + text[:cut])
+
+
+def test_without_tags_the_last_block_that_parses_wins() -> None:
+    text = 'For example {"steps": [{"id": "example"}]} and here is mine: {"steps": [{"id": "1"}]}'
+    parsed = plan_parse(text)
+    assert parsed.data["steps"] == [{"id": "1"}]
+    assert parsed.flags == ["the answer was not inside <json>...</json> tags (the planner prompt asks for them)"]
+
+
+def test_a_tagged_block_wins_even_before_later_json() -> None:
+    parsed = plan_parse('<json>{"steps": [{"id": "1"}]}</json> PS: {"steps": [{"id": "ps"}]}')
+    assert parsed.data["steps"] == [{"id": "1"}] and parsed.flags == []
+
+
+def test_json_extract_prefers_the_last_answer_to_an_example() -> None:
+    assert json_extract('e.g. {"who": "example"} -> {"who": "Acta"}').value == {"who": "Acta"}

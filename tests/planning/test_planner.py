@@ -5,12 +5,14 @@ chain is exhausted, and every call on record."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.urls import reverse
 
 from agents.models import Agent, LLMCall
-from planning.models import Plan, PlanEvent
+from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import plan_generate
 from tests.factories import AgentFactory
 from tests.llm_server import LLMTestServer, answer, error
@@ -150,3 +152,396 @@ def test_last_model_of_the_chain_gets_three_attempts_and_repair_saves_the_third(
     assert plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).count() == 2
     flags = plan.events.get(kind=PlanEvent.Kind.VALIDATED).detail["flags"]
     assert any("trailing comma" in f for f in flags)
+
+
+# -- the deadline: one per plan, covering every call ------------------------------------------------
+
+
+def test_deadline_cuts_a_slow_planner_and_says_no_model_answered(chain: LLMTestServer, settings: Any) -> None:
+    settings.LLM_TIMEOUT_SECONDS = 30  # each call alone would wait; the plan's deadline must not
+    settings.PLAN_DEADLINE_SECONDS = 1
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer(GOOD, delay=6))
+    chain.script("small-model", answer(GOOD))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+
+    assert plan.status == Plan.Status.FAILED  # the slow answer, good as it was, came too late
+    assert plan.failure_reason.startswith("no model answered within 1 s")
+    assert chain.requests_for("small-model") == []  # no time was left to ask anyone else
+    timed_out = LLMCall.objects.get(plan=plan, model="big-model")
+    assert "ProviderTimeout" in timed_out.error and not timed_out.response
+
+
+def test_deadline_covers_the_restatement_too(chain: LLMTestServer, settings: Any) -> None:
+    settings.LLM_TIMEOUT_SECONDS = 30
+    settings.PLAN_DEADLINE_SECONDS = 1
+    chain.script("fast-model", answer(RESTATE, delay=6))
+    chain.script("big-model", answer(GOOD))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+
+    assert plan.status == Plan.Status.FAILED
+    assert plan.failure_reason.startswith("no model answered within 1 s")
+    assert chain.requests_for("big-model") == []
+
+
+# -- true reasons, and the goal tried again ----------------------------------------------------------
+
+
+def test_no_model_answering_says_so_and_schedules_a_retry_that_plans_the_goal(chain: LLMTestServer, settings: Any) -> None:
+    from agents.cycle import agent_cycle
+    from tests.factories import GoalFactory
+
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", error(500), error(500))
+    chain.script("small-model", error(503), error(503))
+    agent = tool_agent()
+    goal = GoalFactory(agent=agent, description="List the workspace", source_needs=[])
+    plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal)
+
+    assert plan.status == Plan.Status.FAILED
+    assert plan.failure_reason.startswith("no model answered\n")
+    assert "rejected" not in plan.failure_reason.split("\n")[0]
+    assert plan.retry_at is not None
+    agent.refresh_from_db()
+    assert "next attempt at" in agent.waiting_reason and "retry 1 of 3" in agent.waiting_reason
+    assert plan.events.get(kind=PlanEvent.Kind.PLAN_FAILED).reason == "planning failed: no model answered"
+
+    # The model comes back; once the backoff has passed, the next cycle plans the goal again.
+    settings.LLM_MODELS = {"planner": ["offline-rules"], "fast": ["offline-rules"]}
+    agent_cycle(agent_id=agent.pk, runner="r")
+    assert Plan.objects.filter(agent=agent).count() == 1  # not yet: the backoff has not passed
+    Plan.objects.filter(pk=plan.pk).update(retry_at=plan.retry_at - timedelta(hours=1))
+    Agent.objects.filter(pk=agent.pk).update(plan_retry_at=plan.retry_at - timedelta(hours=1))
+    agent_cycle(agent_id=agent.pk, runner="r")
+    retried = Plan.objects.get(previous=plan)
+    assert retried.status == Plan.Status.AWAITING_APPROVAL and retried.goal == goal
+    assert (retried.planning_retry, retried.times_replanned) == (1, 0)  # a retry, not a replan
+    assert retried.who == "Archivist"  # the restatement carried over, without a new call
+    assert not LLMCall.objects.filter(plan=retried, purpose="restate").exists()
+
+
+def test_retry_policy_of_zero_waits_for_an_operator(chain: LLMTestServer) -> None:
+    chain.script("fast-model", answer(RESTATE))
+    agent = tool_agent()
+    agent.plan_retry_limit = 0
+    agent.save()
+    plan = plan_generate(agent=agent, goal_text="List the workspace")  # nothing scripted: 404s
+    assert plan.status == Plan.Status.FAILED and plan.retry_at is None
+    agent.refresh_from_db()
+    assert agent.plan_retry_at is None and "waiting for an operator" in agent.waiting_reason
+
+
+def test_model_error_names_the_model_once(chain: LLMTestServer) -> None:
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", error(400, message="context too long"))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+    line = next(r for r in plan.failure_reason.splitlines() if "context too long" in r)
+    assert line.startswith("big-model: model error: BadRequestError")
+    assert line.count("big-model") == 1
+
+
+def test_rejections_only_say_answers_were_rejected(chain: LLMTestServer) -> None:
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer(UNKNOWN_TOOL), answer(UNKNOWN_TOOL))
+    chain.script("small-model", *[answer(UNKNOWN_TOOL)] * 4)
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+    assert plan.failure_reason.startswith("no acceptable plan: 6 answers rejected\n")
+
+
+# -- replans: their own chain, the restatement reused, the retry context kept, labels true ---------
+
+
+def test_replan_uses_its_chain_reuses_the_restatement_and_labels_what_is_what(
+    chain: LLMTestServer, settings: Any
+) -> None:
+    chain.script("fast-model", answer(RESTATE), answer(HINTS))
+    chain.script("big-model", answer(GOOD))
+    agent = tool_agent()
+    first = plan_generate(agent=agent, goal_text="List the workspace")
+    settings.LLM_PURPOSE_MODELS = {"replan": ["replan-model"]}
+    chain.script("replan-model", answer(UNKNOWN_TOOL), answer(GOOD))
+    second = plan_generate(agent=agent, goal_text=first.goal_text, previous=first, reason="operator: too slow",
+                           feedback=["Only list the top folder"])
+
+    assert second.status == Plan.Status.AWAITING_APPROVAL and second.model == "replan-model"
+    assert chain.requests_for("big-model") and len(chain.requests_for("big-model")) == 1  # REPLAN_MODELS used
+    assert second.who == "Archivist" and not LLMCall.objects.filter(plan=second, purpose="restate").exists()
+    retry_prompt = chain.requests_for("replan-model")[1].messages[-1]["content"]
+    assert "RESTATED GOAL: WHO: Archivist" in retry_prompt
+    feedback_part = retry_prompt.split("OPERATOR FEEDBACK (must be taken into account):\n", 1)[1].split("\n\n", 1)[0]
+    assert feedback_part == "- Only list the top folder"  # the operator's words, and only those
+    rejected_part = retry_prompt.split("YOUR PREVIOUS ATTEMPT WAS REJECTED BECAUSE:\n", 1)[1].split("\n\n", 1)[0]
+    assert "unknown tool 'file.delete_all'" in rejected_part
+    assert "LAST REJECTED OUTPUT" in retry_prompt and "RETRY_HINTS" in retry_prompt
+
+
+# -- seed 003: clarification, too many steps, a simpler request ------------------------------------
+
+
+def test_unclear_goal_asks_the_operator_who_answers_on_the_plan_page(operator_client: Any) -> None:
+    from agents.cycle import agent_cycle
+    from tests.factories import GoalFactory
+
+    agent = tool_agent()
+    goal = GoalFactory(agent=agent, description="Do the thing", source_needs=[])
+    plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal)
+    assert plan.status == Plan.Status.CLARIFYING
+    assert "Do the thing" in plan.clarification_question
+    page = operator_client.get(plan.get_absolute_url()).content.decode()
+    assert "The planner asks:" in page and "Answer and plan again" in page
+
+    response = operator_client.post(reverse("plan-clarify", args=[plan.pk]), {"answer": "convert data.csv to JSON"})
+    assert response.status_code in (200, 302)
+    plan.refresh_from_db()
+    assert plan.clarification_answer == "convert data.csv to JSON"
+    event = plan.events.get(kind=PlanEvent.Kind.CLARIFIED)
+    assert event.actor is not None and event.actor.get_username() == "olga"
+
+    agent_cycle(agent_id=agent.pk, runner="r")
+    resumed = Plan.objects.get(previous=plan)
+    assert resumed.status == Plan.Status.AWAITING_APPROVAL
+    assert "convert data.csv to JSON" in resumed.goal_text
+    assert resumed.steps.filter(tool="file.convert").exists()
+
+
+def test_clarify_refuses_a_plan_that_asks_nothing(operator_client: Any) -> None:
+    plan = plan_generate(agent=tool_agent(), goal_text="Convert data.csv to JSON")
+    response = operator_client.post(reverse("plan-clarify", args=[plan.pk]), {"answer": "yes"})
+    assert response.status_code == 409 and "Nothing was changed" in response.content.decode()
+    plan.refresh_from_db()
+    assert plan.clarification_answer == "" and plan.status == Plan.Status.AWAITING_APPROVAL
+
+
+def test_too_many_steps_goes_to_the_operator_not_back_to_the_model(chain: LLMTestServer, settings: Any) -> None:
+    settings.PLAN_MAX_STEPS = 5
+    steps = [{"id": str(i), "tool": "file.list", "intent": f"List {i}", "input": {"path": "."},
+              "requiresPermission": False} for i in range(1, 9)]
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer("<json>" + json.dumps({"steps": steps}) + "</json>"))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+    assert plan.status == Plan.Status.CLARIFYING
+    assert "8 steps, more than the limit of 5" in plan.clarification_question
+    assert len(chain.requests_for("big-model")) == 1  # no silent re-prompt
+    agent = Agent.objects.get(pk=plan.agent_id)
+    assert agent.waiting_reason.startswith(f"plan v{plan.version} asks:")
+
+
+def test_after_every_rejection_a_simpler_request_is_tried(chain: LLMTestServer, settings: Any) -> None:
+    settings.LLM_MODELS = {"planner": ["big-model"], "fast": ["fast-model"]}
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer(UNKNOWN_TOOL), answer(UNKNOWN_TOOL), answer(UNKNOWN_TOOL), answer(GOOD))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+    assert "SIMPLER REQUEST" in chain.requests_for("big-model")[3].messages[-1]["content"]
+    flags = plan.events.get(kind=PlanEvent.Kind.VALIDATED).detail["flags"]
+    assert "accepted from a simpler request after rejected answers" in flags
+
+
+# -- seed 004: a simple tool goal is one step without a planning call --------------------------------
+
+
+def test_simple_tool_goal_is_one_step_without_any_model_call() -> None:
+    agent = tool_agent()
+    (agent.workspace / "notes.txt").write_text("Hello.")
+    plan = plan_generate(agent=agent, goal_text="Read notes.txt")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL  # still the operator's call
+    assert [(s.tool, s.tool_input, s.tools_needed) for s in plan.steps.all()] == [
+        ("file.read", {"path": "notes.txt"}, ["file.read"])]
+    assert not LLMCall.objects.filter(plan=plan).exists()
+    assert "simple goal: one step, no planning call" in plan.events.get(kind=PlanEvent.Kind.VALIDATED).detail["flags"]
+
+
+def test_answer_without_json_tags_is_used_and_flagged(chain: LLMTestServer) -> None:
+    untagged = GOOD.replace("<json>", "").replace("</json>", "")
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer("Example: {\"steps\": [{\"id\": \"x\", \"tool\": \"file.nuke\"}]}\n" + untagged))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL  # the real plan, after the example, won
+    flags = plan.events.get(kind=PlanEvent.Kind.VALIDATED).detail["flags"]
+    assert any("not inside <json>...</json> tags" in f for f in flags)
+
+
+# -- recovery: planning cut off by a runner that died ------------------------------------------------
+
+
+def test_claiming_an_agent_fails_its_orphaned_validating_plan() -> None:
+    from django.utils import timezone
+
+    from agents.runner import agents_claim
+
+    agent = tool_agent()
+    plan = plan_start_orphan(agent, runner="runner dead/1")
+    Agent.objects.filter(pk=agent.pk).update(lease_owner="runner dead/1",
+                                             lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert agents_claim(runner="rescuer", limit=5, exclude=set()) == [agent.pk]
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.FAILED
+    assert plan.failure_reason.startswith("planning interrupted: runner dead/1 stopped before it finished")
+    assert plan.retry_at is not None  # and the goal is tried again
+
+
+def plan_start_orphan(agent: Agent, *, runner: str) -> Plan:
+    from planning.planner import plan_start
+
+    return plan_start(agent=agent, goal_text="List the workspace", goal=None, previous=None, reason="",
+                      actor_label=runner)
+
+
+def test_replan_works_on_a_plan_failed_by_an_interrupted_runner(operator_client: Any) -> None:
+    from planning.planner import plans_interrupted_fail
+
+    agent = tool_agent()
+    plan = plan_start_orphan(agent, runner="runner dead/2")
+    plans_interrupted_fail(agent_ids=[agent.pk], runner="rescuer")
+    response = operator_client.post(reverse("plan-replan", args=[plan.pk]), {"reason": "try again"})
+    assert response.status_code in (200, 302)
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.ACTIVE and plan.replan_reason == "operator: try again"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runner_killed_while_planning_leaves_no_plan_validating_after_its_lease(tmp_path: Any) -> None:
+    """A real `runagents` process, SIGKILLed while its model is thinking; another runner takes over."""
+    import signal
+    import time
+
+    from tests.agents.test_scaleout import runagents, runner_env
+    from tests.factories import GoalFactory
+    from tests.llm_server import LLMTestServer
+
+    agent = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0, name="Orphan")
+    GoalFactory(agent=agent, description="List the workspace", source_needs=[])
+    with LLMTestServer() as server:
+        server.script("fast", answer(RESTATE))
+        server.script("slow-planner", answer(GOOD, delay=60))
+        env = runner_env(tmp_path, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="k", PLANNER_MODELS="slow-planner",
+                         FAST_MODELS="fast", RUNNER_LEASE_SECONDS="2", LLM_TIMEOUT_SECONDS="90")
+        doomed = runagents(env, "--runner-id", "doomed")
+        waited = 0
+        while not server.requests_for("slow-planner"):
+            assert waited < 600, "the runner never asked the planner"
+            time.sleep(0.1)
+            waited += 1
+        doomed.send_signal(signal.SIGKILL)
+        doomed.communicate(timeout=10)
+    plan = Plan.objects.get(agent=agent)
+    assert plan.status == Plan.Status.VALIDATING  # what a dead runner leaves behind
+    agent.refresh_from_db()
+    while agent.lease_expires_at is not None and agent.lease_expires_at > timezone_now():
+        time.sleep(0.1)
+        agent.refresh_from_db()
+    rescuer = runagents(runner_env(tmp_path), "--cycles", "1", "--runner-id", "rescuer")
+    _out, err = rescuer.communicate(timeout=120)
+    assert rescuer.returncode == 0, err
+    assert not Plan.objects.filter(status=Plan.Status.VALIDATING).exists()
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.FAILED
+    assert plan.failure_reason.startswith("planning interrupted: doomed stopped before it finished")
+    agent.refresh_from_db()
+    assert "next attempt at" in agent.waiting_reason
+
+
+def timezone_now() -> Any:
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+# -- the offline model plans the demo's goals right, and they run ---------------------------------
+
+
+def run_cycles(agent: Agent, n: int = 6) -> None:
+    from agents.cycle import agent_cycle
+
+    for _ in range(n):
+        agent_cycle(agent_id=agent.pk, runner="r")
+
+
+@pytest.mark.parametrize("spec", __import__("agents.management.commands.seed_demo", fromlist=["TOOL_AGENTS"]).TOOL_AGENTS,
+                         ids=lambda spec: spec["goal"])
+def test_every_demo_goal_is_planned_without_touching_its_sources(spec: dict[str, Any]) -> None:
+    agent = AgentFactory(name=spec["name"], kind=Agent.Kind.TOOL, planner_models=spec.get("planner_models", ""))
+    for rel, text in spec["files"].items():
+        (agent.workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+        (agent.workspace / rel).write_text(text)
+    plan = plan_generate(agent=agent, goal_text=spec["goal"])
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+    written = {str(s.tool_input.get("output") or s.tool_input.get("path")) for s in plan.steps.filter(risk="risky")}
+    assert not written & set(spec["files"])  # the files the goal is about are read, never overwritten
+
+
+def test_count_goal_counts_the_rows_into_count_txt_and_leaves_data_csv(operator: Any) -> None:
+    from planning.services import plan_approve
+
+    agent = tool_agent()
+    (agent.workspace / "data.csv").write_text("name,city\nAda,London\nGrace,Arlington\nLinus,Portland\n")
+    plan = plan_generate(agent=agent, goal_text="Count the rows in data.csv and write the count to count.txt")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+    assert not plan.steps.filter(risk="risky", tool_input__path="data.csv").exclude(tool="file.count").exists()
+    plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+    for step in plan.steps.filter(requires_permission=True):
+        step.approved_by = operator
+        step.save()
+    run_cycles(agent)
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.COMPLETED
+    assert (agent.workspace / "count.txt").read_text() == "3\n"
+    assert (agent.workspace / "data.csv").read_text().startswith("name,city\nAda")
+
+
+def test_step_by_step_shows_a_precheck_then_elapsed_time_and_a_step_rolls_back(operator: Any,
+                                                                              operator_client: Any) -> None:
+    from planning.services import plan_approve, step_approve
+
+    agent = tool_agent()
+    (agent.workspace / "count.txt").write_text("old\n")
+    plan = plan_generate(agent=agent, goal_text="Count the rows in data.csv and write the count to count.txt")
+    plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.STEP)
+    for _ in range(8):
+        run_cycles(agent, 1)
+        waiting = plan.steps.filter(status=PlanStep.Status.AWAITING_APPROVAL).first()
+        if waiting is not None:
+            assert waiting.precheck  # seed 002: shown before each step
+            if waiting.tool == "file.count":
+                assert waiting.precheck == "reads data.csv (8 bytes); will overwrite count.txt"
+                assert "Pre-check: reads data.csv (8 bytes); will overwrite count.txt" in \
+                    operator_client.get(plan.get_absolute_url()).content.decode()
+            step_approve(step=waiting, user=operator)
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.COMPLETED
+    count = plan.steps.get(tool="file.count")
+    assert count.elapsed_ms is not None
+    page = operator_client.get(plan.get_absolute_url()).content.decode()
+    assert f"took {count.elapsed_ms} ms" in page and "Roll back" in page
+
+    response = operator_client.post(reverse("step-rollback", args=[count.pk]))
+    assert response.status_code == 302  # back to the plan page, with a confirmation
+    assert (agent.workspace / "count.txt").read_text() == "old\n"
+    count.refresh_from_db()
+    assert count.status == PlanStep.Status.ROLLED_BACK
+    event = plan.events.get(kind=PlanEvent.Kind.STEP_ROLLED_BACK)
+    assert event.actor is not None and event.actor.get_username() == "olga" and "restored count.txt" in event.reason
+
+
+def test_rollback_is_refused_while_a_later_write_built_on_the_step(operator_client: Any) -> None:
+    from tests.factories import PlanFactory, PlanStepFactory
+
+    plan = PlanFactory(agent=tool_agent(), status=Plan.Status.COMPLETED)
+    write = PlanStepFactory(plan=plan, key="1", tool="file.write", risk="risky", status=PlanStep.Status.COMPLETED,
+                            tool_input={"path": "a.csv", "content": "a\n"})
+    PlanStepFactory(plan=plan, key="2", tool="file.convert", risk="risky", status=PlanStep.Status.COMPLETED,
+                    depends_on=["1"], tool_input={"path": "a.csv", "to": "json"})
+    response = operator_client.post(reverse("step-rollback", args=[write.pk]))
+    assert response.status_code == 409
+    assert "Step 2 built on step 1: roll it back first. Nothing was changed." in response.content.decode()
+    write.refresh_from_db()
+    assert write.status == PlanStep.Status.COMPLETED
+    assert not plan.events.filter(kind=PlanEvent.Kind.STEP_ROLLED_BACK).exists()
+
+
+def test_a_viewer_cannot_roll_back(viewer_client: Any) -> None:
+    from tests.factories import PlanStepFactory
+
+    step = PlanStepFactory(tool="file.write", risk="risky", status=PlanStep.Status.COMPLETED)
+    assert viewer_client.post(reverse("step-rollback", args=[step.pk])).status_code == 403
+    assert viewer_client.post(reverse("plan-clarify", args=[step.plan_id]), {"answer": "x"}).status_code == 403

@@ -155,3 +155,15 @@ def test_plan_validate_never_raises(data: dict[str, Any], kind: str) -> None:
             assert set(step.depends_on) <= set(keys)
             if kind == "tool" and step.tool in ("file.write", "web.fetch"):
                 assert step.requires_permission
+
+
+def test_etc_passwd_in_a_path_is_judged_as_a_path_never_as_a_shell_command() -> None:
+    def plan(path: str, intent: str = "Read it") -> dict[str, Any]:
+        return {"steps": [{"id": "1", "tool": "file.read", "intent": intent, "input": {"path": path},
+                           "requiresPermission": False}]}
+
+    outside = plan_validate(plan("/etc/passwd"), kind="tool")
+    assert outside.problems == ["step 1: absolute path '/etc/passwd' is not allowed; use a path relative to the workspace"]
+    assert plan_validate(plan("backup/etc/passwd"), kind="tool").ok
+    said = plan_validate(plan("notes.txt", intent="Then cat /etc/passwd"), kind="tool")
+    assert said.problems == ["step 1: prohibited reference to a system file: '/etc/passwd'"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -94,10 +95,11 @@ def test_admin_change_to_an_agent_without_a_plan_is_in_the_audit_log(db: None) -
     url = reverse("admin:agents_agent_change", args=[agent.pk])
     page = client.get(url)
     assert page.status_code == 200 and "escalate_after_minutes" in page.content.decode()
-    data = {"name": "Idle", "backstory": "x", "kind": "persona", "status": "running", "personality": "{}",
-            "emotions": "{}", "cycle_interval": "2.0", "planner_models": "", "waiting_reason": "",
-            "escalate_after_minutes": "15", "needs-TOTAL_FORMS": "0", "needs-INITIAL_FORMS": "0",
-            "needs-MIN_NUM_FORMS": "0", "needs-MAX_NUM_FORMS": "1000"}
+    form = page.context["adminform"].form
+    data = {name: json.dumps(value) if isinstance(value, dict | list) else value
+            for name, value in ((n, form[n].value()) for n in form.fields) if value is not None}
+    data |= {"escalate_after_minutes": "15", "needs-TOTAL_FORMS": "0", "needs-INITIAL_FORMS": "0",
+             "needs-MIN_NUM_FORMS": "0", "needs-MAX_NUM_FORMS": "1000"}
     response = client.post(url, data)
     assert response.status_code == 302, response.content.decode()[:2000]
     agent.refresh_from_db()

@@ -1,0 +1,157 @@
+"""Hostile input through the operator's forms: each refused with a clear message, nothing changed, never
+a server error. (On PostgreSQL a NUL or a lone surrogate in JSON used to fail in the database: a 500.)"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from planning import services
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client_500(operator: object) -> Client:
+    client = Client(raise_request_exception=False)  # a server error shows as a 500, as in a browser
+    client.force_login(operator)  # type: ignore[arg-type]
+    return client
+
+
+def write_step() -> PlanStep:
+    plan = PlanFactory(agent=AgentFactory(kind="tool"))
+    return PlanStepFactory(plan=plan, key="1", position=1, description="Write the notes", tool="file.write",
+                           action_hint="", tool_input={"path": "notes.txt", "content": "hello"})
+
+
+DEEP = 5_000
+HOSTILE_JSON = {
+    "deep nesting": ('{"path": "notes.txt", "content": "x", "extra": ' + "[" * DEEP + "]" * DEEP + "}",
+                     "nested too deeply"),
+    "deep nesting beyond the size limit": ('{"path": "n.txt", "content": ' + "[" * 60_000 + "]" * 60_000 + "}",
+                                           "at most 20000 characters"),
+    "a 5,000-digit integer": ('{"path": "notes.txt", "content": "x", "n": 1' + "0" * 4_999 + "}", "number too large"),
+    "a NUL character": ('{"path": "notes.txt", "content": "a\\u0000b"}', "NUL character"),
+    "a lone surrogate": ('{"path": "notes.txt", "content": "\\ud800"}', "lone surrogate"),
+    "a surrogate in a key": ('{"path": "notes.txt", "content": "x", "\\udfff": 1}', "lone surrogate"),
+    "NaN": ('{"path": "notes.txt", "content": NaN}', "not a JSON number"),
+    "a bidirectional override in the path": ('{"path": "cod\\u202egnp.exe", "content": "x"}', "bidirectional"),
+    "an escaping path": ('{"path": "../../..", "content": "x"}', "escapes the workspace"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_JSON))
+def test_step_edit_refuses_hostile_json_and_changes_nothing(client_500: Client, name: str) -> None:
+    raw, message = HOSTILE_JSON[name]
+    step = write_step()
+    response = client_500.post(reverse("step-edit", args=[step.pk]),
+                               {"description": "Write the notes", "tool": "file.write", "tool_input": raw})
+    assert response.status_code == 400, response.content[:300]
+    assert message in response.content.decode()
+    step.refresh_from_db()
+    assert step.tool_input == {"path": "notes.txt", "content": "hello"}
+    assert not PlanEvent.objects.exists()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a\x00b", "Null characters are not allowed"),
+    ("bell\x07", "control character"),
+    ("see \u202eelif", "bidirectional"),
+])
+def test_step_edit_refuses_hostile_description(client_500: Client, text: str, message: str) -> None:
+    step = write_step()
+    response = client_500.post(reverse("step-edit", args=[step.pk]), {
+        "description": text, "tool": "file.write", "tool_input": '{"path": "notes.txt", "content": "hello"}'})
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    step.refresh_from_db()
+    assert step.description == "Write the notes"
+
+
+BAD_REASONS = {"too long": ("x" * 2_001, "at most 2000 characters"), "a NUL": ("stop\x00", "Null characters"),
+               "a control character": ("stop\x1b[31m", "control character")}
+
+
+@pytest.mark.parametrize("name", list(BAD_REASONS))
+def test_plan_cancel_refuses_an_invalid_reason_instead_of_dropping_it(client_500: Client, name: str) -> None:
+    reason, message = BAD_REASONS[name]
+    plan = PlanFactory(status=Plan.Status.ACTIVE)
+    response = client_500.post(reverse("plan-cancel", args=[plan.pk]), {"reason": reason})
+    assert response.status_code == 400
+    assert message in response.content.decode() and "Nothing was changed" in response.content.decode()
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.ACTIVE
+    assert not PlanEvent.objects.exists()
+
+
+@pytest.mark.parametrize("name", list(BAD_REASONS))
+def test_step_skip_refuses_an_invalid_reason_instead_of_dropping_it(client_500: Client, name: str) -> None:
+    reason, message = BAD_REASONS[name]
+    step = write_step()
+    response = client_500.post(reverse("step-skip", args=[step.pk]), {"reason": reason})
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.PENDING
+    assert not PlanEvent.objects.exists()
+
+
+def test_step_decline_says_what_is_wrong_with_too_long_feedback(client_500: Client) -> None:
+    step = write_step()
+    PlanStep.objects.filter(pk=step.pk).update(status=PlanStep.Status.AWAITING_APPROVAL)
+    response = client_500.post(reverse("step-decline", args=[step.pk]), {"feedback": "no " * 1_000})
+    assert response.status_code == 400
+    assert "at most 2000 characters" in response.content.decode()
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize("reason", ["x" * 2_001, "a\x00b", "\ud800", "esc\x1b"])
+def test_services_refuse_invalid_reasons_whoever_calls_them(operator: object, reason: str) -> None:
+    """The API and the runner call the services directly: the same refusal there."""
+    plan = PlanFactory(status=Plan.Status.ACTIVE)
+    step = PlanStepFactory(plan=plan)
+    with pytest.raises(services.DecisionError, match="Nothing was changed"):
+        services.plan_cancel(plan=plan, user=operator, reason=reason)
+    with pytest.raises(services.DecisionError, match="Nothing was changed"):
+        services.step_skip(step=step, user=operator, reason=reason)
+    plan.refresh_from_db()
+    step.refresh_from_db()
+    assert plan.status == Plan.Status.ACTIVE and step.status == PlanStep.Status.PENDING
+
+
+def test_service_step_edit_refuses_hostile_json_given_as_values(operator: object) -> None:
+    step = write_step()
+    deep: object = "x"
+    for _ in range(500):
+        deep = [deep]
+    for value in ({"path": "notes.txt", "content": deep}, {"path": "notes.txt", "content": "\x00"},
+                  {"path": "notes.txt", "content": "x", "n": 10 ** 5000}):
+        with pytest.raises(services.DecisionError, match="Nothing was changed"):
+            services.step_edit(step=step, user=operator, changes={"tool_input": value})
+    step.refresh_from_db()
+    assert step.tool_input == {"path": "notes.txt", "content": "hello"}
+
+
+@pytest.mark.parametrize("name", ["report\u202etxt.exe", "a\u2066b", "bell\x07.txt", "zero\u200bwidth.txt"])
+def test_tools_refuse_file_names_that_display_as_another(tmp_path: object, name: str) -> None:
+    from agents.tools import ToolError, path_problem, tool_run
+
+    assert "control or bidirectional" in (path_problem(name) or "")
+    with pytest.raises(ToolError, match="control or bidirectional"):
+        tool_run("file.write", {"path": name, "content": "x"}, workspace=tmp_path)  # type: ignore[arg-type]
+
+
+def test_tools_show_an_existing_file_name_with_a_bidi_override_escaped(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from agents.tools import tool_run
+
+    workspace = Path(str(tmp_path))
+    (workspace / "invoice\u202efdp.exe").write_text("x")
+    listing = tool_run("file.list", {}, workspace=workspace)
+    assert "\u202e" not in listing
+    assert "invoice\\u202efdp.exe" in listing
