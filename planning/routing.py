@@ -16,3 +16,6 @@ websocket_urlpatterns += [
     path("ws/inbox/", steer_consumers.InboxConsumer.as_asgi()),
     path("ws/inbox/count/", steer_consumers.InboxCountConsumer.as_asgi()),
 ]
+websocket_urlpatterns += [
+    path("ws/plans/<int:plan_id>/presence/", steer_consumers.PlanPresenceConsumer.as_asgi()),
+]

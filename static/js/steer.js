@@ -65,6 +65,14 @@
         focusedId = null;
       }
     });
+    // Every htmx form on every page: its buttons are disabled while its request is in flight (no double decisions).
+    document.body.addEventListener("htmx:beforeRequest", function (e) {
+      var form = e.detail && e.detail.elt;
+      if (!form || form.tagName !== "FORM" || form.hasAttribute("hx-disabled-elt")) return;
+      var buttons = Array.prototype.slice.call(form.querySelectorAll("button:not([disabled])"));
+      buttons.forEach(function (b) { b.disabled = true; });
+      form.addEventListener("htmx:afterRequest", function () { buttons.forEach(function (b) { b.disabled = false; }); }, { once: true });
+    });
     document.addEventListener("keydown", function (e) {
       if (!document.getElementById("inbox-list") || e.ctrlKey || e.metaKey || e.altKey) return;
       var t = e.target;

@@ -224,6 +224,14 @@ def test_two_operators_decide_the_same_plan_at_once(sign_in: Any, steer: dict[st
     for page in (olga, otto):
         expect(item(page, "Courier")).to_have_count(0)
 
+    # On the plan page each sees who else is looking at it.
+    for page in (olga, otto):
+        page.goto(f"/plans/{steer['courier']}/")
+    expect(olga.locator("#plan-presence")).to_have_text("Also viewing this plan: otto")
+    expect(otto.locator("#plan-presence")).to_have_text("Also viewing this plan: olga")
+    otto.close()
+    expect(olga.locator("#plan-presence")).to_have_text("")
+
 
 def test_editor_refuses_an_invalid_plan_then_saves_version_two(sign_in: Any, steer: dict[str, Any],
                                                                 tmp_path: Path) -> None:

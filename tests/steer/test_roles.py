@@ -159,3 +159,39 @@ async def test_nav_count_socket_pushes_the_new_count_after_a_decision() -> None:
     await database_sync_to_async(services.step_approve)(step=step, user=operator)
     assert 'data-count="0"' in await comm.receive_from(timeout=5)
     await comm.disconnect()
+
+
+def presence_communicator(plan_id: int, user: Any) -> WebsocketCommunicator:
+    comm = WebsocketCommunicator(steer_consumers.PlanPresenceConsumer.as_asgi(), f"/ws/plans/{plan_id}/presence/")
+    comm.scope["user"] = user
+    comm.scope["url_route"] = {"kwargs": {"plan_id": plan_id}}
+    return comm
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_plan_page_shows_who_else_views_it() -> None:
+    step = await database_sync_to_async(PlanStepFactory)()
+    olga = await database_sync_to_async(UserFactory)(username="olga", role="operators")
+    otto = await database_sync_to_async(UserFactory)(username="otto", role="viewers")
+    first = presence_communicator(step.plan_id, olga)
+    assert (await first.connect())[0]
+    assert "Also viewing" not in await first.receive_from(timeout=5)  # alone
+    second = presence_communicator(step.plan_id, otto)
+    assert (await second.connect())[0]
+    seen_by_second = [await second.receive_from(timeout=5) for _ in range(2)]
+    assert "Also viewing this plan: olga" in seen_by_second[-1]
+    assert "Also viewing this plan: otto" in await first.receive_from(timeout=5)
+    await second.disconnect()
+    left = await first.receive_from(timeout=5)
+    assert 'id="plan-presence"' in left and "Also viewing" not in left
+    await first.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_presence_socket_refuses_anonymous() -> None:
+    comm = WebsocketCommunicator(application, "/ws/plans/1/presence/", headers=[(b"origin", b"http://localhost")])
+    connected, _ = await comm.connect()
+    assert not connected
+    await comm.disconnect()
