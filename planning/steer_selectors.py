@@ -267,19 +267,9 @@ def audit_events(*, operator: str = "", agent_id: int | None = None, plan_id: in
         "kind", "actor_label", "reason", "detail", "created_at", "plan__version", "plan__goal_text",
         "agent__name", "step__key",
     ).order_by("-created_at", "-id")
-    if operator:
-        events = events.filter(actor_label=operator)
-    if agent_id is not None:
-        events = events.filter(agent_id=agent_id)
-    if plan_id is not None:
-        events = events.filter(plan_id=plan_id)
-    if kind:
-        events = events.filter(kind=kind)
-    if since is not None:
-        events = events.filter(created_at__date__gte=since)
-    if until is not None:
-        events = events.filter(created_at__date__lte=until)
-    return events
+    lookups = {"actor_label": operator or None, "agent_id": agent_id, "plan_id": plan_id, "kind": kind or None,
+               "created_at__date__gte": since, "created_at__date__lte": until}
+    return events.filter(**{name: value for name, value in lookups.items() if value is not None})
 
 
 AUDIT_EXPORT_FIELDS = ("id", "created_at", "kind", "actor_label", "agent__name", "plan_id", "plan__version",

@@ -6,7 +6,6 @@ open pages after commit (planner_site/events.py through `event_record`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +15,7 @@ from django.db import transaction
 from agents.models import Agent
 from agents.world import ACTIONS, action_needs_permission
 from planning.engine.diff import plan_diff
-from planning.engine.validate import plan_validate, step_plan_data
+from planning.engine.validate import StepSpec, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import DecisionError, event_record
 
@@ -45,34 +44,12 @@ class PlanEditInvalid(DecisionError):
         super().__init__("The edited plan is not valid: " + "; ".join(problems) + ". Nothing was saved.")
 
 
-@dataclass
-class EditedStep:
-    """One step as the operator left it in the editor (a tool call, or a persona action)."""
-
-    key: str
-    description: str
-    tool: str = ""
-    input: dict[str, Any] = field(default_factory=dict)
-    action_hint: str = ""
-    expected_outcome: str = ""
-    estimated_cycles: int = 1
-    depends_on: list[str] = field(default_factory=list)
-    requires_permission: bool = False
-    tools_needed: list[str] = field(default_factory=list)  # not in the editor: kept from the step of the same id
-    loop: dict[str, Any] = field(default_factory=dict)
-
-    def as_data(self, kind: str) -> dict[str, Any]:
-        """In the shape the planner's validator reads for this kind of agent."""
-        data = step_plan_data({
-            "key": self.key, "description": self.description, "tool": self.tool, "input": self.input,
-            "action_hint": self.action_hint, "expected_outcome": self.expected_outcome,
-            "estimated_cycles": self.estimated_cycles, "depends_on": list(self.depends_on),
-            "requires_permission": self.requires_permission, "tools_needed": list(self.tools_needed),
-            "loop": dict(self.loop),
-        }, kind)
-        if kind == Agent.Kind.TOOL:
-            data["estimated_cycles"] = self.estimated_cycles
-        return data
+def edited_step_data(step: StepSpec, kind: str) -> dict[str, Any]:
+    """A step as the operator left it in the editor, in the shape the planner's validator reads."""
+    data = step_plan_data(step.as_dict() | {"tools_needed": list(step.tools_needed), "loop": dict(step.loop)}, kind)
+    if kind == Agent.Kind.TOOL:
+        data["estimated_cycles"] = step.estimated_cycles
+    return data
 
 
 def plan_latest(plan: Plan) -> Plan:
@@ -96,7 +73,7 @@ def plan_check_seen(*, plan: Plan, seen_version: int | None) -> None:
 
 
 @transaction.atomic
-def plan_edit_save(*, plan: Plan, user: User, steps: list[EditedStep], seen_version: int, reason: str = "") -> Plan:
+def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_version: int, reason: str = "") -> Plan:
     """Save the operator's edit of a whole plan as version n+1: the planner's validator judges it first
     (invalid: PlanEditInvalid, nothing saved); completed and skipped steps carry over unchanged."""
     plan = Plan.objects.select_for_update().select_related("agent").get(pk=plan.pk)
@@ -121,7 +98,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[EditedStep], seen_vers
         before = old_by_key.get(step.key)
         if before is not None and before.tool == step.tool:  # what the editor does not show is kept
             step.tools_needed, step.loop = list(before.tools_needed), dict(before.loop)
-    rows = [step_plan_data(s.as_spec(), agent.kind) for s in kept] + [s.as_data(agent.kind) for s in edited]
+    rows = [step_plan_data(s.as_spec(), agent.kind) for s in kept] + [edited_step_data(s, agent.kind) for s in edited]
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)

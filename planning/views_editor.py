@@ -19,12 +19,12 @@ from agents.models import Agent
 from agents.tools import TOOLS
 from planner_site.roles import DECIDE_PERMISSION
 from planning import services
+from planning.engine.validate import StepSpec
 from planning.models import Plan, PlanStep
 from planning.steer_selectors import plan_chain, plans_compare
 from planning.steer_services import (
     EDITABLE_PLAN_STATUSES,
     KEPT_STEP_STATUSES,
-    EditedStep,
     PlanEditInvalid,
     StaleVersion,
     plan_edit_save,
@@ -119,7 +119,7 @@ def row_apply(rows: list[EditorRow], op: str, used_keys: set[str]) -> list[Edito
     return rows
 
 
-def rows_parse(rows: list[EditorRow]) -> list[EditedStep]:
+def rows_parse(rows: list[EditorRow]) -> list[StepSpec]:
     """The rows as steps; what cannot even be read (JSON, numbers) is marked on its row's field."""
     steps = []
     for row in rows:
@@ -140,7 +140,7 @@ def rows_parse(rows: list[EditorRow]) -> list[EditedStep]:
             row.error("estimated_cycles", "Estimated cycles must be a whole number of at least 1.")
         if not row.key:
             row.error("key", "Give the step an id.")
-        steps.append(EditedStep(
+        steps.append(StepSpec(
             key=row.key, description=row.description, tool=row.tool, input=tool_input, action_hint=row.action_hint,
             expected_outcome=row.expected_outcome, estimated_cycles=max(cycles, 1),
             depends_on=[d.strip() for d in row.depends_on.split(",") if d.strip()],

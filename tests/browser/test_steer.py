@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import OPERATOR, ROOT, Server, manage
+from tests.browser.conftest import OPERATOR, ROOT, Login, Server, manage
 
 pytestmark = pytest.mark.browser
 
@@ -112,28 +111,6 @@ def steer(server: Server) -> dict[str, Any]:
     return result
 
 
-@pytest.fixture
-def sign_in(browser: Browser, server: Server) -> Iterator[Any]:
-    """Log in as any user, in its own browser context (own cookies)."""
-    contexts: list[BrowserContext] = []
-
-    def log_in(user: tuple[str, str], width: int = 1280) -> Page:
-        context = browser.new_context(base_url=server.url, viewport={"width": width, "height": 860})
-        context.set_default_timeout(10_000)
-        contexts.append(context)
-        page = context.new_page()
-        page.goto("/accounts/login/")
-        page.get_by_label("Username").fill(user[0])
-        page.get_by_label("Password").fill(user[1])
-        page.get_by_role("button", name="Log in").click()
-        expect(page.locator("header .who")).to_have_text(f"{user[0]} · operator")
-        return page
-
-    yield log_in
-    for context in contexts:
-        context.close()
-
-
 def screenshot(page: Page, tmp_path: Path, name: str) -> None:
     """Take the picture; with UPDATE_SCREENSHOTS=1 it becomes the README's docs/<name>."""
     shot = tmp_path / name
@@ -154,8 +131,8 @@ def item(page: Page, agent: str) -> Any:
     return page.locator("#inbox-list .inbox-item").filter(has=page.get_by_role("link", name=agent, exact=True))
 
 
-def test_inbox_decides_in_place_and_from_the_keyboard(sign_in: Any, steer: dict[str, Any], tmp_path: Path) -> None:
-    page = sign_in(OPERATOR)
+def test_inbox_decides_in_place_and_from_the_keyboard(login: Login, steer: dict[str, Any], tmp_path: Path) -> None:
+    page = login(OPERATOR)
     open_inbox(page)
     expect(page).to_have_title(re.compile(r"^Inbox \d+ · Agent planner$"))
     courier, clerk, carol, dora = (item(page, n) for n in ("Courier", "Clerk", "Carol", "Dora"))
@@ -207,8 +184,8 @@ def test_inbox_decides_in_place_and_from_the_keyboard(sign_in: Any, steer: dict[
     screenshot(page, tmp_path, "audit.png")
 
 
-def test_two_operators_decide_the_same_plan_at_once(sign_in: Any, steer: dict[str, Any]) -> None:
-    olga, otto = sign_in(OPERATOR), sign_in(SECOND_OPERATOR)
+def test_two_operators_decide_the_same_plan_at_once(login: Login, steer: dict[str, Any]) -> None:
+    olga, otto = login(OPERATOR), login(SECOND_OPERATOR)
     for page in (olga, otto):
         open_inbox(page)
     buttons = [item(p, "Courier").get_by_role("button", name="Approve all") for p in (olga, otto)]
@@ -233,9 +210,9 @@ def test_two_operators_decide_the_same_plan_at_once(sign_in: Any, steer: dict[st
     expect(olga.locator("#plan-presence")).to_have_text("")
 
 
-def test_editor_refuses_an_invalid_plan_then_saves_version_two(sign_in: Any, steer: dict[str, Any],
+def test_editor_refuses_an_invalid_plan_then_saves_version_two(login: Login, steer: dict[str, Any],
                                                                 tmp_path: Path) -> None:
-    page = sign_in(OPERATOR)
+    page = login(OPERATOR)
     page.goto(f"/plans/{steer['editor']}/")
     page.get_by_role("link", name="Edit plan").click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("Tidy the data folder")
@@ -281,8 +258,8 @@ def test_editor_refuses_an_invalid_plan_then_saves_version_two(sign_in: Any, ste
     screenshot(page, tmp_path, "compare.png")
 
 
-def test_usage_and_pages_fit_768_pixels(sign_in: Any, steer: dict[str, Any], tmp_path: Path) -> None:
-    page = sign_in(OPERATOR, width=1280)
+def test_usage_and_pages_fit_768_pixels(login: Login, steer: dict[str, Any], tmp_path: Path) -> None:
+    page = login(OPERATOR)
     page.goto("/usage/")
     expect(page.locator("#usage-totals")).to_contain_text("calls")
     expect(page.locator("main")).to_contain_text("gpt-4o-mini")

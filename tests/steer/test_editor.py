@@ -9,8 +9,9 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.models import Agent
+from planning.engine.validate import StepSpec
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.steer_services import EditedStep, PlanEditInvalid, StaleVersion, plan_edit_save
+from planning.steer_services import PlanEditInvalid, StaleVersion, plan_edit_save
 from tests.factories import PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
@@ -118,8 +119,8 @@ def test_valid_edit_saves_version_two_with_its_diff(operator_client: Client) -> 
 def test_edit_of_an_active_plan_keeps_completed_steps(operator) -> None:  # type: ignore[no-untyped-def]
     plan = tool_plan(status=Plan.Status.ACTIVE)
     new = plan_edit_save(plan=plan, user=operator, seen_version=1, steps=[
-        EditedStep(key="1", description="Redo the read?", tool="file.read", input={"path": "other.csv"}),
-        EditedStep(key="2", description="Write the JSON", tool="file.write",
+        StepSpec(key="1", description="Redo the read?", tool="file.read", input={"path": "other.csv"}),
+        StepSpec(key="2", description="Write the JSON", tool="file.write",
                    input={"path": "data.json", "content": "[1]"}, depends_on=["1"], requires_permission=True),
     ])
     kept = new.steps.get(key="1")
@@ -129,7 +130,7 @@ def test_edit_of_an_active_plan_keeps_completed_steps(operator) -> None:  # type
 
 def test_edit_on_a_stale_version_is_refused_with_the_current_version(operator) -> None:  # type: ignore[no-untyped-def]
     plan = tool_plan()
-    steps = [EditedStep(key="1", description="Read the CSV", tool="file.read", input={"path": "data.csv"})]
+    steps = [StepSpec(key="1", description="Read the CSV", tool="file.read", input={"path": "data.csv"})]
     v2 = plan_edit_save(plan=plan, user=operator, seen_version=1, steps=steps)
     with pytest.raises(StaleVersion) as refused:
         plan_edit_save(plan=plan, user=operator, seen_version=1, steps=steps)
@@ -152,8 +153,8 @@ def test_dependency_cycle_is_refused(operator) -> None:  # type: ignore[no-untyp
     plan = tool_plan()
     with pytest.raises(PlanEditInvalid) as refused:
         plan_edit_save(plan=plan, user=operator, seen_version=1, steps=[
-            EditedStep(key="1", description="Read", tool="file.read", input={"path": "data.csv"}, depends_on=["2"]),
-            EditedStep(key="2", description="Read again", tool="file.read", input={"path": "data.csv"}, depends_on=["1"]),
+            StepSpec(key="1", description="Read", tool="file.read", input={"path": "data.csv"}, depends_on=["2"]),
+            StepSpec(key="2", description="Read again", tool="file.read", input={"path": "data.csv"}, depends_on=["1"]),
         ])
     assert any("cycle" in p for p in refused.value.problems)
     assert Plan.objects.count() == 1
