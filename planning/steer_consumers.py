@@ -138,5 +138,8 @@ class PlanPresenceConsumer(AsyncWebsocketConsumer):
 
     async def send_viewers(self) -> None:
         others = sorted({name for name in self.viewers.values() if name != self.username})
+        if others == getattr(self, "shown", None):  # a layer may deliver a hello twice; say each change once
+            return
+        self.shown = others
         html = render_to_string("planning/plan_presence.html#names", {"others": others, "oob": True})
         await self.send(text_data=html)

@@ -179,8 +179,8 @@ async def test_plan_page_shows_who_else_views_it() -> None:
     assert "Also viewing" not in await first.receive_from(timeout=5)  # alone
     second = presence_communicator(step.plan_id, otto)
     assert (await second.connect())[0]
-    seen_by_second = [await second.receive_from(timeout=5) for _ in range(2)]
-    assert "Also viewing this plan: olga" in seen_by_second[-1]
+    assert "Also viewing" not in await second.receive_from(timeout=5)  # before the others answer
+    assert "Also viewing this plan: olga" in await second.receive_from(timeout=5)
     assert "Also viewing this plan: otto" in await first.receive_from(timeout=5)
     await second.disconnect()
     left = await first.receive_from(timeout=5)
