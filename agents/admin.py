@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
-from agents.models import Agent, Experience, Lesson, LLMCall, Need
+from agents.models import Agent, AgentToken, ApiRequest, Experience, Lesson, LLMCall, Need
 from planner_site.admin_audit import AuditedAdmin
 
 
@@ -59,6 +61,56 @@ class LLMCallAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the call log is a record, not a draft
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(AgentToken)
+class AgentTokenAdmin(admin.ModelAdmin):
+    """API tokens of external agents: issued here (the token is shown once), revoked here, never shown again."""
+
+    list_display = ["agent", "hint", "label", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["agent"]
+    list_select_related = ["agent"]
+    search_fields = ["agent__name", "label", "hint"]
+    readonly_fields = ["hint", "created_at", "last_used_at"]
+    actions = ["revoke"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ["agent", "label"] if obj is None else ["agent", "label", "hint", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [] if obj is None else ["agent", "hint", "created_at", "last_used_at"]
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "agent":
+            kwargs["queryset"] = Agent.objects.filter(kind=Agent.Kind.EXTERNAL)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        token, raw = AgentToken.issue(agent=obj.agent, label=obj.label)
+        obj.pk, obj.key_hash, obj.hint, obj.created_at = token.pk, token.key_hash, token.hint, token.created_at
+        messages.warning(request, f"The new token for {obj.agent} is {raw} — copy it now, it is not shown again.")
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        messages.success(request, f"{count} token(s) revoked; they stop working at once.")
+
+
+@admin.register(ApiRequest)
+class ApiRequestAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "agent", "request_id", "operation"]
+    list_filter = ["agent"]
+    list_select_related = ["agent"]
+    search_fields = ["request_id", "operation"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the record of what was applied once
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -1,8 +1,11 @@
 """One cycle of one agent: what the runner does each time an agent's turn comes.
 
-Persona agents (seeds 000, 001): needs decay, goals are generated and planned, the plan's current step
-suggests the action (urgent needs override), the world applies it, the experience advances or stalls
-steps and goals. The common case, following a step with no urgent need, makes no LLM call.
+Persona agents (seeds 000, 001): up to three open plans, one per horizon, carry the person. Each cycle the
+current step (short-term plan first, then mid, then long) gives the action without a model call, unless a
+need is urgent and the rules would override it; the world applies the action, needs and goals decay by the
+hours it took, and the experience advances or stalls the step, the plan and the goals. The model is asked
+only on the uncommon paths: a goal to plan, a plan to replan, a goal re-evaluation that found room, a goal
+whose progress crossed the milestone line, an urgent need.
 Tool agents (seeds 002, 003): a given goal is planned, the operator approves, then runnable steps
 execute in the agent's workspace, respecting dependencies.
 """
@@ -11,58 +14,82 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
-from agents.llm.extract import json_extract
+from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import LLMError, llm_complete
-from agents.models import Agent, Experience, Lesson, Need
+from agents.models import Agent, Need
+from agents.persona import goal_plannable, step_evaluate
+from agents.services import (
+    CycleAlreadyDone,
+    CycleRecord,
+    StepChange,
+    goal_plans_close,
+    persona_cycle_record,
+    plan_repeat,
+)
 from agents.tools import ToolError, tool_run, undo_dir_for
 from agents.world import (
     ACTIONS,
-    SIM_HOURS_PER_CYCLE,
     action_apply,
     action_choose,
+    action_hours,
     action_lesson,
     action_needs_permission,
     emotions_update,
-    needs_decay,
+    needs_changes,
     urgent_need,
 )
 from goals.models import Goal
-from goals.services import goal_milestone_check, goal_samples_prune, goals_due, goals_generate, goals_update
-from goals.system import goal_priority
+from goals.services import goal_milestone_check, goals_generate
+from goals.system import (
+    PLAN_COMPLETION_BONUS,
+    GoalState,
+    goal_after_experience,
+    goal_priority,
+    goals_reevaluation_due,
+    goals_room,
+)
 from planner_site.events import publish_changed_on_commit
-from planning.engine.parse import PlanParseError
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate, plan_retry_due
-from planning.services import event_record, plan_abandon, step_finish, step_move, step_request_approval
+from planning.services import (
+    event_record,
+    plan_abandon,
+    step_finish,
+    step_lock,
+    step_move,
+    step_request_approval,
+)
 
 logger = logging.getLogger("planner.cycle")
 
-STUCK_MULTIPLIER = 2.0  # seed 000: replan when a step takes twice its estimate
-MAX_OVERRIDES = 3  # seed 000: replan when urgent needs override the step this many cycles in a row
 TOOL_STEPS_PER_CYCLE = 2  # independent tool steps may run side by side, bounded
+LESSONS_IN_DECISION_PROMPT = 5
+GOALS_IN_DECISION_PROMPT = 5
 
 
 def agent_cycle(*, agent_id: int, runner: str) -> str:
     """Drive one cycle; returns a short description of what happened (for logs and tests)."""
-    agent = Agent.objects.get(pk=agent_id)
+    needs = list(Need.objects.filter(agent_id=agent_id).select_related("agent").order_by("name"))
+    agent = needs[0].agent if needs else Agent.objects.get(pk=agent_id)
     if agent.status != Agent.Status.RUNNING:
         return "not running"
+    if agent.kind == Agent.Kind.PERSONA:
+        return persona_cycle(agent=agent, need_rows=needs, runner=runner)
     try:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
-        plan = agent_open_plan(agent)
+        plan = tool_open_plan(agent)
         if plan is not None and plan.replan_reason:
             what = plan_replan(agent=agent, plan=plan, runner=runner)
-        elif agent.kind == Agent.Kind.PERSONA:
-            what = persona_cycle(agent=agent, plan=plan, runner=runner)
         else:
             what = tool_cycle(agent=agent, plan=plan, runner=runner)
     finally:
@@ -75,8 +102,8 @@ def agent_cycle(*, agent_id: int, runner: str) -> str:
     return what
 
 
-def agent_open_plan(agent: Agent) -> Plan | None:
-    """The plan the agent pursues now: open plans by their goal's priority (short-term first), newest first."""
+def tool_open_plan(agent: Agent) -> Plan | None:
+    """A tool agent's open plan: by its goal's priority (short-term first), newest first."""
     plans = list(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).select_related("goal"))
     if not plans:
         return None
@@ -86,40 +113,35 @@ def agent_open_plan(agent: Agent) -> Plan | None:
     ))
 
 
+def plan_feedback(plan: Plan) -> list[str]:
+    """Operator feedback on this plan and every earlier version, oldest first: none is forgotten by a replan."""
+    ids = [plan.pk]
+    cursor = plan.previous_id
+    while cursor is not None and cursor not in ids:
+        ids.append(cursor)
+        cursor = Plan.objects.filter(pk=cursor).values_list("previous_id", flat=True).first()
+    reasons = PlanEvent.objects.filter(plan_id__in=ids, kind=PlanEvent.Kind.STEP_DECLINED).order_by("created_at", "pk")
+    return list(dict.fromkeys(r for r in reasons.values_list("reason", flat=True) if r))
+
+
+def plan_was_abandoned(plan: Plan) -> bool:
+    return plan.events.filter(kind=PlanEvent.Kind.PLAN_FAILED, detail__abandoned=True).exists()
+
+
 def plan_replan(*, agent: Agent, plan: Plan, runner: str) -> str:
-    """Make the next version of a plan after a decline, failure, stuck step or operator request."""
-    if plan.times_replanned >= MAX_REPLANS:
+    """Make the next version of a plan after a decline, failure, stuck step or operator request.
+
+    At MAX_REPLANS the plan is abandoned instead (its goal loses confidence, once). An operator who asks
+    again for a replan of an abandoned plan gets one: the cap limits the agent, not the operator."""
+    if plan.times_replanned >= MAX_REPLANS and not plan_was_abandoned(plan):
         plan_abandon(plan=plan, runner=runner, reason=f"replanned {plan.times_replanned} times; {plan.replan_reason}")
         return "plan abandoned"
-    feedback = [r for r in plan.events.filter(kind=PlanEvent.Kind.STEP_DECLINED).values_list("reason", flat=True) if r]
     try:
         new = plan_generate(agent=agent, goal_text=plan.goal_text, goal=plan.goal, previous=plan,
-                            reason=plan.replan_reason, feedback=feedback, actor_label=runner)
+                            reason=plan.replan_reason, feedback=plan_feedback(plan), actor_label=runner)
     except PlanAlreadyReplanned:
         return "already replanned"
     return f"replanned to v{new.version} ({new.status})"
-
-
-def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
-    """Plan the most pressing active goal that has no plan yet (seed 000: short-term at once,
-    mid and long term once their source needs drop below half)."""
-    needs = {n.name: n.satisfaction for n in agent.needs.all()}
-    # A goal whose plan is open, or failed and waiting for an operator, is not planned again; a goal
-    # still active after its plan completed gets a fresh plan (the person keeps pursuing it).
-    planned = Plan.objects.filter(
-        agent=agent, goal__isnull=False, status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED]
-    ).values_list("goal_id", flat=True)
-    goals = sorted(
-        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned),
-        key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
-    )
-    for goal in goals:
-        if goal.horizon != Goal.Horizon.SHORT and goal.source_needs and \
-                min((needs.get(n, 1.0) for n in goal.source_needs), default=1.0) >= 0.5:
-            continue
-        plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
-        return f"planned '{goal.description}' ({plan.status})"
-    return ""
 
 
 def step_needs_approval(step: PlanStep, plan: Plan) -> bool:
@@ -127,8 +149,8 @@ def step_needs_approval(step: PlanStep, plan: Plan) -> bool:
     return step.approved_by_id is None and (step.requires_permission or plan.approval_mode == Plan.ApprovalMode.STEP)
 
 
-def current_step(plan: Plan) -> PlanStep | None:
-    steps = list(plan.steps.all())
+def current_step(steps: list[PlanStep]) -> PlanStep | None:
+    """The step a plan is on: running or awaiting approval, else the next runnable pending one."""
     running = [s for s in steps if s.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL)]
     if running:
         return running[0]
@@ -136,82 +158,186 @@ def current_step(plan: Plan) -> PlanStep | None:
     return next((s for s in steps if s.key in keys), None)
 
 
-def persona_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
-    hours = SIM_HOURS_PER_CYCLE
-    with transaction.atomic():
-        needs_rows = list(Need.objects.select_for_update().filter(agent=agent))
-        decayed = needs_decay({n.name: (n.satisfaction, n.decay_per_hour) for n in needs_rows}, hours)
-        for n in needs_rows:
-            n.satisfaction = decayed[n.name]
-        Need.objects.bulk_update(needs_rows, ["satisfaction", "updated_at"])
-    if goals_due(agent=agent):
-        goals_generate(agent=agent)
-    if plan is None:
-        plan_for_next_goal(agent=agent, runner=runner)
-        plan = agent_open_plan(agent)
+# --- persona agents -----------------------------------------------------------------------------------------
 
-    # Without a plan the person still lives: the world model picks what relieves the lowest need.
-    step = current_step(plan) if plan is not None and plan.status == Plan.Status.ACTIVE else None
-    if plan is not None and step is not None and step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
-        step_request_approval(step=step, runner=runner)
-        step.refresh_from_db()
-    suggested = step.action_hint if step is not None and step.status in (PlanStep.Status.PENDING, PlanStep.Status.RUNNING) else None
 
-    needs = {n.name: n.satisfaction for n in needs_rows}
+@dataclass
+class PersonaState:
+    """What one persona cycle reads: needs, active goals, open plans with their steps (three queries)."""
+
+    agent: Agent
+    needs: dict[str, float]
+    rates: dict[str, float]
+    goals: list[Goal]  # active, short-term first; each with .planned (an open or failed plan exists)
+    plans: list[Plan] = field(default_factory=list)  # open, short-term goal first
+    steps: dict[int, list[PlanStep]] = field(default_factory=dict)
+
+
+def persona_state(agent: Agent, need_rows: list[Need]) -> PersonaState:
+    held = Plan.objects.filter(goal=OuterRef("pk"), status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
+    goals: list[Goal] = sorted(
+        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).annotate(planned=Exists(held)).order_by(),
+        key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
+    )
+    state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in need_rows},
+                         rates={n.name: n.decay_per_hour for n in need_rows}, goals=goals)
+    rows = PlanStep.objects.filter(plan__agent=agent, plan__status__in=Plan.OPEN_STATUSES).select_related(
+        "plan", "plan__goal").order_by("plan__created_at", "plan_id", "position")
+    plans: dict[int, Plan] = {}
+    for step in rows:
+        plans.setdefault(step.plan_id, step.plan)
+        state.steps.setdefault(step.plan_id, []).append(step)
+    state.plans = sorted(plans.values(), key=lambda p: (
+        goal_priority(horizon=p.goal.horizon, confidence=0.0)[0] if p.goal else 3, p.created_at))
+    return state
+
+
+def persona_reload(agent: Agent) -> PersonaState:
+    need_rows = list(Need.objects.filter(agent_id=agent.pk).select_related("agent").order_by("name"))
+    fresh = need_rows[0].agent if need_rows else Agent.objects.get(pk=agent.pk)
+    return persona_state(fresh, need_rows)
+
+
+def persona_prepare(*, state: PersonaState, runner: str) -> bool:
+    """The uncommon paths, each its own service call (and at most one model call each): replan a plan that
+    asks for it, re-evaluate goals when due and there is room, plan the most urgent unplanned goal.
+    Returns whether anything was written (the state must then be read again)."""
+    agent = state.agent
+    changed = False
+    finished = [p for p in state.plans if p.goal is not None and p.goal.status != Goal.Status.ACTIVE]
+    for plan in finished:  # a goal finished since (milestone, operator): its plan stops
+        goal = plan.goal
+        assert goal is not None
+        goal_plans_close(goal=goal, runner=runner, reason=f"goal {goal.get_status_display().lower()}")
+        changed = True
+    for plan in state.plans:
+        if plan.replan_reason and plan not in finished:
+            plan_replan(agent=agent, plan=plan, runner=runner)
+            changed = True
+            break  # one replan per cycle: a model call each
+    served = [n for g in state.goals for n in g.source_needs]
+    if goals_reevaluation_due(agent.cycle_count) and goals_room(needs=state.needs, served=served, active=len(state.goals)):
+        changed = bool(goals_generate(agent=agent, needs=state.needs)) or changed
+        if changed:
+            state = persona_reload(agent)
+    open_horizons = {p.goal.horizon for p in state.plans if p.goal is not None}
+    open_horizons |= set(Plan.objects.filter(agent=agent, status__in=[Plan.Status.DRAFT, Plan.Status.VALIDATING])
+                         .values_list("goal__horizon", flat=True)) if changed else set()
+    for goal in state.goals:
+        if goal.planned or goal.horizon in open_horizons:  # type: ignore[attr-defined]
+            continue
+        if goal_plannable(horizon=goal.horizon, source_needs=goal.source_needs, needs=state.needs):
+            # A plan that completed for a goal in the same words is the person's routine for it: seed 000
+            # plans a goal once.
+            source = Plan.objects.filter(agent=agent, goal_text__iexact=goal.description,
+                                         status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").first()
+            routine = None
+            if source is not None:
+                routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
+            if routine is None:
+                plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
+            return True
+    return changed
+
+
+def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, PlanStep | None]:
+    """Seed 000's get_current_step: the current step of the highest-priority plan that can act now
+    (short-term first, then mid, then long). A step that waits for an operator lets the next plan act."""
+    for plan in state.plans:
+        if plan.status != Plan.Status.ACTIVE or plan.replan_reason:
+            continue
+        step = current_step(state.steps.get(plan.pk, []))
+        if step is None or step.status == PlanStep.Status.AWAITING_APPROVAL:
+            continue
+        if step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
+            step_request_approval(step=step, runner=runner)
+            continue
+        return plan, step
+    return None, None
+
+
+def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
+    expected = agent.cycle_count
+    state = persona_state(agent, need_rows)
+    retry = agent.plan_retry_at is not None and agent.plan_retry_at <= timezone.now()
+    if retry:
+        plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
+    if persona_prepare(state=state, runner=runner) or retry:
+        state = persona_reload(agent)
+        if state.agent.cycle_count != expected or state.agent.status != Agent.Status.RUNNING:
+            return "cycle already done"
+    agent = state.agent
+    plan, step = persona_step_choose(state, runner)
+    needs = state.needs
+    suggested = step.action_hint if step is not None else None
     action, override_reason = action_choose(suggested=suggested, needs=needs)
-    if suggested is None or urgent_need(needs) is not None:
-        # Only the uncommon cases ask the model: no step to follow, or a need pressing enough to override.
-        action, override_reason = action_decide(agent=agent, plan=plan, step=step if suggested else None, needs=needs,
-                                                fallback=(action, override_reason))
+    if urgent_need(needs) is not None and action != suggested:
+        # The uncommon case asks the model: a need pressing enough that the rules would leave the step.
+        action, override_reason = action_decide(state=state, plan=plan, step=step, fallback=(action, override_reason))
         if suggested is not None and action == suggested:
             override_reason = ""
     outcome = action_apply(action, needs)
-    followed = suggested is not None and action == suggested
-    # action_apply's deltas already keep every need within 0..1; this is what the person now feels.
-    after = {name: value + outcome.need_deltas.get(name, 0.0) for name, value in needs.items()}
-    with transaction.atomic():
-        # Re-read under lock: an operator may have edited a need since the decay at the top of the cycle.
-        for n in Need.objects.select_for_update().filter(agent=agent, name__in=list(outcome.need_deltas)):
-            n.satisfaction = max(0.0, min(1.0, n.satisfaction + outcome.need_deltas[n.name]))
-            n.save(update_fields=["satisfaction", "updated_at"])
-        experience = Experience.objects.create(
-            agent=agent, cycle=agent.cycle_count + 1, action=action, need_deltas=outcome.need_deltas,
-            step=step if suggested else None, followed_plan=followed, override_reason=override_reason,
-            outcome=outcome.outcome,
-        )
-        goals_update(agent=agent, hours=hours, need_deltas=outcome.need_deltas)
-        lesson = None if outcome.succeeded else action_lesson(action, needs)
-        if lesson and not Lesson.objects.filter(agent=agent, description=lesson).exists():
-            Lesson.objects.create(agent=agent, description=lesson, source_experience=experience)
-        Agent.objects.filter(pk=agent.pk).update(emotions=emotions_update(
-            agent.emotions, needs=after, succeeded=outcome.succeeded, followed_plan=followed))
-        if plan is not None and step is not None and suggested is not None:
-            step_progress(step=step, plan=plan, runner=runner, followed=followed, succeeded=outcome.succeeded,
-                          outcome=outcome.outcome, override_reason=override_reason, experience_id=experience.pk)
-        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk if plan else None, kind="experience")
-    for goal in Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, progress__gte=0.85):
-        goal_milestone_check(goal=goal)
-    if agent.cycle_count % 50 == 0:
-        goal_samples_prune(agent=agent)
-    return f"{action}: {outcome.outcome}"
+    hours = action_hours(outcome.action)
+    followed = suggested is not None and outcome.action == suggested
+    changes = needs_changes(needs=needs, rates=state.rates, deltas=outcome.need_deltas, hours=hours)
+    after = {name: round(value + changes[name], 4) for name, value in needs.items()}
+
+    change = None
+    if plan is not None and step is not None:
+        verdict = step_evaluate(key=step.key, actual_cycles=step.actual_cycles, estimated_cycles=step.estimated_cycles,
+                                overrides=step.overrides, followed=followed, succeeded=outcome.succeeded,
+                                override_reason=override_reason, outcome=outcome.outcome)
+        others_done = all(s.is_done for s in state.steps.get(plan.pk, []) if s.pk != step.pk)
+        change = StepChange(step=step, plan=plan, verdict=verdict, followed=followed, override_reason=override_reason,
+                            result=outcome.outcome, plan_completed=verdict.completed and others_done)
+    bonus_goal = change.plan.goal_id if change is not None and change.plan_completed else None
+    goals = [(goal, goal_after_experience(
+        state=GoalState(progress=goal.progress, confidence=goal.confidence, times_advanced=goal.times_advanced,
+                        times_regressed=goal.times_regressed),
+        horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=changes, hours=hours,
+        bonus=PLAN_COMPLETION_BONUS if goal.pk == bonus_goal else 0.0,
+    )) for goal in state.goals]
+    abandoned = {g.pk for g, s in goals if s.abandoned}
+    record = CycleRecord(
+        agent=agent, expected_cycle=expected, runner=runner, action=outcome.action, outcome=outcome.outcome,
+        succeeded=outcome.succeeded, hours=hours, need_deltas=outcome.need_deltas, need_changes=changes,
+        needs_after=after, followed=followed, override_reason=override_reason if not followed else "",
+        step_change=change, goals=goals,
+        plans_to_close=[(p, "goal abandoned: its confidence decayed below the threshold") for p in state.plans
+                        if p.goal_id in abandoned and not (change is not None and change.plan_completed and p == plan)],
+        emotions=emotions_update(agent.emotions, needs=after, succeeded=outcome.succeeded, followed_plan=followed),
+        lesson=None if outcome.succeeded else action_lesson(outcome.action, needs),
+    )
+    try:
+        with transaction.atomic():
+            persona_cycle_record(record)
+    except CycleAlreadyDone:
+        return "cycle already done"
+    for goal, goal_state in goals:
+        if goal_state.crossed_milestone and goal_milestone_check(goal=goal):
+            goal_plans_close(goal=goal, runner=runner, reason=f"goal completed: {goal.description}")
+    return f"{outcome.action}: {outcome.outcome}"
 
 
-def action_decide(*, agent: Agent, plan: Plan | None, step: PlanStep | None, needs: dict[str, float],
+def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | None,
                   fallback: tuple[str, str]) -> tuple[str, str]:
     """Seed 000's action decision by the fast model: the plan step is a strong suggestion, urgent needs may
     override. An unusable answer (no JSON, an unknown action) falls back to the world's rules."""
+    agent = state.agent
     directive = ""
     if plan is not None and step is not None:
-        directive = plan_step_directive(goal=plan.goal_text, number=step.position, total=plan.steps.count(),
+        steps = state.steps.get(plan.pk, [])
+        directive = plan_step_directive(goal=plan.goal_text, number=step.position, total=len(steps),
                                         description=step.description, action_hint=step.action_hint)
-    goals = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", flat=True)[:5])
-    lessons = list(agent.lessons.values_list("description", flat=True)[:5])
+    goals = [g.description for g in state.goals[:GOALS_IN_DECISION_PROMPT]]
+    lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_DECISION_PROMPT])
     try:
         answer = llm_complete(purpose="decide", agent_id=agent.pk, plan_id=plan.pk if plan else None,
-                              messages=prompt_decide_action(agent_name=agent.name, needs=needs, current_step=directive,
-                                                            goals=goals, lessons=lessons, actions=list(ACTIONS)))
+                              messages=prompt_decide_action(agent_name=agent.name, needs=state.needs,
+                                                            current_step=directive, goals=goals, lessons=lessons,
+                                                            actions=list(ACTIONS)))
         data = json_extract(answer.text).value
-    except (LLMError, PlanParseError) as exc:
+    except (LLMError, ExtractError) as exc:
         logger.info("action decision for %s fell back to rules: %s", agent, exc)
         return fallback
     action = str(data.get("action", "")).strip().lower() if isinstance(data, dict) else ""
@@ -222,37 +348,30 @@ def action_decide(*, agent: Agent, plan: Plan | None, step: PlanStep | None, nee
         # The model may not do on its own what a plan step may only do after an operator's yes.
         logger.info("action decision for %s chose %r, which needs permission; rules decide", agent, action)
         return fallback
+    if not action_apply(action, state.needs).succeeded and action_apply(fallback[0], state.needs).succeeded:
+        # The person already knows (a lesson) that this cannot work now; the rules' choice can.
+        logger.info("action decision for %s chose %r, which cannot succeed now; rules decide", agent, action)
+        return fallback
     reason = str(data.get("reason", ""))[:300] if isinstance(data, dict) else ""
     return action, reason or fallback[1]
 
 
-def step_progress(*, step: PlanStep, plan: Plan, runner: str, followed: bool, succeeded: bool, outcome: str,
-                  override_reason: str, experience_id: int) -> None:
-    """Seed 000's evaluate_step and check_for_replan, for one experience."""
-    step = PlanStep.objects.select_for_update().get(pk=step.pk)
-    if step.status == PlanStep.Status.PENDING:
-        step_move(step=step, status=PlanStep.Status.RUNNING)
-        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner, reason=step.description)
-    step.actual_cycles += 1
-    if followed:
-        step.overrides = 0
-    else:
-        step.overrides += 1
-        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_OVERRIDDEN, actor_label=runner,
-                     reason=override_reason, detail={"experience": experience_id})
-    step.save(update_fields=["status", "actual_cycles", "overrides", "updated_at"])
-    if followed and succeeded:
-        step_finish(step=step, runner=runner, succeeded=True, result=outcome, experience_id=experience_id)
-        return
-    stuck = step.actual_cycles > step.estimated_cycles * STUCK_MULTIPLIER
-    if stuck or step.overrides >= MAX_OVERRIDES:
-        why = (f"step {step.key} stuck: {step.actual_cycles} cycles, estimate {step.estimated_cycles}" if stuck
-               else f"step {step.key} overridden {step.overrides} cycles in a row: {override_reason}")
-        step_move(step=step, status=PlanStep.Status.FAILED)
-        step.failure_reason = why
-        step.save(update_fields=["status", "failure_reason", "updated_at"])
-        Plan.objects.filter(pk=plan.pk).update(replan_reason=why)
-        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_FAILED, actor_label=runner, reason=why)
+# --- tool agents --------------------------------------------------------------------------------------------
+
+
+def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
+    """A tool agent plans its most pressing active goal that has no plan yet."""
+    planned = Plan.objects.filter(
+        agent=agent, goal__isnull=False, status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED]
+    ).values_list("goal_id", flat=True)
+    goals = sorted(
+        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned),
+        key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
+    )
+    for goal in goals:
+        plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
+        return f"planned '{goal.description}' ({plan.status})"
+    return ""
 
 
 def tool_call(step: PlanStep, workspace: Path) -> tuple[bool, str]:
@@ -299,7 +418,7 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
             done.append(f"{step.key} awaits approval")
             continue
         with transaction.atomic():
-            step = PlanStep.objects.select_for_update().get(pk=step.pk)
+            step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
             if step.status != PlanStep.Status.PENDING:
                 continue
             step_move(step=step, status=PlanStep.Status.RUNNING)

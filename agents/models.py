@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from pathlib import Path
 
 from django.conf import settings
@@ -13,11 +15,17 @@ UNIT = [MinValueValidator(0.0), MaxValueValidator(1.0)]
 
 
 class Agent(models.Model):
-    """An agent the runner drives in cycles: a simulated person (persona) or a tool user (tool)."""
+    """An agent the runner drives in cycles: a simulated person (persona) or a tool user (tool); or an
+    external agent (external) that runs elsewhere and plans, asks and reports through the HTTP API."""
 
     class Kind(models.TextChoices):
         PERSONA = "persona", "Persona"
         TOOL = "tool", "Tool"
+        EXTERNAL = "external", "External (API)"
+
+    class ApprovalPolicy(models.TextChoices):
+        PLAN = "plan", "An operator approves each plan"
+        PERMISSION = "permission", "Plans start at once; steps that require permission wait"
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
@@ -43,6 +51,14 @@ class Agent(models.Model):
         default=30, help_text="Seconds before the first automatic retry; doubled for each further one",
     )
     plan_retry_at = models.DateTimeField(null=True, blank=True, help_text="The next automatic planning retry")
+    declared_tools = models.JSONField(
+        default=list, blank=True,
+        help_text="External agents: the tools the agent declared over the API (name, description, input_schema, risk)",
+    )
+    approval_policy = models.CharField(
+        max_length=16, choices=ApprovalPolicy, default=ApprovalPolicy.PLAN,
+        help_text="External agents: whether a submitted plan waits for an operator's approval",
+    )
     next_cycle_at = models.DateTimeField(null=True, blank=True)
     waiting_reason = models.CharField(max_length=300, blank=True, help_text="Why the agent waits for an operator")
     escalate_after_minutes = models.PositiveIntegerField(
@@ -104,6 +120,9 @@ class Experience(models.Model):
     followed_plan = models.BooleanField(default=False)
     override_reason = models.CharField(max_length=300, blank=True)
     outcome = models.TextField(blank=True)
+    hours = models.FloatField(default=1.0, validators=[MinValueValidator(0.0)], help_text="Simulated hours the action took")
+    needs_after = models.JSONField(default=dict, blank=True, help_text="Need name -> satisfaction after this cycle")
+    goals_after = models.JSONField(default=dict, blank=True, help_text="Goal id -> [progress, confidence] after this cycle")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -163,3 +182,75 @@ class LLMCall(models.Model):
 
     def __str__(self) -> str:
         return f"{self.purpose} via {self.model}"
+
+
+def token_hash(raw: str) -> str:
+    """Tokens carry 256 random bits, so one fast hash suffices: a leaked table reveals no usable token."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class AgentTokenQuerySet(models.QuerySet["AgentToken"]):
+    def active(self) -> AgentTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+    def lookup(self, raw: str) -> AgentToken | None:
+        """The active token whose raw value this is, with its agent; None for unknown or revoked ones."""
+        raw = raw.strip()
+        if not raw or len(raw) > 200:
+            return None
+        return self.active().select_related("agent").filter(key_hash=token_hash(raw)).first()
+
+
+class AgentToken(models.Model):
+    """A bearer token with which an external agent uses the API; stored hashed, acts only on its own agent."""
+
+    PREFIX = "apt_"
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tokens")
+    label = models.CharField(max_length=100, blank=True, help_text="Where this token is used, for the operators")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(max_length=16, editable=False, help_text="The token's first characters, to recognise it")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, help_text="Set to revoke: the token stops working at once")
+
+    objects = AgentTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["agent", "-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        state = "revoked" if self.revoked_at else "active"
+        return f"{self.agent} token {self.hint}… ({state})"
+
+    @classmethod
+    def issue(cls, *, agent: Agent, label: str = "") -> tuple[AgentToken, str]:
+        """A new token for `agent`: the row and the raw token, which is shown once and never stored."""
+        raw = cls.PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(agent=agent, label=label[:100], key_hash=token_hash(raw), hint=raw[:12])
+        return token, raw
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class ApiRequest(models.Model):
+    """A client's request id, remembered with the answer it got, so a retried call is never applied twice."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="api_requests")
+    request_id = models.CharField(max_length=100)
+    operation = models.CharField(max_length=100, help_text="What the request did, e.g. 'step 12 result'")
+    response = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # Two racing retries of one call: the second insert fails, its transaction rolls back.
+            models.UniqueConstraint(fields=["agent", "request_id"], name="api_request_unique_per_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} {self.request_id}: {self.operation}"

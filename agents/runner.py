@@ -47,6 +47,7 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int]) -> list[int]:
         ids = list(
             Agent.objects.select_for_update(skip_locked=True)
             .filter(free & due, status=Agent.Status.RUNNING)
+            .exclude(kind=Agent.Kind.EXTERNAL)  # external agents drive themselves over the API
             .exclude(pk__in=exclude)
             .order_by("next_cycle_at", "pk")
             .values_list("pk", flat=True)[:limit]
@@ -77,7 +78,8 @@ def agents_release(*, runner: str, ids: set[int] | None = None) -> None:
 def agents_remaining(*, finished: set[int]) -> bool:
     """Whether some running agent still owes this runner cycles (for --cycles). Agents another runner
     holds count too: their lease is released or expires, and then this runner drives them."""
-    return Agent.objects.filter(status=Agent.Status.RUNNING).exclude(pk__in=finished).exists()
+    return Agent.objects.filter(status=Agent.Status.RUNNING).exclude(kind=Agent.Kind.EXTERNAL).exclude(
+        pk__in=finished).exists()
 
 
 def cycle_run(agent_id: int, runner: str) -> str:

@@ -35,9 +35,13 @@ class Goal(models.Model):
     last_progressed = models.DateTimeField(null=True, blank=True)
     times_advanced = models.PositiveIntegerField(default=0)
     times_regressed = models.PositiveIntegerField(default=0)
+    reasoning = models.TextField(blank=True, help_text="Why the model proposed this goal")
+    milestone_explanation = models.TextField(blank=True, help_text="The last milestone check's verdict, explained")
+    milestone_checked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["agent", "horizon", "-confidence"]
+        # Seed 000's priority, short-term first: the horizon values sort short_term > mid_term > long_term.
+        ordering = ["agent", "-horizon", "-confidence"]
         constraints = [
             models.CheckConstraint(condition=models.Q(progress__gte=0.0, progress__lte=1.0), name="goal_progress_unit"),
             models.CheckConstraint(condition=models.Q(confidence__gte=0.0, confidence__lte=1.0), name="goal_confidence_unit"),

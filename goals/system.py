@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-# Confidence lost per hour, by horizon: short-term goals die fast if not pursued.
+# Confidence lost per simulated hour, by horizon: short-term goals die fast if not pursued.
 DECAY_PER_HOUR = {"short_term": 0.03, "mid_term": 0.008, "long_term": 0.002}
 # Below this confidence a goal is abandoned.
 ABANDON_BELOW = {"short_term": 0.1, "mid_term": 0.05, "long_term": 0.05}
-MAX_GOALS = 10
+MAX_GOALS = 10  # across all horizons
 GENERATION_INTERVAL = 5  # experiences between goal re-evaluations
-MILESTONE_CHECK_THRESHOLD = 0.85
+GOALS_PER_GENERATION = 3  # the model proposes up to this many new goals
+MILESTONE_CHECK_THRESHOLD = 0.85  # progress that asks the model whether the goal is achieved
 PLAN_COMPLETION_BONUS = 0.3  # seed 000: a completed plan advances its goal
 PLAN_ABANDON_PENALTY = 0.2  # seed 000: an abandoned plan costs its goal confidence
-MILESTONE_SETBACK = 0.1  # progress taken back when the milestone check says "not yet"
+MILESTONE_SETBACK = 0.3  # progress taken back when the milestone check says "not yet": one plan's worth
+# A need below this, served by no active goal, is room for a new goal (the re-evaluation asks the model
+# only then). The offline model proposes goals for needs below the same line.
+GOAL_NEED_BELOW = 0.5
+# Priority of horizons: short-term first, then mid, then long (seed 000's get_current_step).
+HORIZON_ORDER = {"short_term": 0, "mid_term": 1, "long_term": 2}
 
 
 def clamp_unit(value: float) -> float:
@@ -21,7 +28,7 @@ def clamp_unit(value: float) -> float:
 
 
 def goal_decay(*, confidence: float, horizon: str, hours: float) -> tuple[float, bool]:
-    """Confidence after `hours` without pursuit, and whether the goal is now abandoned."""
+    """Confidence after `hours`, and whether the goal is now abandoned (below its horizon's threshold)."""
     new = clamp_unit(confidence - DECAY_PER_HOUR[horizon] * max(hours, 0.0))
     return new, new < ABANDON_BELOW[horizon]
 
@@ -33,5 +40,60 @@ def goal_progress_delta(*, source_needs: Iterable[str], need_deltas: Mapping[str
 
 def goal_priority(*, horizon: str, confidence: float) -> tuple[int, float]:
     """Sort key: short-term first, then mid, then long; more confident first."""
-    order = {"short_term": 0, "mid_term": 1, "long_term": 2}
-    return order.get(horizon, 3), -confidence
+    return HORIZON_ORDER.get(horizon, len(HORIZON_ORDER)), -confidence
+
+
+@dataclass(frozen=True)
+class GoalState:
+    """A goal as plain values: what an experience changes."""
+
+    progress: float
+    confidence: float
+    times_advanced: int = 0
+    times_regressed: int = 0
+    abandoned: bool = False
+    progressed: bool = False  # progress moved, so last_progressed is now
+    crossed_milestone: bool = False  # progress rose to the milestone threshold in this experience
+
+
+def goal_after_experience(*, state: GoalState, horizon: str, source_needs: Iterable[str],
+                          need_deltas: Mapping[str, float], hours: float, bonus: float = 0.0) -> GoalState:
+    """Seed 001's update_progress and decay_all_goals for one experience.
+
+    Progress moves by the source needs' deltas (positive advances, negative regresses) plus `bonus` (a plan
+    of this goal completed); confidence decays by the simulated hours that passed, for every goal, also
+    one that advanced; below its horizon's threshold the goal is abandoned."""
+    delta = goal_progress_delta(source_needs=source_needs, need_deltas=need_deltas) + bonus
+    progress = clamp_unit(state.progress + delta)
+    confidence, abandoned = goal_decay(confidence=state.confidence, horizon=horizon, hours=hours)
+    return GoalState(
+        progress=progress,
+        confidence=confidence,
+        times_advanced=state.times_advanced + (1 if delta > 0 else 0),
+        times_regressed=state.times_regressed + (1 if delta < 0 else 0),
+        abandoned=abandoned,
+        progressed=delta != 0,
+        crossed_milestone=state.progress < MILESTONE_CHECK_THRESHOLD <= progress and not abandoned,
+    )
+
+
+def goals_room(*, needs: Mapping[str, float], served: Iterable[str], active: int) -> list[str]:
+    """Needs that call for a new goal: below GOAL_NEED_BELOW and served by no active goal, lowest first,
+    while there are fewer than MAX_GOALS active goals. Empty: the re-evaluation has nothing to ask."""
+    if active >= MAX_GOALS:
+        return []
+    taken = set(served)
+    low = sorted((value, name) for name, value in needs.items() if value < GOAL_NEED_BELOW and name not in taken)
+    return [name for _, name in low]
+
+
+def goals_reevaluation_due(experiences: int) -> bool:
+    """Seed 001: goals are re-evaluated every GENERATION_INTERVAL experiences (and before the first)."""
+    return experiences % GENERATION_INTERVAL == 0
+
+
+def milestone_after(*, progress: float, achieved: bool) -> tuple[float, bool]:
+    """The milestone check's verdict applied: (progress, completed)."""
+    if achieved:
+        return 1.0, True
+    return clamp_unit(progress - MILESTONE_SETBACK), False

@@ -1,46 +1,221 @@
-"""The live-event publisher: after a change commits, tell the open pages which agent and plan changed.
+"""The live-event publisher: after a change commits, tell the open pages which agents and plans changed.
 
-Messages are small ("agent 3, plan 12 changed"); each websocket consumer re-renders what its page shows
-for its own user, so a pushed fragment never carries more than that user may see.
+A change is one small message ("agents 3, plans 12 changed"), published once per transaction to the
+one group every web process listens on (`LIVE_GROUP`); the web process renders what its pages show
+(planning/consumers.py), once per page and audience, whoever made the change.
+
+How a message travels, by where it starts:
+- in a process that serves live pages (it has a hub): straight to that hub, no layer round trip;
+- with a shared layer (Redis): `group_send` on one long-lived event loop of this process, so other
+  web processes get it (never a fresh event loop per send);
+- on the embedded stack (in-memory layer, no Redis), from another process (`runagents`,
+  `manage.py shell`): a datagram to the serve process's relay socket (`live_relay_path()`), which
+  hands it to its hub. Nobody listening means no page is open: nothing to do.
+
+Each message carries the publisher's id and a sequence number; a publisher that failed to send sets
+`gap` on its next message, so pages that may have missed something re-render their full state.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
+import contextvars
+import json
 import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 
 logger = logging.getLogger("planner.events")
 
-DASHBOARD_GROUP = "dashboard"
+LIVE_GROUP = "live"
+MESSAGE_TYPE = "live.changed"
+DRAIN_SECONDS = 2.0
 
 
-def agent_group(agent_id: int) -> str:
-    return f"agent-{agent_id}"
+def layer_is_shared() -> bool:
+    """Whether the channel layer reaches other processes (Redis), or only this one (in-memory)."""
+    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    return bool(backend) and "InMemoryChannelLayer" not in backend
 
 
-def plan_group(plan_id: int) -> str:
-    return f"plan-{plan_id}"
+def live_relay_path() -> Path:
+    """Where the embedded stack's serve process listens for changes made by other processes."""
+    return Path(os.environ.get("LIVE_RELAY_SOCKET") or Path(settings.VAR_DIR) / "live.sock")
+
+
+def message_parse(raw: Any) -> dict[str, Any] | None:
+    """A change message from the layer or the relay, checked field by field; None if malformed."""
+    if not isinstance(raw, dict) or raw.get("type") != MESSAGE_TYPE:
+        return None
+    agents, plans = raw.get("agents"), raw.get("plans")
+    if not isinstance(agents, list) or not isinstance(plans, list):
+        return None
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in agents + plans):
+        return None
+    src, seq = raw.get("src"), raw.get("seq")
+    if not isinstance(src, str) or not isinstance(seq, int) or len(src) > 64:
+        return None
+    return {"type": MESSAGE_TYPE, "agents": agents, "plans": plans, "src": src, "seq": seq,
+            "gap": bool(raw.get("gap"))}
+
+
+class Publisher:
+    """One per process: numbers the messages and sends them on one long-lived loop."""
+
+    def __init__(self) -> None:
+        self.src = uuid.uuid4().hex
+        self.seq = 0
+        self.gap = False
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.futures: set[Future[None]] = set()
+        # The hub of this process, if it serves live pages: (its loop, its deliver callback).
+        self.local: tuple[asyncio.AbstractEventLoop, Callable[[dict[str, Any]], None]] | None = None
+        self.relay_socket: socket.socket | None = None
+
+    def message_new(self, agents: set[int], plans: set[int]) -> dict[str, Any]:
+        with self.lock:
+            self.seq += 1
+            gap, self.gap = self.gap, False
+            return {"type": MESSAGE_TYPE, "agents": sorted(agents), "plans": sorted(plans), "src": self.src,
+                    "seq": self.seq, "gap": gap}
+
+    def publish(self, *, agents: set[int], plans: set[int]) -> None:
+        agents, plans = {a for a in agents if a}, {p for p in plans if p}
+        if not agents and not plans:
+            return
+        local = self.local
+        if local is not None:
+            loop, deliver = local
+            message = self.message_new(agents, plans)
+            try:
+                # A fresh context: the caller's (a sync_to_async thread's) must not leak into the hub's tasks.
+                loop.call_soon_threadsafe(deliver, message, context=contextvars.Context())
+            except RuntimeError:  # that loop has closed: the hub is gone
+                self.local = None
+            if layer_is_shared():
+                self.send_shared(message)
+            return
+        if layer_is_shared():
+            self.send_shared(None, agents=agents, plans=plans)
+        else:
+            self.relay_send(self.message_new(agents, plans))
+
+    # --- shared layer (Redis) ------------------------------------------------------------------------------
+
+    def loop_get(self) -> asyncio.AbstractEventLoop:
+        with self.lock:
+            if self.loop is None or not self.loop.is_running():
+                loop = asyncio.new_event_loop()
+                started = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(started.set)
+                    loop.run_forever()
+
+                threading.Thread(target=run, name="live-publisher", daemon=True).start()
+                started.wait(5)
+                self.loop = loop
+            return self.loop
+
+    def send_shared(self, message: dict[str, Any] | None, *, agents: set[int] | None = None,
+                    plans: set[int] | None = None) -> None:
+        """Schedule one `group_send` on the publisher loop; the sequence number is taken there, in order."""
+        future = asyncio.run_coroutine_threadsafe(self.group_send(message, agents or set(), plans or set()),
+                                                  self.loop_get())
+        with self.lock:
+            self.futures.add(future)
+        future.add_done_callback(self.futures.discard)
+
+    async def group_send(self, message: dict[str, Any] | None, agents: set[int], plans: set[int]) -> None:
+        from channels.layers import get_channel_layer
+
+        if message is None:
+            message = self.message_new(agents, plans)
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            await layer.group_send(LIVE_GROUP, message)
+        except Exception as exc:  # the change is committed; open pages resync when the layer is back
+            self.gap = True
+            logger.warning("live update not sent (%s: %s); pages resync when the layer is back",
+                           type(exc).__name__, exc)
+
+    def drain(self, timeout: float = DRAIN_SECONDS) -> None:
+        """Wait for the sends under way (a short-lived process, such as a shell, exits right after)."""
+        with self.lock:
+            pending = list(self.futures)
+        for future in pending:
+            with contextlib.suppress(Exception):
+                future.result(timeout=timeout)
+
+    # --- embedded relay ---------------------------------------------------------------------------------------
+
+    def relay_send(self, message: dict[str, Any]) -> None:
+        if not hasattr(socket, "AF_UNIX"):
+            return
+        try:
+            if self.relay_socket is None:
+                self.relay_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                self.relay_socket.setblocking(False)
+            self.relay_socket.sendto(json.dumps(message).encode(), str(live_relay_path()))
+        except (FileNotFoundError, ConnectionRefusedError):
+            pass  # no serve process listens: no page is open, nothing to update
+        except OSError as exc:
+            logger.warning("live update not relayed (%s); open pages resync on reconnect", exc)
+
+
+publisher = Publisher()
+atexit.register(publisher.drain)
+
+
+class _TransactionChanges:
+    """What one transaction changed; published once, after it commits."""
+
+    def __init__(self) -> None:
+        self.agents: set[int] = set()
+        self.plans: set[int] = set()
+
+    def __call__(self) -> None:
+        _pending.changes = None
+        publisher.publish(agents=self.agents, plans=self.plans)
+
+
+_pending = threading.local()
 
 
 def publish_changed(*, agent_id: int, plan_id: int | None = None, kind: str = "changed") -> None:
-    """Send "state.changed" to the dashboard, the agent's and the plan's groups, now."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    message = {"type": "state.changed", "agent_id": agent_id, "plan_id": plan_id, "kind": kind}
-    groups = [DASHBOARD_GROUP, agent_group(agent_id)]
-    if plan_id is not None:
-        groups.append(plan_group(plan_id))
-    try:
-        for group in groups:
-            async_to_sync(layer.group_send)(group, message)
-    except Exception:  # a page missing one push refetches on reconnect; the change itself is committed
-        logger.exception("publishing %s for agent %s failed", kind, agent_id)
+    """Tell the open pages now that this agent (and plan) changed."""
+    publisher.publish(agents={agent_id}, plans={plan_id} if plan_id else set())
 
 
 def publish_changed_on_commit(*, agent_id: int, plan_id: int | None = None, kind: str = "changed") -> None:
-    """Publish once the surrounding transaction commits, so pages never show what was rolled back."""
-    transaction.on_commit(lambda: publish_changed(agent_id=agent_id, plan_id=plan_id, kind=kind))
+    """Publish once the surrounding transaction commits, so pages never show what was rolled back.
+
+    All the changes of one transaction go out as one message.
+    """
+    if not connection.in_atomic_block:
+        publish_changed(agent_id=agent_id, plan_id=plan_id, kind=kind)
+        return
+    changes: _TransactionChanges | None = getattr(_pending, "changes", None)
+    # A callback dropped by a rollback is no longer queued: start afresh.
+    if changes is None or not any(entry[1] is changes for entry in connection.run_on_commit):
+        changes = _TransactionChanges()
+        _pending.changes = changes
+        transaction.on_commit(changes)
+    changes.agents.add(agent_id)
+    if plan_id:
+        changes.plans.add(plan_id)

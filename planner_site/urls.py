@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from planner_site.health import healthz
+from planning.api import api_urls
 
 admin.site.site_header = "Agent planner admin"
 admin.site.site_title = "Agent planner"
@@ -13,4 +14,5 @@ urlpatterns = [
     path("accounts/", include("planner_site.accounts")),
     path("healthz", healthz, name="healthz"),
     path("", include("planning.urls")),
+    path("api/", api_urls()),
 ]

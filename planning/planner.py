@@ -19,13 +19,15 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Subquery
 from django.utils import timezone
 
+from agents.declared_tools import agent_plan_terms
 from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, llm_complete, model_chain
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
-from agents.world import ACTIONS, action_apply, action_needs_permission
+from agents.world import ACTIONS, action_needs_permission, persona_situation
 from goals.models import Goal
 from planner_site.events import publish_changed_on_commit
 from planning.engine.complexity import should_plan, tool_single_step
@@ -41,6 +43,7 @@ MAX_REPLANS = 3  # seed 000: a plan replanned this often is abandoned
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
 RECENT_REASONS = 6  # rejection reasons carried into the next prompt
 SIMPLE_GOAL_FLAG = "simple goal: one step, no planning call"
+PERSONA_LESSONS_IN_PROMPT = 5
 
 
 class PlanAlreadyReplanned(Exception):
@@ -198,15 +201,11 @@ def plan_with_steps(plan: Plan | None) -> Plan | None:
 def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[PlanSpec, list[str]] | None:
     """Seed 004's should_plan: a simple goal becomes one step without a planning call, for personas (a
     recommended action that works now) and tool agents (one read-only call on a named file or folder)."""
-    if should_plan(goal_text):
+    # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (agents/cycle.py).
+    if should_plan(goal_text) or agent.kind != Agent.Kind.TOOL:
         return None
-    if agent.kind == Agent.Kind.TOOL:
-        step = tool_single_step(goal_text)
-        data: dict[str, Any] | None = {"steps": [step]} if step else None
-    else:
-        action = persona_direct_action(agent=agent, goal=goal)
-        data = {"steps": [{"id": "1", "description": goal_text, "action_hint": action, "expected_outcome": goal_text,
-                           "estimated_cycles": 1}]} if action else None
+    step = tool_single_step(goal_text)
+    data: dict[str, Any] | None = {"steps": [step]} if step else None
     if data is None:
         return None
     result = plan_validate(data, kind=agent.kind, allowed_actions=list(ACTIONS),
@@ -215,19 +214,6 @@ def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[Pla
         return None
     # One step is the point here, so the validator's "2-6 steps are preferred" note would only confuse.
     return result.plan, [f for f in result.flags if "preferred" not in f]
-
-
-def persona_direct_action(*, agent: Agent, goal: Goal | None) -> str | None:
-    """For a simple persona goal: a recommended action that relieves its main need and can succeed now."""
-    if goal is None:
-        return None
-    needs = {n.name: n.satisfaction for n in agent.needs.all()}
-    for action in goal.recommended_actions:
-        outcome = action_apply(str(action), needs)
-        # The first source need is what the goal is about ("get something to eat" is about hunger, not money).
-        if outcome.succeeded and goal.source_needs and outcome.need_deltas.get(goal.source_needs[0], 0) > 0:
-            return str(action)
-    return None
 
 
 @transaction.atomic
@@ -239,9 +225,10 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         previous = Plan.objects.select_for_update().get(pk=previous.pk)
         if Plan.objects.filter(previous=previous).exists():
             raise PlanAlreadyReplanned(previous)
-        # A version that failed while planning has no steps: trying it again is a retry, not a replan.
+        # A version that failed while planning has no steps: trying it again is a retry, not a replan;
+        # an answered question is neither (nothing failed).
         planned = previous.steps.exists()
-        retry = 0 if planned else previous.planning_retry + 1
+        retry = 0 if planned else previous.planning_retry + (0 if previous.clarification_answer else 1)
     try:
         with transaction.atomic():
             plan = Plan.objects.create(
@@ -262,7 +249,8 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         PlanEvent.objects.create(plan=previous, kind=PlanEvent.Kind.REPLANNED, actor_label=actor_label, reason=reason,
                                  detail={"next_plan": plan.pk, "next_version": plan.version})
         publish_changed_on_commit(agent_id=agent.pk, plan_id=previous.pk, kind="replanned")
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason="", plan_retry_at=None)
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason="")
+    agent_retry_sync(agent_id=agent.pk)
     PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=actor_label, reason=reason,
                              detail={"version": plan.version, "previous": previous.pk if previous else None})
     publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_created")
@@ -304,11 +292,15 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], memory: RetryContext,
                   simple: bool = False) -> list[dict[str, str]]:
     needs = {n.name: n.satisfaction for n in agent.needs.all()}
-    kind = agent.kind
-    tools = list(TOOLS.values()) if kind == Agent.Kind.TOOL else None
-    files = workspace_listing(agent.workspace) if kind == Agent.Kind.TOOL else []
+    kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    tools = list((declared or TOOLS).values()) if kind == Agent.Kind.TOOL else None
+    files = workspace_listing(agent.workspace) if agent.kind == Agent.Kind.TOOL else []
+    backstory = agent.backstory
+    if agent.kind == Agent.Kind.PERSONA:  # seed 000's plan inputs: emotions and learned lessons too
+        lessons = list(agent.lessons.values_list("description", flat=True)[:PERSONA_LESSONS_IN_PROMPT])
+        backstory = "\n".join([backstory, *persona_situation(emotions=agent.emotions, lessons=lessons)]).strip()
     common: dict[str, Any] = {
-        "kind": kind, "goal": goal_text, "agent_name": agent.name, "backstory": agent.backstory, "tools": tools,
+        "kind": kind, "goal": goal_text, "agent_name": agent.name, "backstory": backstory, "tools": tools,
         "allowed_actions": list(ACTIONS), "needs": needs, "max_steps": settings.PLAN_MAX_STEPS,
         "workspace_files": files, "restatement": restatement or None, "feedback": list(feedback),
         "rejection_reasons": memory.reasons, "last_rejected_output": memory.last_output,
@@ -332,18 +324,19 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep]) -> Check:
         return Check([f"unparseable output: {exc.reason}"])
     data = dict(parsed.data)
     steps = data.get("steps")
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)
     if kept and isinstance(steps, list):
         kept_keys = {s.key for s in kept}
         # The model may repeat completed steps; they are kept as they were, never redone.
         new = [s for s in steps if not (isinstance(s, dict) and str(s.get("id", "")) in kept_keys)]
-        data["steps"] = [step_plan_data(s.as_spec(), agent.kind) for s in kept] + new
+        data["steps"] = [step_plan_data(s.as_spec(), kind) for s in kept] + new
         if not new:
             return Check(["replan has no remaining steps"])
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
-    result = plan_validate(data, kind=agent.kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
-                           allowed_actions=list(ACTIONS))
+    result = plan_validate(data, kind=kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
+                           allowed_actions=list(ACTIONS), tools=tools)
     notes = [f"repaired: {r}" for r in parsed.repaired] + parsed.flags
     if parsed.method not in ("json_tag", "fenced", "balanced"):
         notes.append(f"parsed from {parsed.method.replace('_', ' ')}")
@@ -483,9 +476,17 @@ def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[
     PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=actor_label,
                              reason=f"planning failed: {headline}",
                              detail={"reasons": reasons, "retry_at": plan.retry_at.isoformat() if plan.retry_at else None})
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason=waiting[:300], plan_retry_at=plan.retry_at)
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason=waiting[:300])
+    agent_retry_sync(agent_id=agent.pk)
     publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_failed")
     return plan
+
+
+def agent_retry_sync(*, agent_id: int) -> None:
+    """The agent row keeps the earliest automatic retry of its failed plans, so a cycle knows without a query."""
+    earliest = (Plan.objects.filter(agent_id=agent_id, status=Plan.Status.FAILED, retry_at__isnull=False)
+                .order_by("retry_at").values("retry_at")[:1])
+    Agent.objects.filter(pk=agent_id).update(plan_retry_at=Subquery(earliest))
 
 
 def plan_retry_due(*, agent: Agent, runner: str) -> None:
@@ -494,16 +495,18 @@ def plan_retry_due(*, agent: Agent, runner: str) -> None:
     if agent.plan_retry_at is None or agent.plan_retry_at > timezone.now():
         return
     with transaction.atomic():
-        plan = (Plan.objects.select_for_update().filter(agent=agent, status=Plan.Status.FAILED, retry_at__isnull=False)
-                .order_by("-created_at").first())
-        Agent.objects.filter(pk=agent.pk).update(plan_retry_at=None)
-        if plan is None or plan.retry_at is None or plan.retry_at > timezone.now():
+        plan = (Plan.objects.select_for_update()
+                .filter(agent=agent, status=Plan.Status.FAILED, retry_at__lte=timezone.now())
+                .order_by("retry_at").first())
+        if plan is None:
+            agent_retry_sync(agent_id=agent.pk)
             return
         headline = plan.failure_reason.split("\n", 1)[0]
         plan.status = Plan.Status.ACTIVE
         plan.retry_at = None
         plan.replan_reason = f"automatic retry {plan.planning_retry + 1} of {agent.plan_retry_limit} after: {headline}"
         plan.save(update_fields=["status", "retry_at", "replan_reason", "updated_at"])
+        agent_retry_sync(agent_id=agent.pk)
         PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label=runner,
                                  reason=plan.replan_reason, detail={"retry": plan.planning_retry + 1})
         publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_retry")
@@ -515,7 +518,10 @@ def plans_interrupted_fail(*, agent_ids: Sequence[int], runner: str) -> int:
     failed = 0
     for plan in Plan.objects.filter(agent_id__in=list(agent_ids), status=Plan.Status.VALIDATING):
         started_by = plan.events.filter(kind=PlanEvent.Kind.CREATED).values_list("actor_label", flat=True).first()
-        headline = f"planning interrupted: {started_by or 'the runner'} stopped before it finished (its lease expired)"
+        if started_by == runner:  # this runner's own planning cycle broke off (its log says why)
+            headline = f"planning interrupted: the cycle of {runner} ended before planning finished"
+        else:
+            headline = f"planning interrupted: {started_by or 'a runner'} stopped before it finished (its lease expired)"
         try:
             plan_fail(plan=plan, headline=headline, actor_label=runner)
         except PlanNoLongerValidating:

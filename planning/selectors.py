@@ -5,13 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, OuterRef, Prefetch, Q, Subquery
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from agents.models import Agent, Experience, LLMCall, Need
 from goals.models import Goal, GoalSample
 from planning.models import Plan, PlanEvent, PlanStep
 
-TIMELINE_LENGTH = 100
+DASHBOARD_PAGE_SIZE = 50
+TIMELINE_PAGE_SIZE = 50
+CALLS_PAGE_SIZE = 20
+# Attempts are read from the timeline's events; at most this many rejected attempts are shown.
+ATTEMPTS_SHOWN = 20
 
 
 @dataclass
@@ -39,18 +44,19 @@ def plan_current_step(plan: Plan, steps: list[PlanStep]) -> PlanStep | None:
 
 def dashboard_rows(*, agent_ids: list[int] | None = None) -> list[AgentRow]:
     """One row per agent with its latest plan, current step and progress: four queries in all."""
-    latest = Plan.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-pk").values("pk")[:1]
     # Only the columns a row shows: building model instances (and decoding JSON) is this page's main cost.
     agents_qs = (
-        Agent.objects.only("name", "kind", "status", "waiting_reason", "cycle_count")
-        .annotate(latest_plan_id=Subquery(latest))
+        agents_latest_plan().only("name", "kind", "status", "waiting_reason", "cycle_count")
         .prefetch_related(Prefetch("needs", queryset=Need.objects.only("agent_id", "name", "satisfaction").order_by("name")))
     )
     if agent_ids is not None:
         agents_qs = agents_qs.filter(pk__in=agent_ids)
     agents = list(agents_qs)
+    if agent_ids is not None:  # in the order asked for (a page of the dashboard)
+        order = {pk: i for i, pk in enumerate(agent_ids)}
+        agents.sort(key=lambda a: order.get(a.pk, 0))
     plan_ids = [a.latest_plan_id for a in agents if a.latest_plan_id]  # type: ignore[attr-defined]
-    steps = PlanStep.objects.only("plan_id", "key", "position", "description", "status")
+    steps = PlanStep.objects.only("plan_id", "key", "position", "description", "status", "retries")
     plans = {
         p.pk: p
         for p in Plan.objects.filter(pk__in=plan_ids).only("agent_id", "goal_text", "version", "status")
@@ -67,11 +73,98 @@ def dashboard_rows(*, agent_ids: list[int] | None = None) -> list[AgentRow]:
     return rows
 
 
+def agents_latest_plan() -> QuerySet[Agent]:
+    """Agents annotated with the id of their latest plan (served by plan_agent_latest_idx)."""
+    latest = Plan.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-pk").values("pk")[:1]
+    return Agent.objects.annotate(latest_plan_id=Subquery(latest))
+
+
+def failing_q() -> Q:
+    """The latest plan failed, or one of its steps failed or is being retried."""
+    # The agent's latest plan, from inside a subquery (no reference to an annotation: PostgreSQL refuses it).
+    latest = Plan.objects.filter(agent=OuterRef(OuterRef("pk"))).order_by("-created_at", "-pk").values("pk")[:1]
+    troubled_step = PlanStep.objects.filter(plan_id=Subquery(latest)).filter(
+        Q(status=PlanStep.Status.FAILED) | Q(retries__gt=0))
+    failed_plan = Plan.objects.filter(pk=Subquery(latest), status=Plan.Status.FAILED)
+    return Q(Exists(failed_plan)) | Q(Exists(troubled_step))
+
+
+@dataclass(frozen=True)
+class DashboardFilter:
+    """What the dashboard shows: by status, kind, waiting for an operator, failing; one page of 50."""
+
+    status: str = ""
+    kind: str = ""
+    waiting: bool = False
+    failing: bool = False
+    page: int = 1
+
+    @classmethod
+    def from_query(cls, query: Any) -> DashboardFilter:
+        """From request.GET (or a websocket's query string); unknown values are ignored, not errors."""
+        status = query.get("status", "")
+        kind = query.get("kind", "")
+        try:
+            page = max(1, min(int(query.get("page", "1")), 1_000_000))
+        except (TypeError, ValueError):
+            page = 1
+        return cls(
+            status=status if status in Agent.Status.values else "",
+            kind=kind if kind in Agent.Kind.values else "",
+            waiting=query.get("waiting", "") in ("1", "on", "true"),
+            failing=query.get("failing", "") in ("1", "on", "true"),
+            page=page,
+        )
+
+    def query(self, *, page: int | None = None) -> str:
+        """The query string of this filter (and page), for links and the websocket."""
+        from urllib.parse import urlencode
+
+        params: dict[str, Any] = {k: v for k, v in (("status", self.status), ("kind", self.kind)) if v}
+        if self.waiting:
+            params["waiting"] = "1"
+        if self.failing:
+            params["failing"] = "1"
+        number = self.page if page is None else page
+        if number > 1:
+            params["page"] = number
+        return urlencode(params)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.status or self.kind or self.waiting or self.failing)
+
+
+def dashboard_agents(filters: DashboardFilter) -> QuerySet[Agent]:
+    agents = agents_latest_plan().order_by("name", "pk")
+    if filters.status:
+        agents = agents.filter(status=filters.status)
+    if filters.kind:
+        agents = agents.filter(kind=filters.kind)
+    if filters.waiting:
+        agents = agents.exclude(waiting_reason="")
+    if filters.failing:
+        agents = agents.filter(failing_q())
+    return agents
+
+
+def dashboard_page(filters: DashboardFilter) -> tuple[list[AgentRow], Page[Any]]:
+    """One page of the dashboard: a count, the page's agent ids, then dashboard_rows (six queries)."""
+    paginator = Paginator(dashboard_agents(filters).values_list("pk", flat=True), DASHBOARD_PAGE_SIZE)
+    page = paginator.get_page(filters.page)
+    ids = list(page.object_list)
+    rows = dashboard_rows(agent_ids=ids) if ids else []
+    return rows, page
+
+
 def dashboard_counts() -> dict[str, int]:
+    """The counts above the table (and the filter badges): one query."""
     return Agent.objects.aggregate(
         agents=Count("pk"),
         running=Count("pk", filter=Q(status=Agent.Status.RUNNING)),
+        paused=Count("pk", filter=Q(status=Agent.Status.PAUSED)),
         waiting=Count("pk", filter=~Q(waiting_reason="")),
+        failing=Count("pk", filter=failing_q()),
     )
 
 
@@ -112,41 +205,69 @@ def goal_curve(samples: list[GoalSample], width: int = 160, height: int = 36) ->
 
 
 def plan_versions(plan: Plan) -> list[Plan]:
-    """All versions of this plan, oldest first."""
+    """All versions of this plan, oldest first: one query over the agent's plans, the chain walked here."""
+    plans = {p.pk: p for p in Plan.objects.filter(agent_id=plan.agent_id).only("pk", "previous_id", "version", "status", "agent_id")}
+    plans[plan.pk] = plan
+    following = {p.previous_id: p for p in plans.values() if p.previous_id}
     chain = [plan]
     seen = {plan.pk}
     cursor = plan
-    while cursor.previous_id and cursor.previous_id not in seen:
-        cursor = Plan.objects.get(pk=cursor.previous_id)
+    while cursor.previous_id in plans and cursor.previous_id not in seen:
+        cursor = plans[cursor.previous_id]
         chain.insert(0, cursor)
         seen.add(cursor.pk)
-    nxt = Plan.objects.filter(previous=chain[-1]).first()
+    nxt = following.get(chain[-1].pk)
     while nxt is not None and nxt.pk not in seen:
         chain.append(nxt)
         seen.add(nxt.pk)
-        nxt = Plan.objects.filter(previous=nxt).first()
+        nxt = following.get(nxt.pk)
     return chain
 
 
-def plan_context(plan_id: int) -> dict[str, Any]:
-    """Everything the plan page shows."""
+def plan_steps(plan: Plan) -> list[PlanStep]:
+    """The steps of a plan as its page shows them: one query, whatever their number."""
+    return list(plan.steps.select_related("approved_by").order_by("position"))
+
+
+def plan_events_page(plan: Plan, number: Any = 1) -> Page[Any]:
+    """One page of the timeline, newest first."""
+    events = plan.events.select_related("step").order_by("-created_at", "-id")
+    return Paginator(events, TIMELINE_PAGE_SIZE).get_page(number)
+
+
+def plan_calls_page(plan: Plan, number: Any = 1) -> Page[Any]:
+    """One page of the plan's model calls, oldest first (the order they were made)."""
+    calls = LLMCall.objects.filter(plan=plan).order_by("created_at", "pk")
+    return Paginator(calls, CALLS_PAGE_SIZE).get_page(number)
+
+
+def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> dict[str, Any]:
+    """Everything the plan page shows: a fixed number of queries, whatever the number of steps or events."""
     plan = Plan.objects.select_related("agent", "goal", "previous").get(pk=plan_id)
-    steps = list(plan.steps.select_related("approved_by").all())
-    events = list(plan.events.select_related("step")[:TIMELINE_LENGTH])
-    attempts = [e for e in events if e.kind == PlanEvent.Kind.ATTEMPT_REJECTED]
-    validated = next((e for e in events if e.kind == PlanEvent.Kind.VALIDATED), None)
-    calls = list(LLMCall.objects.filter(plan=plan).order_by("created_at", "pk"))
+    steps = plan_steps(plan)
+    events = plan_events_page(plan, events_page)
+    special = list(plan.events.filter(kind__in=[PlanEvent.Kind.ATTEMPT_REJECTED, PlanEvent.Kind.VALIDATED])
+                   .order_by("-created_at", "-id")[:ATTEMPTS_SHOWN + 1])
+    attempts = [e for e in special if e.kind == PlanEvent.Kind.ATTEMPT_REJECTED][:ATTEMPTS_SHOWN]
+    validated = next((e for e in special if e.kind == PlanEvent.Kind.VALIDATED), None)
+    calls = plan_calls_page(plan, calls_page)
+    versions = plan_versions(plan)
+    later = [v for v in versions if v.version > plan.version and v.previous_id == plan.pk]
     return {
         "plan": plan,
         "agent": plan.agent,
         "steps": steps,
         "step_keys": {s.key: s for s in steps},
         "current": plan_current_step(plan, steps),
-        "events": events,
+        "events": events.object_list,
+        "events_page": events,
         "attempts": list(reversed(attempts)),
         "flags": (validated.detail.get("flags", []) if validated else []),
         "diff": (validated.detail.get("diff") if validated else None),
-        "calls": calls,
-        "versions": plan_versions(plan),
+        "calls": calls.object_list,
+        "calls_page": calls,
+        "versions": versions,
+        "next_version": later[0] if later else None,
         "done": sum(1 for s in steps if s.status == PlanStep.Status.COMPLETED),  # skipped is not done
+        "total": len(steps),
     }

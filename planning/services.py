@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
+from agents.declared_tools import agent_plan_terms
 from agents.models import Agent
 from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
@@ -291,9 +292,10 @@ def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]
     specs = [(edited if other.pk == step.pk else other).as_spec() for other in plan.steps.all()]
     if step.pk is None:
         specs.append(edited.as_spec())
-    return plan_validate_edit(kind=agent.kind, steps=specs, key=edited.key, changes={},
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)  # external agents: their declared tools
+    return plan_validate_edit(kind=kind, steps=specs, key=edited.key, changes={},
                               workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,
-                              max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS))
+                              max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS), tools=tools)
 
 
 @atomic_retried
@@ -356,6 +358,9 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
     if horizon not in Goal.Horizon.values:
         raise DecisionError(f"Unknown horizon {horizon!r}.")
     agent = Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)
+    if agent.kind == Agent.Kind.EXTERNAL:
+        raise DecisionError(f"{agent.name} runs elsewhere and submits its own plans over the API; it cannot be "
+                            "given a goal here. Nothing was changed.")
     if Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, description__iexact=description).exists():
         raise DecisionError(f"{agent.name} already has this goal.")
     goal = Goal.objects.create(agent=agent, description=description[:500], horizon=horizon, confidence=1.0)
@@ -453,7 +458,8 @@ def plan_abandon(*, plan: Plan, runner: str, reason: str) -> None:
         goal.confidence = clamp_unit(goal.confidence - PLAN_ABANDON_PENALTY)
         goal.save(update_fields=["confidence"])
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan '{plan.goal_text[:60]}' abandoned: {reason[:120]}")
-    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason)
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason,
+                 detail={"abandoned": True, "confidence_penalty": PLAN_ABANDON_PENALTY})
 
 
 
@@ -464,13 +470,14 @@ def step_elapsed_ms(step: PlanStep) -> int | None:
     return None if started is None else max(int((timezone.now() - started).total_seconds() * 1000), 0)
 
 
-@transaction.atomic
+@atomic_retried
 def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
     """Answer the planner's question (seed 003); planning resumes with the answer as part of the goal."""
     answer = " ".join(answer.split())
     if not answer:
         raise DecisionError("Write an answer to the planner's question. Nothing was changed.")
-    plan = Plan.objects.select_for_update().get(pk=plan.pk)
+    answer = reason_clean(answer, what="The answer")
+    plan = plan_lock(plan.pk)
     if plan.status != Plan.Status.CLARIFYING:
         raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it asks no question. "
                             "Nothing was changed.")
@@ -483,11 +490,11 @@ def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
                         detail={"question": plan.clarification_question, "answer": answer})
 
 
-@transaction.atomic
+@transaction.atomic  # not retried: it restores files, which a second attempt would do again
 def step_rollback(*, step: PlanStep, user: User) -> PlanEvent:
     """Undo a completed tool step (seed 003 rollback): the files it changed are restored, the files it created
     removed; refused while a completed step that changed files on top of it still stands."""
-    step = PlanStep.objects.select_for_update().select_related("plan", "plan__agent").get(pk=step.pk)
+    step = step_lock(step.pk)
     if step.status != PlanStep.Status.COMPLETED or not step.tool:
         raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only a completed tool step "
                             "can be rolled back. Nothing was changed.")

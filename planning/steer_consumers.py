@@ -1,9 +1,8 @@
 """Live inbox: the count in every page's navigation, and the inbox page itself, pushed on every change.
 
-Every change is published to the dashboard group (planner_site/events.py), so these consumers join it; the
-base class coalesces bursts and re-sends the full state on every (re)connect. A push is sent only when what
-the page shows changed (the runner's per-cycle heartbeat alone changes nothing here), so an operator's
-keyboard focus and typing are left alone.
+They are pages of the live hub (planning/consumers.py): every change reaches their feed, which renders once
+per burst and audience and pushes only when what the page shows changed; the full state is sent on every
+(re)connect. Presence goes through the channel layer directly.
 """
 
 from __future__ import annotations
@@ -15,44 +14,82 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from planner_site.events import DASHBOARD_GROUP
-from planning.consumers import LiveConsumer
+from planning.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, LiveConsumer, LivePage, render_for
 from planning.models import Plan
-from planning.steer_selectors import inbox_count, inbox_items
+from planning.steer_selectors import InboxItem, inbox_count, inbox_items
 
 
-class InboxLiveBase(LiveConsumer):
-    def page_groups(self) -> list[str]:
-        return [DASHBOARD_GROUP]
+class InboxLivePage(LivePage):
+    """The inbox, or only its count: any change may add or remove an item. Rendered once per burst of changes
+    and per audience, and pushed only when what the page shows changed (items and their urgency, or the count)."""
 
-    async def state_changed(self, event: dict[str, Any]) -> None:
-        if event.get("kind") == "cycle":  # the heartbeat after each cycle; real changes publish their own kind
-            return
-        await super().state_changed(event)
+    def __init__(self, key: str, *, count_only: bool) -> None:
+        super().__init__(key)
+        self.count_only = count_only
+        self.last: Any = None
+
+    def concerns(self, message: dict[str, Any]) -> set[int]:
+        return {0}
+
+    def baseline(self) -> None:
+        self.last = self.state()[0]
+
+    def state(self) -> tuple[Any, list[InboxItem]]:
+        if self.count_only:
+            return inbox_count(), []
+        items = inbox_items()
+        return tuple((i.key, i.urgent) for i in items), items
+
+    def render_changes(self, ids: set[int], audiences: set[str]) -> dict[str, str]:
+        previous = self.last
+        signature, items = self.state()
+        if signature == previous:
+            return {}
+        self.last = signature
+        if self.count_only:
+            return dict.fromkeys(audiences, render_to_string("planning/inbox_count.html",
+                                                             {"count": signature, "oob": True}))
+        arrived = len({key for key, _ in signature} - {key for key, _ in previous or ()})
+        count = len(items)
+        # Only arrivals are announced: the operator's own decisions are announced by their answer.
+        announce = f"{arrived} new in the inbox; {count} item{'s' if count != 1 else ''} wait for you." if arrived else ""
+        context = {"items": items, "count": count, "announce": announce}
+        return {a: render_for("planning/inbox_live.html", context, a) for a in audiences}
 
 
-class InboxCountConsumer(InboxLiveBase):
+class InboxCountConsumer(LiveConsumer):
     """The "Inbox 4" in the navigation of every page."""
 
+    def page_key(self) -> str:
+        return "inbox-count"
+
+    def page_new(self) -> LivePage:
+        return InboxLivePage(self.page_key(), count_only=True)
+
     def render_all(self) -> str:
-        count = inbox_count()
-        if count == getattr(self, "last_count", None):
-            return ""
-        self.last_count = count
-        return self.render("planning/inbox_count.html", {"count": count, "oob": True})
+        return self.render("planning/inbox_count.html", {"count": inbox_count()})
 
 
 URGENCY_RECHECK_SECONDS = 30
 
 
-class InboxConsumer(InboxLiveBase):
-    """The inbox page: its list, the count and a polite announcement when new items arrive. Waiting items
-    become urgent by the clock alone (the agents' waiting policy), so the list is also re-checked every
-    URGENCY_RECHECK_SECONDS and pushed when an item turned urgent."""
+class InboxConsumer(LiveConsumer):
+    """The inbox page. Waiting items become urgent by the clock alone (the agents' waiting policy), so an open
+    inbox is also re-checked every URGENCY_RECHECK_SECONDS."""
+
+    def page_key(self) -> str:
+        return "inbox"
+
+    def page_new(self) -> LivePage:
+        return InboxLivePage(self.page_key(), count_only=False)
+
+    def render_all(self) -> str:
+        items = inbox_items()
+        return self.render("planning/inbox_live.html", {"items": items, "count": len(items), "announce": ""})
 
     async def connect(self) -> None:
         await super().connect()
-        if hasattr(self, "joined"):  # accepted
+        if self.feed is not None:
             self.ticker = asyncio.create_task(self.tick())
 
     async def disconnect(self, code: int) -> None:
@@ -62,25 +99,11 @@ class InboxConsumer(InboxLiveBase):
         await super().disconnect(code)
 
     async def tick(self) -> None:
-        while True:
+        while self.feed is not None:
             await asyncio.sleep(URGENCY_RECHECK_SECONDS)
-            html = await database_sync_to_async(self.render_all)()
-            if html:
-                await self.send(text_data=html)
-
-    def render_all(self) -> str:
-        items = inbox_items()
-        signature = tuple((i.key, i.urgent) for i in items)
-        previous = getattr(self, "last_signature", None)
-        if signature == previous:
-            return ""
-        self.last_signature = signature
-        count = len(items)
-        announce = ""  # only arrivals are announced: the operator's own decisions are announced by their answer
-        arrived = len({i.key for i in items} - {key for key, _ in previous or ()})
-        if previous is not None and arrived:
-            announce = f"{arrived} new in the inbox; {count} item{'s' if count != 1 else ''} wait for you."
-        return self.render("planning/inbox_live.html", {"items": items, "count": count, "announce": announce})
+            if self.feed is not None:
+                self.feed.pending.add(0)
+                self.feed.kick()
 
 
 def presence_group(plan_id: int) -> str:
@@ -95,11 +118,13 @@ class PlanPresenceConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+            await self.accept()  # accepted only to say why it closes, as the live pages do
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         self.plan_id = int(self.scope["url_route"]["kwargs"]["plan_id"])
         if not await database_sync_to_async(Plan.objects.filter(pk=self.plan_id).exists)():
-            await self.close(code=4404)
+            await self.accept()
+            await self.close(code=CLOSE_NOT_FOUND)
             return
         self.username = user.get_username()
         self.viewers: dict[str, str] = {}  # channel name -> username, for the other open pages

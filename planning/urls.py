@@ -50,3 +50,7 @@ urlpatterns += [
     re_path(r"^audit/export\.(?P<fmt>csv|json)$", views_audit.audit_export, name="audit-export"),
     path("usage/", views_audit.usage, name="usage"),
 ]
+
+urlpatterns += [
+    path("plans/<int:pk>/graph/", views_editor.plan_graph_view, name="plan-graph"),
+]

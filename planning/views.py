@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any, cast
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
@@ -29,13 +30,21 @@ from planning.forms import (
     StepEditForm,
 )
 from planning.models import Plan, PlanStep
-from planning.selectors import agent_context, dashboard_counts, dashboard_rows, plan_context
+from planning.selectors import DashboardFilter, agent_context, dashboard_counts, dashboard_page, plan_context
 from planning.steer_selectors import goal_queue
 
 
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
-    return render(request, "planning/dashboard.html", {"rows": dashboard_rows(), "counts": dashboard_counts()})
+    filters = DashboardFilter.from_query(request.GET)
+    rows, page = dashboard_page(filters)
+    return render(request, "planning/dashboard.html", {
+        "rows": rows, "page": page, "counts": dashboard_counts(), "filters": filters,
+        "live_query": filters.query(page=page.number),
+        "prev_query": filters.query(page=page.number - 1) if page.has_previous() else "",
+        "next_query": filters.query(page=page.number + 1) if page.has_next() else "",
+        "statuses": Agent.Status.choices, "kinds": Agent.Kind.choices,
+    })
 
 
 @require_GET
@@ -47,7 +56,9 @@ def agent_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def plan_detail(request: HttpRequest, pk: int) -> HttpResponse:
     get_object_or_404(Plan, pk=pk)
-    return render(request, "planning/plan_detail.html", plan_context(pk))
+    context = plan_context(pk, events_page=request.GET.get("events", 1), calls_page=request.GET.get("calls", 1))
+    live_query = urlencode({k: context[f"{k}_page"].number for k in ("events", "calls") if context[f"{k}_page"].number > 1})
+    return render(request, "planning/plan_detail.html", context | {"live_query": live_query})
 
 
 def decision_refused(request: HttpRequest, message: str, *, status: int = 409) -> HttpResponse:

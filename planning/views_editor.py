@@ -234,3 +234,10 @@ def plan_compare(request: HttpRequest) -> HttpResponse:
                       {"error": "These plans belong to different agents; compare versions of one plan."}, status=400)
     return render(request, "planning/plan_compare.html",
                   {"old": old, "new": new, "agent": new.agent, "chain": plan_chain(new)} | plans_compare(old, new))
+
+
+@require_GET
+def plan_graph_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """The plan's graph alone: the plan page refreshes it after live pushes."""
+    plan = get_object_or_404(Plan, pk=pk)
+    return render(request, "planning/plan_graph_page.html", {"plan": plan, "steps": list(plan.steps.all())})

@@ -105,9 +105,10 @@ def provider_name(model: str) -> str:
 
 
 def provider_complete(
-    purpose: str, model: str, messages: Sequence[Mapping[str, str]], *, timeout: float | None = None
+    purpose: str, model: str, messages: Sequence[Mapping[str, str]], *, ends_at: float | None = None
 ) -> ProviderAnswer:
-    """One call to one model; `timeout` bounds it, retries included (the offline model needs no bound)."""
+    """One call to one model, over by `ends_at` (time.monotonic()), retries included; the offline model
+    answers at once and needs no bound."""
     if model in OFFLINE_MODELS:
         text = (sloppy_complete if model == SLOPPY_MODEL else offline_complete)(purpose, messages)
         # Offline "tokens" are words, so the call log and cost columns stay meaningful in the demo.
@@ -116,7 +117,7 @@ def provider_complete(
         )
     from agents.llm.openai_provider import openai_complete
 
-    return openai_complete(model=model, messages=messages, timeout=timeout)
+    return openai_complete(model=model, messages=messages, ends_at=ends_at)
 
 
 def error_text(exc: BaseException) -> str:
@@ -155,12 +156,11 @@ def llm_complete(
     failures: list[tuple[str, str]] = []
     row = {"agent_id": agent_id, "plan_id": plan_id, "purpose": purpose, "prompt": [dict(m) for m in messages]}
     for model in chain:
-        timeout = None if deadline is None else deadline.remaining()
-        if timeout is not None and timeout <= 0:
+        if deadline is not None and deadline.expired:
             break
         started = time.perf_counter()
         try:
-            answer = provider_complete(purpose, model, messages, timeout=timeout)
+            answer = provider_complete(purpose, model, messages, ends_at=deadline.ends_at if deadline else None)
         except Exception as exc:  # any provider failure hands over to the next model
             error = error_text(exc)
             failures.append((model, error))

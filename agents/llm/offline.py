@@ -316,6 +316,7 @@ class _ToolStep:
     input: dict[str, Any]
     depends: list[str] = field(default_factory=list)
     expects: str = ""
+    for_each: str = ""  # seed 002 FOR_EACH: the ref of the file.list step whose files this step runs over
 
 
 @dataclass
@@ -465,6 +466,22 @@ def _ambiguous(goal: str, words: set[str]) -> bool:
     return not _mentioned_files(goal) and not _URL.search(goal) and not words & _INTENT_WORDS
 
 
+def _template_each(goal: str, files: Sequence[str]) -> _Template | None:
+    """"Summarize each file in notes": list the folder, then one summary per file it holds (seed 002 FOR_EACH)."""
+    folders = sorted({f.split("/", 1)[0] for f in files if "/" in f})
+    words = re.findall(r"[\w.-]+/?", goal.lower())
+    folder = next((w.rstrip("/") for w in words if w.rstrip("/") in folders), None)
+    folder = folder or next((w.rstrip("/") for w in words if w.endswith("/") and len(w) > 1), None)
+    if folder is None:
+        return None
+    steps = [
+        _ToolStep("list", "file.list", f"List the files in {folder}/", {"path": folder}, expects=f"the files of {folder}/"),
+        _ToolStep("each", "text.summarize", f"Summarize each file listed in {folder}/", {"path": "{item}", "max_sentences": 3},
+                  ["list"], "a short summary of every file", for_each="list"),
+    ]
+    return _Template(f"List {folder}/, then summarize every file in it, one by one.", steps)
+
+
 def _template_fetch(goal: str, url: str) -> _Template:
     steps = [_ToolStep("fetch", "web.fetch", f"Fetch {url}", {"url": url}, expects="the page content")]
     return _Template(f"Fetch {url}.", steps, ["Needs network access"])
@@ -496,6 +513,9 @@ def _tool_template(goal: str, files: Sequence[str], max_steps: int) -> _Template
         template = _template_convert(goal, files)
     elif words & {"sort", "organize", "organise", "tidy", "arrange"} or "by extension" in text:
         template = _template_sort(goal, files, max_steps)
+    elif words & {"each", "every"} and any(w.startswith(("summar", "summir")) for w in words) and (
+            each := _template_each(goal, files)) is not None:
+        template = each
     elif "report" in words:
         template = _template_summaries(goal, files, output="report.md", listing=True)
     elif any(w.startswith(("summar", "summir")) for w in words):
@@ -523,6 +543,8 @@ def _tool_step_out(step: _ToolStep, key: str, depends_on: list[str]) -> dict[str
     }
     if step.expects:
         out["expects"] = _one_line(step.expects)
+    if step.for_each:
+        out["forEach"] = depends_on[step.depends.index(step.for_each)] if step.for_each in step.depends else ""
     return out
 
 

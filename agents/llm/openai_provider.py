@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -157,16 +158,18 @@ def answer_from_completion(model: str, completion: object) -> ProviderAnswer:
 
 
 async def openai_acomplete(
-    *, model: str, messages: Sequence[Mapping[str, str]], timeout: float | None = None
+    *, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None
 ) -> ProviderAnswer:
     """Ask `model` on the OpenAI-compatible server for one chat completion.
 
     Raises the SDK's errors (`openai.APITimeoutError`, `openai.RateLimitError`, `openai.APIStatusError`...)
     once its retries are spent, `ProviderResponseError` for an answer without text or a malformed body, and
-    `ProviderTimeout` when `timeout` seconds pass first: it bounds the whole call, the SDK's retries included.
+    `ProviderTimeout` when the clock (`time.monotonic()`) reaches `ends_at` first: it bounds the whole call,
+    the SDK's retries and the client's setup included.
     """
     client = await openai_client()
     payload = cast(list[ChatCompletionMessageParam], [dict(m) for m in messages])
+    timeout = None if ends_at is None else max(ends_at - time.monotonic(), 0.001)
     try:
         if timeout is None:
             completion: Any = await client.chat.completions.create(model=model, messages=payload)
@@ -185,7 +188,7 @@ async def openai_acomplete(
 
 
 def openai_complete(
-    *, model: str, messages: Sequence[Mapping[str, str]], timeout: float | None = None
+    *, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None
 ) -> ProviderAnswer:
     """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one."""
-    return async_to_sync(openai_acomplete)(model=model, messages=messages, timeout=timeout)
+    return async_to_sync(openai_acomplete)(model=model, messages=messages, ends_at=ends_at)

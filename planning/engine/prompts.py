@@ -339,57 +339,6 @@ def prompt_reflect(*, output: str, reasons: Sequence[str]) -> Messages:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def prompt_goals(
-    *,
-    needs: Mapping[str, float],
-    personality: Mapping[str, Any],
-    emotions: Mapping[str, float],
-    lessons: Sequence[str],
-    existing: Sequence[str],
-) -> Messages:
-    """Seed 001 goal generation: up to 3 new goals from needs, personality, emotions and lessons."""
-    context = {
-        "purpose": "goals",
-        "needs": {name: round(float(value), 4) for name, value in needs.items()},
-        "personality": dict(personality),
-        "emotions": {name: round(float(value), 4) for name, value in emotions.items()},
-        "lessons": [str(lesson) for lesson in lessons],
-        "existing": [str(goal) for goal in existing],
-    }
-    personality_text = ", ".join(f"{k}: {v}" for k, v in personality.items()) or "(none)"
-    emotions_text = ", ".join(f"{k}: {_percent(v)}" for k, v in emotions.items()) or "(none)"
-    user = (
-        f"CURRENT NEEDS (satisfaction, lowest first): {_needs_text(needs)}\n"
-        f"PERSONALITY: {personality_text}\nEMOTIONS: {emotions_text}\n"
-        f"LEARNED LESSONS:\n{_bullets(lessons)}\nEXISTING GOALS (do not duplicate):\n{_bullets(existing)}\n\n"
-        "Propose up to 3 new goals. horizon is short_term, mid_term or long_term; source_needs are need names "
-        "from the list above. Answer with a JSON array inside <json>...</json>:\n"
-        '<json>[{"description": "Find a cozy place to eat", "horizon": "short_term", "source_needs": ["hunger"], '
-        '"recommended_actions": ["go to restaurant", "find food"], "reasoning": "Hunger is critically low at 15%"}]'
-        "</json>\n" + context_line(context)
-    )
-    system = "You set goals for a simulated person, grounded in their needs and what they have learned."
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
-
-
-def prompt_milestone(*, goal: str, experiences: Sequence[str], needs: Mapping[str, float]) -> Messages:
-    """Seed 001 milestone check: has this goal really been achieved?"""
-    context = {
-        "purpose": "milestone",
-        "goal": goal,
-        "needs": {name: round(float(value), 4) for name, value in needs.items()},
-        "experiences": [str(e) for e in experiences][-10:],
-    }
-    user = (
-        f"GOAL: {goal}\nRECENT RELATED EXPERIENCES:\n{_bullets(list(experiences)[-10:])}\n"
-        f"CURRENT SATISFACTION OF ITS SOURCE NEEDS: {_needs_text(needs)}\n\n"
-        "Has the goal been achieved? Answer with JSON inside <json>...</json>:\n"
-        '<json>{"achieved": true, "explanation": "..."}</json>\n' + context_line(context)
-    )
-    system = "You judge whether a simulated person has achieved a goal, from evidence only."
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
-
-
 def prompt_decide_action(
     *,
     agent_name: str,

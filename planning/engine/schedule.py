@@ -10,7 +10,6 @@ from collections.abc import Sequence
 STATUSES = ("pending", "awaiting_approval", "running", "completed", "failed", "skipped", "declined", "rolled_back")
 TERMINAL = {"completed", "skipped", "failed", "declined", "rolled_back"}
 DONE = {"completed", "skipped"}  # a skipped dependency does not hold its dependents back
-STOPPED = {"failed", "declined", "rolled_back"}
 
 # Terminal states have no way out: a retry or a replan makes new work instead of reviving a step.
 TRANSITIONS: dict[str, frozenset[str]] = {

@@ -729,6 +729,7 @@ def plan_validate_edit(
     workspace: Path | None = None,
     max_steps: int = 20,
     allowed_actions: Sequence[str] = (),
+    tools: Mapping[str, ToolSpec] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Validate the whole plan as it would be after an operator's edit of step `key`: (problems, flags)."""
     rows = []
@@ -737,5 +738,5 @@ def plan_validate_edit(
             step = dict(step) | {_EDIT_FIELDS.get(name, name): value for name, value in changes.items()}
         rows.append(step_plan_data(step, kind))
     result = plan_validate({"steps": rows}, kind=kind, workspace=workspace, max_steps=max_steps,
-                           allowed_actions=allowed_actions)
+                           allowed_actions=allowed_actions, tools=tools)
     return result.problems, result.flags

@@ -30,7 +30,24 @@
     var next = list[Math.max(0, Math.min(list.length - 1, i < 0 ? 0 : i + delta))];
     next.focus();
   }
-  var focusedId = null, focusedIndex = -1;
+  var focusedIndex = -1, focusedEl = null;
+  function listen(path) {
+    var failures = 0;
+    function connect() {
+      var socket = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + path);
+      socket.onmessage = function (evt) {
+        failures = 0;
+        if (window.live && typeof evt.data === "string") window.live.apply(evt.data);
+        titleUpdate();
+      };
+      socket.onclose = function (evt) {
+        if (evt.code === 4401 || evt.code === 4404) return;
+        failures++;
+        setTimeout(connect, Math.min(10000, 500 * Math.pow(2, Math.min(failures - 1, 5))) * (0.75 + Math.random() / 2));
+      };
+    }
+    connect();
+  }
   function start() {
     titleUpdate();
     var notify = document.getElementById("inbox-notify");
@@ -38,33 +55,49 @@
       notify.hidden = false;
       notify.addEventListener("click", function () { Notification.requestPermission().then(function () { notify.hidden = true; }); });
     }
-    document.body.addEventListener("htmx:oobBeforeSwap", function (e) {
-      // A decision in flight from this list brings the fresh list with its answer; a push must not remove the
-      // form that sent it first (htmx would then drop the answer, and the operator would not be told).
-      var target = e.detail && e.detail.target;
-      var fragment = e.detail && e.detail.fragment;
-      var answer = fragment && ((fragment.matches && fragment.matches("[data-answer]")) ||
-                                (fragment.querySelector && fragment.querySelector("[data-answer]")));
-      if (target && target.id === "inbox-list" && target.querySelector(".htmx-request") && !answer) {
-        e.detail.shouldSwap = false;
-        return;
-      }
-      var a = document.activeElement;
-      focusedId = a && a.id && a.closest && a.closest("#inbox-list") ? a.id : null;
-      focusedIndex = focusedId ? items().indexOf(current()) : -1;
+    // Keep the keyboard in the inbox: when the focused item was decided (removed), focus the one now in its place.
+    document.addEventListener("focusin", function (e) {
+      var it = e.target && e.target.closest ? e.target.closest("#inbox-list .inbox-item") : null;
+      if (it) { focusedIndex = items().indexOf(it); focusedEl = it; }
     });
-    document.body.addEventListener("htmx:oobAfterSwap", function () {
+    function refocus() {
       titleUpdate();
-      if (focusedId) {
-        var el = document.getElementById(focusedId);
-        if (el && document.activeElement !== el) el.focus({ preventScroll: true });
-        else if (!el && focusedIndex >= 0) {  // the item was decided: keep the keyboard in the list, on the next one
-          var list = items();
-          if (list.length) list[Math.min(focusedIndex, list.length - 1)].focus({ preventScroll: true });
-        }
-        focusedId = null;
-      }
-    });
+      // Only when the focused item itself left the page; a push never takes focus from anywhere else.
+      if (!focusedEl || focusedEl.isConnected || (document.activeElement && document.activeElement !== document.body)) return;
+      focusedEl = null;
+      var list = items();
+      if (list.length) list[Math.min(focusedIndex, list.length - 1)].focus({ preventScroll: true });
+    }
+    document.addEventListener("live:applied", refocus);
+    document.body.addEventListener("htmx:afterSettle", refocus);
+    document.body.addEventListener("htmx:afterRequest", function () { setTimeout(refocus, 0); });
+    // The inbox count in the navigation, and who else views a plan: small sockets of their own, whose pushes
+    // are merged by live.js like the page's own.
+    Array.prototype.forEach.call(document.querySelectorAll("[data-steer-live]"), function (el) { listen(el.getAttribute("data-steer-live")); });
+    var graph = document.querySelector("[data-graph]");
+    if (graph && window.htmx) {
+      var pending = null;
+      document.addEventListener("live:applied", function () {  // steps may have moved: redraw the graph
+        clearTimeout(pending);
+        pending = setTimeout(function () {
+          if (document.getElementById("plan-graph")) window.htmx.ajax("GET", graph.getAttribute("data-graph"), { target: "#plan-graph", swap: "outerHTML" });
+        }, 300);
+      });
+    }
+    // Inbox decisions are sent from the page, not from their form: a push may remove the decided item (and its
+    // form) before the answer arrives, and htmx would then find no place for the answer's flash and list.
+    document.addEventListener("submit", function (e) {
+      var form = e.target;
+      if (!window.htmx || !form.closest || !form.closest("#inbox-list") || !form.getAttribute("hx-post")) return;
+      e.preventDefault();
+      e.stopPropagation();  // capture phase: htmx's own listener on the form never sees it
+      var question = form.getAttribute("hx-confirm");
+      if (question && !window.confirm(question)) return;
+      var buttons = Array.prototype.slice.call(form.querySelectorAll("button"));
+      buttons.forEach(function (b) { b.disabled = true; });
+      window.htmx.ajax("POST", form.getAttribute("hx-post"), { source: document.body, values: window.htmx.values(form), swap: "none" })
+        .finally(function () { buttons.forEach(function (b) { b.disabled = false; }); setTimeout(refocus, 0); });
+    }, true);
     // Every htmx form on every page: its buttons are disabled while its request is in flight (no double decisions).
     document.body.addEventListener("htmx:beforeRequest", function (e) {
       var form = e.detail && e.detail.elt;

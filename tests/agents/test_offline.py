@@ -16,12 +16,11 @@ import pytest
 from agents.llm.context import prompt_context
 from agents.llm.offline import offline_complete
 from agents.tools import TOOLS, tool_run, workspace_listing
+from goals.prompts import prompt_goals, prompt_milestone
 from planning.engine.parse import plan_parse
 from planning.engine.prompts import (
     plan_step_directive,
     prompt_decide_action,
-    prompt_goals,
-    prompt_milestone,
     prompt_plan,
     prompt_reflect,
     prompt_replan,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import time
 from pathlib import Path
 
@@ -39,24 +38,6 @@ def seed(n_agents: int) -> None:
             PlanStep(plan=plan, key=str(k), position=k, description=f"step {k}", action_hint="work",
                      status="completed" if k == 1 else "pending") for k in range(1, 5)
         ])
-
-
-def bench_dashboard(n: int) -> None:
-    from django.db import connection
-    from django.template.loader import render_to_string
-    from django.test.utils import CaptureQueriesContext
-
-    from planning.selectors import dashboard_counts, dashboard_rows
-
-    times = []
-    for _ in range(5):
-        started = time.perf_counter()
-        with CaptureQueriesContext(connection) as queries:
-            rows = dashboard_rows()
-            render_to_string("planning/dashboard_live.html", {"rows": rows, "counts": dashboard_counts(), "full": True})
-        times.append((time.perf_counter() - started) * 1000)
-    report(f"dashboard, {n} agents: render", statistics.median(times), "ms", "1,000 rows in 140 ms (STACK.md)")
-    report(f"dashboard, {n} agents: queries", len(queries), "queries", "constant (no N+1): 5")
 
 
 def bench_parse_validate() -> None:
@@ -93,47 +74,12 @@ def bench_cycles(n: int) -> None:
            "20/s (1 agent every 2 s x 40 agents)")
 
 
-def bench_push() -> None:
-    from channels.db import database_sync_to_async
-    from channels.testing import WebsocketCommunicator
-    from django.contrib.auth.models import User
-
-    from planning import services
-    from planning.consumers import PlanConsumer
-    from planning.models import PlanStep
-
-    async def run() -> list[float]:
-        user = await database_sync_to_async(lambda: User.objects.create_superuser("bench", "", "x"))()
-        step = await PlanStep.objects.select_related("plan").filter(status="pending").afirst()
-        assert step is not None
-        comm = WebsocketCommunicator(PlanConsumer.as_asgi(), f"/ws/plans/{step.plan_id}/")
-        comm.scope["user"] = user
-        comm.scope["url_route"] = {"kwargs": {"plan_id": step.plan_id}}
-        await comm.connect()
-        await comm.receive_from(timeout=10)
-        latencies = []
-        for i in range(20):
-            started = time.perf_counter()
-            await database_sync_to_async(services.event_record)(plan=step.plan, kind="step_edited", actor_label="bench",
-                                                                  reason=f"ping {i}")
-            await comm.receive_from(timeout=10)
-            latencies.append((time.perf_counter() - started) * 1000)
-        await comm.disconnect()
-        return latencies
-
-    latencies = asyncio.run(run())
-    report("live push: change -> rendered page update, p50", statistics.median(latencies), "ms",
-           "under 250 ms (incl. 50 ms coalescing); STACK.md: 3-9 ms transport")
-
-
 def figures() -> list[dict]:
     FIGURES.clear()
     n = int(os.environ.get("BENCH_AGENTS", "200"))
     seed(n)
     print(f"  {n} agents on {django.db.connection.vendor}")
-    bench_dashboard(n)
-    bench_parse_validate()
-    bench_push()
+    bench_parse_validate()  # the dashboard and push figures are in tests/bench/live.py, beside baselines
     seed_small = 40
     from agents.models import Agent
 

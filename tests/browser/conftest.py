@@ -112,7 +112,7 @@ class Server:
     log: Path
     scaleout: bool
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)  # the server's environment, for `manage` against its database
+    env: dict[str, str] = field(default_factory=dict)  # the server's environment, for `manage(server.env, ...)`
 
     def log_tail(self) -> str:
         try:

@@ -80,7 +80,7 @@ carol_plan, carol_steps = plan(carol, "Buy a birthday present", "active", [
     dict(description="Buy a book for Sam", action_hint="buy food", requires_permission=True, risk="risky",
          status="awaiting_approval"),
 ])
-dora = agent("Dora", "persona")
+dora = agent("Dana", "persona")
 dora_plan, dora_steps = plan(dora, "Go out for dinner", "active", [
     dict(description="Book a table at the pricey place", action_hint="buy food", requires_permission=True,
          risk="risky", status="awaiting_approval"),
@@ -135,7 +135,7 @@ def test_inbox_decides_in_place_and_from_the_keyboard(login: Login, steer: dict[
     page = login(OPERATOR)
     open_inbox(page)
     expect(page).to_have_title(re.compile(r"^Inbox \d+ · Agent planner$"))
-    courier, clerk, carol, dora = (item(page, n) for n in ("Courier", "Clerk", "Carol", "Dora"))
+    courier, clerk, carol, dora = (item(page, n) for n in ("Courier", "Clerk", "Carol", "Dana"))
     expect(courier).to_contain_text("urgent")  # waited 12 min against a 5 min policy: escalated, not decided
     expect(page.locator("#inbox-list .inbox-item").first).to_contain_text("Courier")
     expect(clerk).to_contain_text("Convert data.csv to JSON")
@@ -171,7 +171,7 @@ def test_inbox_decides_in_place_and_from_the_keyboard(login: Login, steer: dict[
     expect(feedback).to_be_focused()
     feedback.fill("Too pricey; cook at home")
     feedback.press("Enter")
-    expect(page.locator("#flash")).to_contain_text("of Dora declined; the agent replans with your feedback.")
+    expect(page.locator("#flash")).to_contain_text("of Dana declined; the agent replans with your feedback.")
     expect(dora).to_have_count(0)
     assert page.evaluate("window.__marker") == 1, "the inbox was reloaded"
 

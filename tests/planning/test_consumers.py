@@ -1,19 +1,33 @@
-"""Live pages over websockets: login required, current state on connect, pushes after each change."""
+"""Live pages over websockets: login required, current state on connect, pushes of what changed only."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.conf import settings as django_settings
+from django.db import connection, transaction
 
+from planner_site import events
 from planner_site.asgi import application
 from planning import consumers, services
-from planning.models import PlanStep
-from tests.factories import PlanStepFactory, UserFactory
+from planning.models import PlanEvent, PlanStep
+from tests.factories import AgentFactory, PlanFactory, PlanStepFactory, UserFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+ROOT = Path(__file__).resolve().parents[2]
+ORIGIN = [(b"origin", b"http://localhost")]
 
 
 def communicator_for(consumer: Any, path: str, user: Any, **kwargs: int) -> WebsocketCommunicator:
@@ -23,10 +37,19 @@ def communicator_for(consumer: Any, path: str, user: Any, **kwargs: int) -> Webs
     return comm
 
 
-async def test_websocket_without_login_is_refused() -> None:
-    comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=[(b"origin", b"http://localhost")])
+async def closed_with(comm: WebsocketCommunicator) -> int:
+    output = await comm.receive_output(timeout=5)
+    while output["type"] == "websocket.send":
+        output = await comm.receive_output(timeout=5)
+    assert output["type"] == "websocket.close"
+    return int(output.get("code", 1000))
+
+
+async def test_websocket_without_login_is_closed_with_4401() -> None:
+    comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=ORIGIN)
     connected, _ = await comm.connect()
-    assert not connected
+    assert connected  # accepted only to say why it closes: a refused handshake shows the page no code
+    assert await closed_with(comm) == consumers.CLOSE_UNAUTHENTICATED
     await comm.disconnect()
 
 
@@ -35,6 +58,15 @@ async def test_websocket_from_foreign_origin_is_refused() -> None:
     connected, _ = await comm.connect()
     assert not connected
     await comm.disconnect()
+
+
+async def test_unknown_websocket_path_is_closed_with_4404() -> None:
+    for path in ("/ws/nothing/", "/ws/plans/abc/", "/elsewhere"):
+        comm = WebsocketCommunicator(application, path, headers=ORIGIN)
+        connected, _ = await comm.connect()
+        assert connected
+        assert await closed_with(comm) == consumers.CLOSE_NOT_FOUND
+        await comm.disconnect()
 
 
 async def test_plan_page_gets_current_state_on_connect_and_push_on_change() -> None:
@@ -55,6 +87,81 @@ async def test_plan_page_gets_current_state_on_connect_and_push_on_change() -> N
     await comm.disconnect()
 
 
+async def test_push_carries_only_the_changed_step_and_the_new_entry() -> None:
+    plan = await database_sync_to_async(PlanFactory)()
+    steps = [await database_sync_to_async(PlanStepFactory)(plan=plan, key=str(k), position=k, description=f"Task {k}")
+             for k in range(1, 6)]
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{plan.pk}/", viewer, plan_id=plan.pk)
+    await comm.connect()
+    await comm.receive_from(timeout=5)
+    await database_sync_to_async(services.step_request_approval)(step=steps[2], runner="runner-x")
+    pushed = await comm.receive_from(timeout=5)
+    assert 'id="step-3"' in pushed and "Awaiting approval" in pushed
+    for other in ("1", "2", "4", "5"):
+        assert f'id="step-{other}"' not in pushed
+    assert 'id="plan-steps"' not in pushed  # not the whole list
+    assert "Step awaits approval" in pushed and 'data-live-prepend="plan-timeline-list"' in pushed
+    await comm.disconnect()
+
+
+async def test_one_render_per_change_and_audience_same_bytes_for_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    step = await database_sync_to_async(PlanStepFactory)(status=PlanStep.Status.AWAITING_APPROVAL)
+    renders: list[set[str]] = []
+    original = consumers.PlanLivePage.render_changes
+
+    def counted(self: consumers.PlanLivePage, ids: set[int], audiences: set[str]) -> dict[str, str]:
+        renders.append(set(audiences))
+        return original(self, ids, audiences)
+
+    monkeypatch.setattr(consumers.PlanLivePage, "render_changes", counted)
+    users = [await database_sync_to_async(UserFactory)(username=f"op{i}", role="operators") for i in range(3)]
+    users.append(await database_sync_to_async(UserFactory)(username="viewer1", role="viewers"))
+    comms = [communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", u, plan_id=step.plan_id) for u in users]
+    for comm in comms:
+        await comm.connect()
+        await comm.receive_from(timeout=5)
+    await database_sync_to_async(services.event_record)(plan=step.plan, kind=PlanEvent.Kind.STEP_EDITED,
+                                                        actor_label="test", reason="a note")
+    pushed = [await comm.receive_from(timeout=5) for comm in comms]
+    assert renders == [{"operator", "viewer"}]
+    assert pushed[0] == pushed[1] == pushed[2]  # the operators get the same text
+    assert "a note" in pushed[3]
+    for comm in comms:
+        await comm.disconnect()
+
+
+async def test_changes_during_a_render_are_merged_into_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    step = await database_sync_to_async(PlanStepFactory)()
+    gate = threading.Event()
+    calls: list[int] = []
+    original = consumers.PlanLivePage.render_changes
+
+    def slow(self: consumers.PlanLivePage, ids: set[int], audiences: set[str]) -> dict[str, str]:
+        calls.append(1)
+        if len(calls) == 1:
+            gate.wait(5)
+        return original(self, ids, audiences)
+
+    monkeypatch.setattr(consumers.PlanLivePage, "render_changes", slow)
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
+    await comm.connect()
+    await comm.receive_from(timeout=5)
+    record = database_sync_to_async(services.event_record, thread_sensitive=False)
+    await record(plan=step.plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label="test", reason="first")
+    await asyncio.sleep(0.2)  # the first render is under way, held by the gate
+    for i in range(4):
+        await record(plan=step.plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label="test", reason=f"later {i}")
+    gate.set()
+    pushed = await comm.receive_from(timeout=5)
+    while not await comm.receive_nothing(timeout=0.5):
+        pushed += await comm.receive_from(timeout=5)
+    assert "first" in pushed and all(f"later {i}" in pushed for i in range(4))
+    assert len(calls) == 2  # the four changes made during the first render: one more render, not four
+    await comm.disconnect()
+
+
 async def test_viewer_push_has_no_decision_buttons() -> None:
     step = await database_sync_to_async(PlanStepFactory)(status=PlanStep.Status.AWAITING_APPROVAL)
     viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
@@ -66,8 +173,9 @@ async def test_viewer_push_has_no_decision_buttons() -> None:
     await comm.disconnect()
 
 
-async def test_dashboard_pushes_changed_row() -> None:
+async def test_dashboard_pushes_changed_row_and_counts_only() -> None:
     step = await database_sync_to_async(PlanStepFactory)(status=PlanStep.Status.RUNNING, description="Work a shift")
+    other = await database_sync_to_async(AgentFactory)(name="Other")
     viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
     comm = communicator_for(consumers.DashboardConsumer, "/ws/dashboard/", viewer)
     connected, _ = await comm.connect()
@@ -76,6 +184,20 @@ async def test_dashboard_pushes_changed_row() -> None:
     await database_sync_to_async(services.step_finish)(step=step, runner="runner-x", succeeded=True, result="done")
     pushed = await comm.receive_from(timeout=5)
     assert f'id="agent-row-{step.plan.agent_id}"' in pushed and "1/1 steps" in pushed
+    assert f'id="agent-row-{other.pk}"' not in pushed
+    assert 'id="dashboard-counts"' in pushed
+    await comm.disconnect()
+
+
+async def test_dashboard_full_state_follows_its_page_and_filters() -> None:
+    await database_sync_to_async(AgentFactory)(name="Paula", status="paused")
+    await database_sync_to_async(AgentFactory)(name="Rita", status="running")
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    comm = communicator_for(consumers.DashboardConsumer, "/ws/dashboard/?status=paused", viewer)
+    comm.scope["query_string"] = b"status=paused"
+    await comm.connect()
+    html = await comm.receive_from(timeout=5)
+    assert "Paula" in html and "Rita" not in html
     await comm.disconnect()
 
 
@@ -93,9 +215,97 @@ async def test_client_messages_change_nothing() -> None:
     await comm.disconnect()
 
 
-async def test_missing_plan_closes_socket() -> None:
+async def test_missing_plan_closes_socket_with_4404() -> None:
     operator = await database_sync_to_async(UserFactory)(username="olga", role="operators")
     comm = communicator_for(consumers.PlanConsumer, "/ws/plans/999999/", operator, plan_id=999999)
+    await comm.connect()
+    assert await closed_with(comm) == consumers.CLOSE_NOT_FOUND
+    await comm.disconnect()
+
+
+async def test_resync_closes_open_pages_with_4000() -> None:
+    step = await database_sync_to_async(PlanStepFactory)()
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
+    await comm.connect()
+    await comm.receive_from(timeout=5)
+    hub = await consumers.hub_get()
+    await hub.resync()
+    assert await closed_with(comm) == consumers.CLOSE_RESYNC
+    await comm.disconnect()
+
+
+async def test_a_lost_message_is_seen_as_a_gap() -> None:
+    hub = consumers.LiveHub(asyncio.get_running_loop())
+    message = {"type": events.MESSAGE_TYPE, "agents": [1], "plans": [], "src": "p1", "gap": False}
+    assert hub.note_sequence(message | {"seq": 1})
+    assert hub.note_sequence(message | {"seq": 2})
+    assert not hub.note_sequence(message | {"seq": 4})  # 3 never arrived
+    assert not hub.note_sequence(message | {"seq": 5, "gap": True})  # its publisher failed to send one
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_websocket_while_the_layer_is_down_is_closed_with_4503(settings: Any) -> None:
+    settings.CHANNEL_LAYERS = {"default": {
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [{"address": f"redis://127.0.0.1:{free_port()}/0", "socket_timeout": None}],
+                   "prefix": f"test-down-{os.getpid()}"},
+    }}
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    comm = communicator_for(consumers.DashboardConsumer, "/ws/dashboard/", viewer)
     connected, _ = await comm.connect()
-    assert not connected
+    assert connected
+    assert await closed_with(comm) == consumers.CLOSE_LAYER_DOWN
+    await comm.disconnect()
+
+
+async def test_one_transaction_is_one_publish(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[set[int], set[int]]] = []
+    monkeypatch.setattr(events.publisher, "publish", lambda *, agents, plans: sent.append((set(agents), set(plans))))
+    step = await database_sync_to_async(PlanStepFactory)()
+
+    def several() -> None:
+        with transaction.atomic():
+            for i in range(3):
+                services.event_record(plan=step.plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label="t", reason=str(i))
+        with transaction.atomic():
+            services.event_record(plan=step.plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label="t", reason="x")
+            transaction.set_rollback(True)  # rolled back: nothing to publish
+
+    await database_sync_to_async(several)()
+    assert sent == [({step.plan.agent_id}, {step.plan_id})]
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="the embedded relay needs Unix sockets")
+async def test_change_made_by_another_process_reaches_the_open_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `manage.py shell` process (a real second process) changes a step; the open page sees it.
+
+    Embedded stack: through the relay socket; scale-out: through Redis.
+    """
+    relay = tmp_path / "live.sock"
+    monkeypatch.setenv("LIVE_RELAY_SOCKET", str(relay))
+    step = await database_sync_to_async(PlanStepFactory)(description="Walk the dog")
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
+    await comm.connect()
+    await comm.receive_from(timeout=5)
+    env = dict(os.environ, LIVE_RELAY_SOCKET=str(relay), PLANNER_VAR_DIR=str(django_settings.VAR_DIR))
+    if events.layer_is_shared():
+        parts = urlsplit(os.environ["DATABASE_URL"])
+        env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + str(connection.settings_dict["NAME"])))
+    else:
+        assert relay.exists()
+        env["SQLITE_PATH"] = str(connection.settings_dict["NAME"])
+    code = (f"from planning import services; from planning.models import PlanStep; "
+            f"services.step_request_approval(step=PlanStep.objects.get(pk={step.pk}), runner='other-process')")
+    result = await asyncio.to_thread(subprocess.run, [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT,
+                                     env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    pushed = await comm.receive_from(timeout=10)
+    assert f'id="step-{step.key}"' in pushed and "Awaiting approval" in pushed and "by other-process" in pushed
     await comm.disconnect()

@@ -300,6 +300,7 @@ def test_unclear_goal_asks_the_operator_who_answers_on_the_plan_page(operator_cl
     agent_cycle(agent_id=agent.pk, runner="r")
     resumed = Plan.objects.get(previous=plan)
     assert resumed.status == Plan.Status.AWAITING_APPROVAL
+    assert (resumed.planning_retry, resumed.times_replanned) == (0, 0)  # an answer is no failure to count
     assert "convert data.csv to JSON" in resumed.goal_text
     assert resumed.steps.filter(tool="file.convert").exists()
 
@@ -545,3 +546,75 @@ def test_a_viewer_cannot_roll_back(viewer_client: Any) -> None:
     step = PlanStepFactory(tool="file.write", risk="risky", status=PlanStep.Status.COMPLETED)
     assert viewer_client.post(reverse("step-rollback", args=[step.pk])).status_code == 403
     assert viewer_client.post(reverse("plan-clarify", args=[step.plan_id]), {"answer": "x"}).status_code == 403
+
+
+def test_agent_page_shows_when_failed_planning_is_tried_next(chain: LLMTestServer, viewer_client: Any) -> None:
+    agent = tool_agent()
+    plan = plan_generate(agent=agent, goal_text="List the workspace")  # nothing scripted: no model answers
+    page = viewer_client.get(agent.get_absolute_url()).content.decode()
+    assert "planning failed (no model answered); next attempt at" in page
+    assert "Next attempt at" in viewer_client.get(plan.get_absolute_url()).content.decode()
+
+
+def test_offline_model_iterates_over_a_listed_folder_and_the_loop_runs(operator: Any) -> None:
+    from planning.services import plan_approve
+
+    agent = tool_agent()
+    (agent.workspace / "notes").mkdir()
+    (agent.workspace / "notes" / "a.txt").write_text("Alpha ships today. Nothing else.")
+    (agent.workspace / "notes" / "b.txt").write_text("Beta waits for review.")
+    plan = plan_generate(agent=agent, goal_text="Summarize each file in notes")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+    looping = plan.steps.get(tool="text.summarize")
+    listing = plan.steps.get(tool="file.list")
+    assert looping.loop["for_each"] == listing.key and listing.key in looping.depends_on
+    assert "for each file listed by step" in plan_page_as(operator, plan)
+    plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+    run_cycles(agent, 3)
+    looping.refresh_from_db()
+    assert looping.status == PlanStep.Status.COMPLETED
+    assert looping.result.startswith("2 runs:") and "notes/a.txt" in looping.result and "notes/b.txt" in looping.result
+
+
+def plan_page_as(user: Any, plan: Plan) -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client.get(plan.get_absolute_url()).content.decode()
+
+
+def test_each_failed_plan_of_an_agent_gets_its_retry(chain: LLMTestServer) -> None:
+    from django.utils import timezone
+
+    from planning.planner import plan_retry_due
+
+    agent = tool_agent()
+    first = plan_generate(agent=agent, goal_text="List the workspace")
+    second = plan_generate(agent=agent, goal_text="Look at the workspace")  # both: no model answers
+    agent.refresh_from_db()
+    assert first.retry_at is not None and second.retry_at is not None
+    assert agent.plan_retry_at == min(first.retry_at, second.retry_at)
+    past = timezone.now() - timedelta(seconds=1)
+    Plan.objects.filter(pk=first.pk).update(retry_at=past - timedelta(seconds=1))
+    Plan.objects.filter(pk=second.pk).update(retry_at=past)
+    Agent.objects.filter(pk=agent.pk).update(plan_retry_at=past - timedelta(seconds=1))
+    agent.refresh_from_db()
+    plan_retry_due(agent=agent, runner="r")
+    agent.refresh_from_db()
+    assert Plan.objects.get(pk=first.pk).status == Plan.Status.ACTIVE  # the earliest first
+    assert agent.plan_retry_at == past  # and the other one is still due
+    plan_retry_due(agent=agent, runner="r")
+    assert Plan.objects.get(pk=second.pk).status == Plan.Status.ACTIVE
+    agent.refresh_from_db()
+    assert agent.plan_retry_at is None
+
+
+def test_a_steps_declared_tools_are_kept_and_shown(chain: LLMTestServer, viewer_client: Any) -> None:
+    declared = GOOD.replace('"requiresPermission": false}', '"requiresPermission": false, '
+                            '"toolsNeeded": ["file.list", "file.read"]}')
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer(declared))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+    assert plan.steps.get().tools_needed == ["file.list", "file.read"]
+    assert "tools needed: file.list, file.read" in viewer_client.get(plan.get_absolute_url()).content.decode()

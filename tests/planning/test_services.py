@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
@@ -156,3 +157,62 @@ def test_step_skip_releases_dependents_and_is_recorded(operator: object) -> None
     assert steps_runnable([(s.key, s.status, s.depends_on) for s in plan.steps.all()]) == ["b"]
     with pytest.raises(services.DecisionError, match="only steps not yet started"):
         services.step_skip(step=first, user=operator)
+
+
+# --- lock order and conflicts --------------------------------------------------------------------------------
+
+
+class DeadlockDetected(Exception):
+    sqlstate = "40P01"  # what psycopg's DeadlockDetected carries
+
+
+@pytest.mark.django_db(transaction=True)  # the retry needs the service to own its transaction, as in a request
+def test_a_deadlocked_decision_is_retried_and_applied_once(operator: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import OperationalError
+
+    step = awaiting_step()
+    real_lock = services.plan_lock
+    calls = []
+
+    def lock_that_deadlocks_once(pk: int) -> Plan:
+        calls.append(pk)
+        if len(calls) == 1:
+            raise OperationalError("deadlock detected") from DeadlockDetected()
+        return real_lock(pk)
+
+    monkeypatch.setattr(services, "plan_lock", lock_that_deadlocks_once)
+    services.step_approve(step=step, user=operator)
+    assert len(calls) == 2
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.PENDING
+    assert PlanEvent.objects.filter(step=step, kind=PlanEvent.Kind.STEP_APPROVED).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_other_database_errors_are_not_retried(operator: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import OperationalError
+
+    calls = []
+
+    def broken_lock(pk: int) -> Plan:
+        calls.append(pk)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(services, "plan_lock", broken_lock)
+    with pytest.raises(OperationalError):
+        services.step_approve(step=awaiting_step(), user=operator)
+    assert len(calls) == 1
+
+
+def test_step_lock_takes_the_plan_first() -> None:
+    """Plan, then step: the one order every service and the cycle use, so none can wait on another."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    step = awaiting_step()
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        locked = services.step_lock(step.pk)
+    assert locked.plan.pk == step.plan_id
+    tables = [q["sql"].split(" FROM ")[1].split()[0].strip('"') for q in queries.captured_queries if " FROM " in q["sql"]]
+    # The step's plan id (no lock), then the plan locked, then the step locked.
+    assert tables == ["planning_planstep", "planning_plan", "planning_planstep"]

@@ -141,3 +141,15 @@ def test_https_redirects_plain_http_except_the_health_check(monkeypatch: pytest.
         secure = client.get(LOGIN, headers={"x-forwarded-proto": "https"})
         assert secure.status_code == 200
         assert secure["Strict-Transport-Security"].startswith("max-age=31536000")
+
+
+@pytest.mark.django_db
+def test_admin_login_is_throttled_too() -> None:
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    client = Client()
+    for attempt in range(settings.AXES_FAILURE_LIMIT):
+        client.post("/admin/login/", {"username": "root", "password": f"guess-{attempt}"})
+    response = client.post("/admin/login/", {"username": "root", "password": PASSWORD})
+    assert response.status_code == 429
+    assert "Too many failed logins" in response.content.decode()
+    assert not logged_in(client)

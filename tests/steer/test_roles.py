@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from planner_site.asgi import application
 from planning import services, steer_consumers
+from planning.consumers import CLOSE_UNAUTHENTICATED
 from planning.models import Plan, PlanEvent, PlanStep
 from tests.factories import AgentFactory, PlanStepFactory, UserFactory
 
@@ -112,6 +113,14 @@ def test_admin_change_to_an_agent_without_a_plan_is_in_the_audit_log(db: None) -
 
 
 
+async def closed_with(comm: WebsocketCommunicator) -> int:
+    output = await comm.receive_output(timeout=5)
+    while output["type"] == "websocket.send":
+        output = await comm.receive_output(timeout=5)
+    assert output["type"] == "websocket.close"
+    return int(output.get("code", 1000))
+
+
 def communicator(consumer: Any, path: str, user: Any) -> WebsocketCommunicator:
     comm = WebsocketCommunicator(consumer.as_asgi(), path)
     comm.scope["user"] = user
@@ -125,7 +134,8 @@ def communicator(consumer: Any, path: str, user: Any) -> WebsocketCommunicator:
 async def test_inbox_sockets_refuse_anonymous(path: str) -> None:
     comm = WebsocketCommunicator(application, path, headers=[(b"origin", b"http://localhost")])
     connected, _ = await comm.connect()
-    assert not connected
+    assert connected  # accepted only to say why it closes
+    assert await closed_with(comm) == CLOSE_UNAUTHENTICATED
     await comm.disconnect()
 
 
@@ -193,5 +203,6 @@ async def test_plan_page_shows_who_else_views_it() -> None:
 async def test_presence_socket_refuses_anonymous() -> None:
     comm = WebsocketCommunicator(application, "/ws/plans/1/presence/", headers=[(b"origin", b"http://localhost")])
     connected, _ = await comm.connect()
-    assert not connected
+    assert connected
+    assert await closed_with(comm) == CLOSE_UNAUTHENTICATED
     await comm.disconnect()

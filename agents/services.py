@@ -1,0 +1,232 @@
+"""The persona cycle's writes (seeds 000, 001): every row one cycle changes, in one transaction, with the
+PlanEvents that say what happened to plans and steps, and one push per plan after commit.
+
+A cycle is numbered: the agent's cycle_count moves from n to n + 1 in the same transaction that records
+experience n + 1, so a cycle re-run after a runner died (or driven twice) changes nothing twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import Case, F, FloatField, Value, When
+from django.db.models.functions import Greatest, Least
+from django.utils import timezone
+
+from agents.models import Agent, Experience, Lesson, Need
+from agents.persona import StepVerdict, routine_keeps
+from agents.world import ACTIONS
+from goals.models import Goal
+from goals.system import GOAL_NEED_BELOW, GoalState
+from planner_site.events import publish_changed_on_commit
+from planning.models import Plan, PlanEvent, PlanStep
+
+
+class CycleAlreadyDone(Exception):
+    """Another runner (or an earlier run of this one) already recorded this cycle; nothing was changed."""
+
+
+@dataclass
+class StepChange:
+    """The current step after this cycle's experience."""
+
+    step: PlanStep
+    plan: Plan
+    verdict: StepVerdict
+    followed: bool
+    override_reason: str
+    result: str
+    plan_completed: bool  # it was the plan's last unfinished step
+
+
+@dataclass
+class CycleRecord:
+    agent: Agent
+    expected_cycle: int  # the agent's cycle_count when the cycle began
+    runner: str
+    action: str
+    outcome: str
+    succeeded: bool
+    hours: float
+    need_deltas: dict[str, float]  # the action's effect, what moves goal progress
+    need_changes: dict[str, float]  # effect and decay together, applied to the stored values
+    needs_after: dict[str, float]
+    followed: bool
+    override_reason: str
+    step_change: StepChange | None
+    goals: list[tuple[Goal, GoalState]]
+    plans_to_close: list[tuple[Plan, str]] = field(default_factory=list)  # open plans of finished goals, and why
+    emotions: dict[str, float] = field(default_factory=dict)
+    lesson: str | None = None
+
+
+def persona_cycle_record(record: CycleRecord) -> Experience:
+    """Record one persona cycle; raises CycleAlreadyDone (and the caller's transaction rolls back) when the
+    cycle was already recorded. Call inside transaction.atomic()."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("persona_cycle_record must run inside a transaction")
+    agent = record.agent
+    now = timezone.now()
+    cycle = record.expected_cycle + 1
+    # First write, so PostgreSQL locks the agent row at once: a second runner on this agent waits here and
+    # then finds cycle_count moved on.
+    updated = Agent.objects.filter(pk=agent.pk, cycle_count=record.expected_cycle).update(
+        cycle_count=cycle, emotions=record.emotions, next_cycle_at=now + timedelta(seconds=agent.cycle_interval),
+    )
+    if not updated:
+        raise CycleAlreadyDone(f"{agent} cycle {cycle} was already recorded")
+    needs_apply(agent_id=agent.pk, changes=record.need_changes)
+    change = record.step_change
+    experience = Experience.objects.create(
+        agent=agent, cycle=cycle, action=record.action, need_deltas=record.need_deltas,
+        step=change.step if change else None, followed_plan=record.followed,
+        override_reason=record.override_reason[:300], outcome=record.outcome, hours=record.hours,
+        needs_after=record.needs_after,
+        goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in record.goals},
+    )
+    goals_apply(goals=record.goals, now=now)
+    events: list[PlanEvent] = []
+    pushed: set[int] = set()
+    if change is not None:
+        events += step_apply(change=change, runner=record.runner, experience_id=experience.pk)
+        pushed.add(change.plan.pk)
+    for plan, why in record.plans_to_close:
+        events += plan_close(plan=plan, runner=record.runner, reason=why)
+        pushed.add(plan.pk)
+    if record.lesson and not Lesson.objects.filter(agent=agent, description=record.lesson).exists():
+        Lesson.objects.create(agent=agent, description=record.lesson, source_experience=experience)
+    if events:
+        PlanEvent.objects.bulk_create(events)
+    # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
+    current = change.plan.pk if change is not None else None
+    publish_changed_on_commit(agent_id=agent.pk, plan_id=current, kind="experience")
+    for plan_id in sorted(pushed - {current}):
+        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan_id, kind="plan_closed")
+    return experience
+
+
+def needs_apply(*, agent_id: int, changes: Mapping[str, float]) -> None:
+    """Add each need's change to its stored value in one UPDATE, kept within 0..1 by the database, so an
+    operator's edit made meanwhile is moved, not overwritten."""
+    moving = {name: delta for name, delta in changes.items() if delta}
+    if not moving:
+        return
+    change = Case(*[When(name=name, then=Value(delta)) for name, delta in sorted(moving.items())],
+                  default=Value(0.0), output_field=FloatField())
+    Need.objects.filter(agent_id=agent_id, name__in=list(moving)).update(
+        satisfaction=Greatest(Value(0.0), Least(Value(1.0), F("satisfaction") + change)), updated_at=timezone.now(),
+    )
+
+
+def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> None:
+    """Progress, confidence and counters of every active goal after the experience, in one UPDATE."""
+    rows = []
+    for goal, state in goals:
+        goal.progress = state.progress
+        goal.confidence = state.confidence
+        goal.times_advanced = state.times_advanced
+        goal.times_regressed = state.times_regressed
+        if state.progressed:
+            goal.last_progressed = now
+        if state.abandoned:
+            goal.status = Goal.Status.ABANDONED
+        rows.append((goal.progress, goal.confidence, goal.times_advanced, goal.times_regressed,
+                     connection.ops.adapt_datetimefield_value(goal.last_progressed), goal.status, goal.pk))
+    if rows:
+        # One statement for every active goal. bulk_update would build a CASE per field and goal, which costs
+        # more Python than the whole rest of the cycle.
+        table = connection.ops.quote_name(Goal._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.executemany(
+                f"UPDATE {table} SET progress = %s, confidence = %s, times_advanced = %s, times_regressed = %s, "  # noqa: S608
+                "last_progressed = %s, status = %s WHERE id = %s", rows)
+
+
+def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[PlanEvent]:
+    """The current step's counters and status after the experience; the events that say so (unsaved)."""
+    step, plan, verdict = change.step, change.plan, change.verdict
+    detail = {"experience": experience_id}
+    events: list[PlanEvent] = []
+
+    def event(kind: str, reason: str, extra: dict[str, Any] | None = None, on_step: bool = True) -> None:
+        events.append(PlanEvent(plan=plan, step=step if on_step else None, kind=kind, actor_label=runner,
+                                reason=reason[:2000], detail=detail | (extra or {})))
+
+    fields: dict[str, Any] = {"actual_cycles": verdict.actual_cycles, "overrides": verdict.overrides,
+                              "updated_at": timezone.now()}
+    if step.status == PlanStep.Status.PENDING:
+        event(PlanEvent.Kind.STEP_STARTED, step.description)
+        fields["status"] = PlanStep.Status.RUNNING
+    if not change.followed:
+        event(PlanEvent.Kind.STEP_OVERRIDDEN, change.override_reason, {"overrides": verdict.overrides})
+    if verdict.completed:
+        fields |= {"status": PlanStep.Status.COMPLETED, "result": change.result[:20000], "error": ""}
+        event(PlanEvent.Kind.STEP_COMPLETED, change.result)
+    elif verdict.replan:
+        fields |= {"status": PlanStep.Status.FAILED, "failure_reason": verdict.failure}
+        event(PlanEvent.Kind.STEP_FAILED, verdict.failure, {"replan_scheduled": True})
+        Plan.objects.filter(pk=plan.pk).update(replan_reason=verdict.failure, updated_at=timezone.now())
+    PlanStep.objects.filter(pk=step.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(step, name, value)
+    if change.plan_completed:
+        Plan.objects.filter(pk=plan.pk).update(status=Plan.Status.COMPLETED, updated_at=timezone.now())
+        plan.status = Plan.Status.COMPLETED
+        event(PlanEvent.Kind.PLAN_COMPLETED, "all steps done", {"goal_progress_bonus": True}, on_step=False)
+    return events
+
+
+def plan_close(*, plan: Plan, runner: str, reason: str) -> list[PlanEvent]:
+    """An open plan whose goal is finished (completed or abandoned) stops: its unfinished steps are skipped."""
+    Plan.objects.filter(pk=plan.pk).update(status=Plan.Status.CANCELLED, replan_reason="", updated_at=timezone.now())
+    skipped = PlanStep.objects.filter(plan=plan, status__in=[PlanStep.Status.PENDING, PlanStep.Status.RUNNING,
+                                                             PlanStep.Status.AWAITING_APPROVAL])
+    keys = list(skipped.values_list("key", flat=True))
+    skipped.update(status=PlanStep.Status.SKIPPED, updated_at=timezone.now())
+    plan.status = Plan.Status.CANCELLED
+    return [PlanEvent(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED, actor_label=runner, reason=reason,
+                      detail={"skipped": keys, "goal_finished": True})]
+
+
+@transaction.atomic
+def goal_plans_close(*, goal: Goal, runner: str, reason: str) -> None:
+    """Close every open plan of a goal that just finished (its own transaction)."""
+    plans = list(Plan.objects.select_for_update().filter(goal=goal, status__in=Plan.OPEN_STATUSES))
+    events = [e for plan in plans for e in plan_close(plan=plan, runner=runner, reason=reason)]
+    PlanEvent.objects.bulk_create(events)
+    for plan in plans:
+        publish_changed_on_commit(agent_id=goal.agent_id, plan_id=plan.pk, kind="plan_closed")
+
+
+@transaction.atomic
+def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float], runner: str) -> Plan | None:
+    """A goal whose plan (or a plan for the same goal in the same words) completed does the same again: a
+    new plan with the completed plan's steps, made without a model call (the person's routine). Steps
+    that only served needs that are fine now are left out; none left: None, the caller asks the model.
+    Steps that spend money wait for an operator's yes again."""
+    steps = [s for s in source.steps.all() if s.status == PlanStep.Status.COMPLETED and routine_keeps(
+        effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {}, source_needs=goal.source_needs,
+        needs=needs, fine_above=GOAL_NEED_BELOW)]
+    if not steps:
+        return None
+    plan = Plan.objects.create(
+        agent_id=goal.agent_id, goal=goal, goal_text=source.goal_text, status=Plan.Status.ACTIVE,
+        approval_mode=Plan.ApprovalMode.ALL, thinking_summary=source.thinking_summary, confidence=source.confidence,
+        risks=list(source.risks), model=source.model,
+    )
+    PlanStep.objects.bulk_create([
+        PlanStep(plan=plan, key=s.key, position=position, description=s.description, action_hint=s.action_hint,
+                 expected_outcome=s.expected_outcome, estimated_cycles=s.estimated_cycles,
+                 depends_on=[d for d in s.depends_on if d in {t.key for t in steps}],
+                 requires_permission=s.requires_permission, risk=s.risk)
+        for position, s in enumerate(steps, start=1)
+    ])
+    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=runner,
+                             reason=f"repeats plan #{source.pk}, which completed; no model call",
+                             detail={"repeats": source.pk, "version": plan.version})
+    publish_changed_on_commit(agent_id=goal.agent_id, plan_id=plan.pk, kind="plan_created")
+    return plan

@@ -1,0 +1,108 @@
+"""The goal system's prompts (seed 001): goal generation and the milestone check, and reading their answers.
+
+Each builder returns chat messages whose last line is `CONTEXT: {...}`, the structured inputs as one-line
+JSON: real models may use it, and the offline rules model answers from it alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agents.llm.context import context_line
+from agents.llm.extract import ExtractError, json_extract
+
+RECENT_EXPERIENCES = 10
+
+Messages = list[dict[str, str]]
+
+
+class AnswerUnreadable(ValueError):
+    """The model's answer holds no JSON value of the expected shape."""
+
+
+def _percent(value: float) -> str:
+    return f"{round(float(value) * 100)}%"
+
+
+def _needs_text(needs: Mapping[str, float]) -> str:
+    if not needs:
+        return "(none)"
+    return ", ".join(f"{name}: {_percent(value)}" for name, value in sorted(needs.items(), key=lambda kv: kv[1]))
+
+
+def _bullets(items: Sequence[str]) -> str:
+    lines = [f"- {' '.join(str(item).split())}" for item in items if str(item).strip()]
+    return "\n".join(lines) if lines else "(none)"
+
+
+def prompt_goals(*, needs: Mapping[str, float], personality: Mapping[str, Any], emotions: Mapping[str, float],
+                 lessons: Sequence[str], existing: Sequence[str]) -> Messages:
+    """Seed 001 goal generation: up to 3 new goals from needs, personality, emotions and lessons."""
+    context = {
+        "purpose": "goals",
+        "needs": {name: round(float(value), 4) for name, value in needs.items()},
+        "personality": dict(personality),
+        "emotions": {name: round(float(value), 4) for name, value in emotions.items()},
+        "lessons": [str(lesson) for lesson in lessons],
+        "existing": [str(goal) for goal in existing],
+    }
+    personality_text = ", ".join(f"{k}: {v}" for k, v in personality.items()) or "(none)"
+    emotions_text = ", ".join(f"{k}: {_percent(v)}" for k, v in emotions.items()) or "(none)"
+    user = (
+        f"CURRENT NEEDS (satisfaction, lowest first): {_needs_text(needs)}\n"
+        f"PERSONALITY: {personality_text}\nEMOTIONS: {emotions_text}\n"
+        f"LEARNED LESSONS:\n{_bullets(lessons)}\nEXISTING GOALS (do not duplicate):\n{_bullets(existing)}\n\n"
+        "Propose up to 3 new goals. horizon is short_term, mid_term or long_term; source_needs are need names "
+        "from the list above. Answer with a JSON array inside <json>...</json>:\n"
+        '<json>[{"description": "Find a cozy place to eat", "horizon": "short_term", "source_needs": ["hunger"], '
+        '"recommended_actions": ["go to restaurant", "find food"], "reasoning": "Hunger is critically low at 15%"}]'
+        "</json>\n" + context_line(context)
+    )
+    system = "You set goals for a simulated person, grounded in their needs and what they have learned."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def prompt_milestone(*, goal: str, experiences: Sequence[str], needs: Mapping[str, float]) -> Messages:
+    """Seed 001 milestone check: has this goal really been achieved?"""
+    recent = [str(e) for e in experiences][-RECENT_EXPERIENCES:]
+    context = {
+        "purpose": "milestone",
+        "goal": goal,
+        "needs": {name: round(float(value), 4) for name, value in needs.items()},
+        "experiences": recent,
+    }
+    user = (
+        f"GOAL: {goal}\nRECENT RELATED EXPERIENCES:\n{_bullets(recent)}\n"
+        f"CURRENT SATISFACTION OF ITS SOURCE NEEDS: {_needs_text(needs)}\n\n"
+        "Has the goal been achieved? Answer with JSON inside <json>...</json>:\n"
+        '<json>{"achieved": true, "explanation": "..."}</json>\n' + context_line(context)
+    )
+    system = "You judge whether a simulated person has achieved a goal, from evidence only."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def answer_json(text: str) -> Any:
+    """The JSON value of a model's answer (the gateway's extraction: tags, fences, repairs)."""
+    try:
+        return json_extract(text).value
+    except ExtractError as exc:
+        raise AnswerUnreadable(str(exc)) from exc
+
+
+def goal_proposals(text: str) -> list[dict[str, Any]]:
+    """The goals a generation answer proposes: a list, or an object holding one under "goals"."""
+    value = answer_json(text)
+    if isinstance(value, dict):
+        value = value.get("goals", [value] if "description" in value else [])
+    if not isinstance(value, list):
+        raise AnswerUnreadable("the answer is not a list of goals")
+    return [item for item in value if isinstance(item, dict)]
+
+
+def milestone_verdict(text: str) -> tuple[bool, str]:
+    """(achieved, explanation) from a milestone answer; only a JSON true counts as achieved."""
+    value = answer_json(text)
+    if not isinstance(value, dict) or "achieved" not in value:
+        raise AnswerUnreadable('the answer has no "achieved"')
+    return value.get("achieved") is True, " ".join(str(value.get("explanation", "")).split())[:1000]

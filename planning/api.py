@@ -1,0 +1,381 @@
+"""The HTTP API for external agents, /api/v1/ (django-ninja: typed schemas, OpenAPI at /api/openapi.json,
+interactive docs at /api/docs).
+
+Authentication is a bearer token (`Authorization: Bearer <token>`, see `manage.py agent_token`) that acts
+only on its own agent; the API accepts no session cookie, so it needs no CSRF token and a browser
+session cannot be used against it. Every refusal is JSON `{"detail": "...", "problems": [...]}` and
+changes nothing. Request bodies are limited in size and each token in rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, URLResolver
+from django.utils import timezone
+from ninja import Field, NinjaAPI, Query, Router, Schema
+from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
+from ninja.responses import Status
+from ninja.security import HttpBearer
+from ninja.throttling import SimpleRateThrottle
+from pydantic import ConfigDict
+
+from agents.models import Agent, AgentToken
+from planning import external
+from planning.consumers import changes_watched
+from planning.external import ExternalError
+
+# From the environment; a Django setting of the same name overrides (tests do).
+API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes
+API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "600/m")  # requests per token: N/s, N/m, N/h or N/d
+LONG_POLL_MAX_SECONDS = 60
+POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
+LAST_USED_EVERY_SECONDS = 60  # last_used_at is written at most this often per token
+
+
+class PayloadTooLarge(HttpError):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(413, f"The request body is too large ({size} > {limit} bytes). Nothing was changed.")
+
+
+def body_limit() -> int:
+    return int(getattr(settings, "API_MAX_BODY_BYTES", API_MAX_BODY_BYTES))
+
+
+class AgentTokenAuth(HttpBearer):
+    """The bearer token of an external agent; checks the body size first, so a huge body is never read."""
+
+    def __call__(self, request: HttpRequest) -> Any:
+        limit = body_limit()
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > limit:
+            raise PayloadTooLarge(declared, limit)
+        if request.method in ("POST", "PUT", "PATCH") and len(request.body) > limit:
+            raise PayloadTooLarge(len(request.body), limit)
+        return super().__call__(request)
+
+    def authenticate(self, request: HttpRequest, token: str) -> AgentToken | None:
+        row = AgentToken.objects.lookup(token)
+        if row is None:
+            return None
+        if row.agent.kind != Agent.Kind.EXTERNAL:
+            raise HttpError(403, f"{row.agent.name} is not an external agent; only external agents use the API.")
+        now = timezone.now()
+        if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_EVERY_SECONDS:
+            AgentToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        return row
+
+
+class TokenRateThrottle(SimpleRateThrottle):
+    """Requests per token in a sliding window, counted in Django's cache; the rate is read per request."""
+
+    scope = "api-token"
+
+    def __init__(self) -> None:
+        super().__init__(API_RATE_LIMIT)
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        self.rate = str(getattr(settings, "API_RATE_LIMIT", API_RATE_LIMIT))
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request)
+
+    def get_cache_key(self, request: HttpRequest) -> str | None:
+        token = getattr(request, "auth", None)
+        return f"throttle_{self.scope}_{token.pk}" if isinstance(token, AgentToken) else None
+
+
+api = NinjaAPI(
+    title="Agent planner API", version="1", urls_namespace="api", docs_url="/docs", openapi_url="/openapi.json",
+    auth=AgentTokenAuth(), throttle=[TokenRateThrottle()],
+    description="Bring your own agent: declare its tools, submit plans, run the steps an operator allows, "
+                "report results, and replan after feedback. Authenticate with `Authorization: Bearer <token>` "
+                "(`manage.py agent_token NAME` prints one).",
+)
+
+
+def error_response(request: HttpRequest, status: int, detail: str, problems: list[str] | None = None) -> HttpResponse:
+    body: dict[str, Any] = {"detail": detail}
+    if problems:
+        body["problems"] = problems
+    return api.create_response(request, body, status=status)
+
+
+@api.exception_handler(ExternalError)
+def external_error(request: HttpRequest, exc: ExternalError) -> HttpResponse:
+    return error_response(request, exc.status, exc.message, exc.problems)
+
+
+@api.exception_handler(ValidationError)
+def request_invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+    problems = []
+    for error in exc.errors:
+        where = ".".join(str(part) for part in error.get("loc", ()))
+        problems.append(f"{where}: {error.get('msg', 'invalid')}")
+    return error_response(request, 422, "The request is not valid. Nothing was changed.", problems)
+
+
+@api.exception_handler(AuthenticationError)
+def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+    response = error_response(request, 401, "Missing, unknown or revoked token: send 'Authorization: Bearer <token>'.")
+    response["WWW-Authenticate"] = "Bearer"
+    return response
+
+
+@api.exception_handler(Throttled)
+def throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
+    response = error_response(request, 429, "Too many requests for this token; slow down. Nothing was changed.")
+    if exc.wait:
+        response["Retry-After"] = str(int(exc.wait) + 1)
+    return response
+
+
+@api.exception_handler(HttpError)
+def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    detail = str(exc)
+    if exc.status_code == 400:  # ninja's "Cannot parse request body"
+        detail = "The request body is not valid JSON. Nothing was changed."
+    return error_response(request, exc.status_code, detail)
+
+
+@api.exception_handler(RequestDataTooBig)
+def body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    return error_response(request, 413, "The request body is too large. Nothing was changed.")
+
+
+# --- schemas ------------------------------------------------------------------------------------------------
+
+
+class StrictSchema(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolIn(StrictSchema):
+    name: str = Field(..., examples=["search"], description="Letters, digits, '_', '.', '-'; starts with a letter")
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"},
+                                         description="JSON schema of the input: an object with typed properties")
+    risk: str = Field("safe", description="safe | risky (or read | write | network | system); risky steps "
+                                          "always require an operator's permission")
+
+
+class ToolsIn(StrictSchema):
+    tools: list[ToolIn] = Field(..., max_length=50)
+
+
+class ToolsOut(Schema):
+    tools: list[dict[str, Any]]
+
+
+class AgentOut(Schema):
+    id: int
+    name: str
+    status: str
+    approval_policy: str
+    tools: list[dict[str, Any]]
+
+
+STEP_EXAMPLE = {"id": "1", "tool": "search", "intent": "Find the report", "input": {"query": "q3 report"},
+                "requiresPermission": False, "dependencies": []}
+
+
+class PlanIn(StrictSchema):
+    goal: str = Field(..., min_length=1, max_length=500)
+    steps: list[dict[str, Any]] = Field(..., description="Steps as the planner accepts them from models: id, tool, "
+                                        "intent, input, requiresPermission, dependencies, optional risk and expects",
+                                        examples=[[STEP_EXAMPLE]])
+    thinking_summary: str | None = None
+    risks: list[str] | None = None
+    confidence: float | None = None
+
+
+class VersionIn(StrictSchema):
+    goal: str | None = Field(None, max_length=500, description="Defaults to the previous version's goal")
+    steps: list[dict[str, Any]] = Field(..., description="The remaining steps; completed steps are kept anyway")
+    thinking_summary: str | None = None
+    risks: list[str] | None = None
+    confidence: float | None = None
+
+
+class GoalIn(StrictSchema):
+    goal: str = Field(..., min_length=1, max_length=500)
+
+
+class PlanCreated(Schema):
+    id: int
+    version: int
+    status: str
+
+
+class PlanSummary(Schema):
+    id: int
+    version: int
+    status: str
+    goal: str
+    previous: int | None
+
+
+class StartIn(StrictSchema):
+    request_id: str = Field(..., min_length=1, max_length=100, description="The same id for a retried call")
+
+
+class ResultIn(StrictSchema):
+    request_id: str = Field(..., min_length=1, max_length=100, description="The same id for a retried call")
+    succeeded: bool
+    output: Any = None
+    error: str = ""
+
+
+class ErrorOut(Schema):
+    detail: str
+    problems: list[str] | None = None
+
+
+ERRORS: dict[int, type[Schema]] = dict.fromkeys((401, 403, 404, 409, 413, 422, 429), ErrorOut)
+
+
+def body_data(payload: Schema) -> dict[str, Any]:
+    return {k: v for k, v in payload.model_dump().items() if v is not None}
+
+
+def created(plan: Any) -> dict[str, Any]:
+    return {"id": plan.pk, "version": plan.version, "status": plan.status}
+
+
+def agent_of(request: HttpRequest) -> Agent:
+    token: AgentToken = request.auth  # type: ignore[attr-defined]
+    return token.agent
+
+
+# --- endpoints ----------------------------------------------------------------------------------------------
+
+v1 = Router(tags=["agents"])
+
+
+@v1.get("/agent", response={200: AgentOut, **ERRORS}, summary="The agent this token acts for")
+def agent_get(request: HttpRequest) -> dict[str, Any]:
+    agent = Agent.objects.get(pk=agent_of(request).pk)
+    return {"id": agent.pk, "name": agent.name, "status": agent.status, "approval_policy": agent.approval_policy,
+            "tools": agent.declared_tools}
+
+
+@v1.put("/agent/tools", response={200: ToolsOut, **ERRORS}, summary="Declare the agent's tools")
+def tools_put(request: HttpRequest, payload: ToolsIn) -> dict[str, Any]:
+    tools = external.agent_tools_declare(agent=agent_of(request), tools=[t.model_dump() for t in payload.tools])
+    return {"tools": tools}
+
+
+@v1.post("/plans", response={201: PlanCreated, **ERRORS}, summary="Submit a plan")
+def plan_post(request: HttpRequest, payload: PlanIn) -> Status[dict[str, Any]]:
+    plan = external.plan_submit(agent=agent_of(request), data=body_data(payload))
+    return Status(201, created(plan))
+
+
+@v1.post("/goals", response={201: PlanCreated, **ERRORS}, summary="Let the built-in planner plan a goal")
+def goal_post(request: HttpRequest, payload: GoalIn) -> Status[dict[str, Any]]:
+    plan = external.goal_plan(agent=agent_of(request), goal=payload.goal)
+    return Status(201, created(plan))
+
+
+@v1.get("/plans", response={200: list[PlanSummary], **ERRORS}, summary="The agent's plans, newest first")
+def plans_get(request: HttpRequest) -> list[dict[str, Any]]:
+    return external.agent_plans(agent=agent_of(request))
+
+
+@v1.get("/plans/{plan_id}", response={200: dict[str, Any], **ERRORS}, summary="A plan and its steps")
+def plan_get(request: HttpRequest, plan_id: int) -> dict[str, Any]:
+    return external.plan_data(external.agent_plan_get(agent=agent_of(request), plan_id=plan_id))
+
+
+class NextQuery(Schema):
+    wait: float = Field(0, ge=0, le=LONG_POLL_MAX_SECONDS, description="Seconds to wait while the answer is 'wait'")
+
+
+@v1.get("/plans/{plan_id}/next", response={200: dict[str, Any], **ERRORS},
+        summary="What the agent may do now (long poll)",
+        description='One of {"action": "run", "step"}, {"action": "wait", "reason"}, {"action": "replan", '
+                    '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
+                    '{"action": "replanned", "plan"} or {"action": "done"}. With wait=N the answer comes as soon '
+                    'as it is no longer "wait", or after N seconds.')
+async def plan_next_get(request: HttpRequest, plan_id: int, query: Query[NextQuery]) -> dict[str, Any]:
+    return await plan_next_wait(agent=agent_of(request), plan_id=plan_id, wait=query.wait)
+
+
+async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float) -> dict[str, Any]:
+    """Answer at once unless it is "wait"; then wait for a push about the plan or agent (or a short poll),
+    holding neither a database connection nor a worker thread in between."""
+    read = sync_to_async(external.plan_next_read)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    answer = await read(agent=agent, plan_id=plan_id)
+    if answer["action"] != "wait" or wait <= 0:
+        return answer
+    async with changes_watched(agents={agent.pk}, plans={plan_id}) as changed:
+        answer = await read(agent=agent, plan_id=plan_id)  # a change before the watch began is not missed
+        if answer["action"] != "wait":
+            return answer
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return answer
+            pause = min(remaining, POLL_SECONDS)
+            if changed is None:
+                await asyncio.sleep(pause)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), timeout=pause)
+                changed.clear()
+            answer = await read(agent=agent, plan_id=plan_id)
+            if answer["action"] != "wait":
+                return answer
+
+
+@v1.post("/plans/{plan_id}/versions", response={201: PlanCreated, **ERRORS},
+         summary="Submit the next version after feedback (completed steps stay kept)")
+def version_post(request: HttpRequest, plan_id: int, payload: VersionIn) -> Status[dict[str, Any]]:
+    agent = agent_of(request)
+    plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
+    new = external.plan_version_submit(agent=agent, plan=plan, data=body_data(payload))
+    return Status(201, created(new))
+
+
+def replayed(response: HttpResponse, again: bool) -> HttpResponse:
+    response["Idempotent-Replayed"] = "true" if again else "false"
+    return response
+
+
+@v1.post("/steps/{step_id}/start", response={200: dict[str, Any], **ERRORS}, summary="Start a step (idempotent)")
+def step_start_post(request: HttpRequest, step_id: int, payload: StartIn, response: HttpResponse) -> dict[str, Any]:
+    answer, again = external.step_start(agent=agent_of(request), step_id=step_id, request_id=payload.request_id)
+    replayed(response, again)
+    return answer
+
+
+@v1.post("/steps/{step_id}/result", response={200: dict[str, Any], **ERRORS},
+         summary="Report a step's result (idempotent)")
+def step_result_post(request: HttpRequest, step_id: int, payload: ResultIn, response: HttpResponse) -> dict[str, Any]:
+    answer, again = external.step_result(agent=agent_of(request), step_id=step_id, request_id=payload.request_id,
+                                         succeeded=payload.succeeded, output=payload.output, error=payload.error)
+    replayed(response, again)
+    return answer
+
+
+api.add_router("/v1", v1)
+
+
+def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
+    """The API's URLs, exempt from the site's login redirect: a token, not a session, authenticates."""
+    urls = api.urls
+    for pattern in urls[0]:
+        if isinstance(pattern, URLPattern):
+            pattern.callback.login_required = False  # type: ignore[attr-defined]
+    return urls  # type: ignore[return-value]

@@ -1,0 +1,78 @@
+"""`{% step_row step %}`: a plan's step row, rendered once per version of the step and kept in memory.
+
+A plan of 1,000 steps re-renders only the rows that changed since the last time this process drew them.
+The key: the step's `updated_at` (every save through the services moves it) and the columns a bulk
+`update()` may change without it, whether the viewer may decide, and the plan's status (which decides
+the buttons). Bounded: least recently used first out.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from threading import Lock
+from typing import Any
+
+from django import template
+from django.template.loader import get_template
+from django.utils.safestring import SafeString, mark_safe
+
+from planning.models import PlanStep
+
+register = template.Library()
+
+ROWS_KEPT = 5000
+_rows: OrderedDict[tuple[Any, ...], str] = OrderedDict()
+_lock = Lock()
+
+
+def row_key(step: PlanStep, can_decide: bool, plan_status: str) -> tuple[Any, ...]:
+    return (step.pk, step.updated_at, step.status, step.actual_cycles, step.retries, step.approved_by_id,
+            step.description, can_decide, plan_status)
+
+
+@register.simple_tag(takes_context=True)
+def step_row(context: template.Context, step: PlanStep) -> SafeString:
+    plan = context.get("plan")
+    can_decide = bool(context.get("can_decide"))
+    key = row_key(step, can_decide, getattr(plan, "status", ""))
+    with _lock:
+        html = _rows.get(key)
+        if html is not None:
+            _rows.move_to_end(key)
+    if html is None:
+        # Drawn from the key's values only, so the kept row depends on nothing else on the page.
+        html = get_template("planning/plan_detail.html#step").render(
+            {"step": step, "plan": plan, "can_decide": can_decide})
+        with _lock:
+            _rows[key] = html
+            while len(_rows) > ROWS_KEPT:
+                _rows.popitem(last=False)
+    return mark_safe(html)  # noqa: S308 (rendered by the template above, autoescaped there)
+
+
+def agent_row_key(row: Any) -> tuple[Any, ...]:
+    """Everything a dashboard row shows."""
+    agent, plan, step = row.agent, row.plan, row.step
+    return (
+        "agent", agent.pk, agent.name, agent.kind, agent.status, agent.waiting_reason, agent.cycle_count,
+        (plan.pk, plan.goal_text, plan.version, plan.status) if plan else None,
+        (step.status, step.description) if step else None,
+        row.done, row.total, tuple((n.name, n.satisfaction) for n in row.needs),
+    )
+
+
+@register.simple_tag
+def agent_row(row: Any) -> SafeString:
+    """A dashboard row, rendered once per state of the agent (see step_row)."""
+    key = agent_row_key(row)
+    with _lock:
+        html = _rows.get(key)
+        if html is not None:
+            _rows.move_to_end(key)
+    if html is None:
+        html = get_template("planning/dashboard.html#row").render({"row": row})
+        with _lock:
+            _rows[key] = html
+            while len(_rows) > ROWS_KEPT:
+                _rows.popitem(last=False)
+    return mark_safe(html)  # noqa: S308 (rendered by the template above, autoescaped there)

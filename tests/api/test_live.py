@@ -1,0 +1,139 @@
+"""The long poll and the websocket wake on an operator's decision; racing retries are recorded once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.db import connection
+from django.test import AsyncClient
+
+from agents.models import Agent, AgentToken, ApiRequest
+from planner_site.asgi import application
+from planning import api as api_module
+from planning import external, services
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.api.conftest import PLAN, TOOLS
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ORIGIN = (b"origin", b"http://localhost")
+
+
+def approve(plan_id: int, operator: Any) -> None:
+    try:
+        services.plan_approve(plan=Plan.objects.get(pk=plan_id), user=operator, mode=Plan.ApprovalMode.ALL)
+    finally:
+        connection.close()
+
+
+def setup_plan() -> tuple[str, int, Any]:
+    """An external agent with tools and a submitted plan (awaiting approval), a token, an operator."""
+    agent = Agent.objects.create(name="Poller", kind=Agent.Kind.EXTERNAL, declared_tools=TOOLS)
+    raw = AgentToken.issue(agent=agent)[1]
+    plan = external.plan_submit(agent=agent, data=PLAN)
+    return raw, plan.pk, UserFactory(username="olga", role="operators")
+
+
+async def test_long_poll_answers_as_soon_as_the_operator_approves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no push the poll would only re-read after POLL_SECONDS (made longer than the wait): an answer
+    well before the wait ends is the push waking it."""
+    monkeypatch.setattr(api_module, "POLL_SECONDS", 120.0)
+    raw, plan_id, operator = await sync_to_async(setup_plan)()
+    poll = asyncio.create_task(AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=60",
+                                                 headers={"Authorization": f"Bearer {raw}"}))
+    await asyncio.sleep(0.3)
+    assert not poll.done()
+    # The operator acts from another thread, as another request of a real server would.
+    await sync_to_async(approve, thread_sensitive=False)(plan_id, operator)
+    response = await asyncio.wait_for(poll, timeout=30)  # the wait was 60 s
+    body = json.loads(response.content)
+    assert (response.status_code, body["action"], body["step"]["key"]) == (200, "run", "1")
+
+
+async def test_long_poll_returns_wait_when_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(api_module, "POLL_SECONDS", 0.1)
+    raw, plan_id, _ = await sync_to_async(setup_plan)()
+    response = await AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=0.5",
+                                       headers={"Authorization": f"Bearer {raw}"})
+    assert json.loads(response.content) == {"action": "wait", "reason": "plan v1 awaits an operator's approval"}
+
+
+def test_long_poll_releases_its_database_connection_between_reads() -> None:
+    raw, plan_id, _ = setup_plan()
+    agent = Agent.objects.get(name="Poller")
+    assert connection.connection is not None
+    external.plan_next_read(agent=agent, plan_id=plan_id)
+    assert connection.connection is None
+
+
+def test_racing_retries_of_one_result_are_recorded_once() -> None:
+    raw, plan_id, operator = setup_plan()
+    agent = Agent.objects.get(name="Poller")
+    services.plan_approve(plan=Plan.objects.get(pk=plan_id), user=operator, mode=Plan.ApprovalMode.ALL)
+    first = PlanStep.objects.get(plan_id=plan_id, key="1")
+    external.step_start(agent=agent, step_id=first.pk, request_id="start")
+    barrier = threading.Barrier(4)
+    answers: list[Any] = []
+    errors: list[BaseException] = []
+
+    def report() -> None:
+        try:
+            barrier.wait()
+            answers.append(external.step_result(agent=agent, step_id=first.pk, request_id="same", succeeded=True,
+                                                output="done"))
+        except BaseException as exc:  # the assertion below names it
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=report) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len({json.dumps(a[0], sort_keys=True) for a in answers}) == 1
+    assert sorted(again for _, again in answers) == [False, True, True, True]
+    assert PlanEvent.objects.filter(step=first, kind=PlanEvent.Kind.STEP_COMPLETED).count() == 1
+    assert ApiRequest.objects.filter(request_id="same").count() == 1
+
+
+async def test_websocket_pushes_the_next_action_when_it_changes() -> None:
+    raw, plan_id, operator = await sync_to_async(setup_plan)()
+    ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
+                               headers=[ORIGIN, (b"authorization", f"Bearer {raw}".encode())])
+    connected, _ = await ws.connect()
+    try:
+        assert connected
+        assert (await ws.receive_json_from(timeout=5))["action"] == "wait"
+        plan = await Plan.objects.aget(pk=plan_id)
+        await sync_to_async(services.plan_approve)(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+        message = await ws.receive_json_from(timeout=10)
+        assert (message["action"], message["step"]["key"]) == ("run", "1")
+    finally:
+        await ws.disconnect()
+
+
+@pytest.mark.parametrize(("token", "code"), [(None, 4401), ("Bearer apt_wrong", 4401)])
+async def test_websocket_refuses_without_a_valid_token(token: str | None, code: int) -> None:
+    _, plan_id, _ = await sync_to_async(setup_plan)()
+    headers = [ORIGIN] + ([(b"authorization", token.encode())] if token else [])
+    ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/", headers=headers)
+    connected, close_code = await ws.connect()
+    assert (connected, close_code) == (False, code)
+
+
+async def test_websocket_refuses_another_agents_plan() -> None:
+    _, plan_id, _ = await sync_to_async(setup_plan)()
+    other = await Agent.objects.acreate(name="Other", kind=Agent.Kind.EXTERNAL)
+    raw = (await sync_to_async(AgentToken.issue)(agent=other))[1]
+    ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
+                               headers=[ORIGIN, (b"authorization", f"Bearer {raw}".encode())])
+    connected, close_code = await ws.connect()
+    assert (connected, close_code) == (False, 4404)

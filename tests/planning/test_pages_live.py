@@ -1,0 +1,165 @@
+"""Dashboard filters and pages, the plan page's timeline and model-call pages, and the fixed number of
+queries of pages and live pushes, whatever their size."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from agents.models import Agent
+from planning.consumers import DashboardLivePage, PlanLivePage
+from planning.models import Plan, PlanStep
+from planning.selectors import CALLS_PAGE_SIZE, DASHBOARD_PAGE_SIZE, TIMELINE_PAGE_SIZE
+from tests.factories import AgentFactory, LLMCallFactory, PlanEventFactory, PlanFactory, PlanStepFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def agent_names(html: str) -> list[str]:
+    return re.findall(r'<tr id="agent-row-\d+"[^>]*>\s*<td><a href="[^"]+">([^<]+)</a>', html)
+
+
+def test_dashboard_pages_of_fifty_with_links(viewer_client: Client) -> None:
+    Agent.objects.bulk_create([Agent(name=f"agent-{i:03d}") for i in range(DASHBOARD_PAGE_SIZE + 7)])
+    first = viewer_client.get("/").content.decode()
+    assert len(agent_names(first)) == DASHBOARD_PAGE_SIZE
+    assert "page 1 of 2" in first and 'href="?page=2"' in first
+    second = viewer_client.get("/?page=2").content.decode()
+    assert agent_names(second) == [f"agent-{i:03d}" for i in range(DASHBOARD_PAGE_SIZE, DASHBOARD_PAGE_SIZE + 7)]
+    assert 'data-live="/ws/dashboard/?page=2"' in second  # the socket resyncs this page, not the first
+    assert "57 agents" in second
+
+
+@pytest.mark.parametrize("page", ["0", "-3", "abc", "99999999999999999999", "2.5"])
+def test_dashboard_bad_page_numbers_show_a_page_not_an_error(viewer_client: Client, page: str) -> None:
+    AgentFactory(name="Only")
+    response = viewer_client.get("/", {"page": page})
+    assert response.status_code == 200 and agent_names(response.content.decode()) == ["Only"]
+
+
+def test_dashboard_filters_by_status_kind_waiting_and_failing(viewer_client: Client) -> None:
+    AgentFactory(name="Runner", status="running")
+    AgentFactory(name="Sleeper", status="paused")
+    AgentFactory(name="Toolie", kind="tool", status="running")
+    AgentFactory(name="Waiter", waiting_reason="step 2 awaits approval")
+    failed = PlanFactory(agent=AgentFactory(name="Faller"), status=Plan.Status.FAILED)
+    retrying = PlanStepFactory(plan=PlanFactory(agent=AgentFactory(name="Retrier")), retries=1)
+    # An old failure does not count once a newer plan exists.
+    PlanFactory(agent=AgentFactory(name="Recovered"), status=Plan.Status.FAILED)
+    PlanFactory(agent=Agent.objects.get(name="Recovered"), status=Plan.Status.ACTIVE)
+
+    def names(**query: str) -> list[str]:
+        return sorted(agent_names(viewer_client.get("/", query).content.decode()))
+
+    assert names(status="paused") == ["Sleeper"]
+    assert names(kind="tool") == ["Toolie"]
+    assert names(waiting="1") == ["Waiter"]
+    assert names(failing="1") == ["Faller", "Retrier"]
+    assert names(kind="tool", status="paused") == []
+    assert "No agent matches these filters" in viewer_client.get("/", {"kind": "tool", "status": "paused"}).content.decode()
+    assert len(names(status="nonsense")) == 7  # an unknown value filters nothing
+    html = viewer_client.get("/").content.decode()
+    assert "<b>2</b> failing" in html and "<b>1</b> waiting for an operator" in html
+    assert failed.agent.name == "Faller" and retrying.retries == 1
+
+
+def test_dashboard_filter_is_kept_across_pages(viewer_client: Client) -> None:
+    Agent.objects.bulk_create([Agent(name=f"p-{i:03d}", status="paused") for i in range(DASHBOARD_PAGE_SIZE + 1)])
+    AgentFactory(name="zz-running", status="running")
+    html = viewer_client.get("/", {"status": "paused"}).content.decode()
+    assert 'href="?status=paused&amp;page=2"' in html
+    second = viewer_client.get("/", {"status": "paused", "page": "2"}).content.decode()
+    assert agent_names(second) == [f"p-{DASHBOARD_PAGE_SIZE:03d}"]
+
+
+def test_dashboard_queries_do_not_grow_with_agents(viewer_client: Client, django_assert_max_num_queries: Any) -> None:
+    def grow(n: int) -> None:
+        for i in range(n):
+            PlanStepFactory(plan=PlanFactory(status=Plan.Status.FAILED if i % 2 else Plan.Status.ACTIVE))
+
+    urls = ["/", "/?failing=1", "/?page=2", "/?status=running&kind=persona"]
+    grow(4)
+    counts = []
+    for url in urls:
+        with django_assert_max_num_queries(15) as small:
+            assert agent_names(viewer_client.get(url).content.decode())
+        counts.append(len(small.captured_queries))
+    grow(120)
+    for url, count in zip(urls, counts, strict=True):
+        with django_assert_max_num_queries(count):
+            assert agent_names(viewer_client.get(url).content.decode())
+
+
+def test_plan_timeline_and_calls_are_paged(viewer_client: Client) -> None:
+    plan = PlanFactory()
+    events = [PlanEventFactory(plan=plan, reason=f"event number {i}") for i in range(TIMELINE_PAGE_SIZE + 5)]
+    LLMCallFactory.create_batch(CALLS_PAGE_SIZE + 3, plan=plan, agent=plan.agent)
+    url = reverse("plan-detail", args=[plan.pk])
+    html = viewer_client.get(url).content.decode()
+    assert html.count('class="event kind-') == TIMELINE_PAGE_SIZE
+    assert f"event number {len(events) - 1}" in html and "event number 0<" not in html  # newest first
+    assert html.count('<tr id="call-') == CALLS_PAGE_SIZE
+    assert 'id="plan-timeline-list"' in html and 'id="plan-calls-rows"' in html
+    older = viewer_client.get(url, {"events": 2}).content.decode()
+    assert older.count('class="event kind-') == 5 and "event number 0" in older
+    # Not the first page: new entries pushed live must not land here.
+    assert 'id="plan-timeline-list"' not in older and 'id="plan-timeline-list-p2"' in older
+    assert f'data-live="/ws/plans/{plan.pk}/?events=2"' in older
+    calls = viewer_client.get(url, {"calls": 2}).content.decode()
+    assert calls.count('<tr id="call-') == 3 and 'id="plan-calls-rows-p2"' in calls
+
+
+def test_plan_page_queries_do_not_grow_with_steps_events_or_versions(
+        viewer_client: Client, django_assert_max_num_queries: Any) -> None:
+    plan = PlanFactory()
+    PlanStepFactory.create_batch(3, plan=plan)
+    PlanEventFactory.create_batch(2, plan=plan)
+    LLMCallFactory(plan=plan, agent=plan.agent)
+    url = reverse("plan-detail", args=[plan.pk])
+    with django_assert_max_num_queries(25) as small:
+        viewer_client.get(url)
+    PlanStepFactory.create_batch(120, plan=plan)
+    PlanEventFactory.create_batch(80, plan=plan)
+    LLMCallFactory.create_batch(40, plan=plan, agent=plan.agent)
+    previous = plan
+    for version in range(2, 6):  # a chain of versions
+        previous = PlanFactory(agent=plan.agent, goal=plan.goal, previous=previous, version=version,
+                               status=Plan.Status.REPLANNED)
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        html = viewer_client.get(url).content.decode()
+    assert html.count('class="step status-') == 123
+    assert "version 5" in html
+
+
+def test_live_plan_push_queries_do_not_grow_with_steps(django_assert_max_num_queries: Any) -> None:
+    plan = PlanFactory()
+    steps = PlanStepFactory.create_batch(5, plan=plan)
+    page = PlanLivePage(f"plan-{plan.pk}", plan.pk)
+    page.baseline()
+    PlanStep.objects.filter(pk=steps[0].pk).update(status="running")
+    with django_assert_max_num_queries(15) as small:
+        out = page.render_changes({plan.pk}, {"operator", "viewer"})
+    assert f'id="step-{steps[0].key}"' in out["viewer"] and f'id="step-{steps[1].key}"' not in out["viewer"]
+    more = PlanStepFactory.create_batch(200, plan=plan)
+    page.baseline()
+    PlanStep.objects.filter(pk=more[7].pk).update(status="running")
+    PlanEventFactory(plan=plan, step=more[7], kind="step_started", reason="started")
+    with django_assert_max_num_queries(len(small.captured_queries) + 1):  # + the new entry's step
+        out = page.render_changes({plan.pk}, {"operator", "viewer"})
+    assert out["viewer"].count('class="step status-') == 1 and "started" in out["viewer"]
+
+
+def test_live_dashboard_push_queries_do_not_grow_with_changed_agents(django_assert_max_num_queries: Any) -> None:
+    plans = [PlanFactory() for _ in range(30)]
+    for plan in plans:
+        PlanStepFactory(plan=plan)
+    page = DashboardLivePage("dashboard")
+    with django_assert_max_num_queries(8) as small:
+        page.render_changes({plans[0].agent_id}, {"viewer"})
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        out = page.render_changes({p.agent_id for p in plans}, {"viewer"})
+    assert out["viewer"].count('<tr id="agent-row-') == 30
