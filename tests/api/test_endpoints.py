@@ -380,12 +380,23 @@ def test_step_start_refusals(tooled: ApiClient, running_plan: int) -> None:
     status, body = tooled.post(f"/api/v1/steps/{step_id(running_plan, '2')}/start", {"request_id": "a"})
     assert status == 409
     assert "dependencies are not done" in body["detail"]
+    # "Approve all" approved the permission step 3 too: it waits only for its dependencies now.
     status, body = tooled.post(f"/api/v1/steps/{step_id(running_plan, '3')}/start", {"request_id": "b"})
     assert status == 409
-    assert "approval first" in body["detail"]
+    assert "dependencies are not done" in body["detail"]
     assert tooled.post(f"/api/v1/steps/{other.pk}/start", {"request_id": "c"})[0] == 404
     assert tooled.post(f"/api/v1/steps/{step_id(running_plan, '1')}/start", {})[0] == 422
     assert tooled.post(f"/api/v1/steps/{step_id(running_plan, '1')}/start", {"request_id": " "})[0] == 422
+    assert snapshot() == before
+
+
+def test_step_start_step_by_step_needs_the_operator_first(tooled: ApiClient, operator: Any) -> None:
+    plan_id = submitted(tooled)
+    approve(plan_id, operator, mode=Plan.ApprovalMode.STEP)
+    before = snapshot()
+    status, body = tooled.post(f"/api/v1/steps/{step_id(plan_id, '1')}/start", {"request_id": "a"})
+    assert status == 409
+    assert "approval first" in body["detail"]
     assert snapshot() == before
 
 
