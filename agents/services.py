@@ -21,9 +21,12 @@ from agents.models import Agent, Experience, Lesson, Need
 from agents.persona import StepVerdict, routine_keeps
 from agents.world import ACTIONS
 from goals.models import Goal
-from goals.system import GOAL_NEED_BELOW, GoalState
+from goals.system import GoalState
 from planner_site.events import publish_changed_on_commit
 from planning.models import Plan, PlanEvent, PlanStep
+
+# A routine repeats a step that serves another need only while that need is below this (work while money is short).
+ROUTINE_FINE_ABOVE = 0.8
 
 
 class CycleAlreadyDone(Exception):
@@ -72,6 +75,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     agent = record.agent
     now = timezone.now()
     cycle = record.expected_cycle + 1
+    change, plans_to_close = cycle_plans_lock(record)
     # First write, so PostgreSQL locks the agent row at once: a second runner on this agent waits here and
     # then finds cycle_count moved on.
     updated = Agent.objects.filter(pk=agent.pk, cycle_count=record.expected_cycle).update(
@@ -80,7 +84,6 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     if not updated:
         raise CycleAlreadyDone(f"{agent} cycle {cycle} was already recorded")
     needs_apply(agent_id=agent.pk, changes=record.need_changes)
-    change = record.step_change
     experience = Experience.objects.create(
         agent=agent, cycle=cycle, action=record.action, need_deltas=record.need_deltas,
         step=change.step if change else None, followed_plan=record.followed,
@@ -94,7 +97,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     if change is not None:
         events += step_apply(change=change, runner=record.runner, experience_id=experience.pk)
         pushed.add(change.plan.pk)
-    for plan, why in record.plans_to_close:
+    for plan, why in plans_to_close:
         events += plan_close(plan=plan, runner=record.runner, reason=why)
         pushed.add(plan.pk)
     if record.lesson and not Lesson.objects.filter(agent=agent, description=record.lesson).exists():
@@ -107,6 +110,24 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     for plan_id in sorted(pushed - {current}):
         publish_changed_on_commit(agent_id=agent.pk, plan_id=plan_id, kind="plan_closed")
     return experience
+
+
+def cycle_plans_lock(record: CycleRecord) -> tuple[StepChange | None, list[tuple[Plan, str]]]:
+    """Keep only the plan changes still true when the cycle writes: what an operator decided since the cycle
+    read its plans (a plan cancelled, a step skipped) stands. Plans the cycle completes, replans or closes are
+    locked first (plan before steps, the services' lock order); the common cycle changes only its step, and
+    step_apply writes it only if its status is still the one read (no extra query)."""
+    change = record.step_change
+    plan_writes = {p.pk for p, _ in record.plans_to_close}
+    if change is not None and (change.plan_completed or change.verdict.replan):
+        plan_writes.add(change.plan.pk)
+    if not plan_writes:
+        return change, list(record.plans_to_close)
+    current = dict(Plan.objects.select_for_update(no_key=True).filter(pk__in=sorted(plan_writes)).order_by("pk")
+                   .values_list("pk", "status"))
+    if change is not None and change.plan.pk in current and current[change.plan.pk] != change.plan.status:
+        change = None
+    return change, [(p, why) for p, why in record.plans_to_close if current.get(p.pk) == p.status]
 
 
 def needs_apply(*, agent_id: int, changes: Mapping[str, float]) -> None:
@@ -158,6 +179,7 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[P
 
     fields: dict[str, Any] = {"actual_cycles": verdict.actual_cycles, "overrides": verdict.overrides,
                               "updated_at": timezone.now()}
+    read_status = step.status
     if step.status == PlanStep.Status.PENDING:
         event(PlanEvent.Kind.STEP_STARTED, step.description)
         fields["status"] = PlanStep.Status.RUNNING
@@ -169,8 +191,11 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[P
     elif verdict.replan:
         fields |= {"status": PlanStep.Status.FAILED, "failure_reason": verdict.failure}
         event(PlanEvent.Kind.STEP_FAILED, verdict.failure, {"replan_scheduled": True})
+    # Only over the status this cycle read: a step an operator skipped or declined meanwhile stays so.
+    if not PlanStep.objects.filter(pk=step.pk, status=read_status).update(**fields):
+        return []
+    if verdict.replan and not verdict.completed:
         Plan.objects.filter(pk=plan.pk).update(replan_reason=verdict.failure, updated_at=timezone.now())
-    PlanStep.objects.filter(pk=step.pk).update(**fields)
     for name, value in fields.items():
         setattr(step, name, value)
     if change.plan_completed:
@@ -210,7 +235,7 @@ def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float], runner:
     Steps that spend money wait for an operator's yes again."""
     steps = [s for s in source.steps.all() if s.status == PlanStep.Status.COMPLETED and routine_keeps(
         effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {}, source_needs=goal.source_needs,
-        needs=needs, fine_above=GOAL_NEED_BELOW)]
+        needs=needs, fine_above=ROUTINE_FINE_ABOVE)]
     if not steps:
         return None
     plan = Plan.objects.create(

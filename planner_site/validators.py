@@ -48,7 +48,7 @@ def text_problem(text: str, *, max_length: int | None = None) -> str | None:
     return char_problem(text)
 
 
-def json_problem(value: Any) -> str | None:
+def json_problem(value: Any, *, max_depth: int = JSON_MAX_DEPTH, max_nodes: int = JSON_MAX_NODES) -> str | None:
     """Why a JSON value cannot be stored, or None. Walks the value without recursion, so no depth of
     nesting can exhaust the stack."""
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -56,10 +56,10 @@ def json_problem(value: Any) -> str | None:
     while stack:
         item, depth = stack.pop()
         nodes += 1
-        if depth > JSON_MAX_DEPTH:
-            return f"is nested too deeply (more than {JSON_MAX_DEPTH} levels)"
-        if nodes > JSON_MAX_NODES:
-            return f"is too large (more than {JSON_MAX_NODES} values)"
+        if depth > max_depth:
+            return f"is nested too deeply (more than {max_depth} levels)"
+        if nodes > max_nodes:
+            return f"is too large (more than {max_nodes} values)"
         if isinstance(item, bool) or item is None:
             continue
         if isinstance(item, int):

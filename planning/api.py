@@ -20,14 +20,16 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
 from django.utils import timezone
+from django.views.decorators.http import require_safe
 from ninja import Field, NinjaAPI, Query, Router, Schema
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.responses import Status
 from ninja.security import HttpBearer
 from ninja.throttling import SimpleRateThrottle
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
 
 from agents.models import Agent, AgentToken
+from planner_site.validators import json_problem
 from planning import external
 from planning.consumers import changes_watched
 from planning.external import ExternalError
@@ -37,6 +39,8 @@ API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "600/m")  # requests per token: N/s, N/m, N/h or N/d
 LONG_POLL_MAX_SECONDS = 60
 POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
+API_JSON_MAX_DEPTH = 32  # a tool's input schema nests a little deeper than a step's input
+API_JSON_MAX_VALUES = 100_000  # in effect unbounded: the body size limit bounds a request
 LAST_USED_EVERY_SECONDS = 60  # last_used_at is written at most this often per token
 
 
@@ -157,6 +161,16 @@ def body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 
 class StrictSchema(Schema):
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def storable(cls, data: Any) -> Any:
+        """What the database would choke on (NUL, lone surrogates, NaN, huge numbers, deep nesting) is refused
+        here with the operator forms' message, not as a server error (the body size bounds the rest)."""
+        body = getattr(data, "_obj", data)  # ninja hands schemas its DjangoGetter around the parsed body
+        if problem := json_problem(body, max_depth=API_JSON_MAX_DEPTH, max_nodes=API_JSON_MAX_VALUES):
+            raise ValueError(f"the request {problem}")
+        return data
 
 
 class ToolIn(StrictSchema):
@@ -373,9 +387,14 @@ api.add_router("/v1", v1)
 
 
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
-    """The API's URLs, exempt from the site's login redirect: a token, not a session, authenticates."""
+    """The API's URLs, exempt from the site's login redirect: a token, not a session, authenticates. Its docs
+    and schema stay behind the login like every page."""
     urls = api.urls
     for pattern in urls[0]:
-        if isinstance(pattern, URLPattern):
+        if not isinstance(pattern, URLPattern):
+            continue
+        if str(pattern.name or "").startswith("openapi"):
+            pattern.callback = require_safe(pattern.callback)  # read only: a POST gets 405
+        else:
             pattern.callback.login_required = False  # type: ignore[attr-defined]
     return urls  # type: ignore[return-value]

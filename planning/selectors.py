@@ -9,7 +9,7 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from agents.models import Agent, Experience, LLMCall, Need
-from goals.models import Goal, GoalSample
+from agents.selectors import persona_page
 from planning.models import Plan, PlanEvent, PlanStep
 
 DASHBOARD_PAGE_SIZE = 50
@@ -68,7 +68,7 @@ def dashboard_rows(*, agent_ids: list[int] | None = None) -> list[AgentRow]:
         plan_steps = list(plan.steps.all()) if plan else []
         rows.append(AgentRow(
             agent=agent, plan=plan, step=plan_current_step(plan, plan_steps) if plan else None,
-            done=sum(1 for s in plan_steps if s.is_done), total=len(plan_steps), needs=list(agent.needs.all()),
+            done=sum(1 for s in plan_steps if s.status == PlanStep.Status.COMPLETED), total=len(plan_steps), needs=list(agent.needs.all()),
         ))
     return rows
 
@@ -171,37 +171,16 @@ def dashboard_counts() -> dict[str, int]:
 def agent_context(agent_id: int) -> dict[str, Any]:
     """Everything the agent page shows."""
     agent = Agent.objects.get(pk=agent_id)
-    goals = list(
-        Goal.objects.filter(agent=agent).prefetch_related(
-            Prefetch("samples", queryset=GoalSample.objects.order_by("taken_at", "pk"))
-        ).order_by("status", "horizon", "-confidence")
-    )
-    for goal in goals:
-        goal.curve = goal_curve(list(goal.samples.all()))  # type: ignore[attr-defined]
     plans = list(Plan.objects.filter(agent=agent).annotate(
-        steps_total=Count("steps"), steps_done=Count("steps", filter=Q(steps__status__in=["completed", "skipped"])),
+        steps_total=Count("steps"), steps_done=Count("steps", filter=Q(steps__status=PlanStep.Status.COMPLETED)),
     ).order_by("-created_at")[:20])
     return {
         "agent": agent,
         "needs": list(agent.needs.order_by("name")),
-        "goals": goals,
         "plans": plans,
         "experiences": list(Experience.objects.filter(agent=agent).select_related("step").order_by("-cycle")[:15]),
         "lessons": list(agent.lessons.all()[:10]),
-    }
-
-
-def goal_curve(samples: list[GoalSample], width: int = 160, height: int = 36) -> dict[str, str]:
-    """SVG polyline points for the progress and confidence curves of a goal."""
-    samples = samples[-60:]
-    if len(samples) < 2:
-        return {"progress": "", "confidence": ""}
-    step = width / (len(samples) - 1)
-
-    def points(attr: str) -> str:
-        return " ".join(f"{i * step:.1f},{height - getattr(s, attr) * height:.1f}" for i, s in enumerate(samples))
-
-    return {"progress": points("progress"), "confidence": points("confidence")}
+    } | persona_page(agent)  # goals short-term first, curves, what the cycle computed
 
 
 def plan_versions(plan: Plan) -> list[Plan]:
@@ -268,6 +247,6 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "calls_page": calls,
         "versions": versions,
         "next_version": later[0] if later else None,
-        "done": sum(1 for s in steps if s.is_done),
+        "done": sum(1 for s in steps if s.status == PlanStep.Status.COMPLETED),  # skipped is not done
         "total": len(steps),
     }

@@ -263,14 +263,12 @@ def _persona_replan(ctx: Mapping[str, Any]) -> str:
         named = _actions_named(" ".join(feedback), allowed)
         if failed_move is not None:
             index = remaining.index(failed_move)
+            # Why goes into the thinking summary, never into step text: a step's description stays the same
+            # across replans instead of growing by the feedback each time.
             if named:  # the operator said what to do instead
-                remaining[index] = _Move(named[0], _one_line(f"{named[0].capitalize()} instead ({why})", 480), "")
+                remaining[index] = _Move(named[0], f"{named[0].capitalize()} instead", "")
             else:
-                remaining[index] = replace(
-                    failed_move,
-                    description=_one_line(f"{failed_move.description} again, after: {why or 'it stalled'}"),
-                    cycles=min(failed_move.cycles + 1, 20),
-                )
+                remaining[index] = replace(failed_move, cycles=min(failed_move.cycles + 1, 20))
             # An unmet requirement ("not enough money") is met first, unless the operator chose another way.
             if not named and "money" in why.lower() and _normal(failed_move.action) not in ("work", "look for work"):
                 for move in reversed(_CHAINS["money"]):

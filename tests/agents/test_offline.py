@@ -258,7 +258,8 @@ def test_offline_persona_replan_takes_the_operators_action() -> None:
                                ["too expensive, just call a friend again"], needs={"social": 0.3})
     new = accepted(offline_complete("replan", messages), "persona")
     assert [s.action_hint for s in new.steps] == ["call a friend", "call a friend"]
-    assert "too expensive" in new.steps[1].description
+    assert new.steps[1].description == "Call a friend instead"  # step text does not grow by the feedback
+    assert "too expensive" in new.thinking_summary
 
 
 # -- the fast purposes -----------------------------------------------------------------------------

@@ -104,10 +104,14 @@ def test_at_most_one_open_plan_per_horizon_and_three_in_all() -> None:
     for n, horizon in enumerate(["short_term", "short_term", "mid_term", "long_term", "long_term"]):
         GoalFactory(agent=agent, horizon=horizon, source_needs=["social" if n % 2 else "fun"],
                     description=f"Goal {n} of {horizon}")
+    seen = []
     for _ in range(6):
         cycle(agent)
-    horizons = list(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).values_list("goal__horizon", flat=True))
-    assert sorted(horizons) == ["long_term", "mid_term", "short_term"]
+        horizons = sorted(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES)
+                          .values_list("goal__horizon", flat=True))
+        assert len(horizons) == len(set(horizons)) <= 3
+        seen.append(horizons)
+    assert ["long_term", "mid_term", "short_term"] in seen  # all three horizons planned at once
 
 
 def test_a_goal_with_a_plan_is_not_planned_again() -> None:
@@ -221,6 +225,9 @@ def test_feedback_on_every_earlier_version_reaches_the_replan_prompt(operator: A
     assert call is not None
     prompt = json.dumps(call.prompt)
     assert "cook at home" in prompt and "no meeting friends" in prompt
+    v3 = Plan.objects.get(previous=v2)
+    # The feedback steers the plan but is not pasted into step text, which would grow with every replan.
+    assert not [s.description for s in v3.steps.all() if "cook at home" in s.description.lower()]
 
 
 def test_plan_prompt_carries_the_persons_emotions_and_lessons() -> None:

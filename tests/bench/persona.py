@@ -14,12 +14,12 @@ import time
 
 from tests.bench.common import figure
 
-CYCLES = int(os.environ.get("BENCH_PERSONA_CYCLES", "400"))
+CYCLES = int(os.environ.get("BENCH_PERSONA_CYCLES", "800"))
 MAX_CALLS_PER_CYCLE = 0.2
 MIN_FOLLOWING = 0.7
 MAX_CYCLE_RATIO = 5.0
 MAX_QUERIES = 8
-QUERY_SAMPLE_EVERY = 5
+QUERY_SAMPLE_EVERY = 7  # coprime with the goal re-evaluation interval (5), so the sample is not biased
 TRANSACTION_CONTROL = ("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "ROLLBACK")
 
 

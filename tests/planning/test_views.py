@@ -6,8 +6,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from agents.cycle import agent_cycle
 from planning.models import Plan, PlanEvent, PlanStep
-from tests.factories import AgentFactory, NeedFactory, PlanFactory, PlanStepFactory
+from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -136,8 +137,10 @@ def test_plan_approve_buttons_and_modes(operator_client: Client) -> None:
 def test_agent_page_shows_needs_goals_and_give_goal_form(operator_client: Client) -> None:
     agent = AgentFactory(name="Jen")
     NeedFactory(agent=agent, name="hunger", satisfaction=0.1)
+    GoalFactory(agent=agent, description="Find a cozy place to eat", progress=0.4)
     html = operator_client.get(reverse("agent-detail", args=[agent.pk])).content.decode()
     assert "hunger" in html and "10%" in html
+    assert "Find a cozy place to eat" in html and "progress 40%" in html
     assert "Give goal" in html
 
 
@@ -146,7 +149,11 @@ def test_give_goal_then_runner_plans_it(operator_client: Client) -> None:
     response = operator_client.post(reverse("agent-goal", args=[agent.pk]), {"description": "List the workspace",
                                                                              "horizon": "short_term"})
     assert response.status_code == 302
-    assert agent.goals.get().description == "List the workspace"
+    goal = agent.goals.get()
+    assert goal.description == "List the workspace"
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    plan = Plan.objects.get(goal=goal)
+    assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.steps.exists()
 
 
 def test_pages_send_a_content_security_policy_with_script_nonce(viewer_client: Client) -> None:

@@ -1,0 +1,90 @@
+"""What the agent page shows of a persona: goals short-term first with the current step's goal marked, the
+values the cycle computes (milestone explanations, reasoning, reflections, override counters), and the
+curves of needs, progress and confidence drawn from the experiences. A fixed number of queries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Case, IntegerField, Value, When
+
+from agents.models import Agent, Experience, LLMCall
+from goals.models import Goal
+from goals.system import HORIZON_ORDER
+from planning.engine.schedule import steps_runnable
+from planning.models import Plan, PlanStep
+
+CURVE_POINTS = 60  # experiences drawn in each curve
+CURVE_WIDTH = 160
+CURVE_HEIGHT = 36
+FINISHED_GOALS_SHOWN = 10
+GOAL_CALLS_SHOWN = 10
+
+
+@dataclass
+class OpenPlan:
+    plan: Plan
+    steps: list[PlanStep] = field(default_factory=list)
+    current: PlanStep | None = None
+
+
+def curve_points(values: list[float | None], *, width: int = CURVE_WIDTH, height: int = CURVE_HEIGHT) -> str:
+    """SVG polyline points for values in 0..1, oldest first; a missing value breaks nothing, it is skipped."""
+    if len(values) < 2:
+        return ""
+    step = width / (len(values) - 1)
+    return " ".join(f"{i * step:.1f},{height - max(0.0, min(1.0, v)) * height:.1f}"
+                    for i, v in enumerate(values) if v is not None)
+
+
+def plan_step_now(steps: list[PlanStep]) -> PlanStep | None:
+    """The step a persona's plan is on (the cycle's rule): running or waiting, else the next runnable one."""
+    for step in steps:
+        if step.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL):
+            return step
+    keys = steps_runnable([(s.key, s.status, s.depends_on) for s in steps], limit=1)
+    return next((s for s in steps if s.key in keys), None)
+
+
+def persona_page(agent: Agent) -> dict[str, Any]:
+    """The persona parts of the agent page (five queries)."""
+    priority = Case(*[When(horizon=h, then=Value(n)) for h, n in HORIZON_ORDER.items()], output_field=IntegerField())
+    shown: list[Goal] = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).alias(p=priority)
+                             .order_by("p", "-confidence", "pk"))
+    shown += list(Goal.objects.filter(agent=agent).exclude(status=Goal.Status.ACTIVE)
+                  .order_by("-milestone_checked_at", "-pk")[:FINISHED_GOALS_SHOWN])
+
+    open_plans: dict[int, OpenPlan] = {}
+    for step in (PlanStep.objects.filter(plan__agent=agent, plan__status__in=Plan.OPEN_STATUSES)
+                 .select_related("plan", "plan__goal").order_by("plan__created_at", "plan_id", "position")):
+        open_plans.setdefault(step.plan_id, OpenPlan(plan=step.plan)).steps.append(step)
+    for entry in open_plans.values():
+        entry.current = plan_step_now(entry.steps)
+    plans = sorted(open_plans.values(), key=lambda e: (
+        HORIZON_ORDER.get(e.plan.goal.horizon, len(HORIZON_ORDER)) if e.plan.goal else len(HORIZON_ORDER),
+        e.plan.created_at))
+    following = next((e for e in plans if e.plan.status == Plan.Status.ACTIVE and not e.plan.replan_reason
+                      and e.current is not None and e.current.status != PlanStep.Status.AWAITING_APPROVAL), None)
+    current_goal_id = following.plan.goal_id if following else None
+
+    history = list(reversed(Experience.objects.filter(agent=agent).order_by("-cycle")
+                            .values_list("needs_after", "goals_after")[:CURVE_POINTS]))
+    names = sorted({name for needs, _ in history for name in needs})
+    need_curves = [{"name": name, "points": curve_points([needs.get(name) for needs, _ in history])} for name in names]
+    for goal in shown:
+        points = [after.get(str(goal.pk)) for _, after in history]
+        goal.curve = {  # type: ignore[attr-defined]
+            "progress": curve_points([p[0] if p else None for p in points]),
+            "confidence": curve_points([p[1] if p else None for p in points]),
+        }
+        goal.is_current = goal.pk == current_goal_id  # type: ignore[attr-defined]
+    calls = list(LLMCall.objects.filter(agent=agent, purpose__in=[LLMCall.Purpose.GOALS, LLMCall.Purpose.MILESTONE])
+                 .order_by("-created_at")[:GOAL_CALLS_SHOWN])
+    return {
+        "goals": shown,
+        "open_plans": plans,
+        "following": following,
+        "need_curves": need_curves,
+        "goal_calls": calls,
+    }

@@ -1,0 +1,88 @@
+"""The persona world (seeds 000, 001): what actions do to needs, how long they take, when needs override."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.world import (
+    ACTIONS,
+    RELIEVE_BELOW,
+    URGENT_BELOW,
+    action_apply,
+    action_choose,
+    action_hours,
+    action_lesson,
+    needs_changes,
+    persona_situation,
+    urgent_need,
+)
+
+
+def test_every_action_keeps_needs_within_zero_and_one() -> None:
+    for name in ACTIONS:
+        for level in (0.0, 0.05, 0.5, 0.95, 1.0):
+            needs = dict.fromkeys(("hunger", "energy", "money", "social", "fun"), level)
+            outcome = action_apply(name, needs)
+            assert all(0.0 <= needs[k] + d <= 1.0 for k, d in outcome.need_deltas.items()), (name, level)
+
+
+def test_action_with_an_unmet_requirement_fails_and_changes_nothing() -> None:
+    outcome = action_apply("eat", {"hunger": 0.2, "money": 0.05})
+    assert not outcome.succeeded and outcome.need_deltas == {} and "not enough money" in outcome.outcome
+
+
+def test_actions_take_their_simulated_hours() -> None:
+    assert action_hours("work") == 2.0 and action_hours("sleep") == 2.0 and action_hours("eat") == 1.0
+    assert action_hours("no such action") == 1.0
+
+
+def test_needs_change_by_the_effect_then_decay_over_the_hours() -> None:
+    changes = needs_changes(needs={"energy": 0.5, "money": 0.5}, rates={"energy": 0.02, "money": 0.01},
+                            deltas={"energy": 0.2}, hours=2)
+    assert changes == {"energy": pytest.approx(0.2 - 0.04), "money": pytest.approx(-0.02)}
+
+
+def test_needs_never_decay_below_zero() -> None:
+    assert needs_changes(needs={"fun": 0.01}, rates={"fun": 0.05}, deltas={}, hours=3) == {"fun": -0.01}
+
+
+def test_an_urgent_need_overrides_a_step_that_does_not_relieve_it() -> None:
+    needs = {"energy": URGENT_BELOW - 0.01, "hunger": 0.8, "money": 0.8}
+    assert urgent_need(needs) == "energy"
+    action, reason = action_choose(suggested="work", needs=needs)
+    assert action == "sleep" and "energy is urgent" in reason
+
+
+def test_an_urgent_need_keeps_a_step_that_relieves_it() -> None:
+    needs = {"hunger": URGENT_BELOW - 0.01, "money": 0.8}
+    assert action_choose(suggested="eat", needs=needs) == ("eat", "")
+
+
+def test_a_need_at_the_urgency_line_does_not_override() -> None:
+    assert urgent_need({"energy": URGENT_BELOW}) is None
+    assert action_choose(suggested="work", needs={"energy": URGENT_BELOW, "money": 0.5}) == ("work", "")
+
+
+def test_money_is_never_urgent() -> None:
+    assert urgent_need({"money": 0.0, "hunger": 0.9}) is None
+
+
+def test_urgent_hunger_without_money_cooks_instead_of_eating_out() -> None:
+    action, _ = action_choose(suggested=None, needs={"hunger": 0.05, "money": 0.0})
+    assert action == "cook" and action_apply(action, {"hunger": 0.05, "money": 0.0}).succeeded
+
+
+def test_without_a_step_the_lowest_need_below_half_is_relieved_else_idle() -> None:
+    assert action_choose(suggested=None, needs={"social": RELIEVE_BELOW - 0.1, "fun": 0.9})[0] == "call a friend"
+    assert action_choose(suggested=None, needs={"social": RELIEVE_BELOW, "fun": 0.9}) == ("idle", "no plan step")
+
+
+def test_a_failed_action_teaches_what_stood_in_the_way() -> None:
+    assert action_lesson("eat", {"money": 0.0}) == "To eat I need money at 10% or more."
+    assert action_lesson("eat", {"money": 0.5}) is None
+
+
+def test_plan_prompt_situation_lines_carry_emotions_and_lessons() -> None:
+    lines = persona_situation(emotions={"worry": 0.8, "hope": 0.25}, lessons=["Work before shopping."])
+    assert lines == ["Emotions: hope 25%, worry 80%", "Lessons learned: Work before shopping."]
+    assert persona_situation(emotions={}, lessons=[]) == []
