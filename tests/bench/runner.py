@@ -32,7 +32,7 @@ RESTATE = '<json>{"who": "Bench", "what": "list files", "when": "now", "where": 
 PLAN = ('<json>{"goal": "List the workspace", "steps": [{"id": "1", "tool": "file.list", "intent": "List the files", '
         '"input": {"path": "."}, "requiresPermission": false}]}</json>')
 PERSONA_AGENTS = 10
-PERSONA_CYCLES = 12
+PERSONA_CYCLES = 24
 DEFAULT_CYCLE_SECONDS = 2.0  # Agent.cycle_interval's default: 1,800 cycles an agent-hour
 
 
