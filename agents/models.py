@@ -63,6 +63,11 @@ class Agent(models.Model):
     )
     next_cycle_at = models.DateTimeField(null=True, blank=True)
     waiting_reason = models.CharField(max_length=300, blank=True, help_text="Why the agent waits for an operator")
+    escalate_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Waiting policy: after this many minutes a pending approval is marked urgent and goes to the top "
+                  "of the inbox; empty: it keeps waiting. Never approved or declined by itself.",
+    )
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -33,12 +33,12 @@ def admin_event(*, request: HttpRequest, agent_id: int, plan_id: int | None, wha
             Plan.objects.filter(agent_id=agent_id, status__in=Plan.OPEN_STATUSES).order_by("-created_at")
             .values_list("pk", flat=True).first()
         )
-    if plan_id is not None:
-        PlanEvent.objects.create(
-            plan_id=plan_id, step_id=step_id, kind=PlanEvent.Kind.ADMIN_EDIT,
-            actor=request.user if request.user.is_authenticated else None,
-            actor_label=request.user.get_username(), reason=what, detail={"diff": diff},
-        )
+    # An agent without an open plan still gets its admin change recorded, as an agent-only event.
+    PlanEvent.objects.create(
+        plan_id=plan_id, agent_id=agent_id, step_id=step_id, kind=PlanEvent.Kind.ADMIN_EDIT,
+        actor=request.user if request.user.is_authenticated else None,
+        actor_label=request.user.get_username(), reason=what, detail={"diff": diff},
+    )
     publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_edit")
 
 

@@ -307,7 +307,8 @@ PLAN_REJECTIONS_BEFORE_FALLBACK = 2
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"quiet_forbidden": {"()": "planner_site.error_pages.QuietForbidden"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["quiet_forbidden"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"planner": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False}},
 }

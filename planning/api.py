@@ -20,6 +20,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
 from django.utils import timezone
+from django.views.decorators.http import require_safe
 from ninja import Field, NinjaAPI, Query, Router, Schema
 from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationError
 from ninja.responses import Status
@@ -386,9 +387,14 @@ api.add_router("/v1", v1)
 
 
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
-    """The API's URLs, exempt from the site's login redirect: a token, not a session, authenticates."""
+    """The API's URLs, exempt from the site's login redirect: a token, not a session, authenticates. Its docs
+    and schema stay behind the login like every page."""
     urls = api.urls
     for pattern in urls[0]:
-        if isinstance(pattern, URLPattern):
+        if not isinstance(pattern, URLPattern):
+            continue
+        if str(pattern.name or "").startswith("openapi"):
+            pattern.callback = require_safe(pattern.callback)  # read only: a POST gets 405
+        else:
             pattern.callback.login_required = False  # type: ignore[attr-defined]
     return urls  # type: ignore[return-value]

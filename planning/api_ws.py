@@ -16,7 +16,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agents.models import Agent, AgentToken
 from planning.consumers import changes_watched
-from planning.external import NotFound, plan_next
+from planning.external import NotFound, plan_next_read
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> str:
@@ -48,7 +48,7 @@ class PlanNextConsumer(AsyncJsonWebsocketConsumer):
         self.agent = agent
         self.plan_id = int(self.scope["url_route"]["kwargs"]["plan_id"])
         try:
-            self.last = await database_sync_to_async(plan_next)(agent=agent, plan_id=self.plan_id)
+            self.last = await database_sync_to_async(plan_next_read)(agent=agent, plan_id=self.plan_id)
         except NotFound:
             await self.close(code=4404)
             return
@@ -80,7 +80,7 @@ class PlanNextConsumer(AsyncJsonWebsocketConsumer):
 
     async def state_changed(self, event: dict[str, Any]) -> None:
         try:
-            answer = await database_sync_to_async(plan_next)(agent=self.agent, plan_id=self.plan_id)
+            answer = await database_sync_to_async(plan_next_read)(agent=self.agent, plan_id=self.plan_id)
         except NotFound:
             await self.close(code=4404)
             return

@@ -401,9 +401,13 @@ class LiveHub:
         """Embedded stack: listen for the changes other processes make (see planner_site.events)."""
         if not hasattr(socket, "AF_UNIX"):
             return
-        path = str(events.live_relay_path())
-        with contextlib.suppress(OSError):  # var/ is made at first use, not when the settings are imported
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+        relay_path = events.live_relay_path()
+        try:
+            relay_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            logger.warning("live updates from other processes are off: no folder for %s (%s)", relay_path, exc)
+            return
+        path = str(relay_path)
         if os.path.exists(path):
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             try:
@@ -658,7 +662,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.backlog = []
 
     async def leave_hub_if_idle(self, hub: LiveHub) -> None:
-        if not hub.feeds:
+        if not hub.feeds and not hub.watchers:
             await hub_stop(hub)
 
     async def refuse(self, code: int) -> None:
@@ -708,32 +712,36 @@ class DashboardConsumer(LiveConsumer):
                                                             "filters": DashboardFilter.from_query(self.query)})
 
 
-class AgentConsumer(LiveConsumer):
-    def agent_id(self) -> int:
-        return int(self.scope["url_route"]["kwargs"]["agent_id"])
+class ObjectPageConsumer(LiveConsumer):
+    """The page of one object, named by the route's `<kind>_id`: one feed per object."""
+
+    kind = ""
+    page_class: type[AgentLivePage] | type[PlanLivePage]
+
+    def object_id(self) -> int:
+        return int(self.scope["url_route"]["kwargs"][f"{self.kind}_id"])
 
     def page_key(self) -> str:
-        return f"agent-{self.agent_id()}"
+        return f"{self.kind}-{self.object_id()}"
 
     def page_new(self) -> LivePage:
-        return AgentLivePage(self.page_key(), self.agent_id())
+        return self.page_class(self.page_key(), self.object_id())
+
+
+class AgentConsumer(ObjectPageConsumer):
+    kind = "agent"
+    page_class = AgentLivePage
 
     def render_all(self) -> str:
-        return self.render("planning/agent_live.html", agent_context(self.agent_id()))
+        return self.render("planning/agent_live.html", agent_context(self.object_id()))
 
 
-class PlanConsumer(LiveConsumer):
-    def plan_id(self) -> int:
-        return int(self.scope["url_route"]["kwargs"]["plan_id"])
-
-    def page_key(self) -> str:
-        return f"plan-{self.plan_id()}"
-
-    def page_new(self) -> LivePage:
-        return PlanLivePage(self.page_key(), self.plan_id())
+class PlanConsumer(ObjectPageConsumer):
+    kind = "plan"
+    page_class = PlanLivePage
 
     def render_all(self) -> str:
-        context = plan_context(self.plan_id(), events_page=self.query.get("events", 1),
+        context = plan_context(self.object_id(), events_page=self.query.get("events", 1),
                                calls_page=self.query.get("calls", 1))
         return self.render("planning/plan_live.html", context)
 

@@ -19,7 +19,7 @@ from agents.declared_tools import tool_registry, tools_declaration_problems
 from agents.models import Agent, ApiRequest
 from planner_site.events import publish_changed_on_commit
 from planning.engine.schedule import steps_blocked, steps_runnable
-from planning.engine.validate import plan_validate, step_plan_data
+from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import PlanAlreadyReplanned, plan_accept, plan_generate, plan_start
 from planning.services import event_record, step_finish, step_move, step_request_approval
@@ -190,7 +190,7 @@ def agent_tools_declare(*, agent: Agent, tools: list[Any]) -> list[dict[str, Any
     return agent.declared_tools
 
 
-def plan_check_external(*, agent: Agent, data: Mapping[str, Any]) -> Any:
+def plan_check_external(*, agent: Agent, data: Mapping[str, Any]) -> ValidationResult:
     """The planner's validator, against the agent's declared tools; raises PlanInvalid with every problem."""
     if not agent.declared_tools:
         raise PlanInvalid("Declare your tools first (PUT /api/v1/agent/tools). Nothing was stored.")
@@ -201,7 +201,7 @@ def plan_check_external(*, agent: Agent, data: Mapping[str, Any]) -> Any:
     return result
 
 
-def plan_store(*, agent: Agent, goal_text: str, result: Any, previous: Plan | None, kept: list[PlanStep],
+def plan_store(*, agent: Agent, goal_text: str, result: ValidationResult, previous: Plan | None, kept: list[PlanStep],
                reason: str) -> Plan:
     """Create the validated plan (a new version when `previous` is given) with its events, by the agent."""
     actor = agent_actor(agent)
@@ -211,6 +211,7 @@ def plan_store(*, agent: Agent, goal_text: str, result: Any, previous: Plan | No
     except PlanAlreadyReplanned as exc:
         raise ExternalError(f"Plan {previous.pk if previous else ''} already has a next version. "
                             "Nothing was stored.") from exc
+    assert result.plan is not None  # plan_check_external raised otherwise
     plan = plan_accept(plan=plan, spec=result.plan, flags=list(result.flags), model="", kept=kept, actor_label=actor)
     if agent.approval_policy == Agent.ApprovalPolicy.PERMISSION:
         plan.status = Plan.Status.ACTIVE

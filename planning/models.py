@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -196,8 +197,15 @@ class PlanEvent(models.Model):
         ADMIN_EDIT = "admin_edit", "Edited in admin"
         AGENT_PAUSED = "agent_paused", "Agent paused"
         AGENT_RESUMED = "agent_resumed", "Agent resumed"
+        AGENT_STOPPED = "agent_stopped", "Agent stopped"
+        STEP_SKIPPED = "step_skipped", "Step skipped"
+        REPLAN_REQUESTED = "replan_requested", "Replan requested"
+        PLAN_EDITED = "plan_edited", "Plan edited"
+        GOAL_GIVEN = "goal_given", "Goal given"
 
-    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="events")
+    # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
+    plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    agent = models.ForeignKey("agents.Agent", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
     step = models.ForeignKey(PlanStep, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
     kind = models.CharField(max_length=24, choices=Kind)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="plan_events")
@@ -208,7 +216,16 @@ class PlanEvent(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["plan", "-created_at"], name="planevent_timeline_idx")]  # a plan's timeline
+        indexes = [
+            models.Index(fields=["plan", "-created_at"], name="planevent_timeline_idx"),  # a plan's timeline
+            models.Index(fields=["-created_at", "-id"], name="planevent_audit_idx"),  # the audit log, newest first
+            models.Index(fields=["agent", "-created_at"], name="planevent_agent_idx"),  # the audit log of one agent
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} by {self.actor_label}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.agent_id is None and self.plan is not None:  # every event names its agent, for the audit filters
+            self.agent_id = self.plan.agent_id
+        super().save(*args, **kwargs)

@@ -68,7 +68,7 @@ def dashboard_rows(*, agent_ids: list[int] | None = None) -> list[AgentRow]:
         plan_steps = list(plan.steps.all()) if plan else []
         rows.append(AgentRow(
             agent=agent, plan=plan, step=plan_current_step(plan, plan_steps) if plan else None,
-            done=sum(1 for s in plan_steps if s.is_done), total=len(plan_steps), needs=list(agent.needs.all()),
+            done=sum(1 for s in plan_steps if s.status == PlanStep.Status.COMPLETED), total=len(plan_steps), needs=list(agent.needs.all()),
         ))
     return rows
 
@@ -172,7 +172,7 @@ def agent_context(agent_id: int) -> dict[str, Any]:
     """Everything the agent page shows."""
     agent = Agent.objects.get(pk=agent_id)
     plans = list(Plan.objects.filter(agent=agent).annotate(
-        steps_total=Count("steps"), steps_done=Count("steps", filter=Q(steps__status__in=["completed", "skipped"])),
+        steps_total=Count("steps"), steps_done=Count("steps", filter=Q(steps__status=PlanStep.Status.COMPLETED)),
     ).order_by("-created_at")[:20])
     return {
         "agent": agent,
@@ -247,6 +247,6 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "calls_page": calls,
         "versions": versions,
         "next_version": later[0] if later else None,
-        "done": sum(1 for s in steps if s.is_done),
+        "done": sum(1 for s in steps if s.status == PlanStep.Status.COMPLETED),  # skipped is not done
         "total": len(steps),
     }

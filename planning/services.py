@@ -132,6 +132,16 @@ def event_record(*, plan: Plan, kind: str, actor: User | None = None, actor_labe
     return event
 
 
+def event_agent_record(*, agent: Agent, kind: str, actor: User | None = None, reason: str = "",
+                       detail: dict[str, Any] | None = None) -> PlanEvent:
+    """Record an event about an agent that no plan carries (a goal given, a pause while idle), and push it."""
+    event = PlanEvent.objects.create(agent=agent, kind=kind, actor=actor,
+                                     actor_label=actor_name(actor) if actor else "system", reason=reason,
+                                     detail=detail or {})
+    publish_changed_on_commit(agent_id=agent.pk, kind=kind)
+    return event
+
+
 # --- operator decisions -------------------------------------------------------------------------------------
 
 
@@ -147,9 +157,15 @@ def plan_approve(*, plan: Plan, user: User, mode: str) -> PlanEvent:
     plan.approval_mode = mode
     plan.save(update_fields=["status", "approval_mode", "updated_at"])
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
-    label = "all steps" if mode == Plan.ApprovalMode.ALL else "step by step"
-    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED, actor=user, reason=f"approved {label}",
-                        detail={"mode": mode})
+    approved: list[str] = []
+    if mode == Plan.ApprovalMode.ALL:
+        # "Approve all" is what it says: every step, risky and requires-permission ones included.
+        unapproved = plan.steps.filter(status=PlanStep.Status.PENDING, approved_by__isnull=True)
+        approved = list(unapproved.values_list("key", flat=True))
+        unapproved.update(approved_by=user)
+    label = f"approved all {len(approved)} steps" if mode == Plan.ApprovalMode.ALL else "approved step by step"
+    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED, actor=user, reason=label,
+                        detail={"mode": mode, "approved_steps": approved})
 
 
 @atomic_retried
@@ -218,7 +234,7 @@ def step_skip(*, step: PlanStep, user: User, reason: str = "") -> PlanEvent:
     step.save(update_fields=["status", "updated_at"])
     Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason="")
     plan = step.plan
-    event = event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_EDITED, actor=user,
+    event = event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_SKIPPED, actor=user,
                          reason=reason or f"skipped step {step.key}", detail={"skipped": step.key})
     if plan.status == Plan.Status.ACTIVE and not plan.steps.exclude(
             status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED]).exists():
@@ -239,7 +255,7 @@ def plan_replan_request(*, plan: Plan, user: User, reason: str) -> PlanEvent:
         plan.status = Plan.Status.ACTIVE
     plan.replan_reason = f"operator: {reason}"
     plan.save(update_fields=["status", "replan_reason", "updated_at"])
-    return event_record(plan=plan, kind=PlanEvent.Kind.STEP_EDITED, actor=user, reason=f"replan requested: {reason}",
+    return event_record(plan=plan, kind=PlanEvent.Kind.REPLAN_REQUESTED, actor=user, reason=reason,
                         detail={"replan_requested": reason})
 
 
@@ -322,11 +338,12 @@ def agent_set_status(*, agent: Agent, user: User, status: str) -> Agent:
     agent.status = status
     agent.save(update_fields=["status"])
     plan = Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).order_by("-created_at").first()
-    kind = PlanEvent.Kind.AGENT_RESUMED if status == Agent.Status.RUNNING else PlanEvent.Kind.AGENT_PAUSED
+    kind = {Agent.Status.RUNNING: PlanEvent.Kind.AGENT_RESUMED, Agent.Status.PAUSED: PlanEvent.Kind.AGENT_PAUSED,
+            Agent.Status.STOPPED: PlanEvent.Kind.AGENT_STOPPED}[Agent.Status(status)]
     if plan is not None:
         event_record(plan=plan, kind=kind, actor=user, reason=f"{old} -> {status}")
     else:
-        publish_changed_on_commit(agent_id=agent.pk, kind=kind)
+        event_agent_record(agent=agent, kind=kind, actor=user, reason=f"{old} -> {status}")
     return agent
 
 
@@ -346,9 +363,9 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
                             "given a goal here. Nothing was changed.")
     if Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, description__iexact=description).exists():
         raise DecisionError(f"{agent.name} already has this goal.")
-    goal = Goal.objects.create(agent=agent, description=description[:500], horizon=horizon, confidence=1.0,
-                               source_lessons=[f"given by {actor_name(user)}"])
-    publish_changed_on_commit(agent_id=agent.pk, kind="goal_given")
+    goal = Goal.objects.create(agent=agent, description=description[:500], horizon=horizon, confidence=1.0)
+    event_agent_record(agent=agent, kind=PlanEvent.Kind.GOAL_GIVEN, actor=user, reason=goal.description,
+                       detail={"goal": goal.pk, "horizon": horizon})
     return goal
 
 

@@ -20,3 +20,37 @@ urlpatterns = [
     path("plans/<int:pk>/clarify/", views.plan_clarify_view, name="plan-clarify"),
     path("steps/<int:pk>/rollback/", views.step_rollback_view, name="step-rollback"),
 ]
+
+# --- steering: the inbox, the plan editor, versions, the graph, the audit log and usage (issue 10) ---
+from planning import views_inbox  # noqa: E402
+
+urlpatterns += [
+    path("inbox/", views_inbox.inbox, name="inbox"),
+    path("inbox/count/", views_inbox.inbox_count_view, name="inbox-count"),
+    path("inbox/steps/<int:pk>/approve/", views_inbox.inbox_step_approve, name="inbox-step-approve"),
+    path("inbox/steps/<int:pk>/decline/", views_inbox.inbox_step_decline, name="inbox-step-decline"),
+    path("inbox/plans/<int:pk>/approve/", views_inbox.inbox_plan_approve, name="inbox-plan-approve"),
+    path("inbox/plans/<int:pk>/cancel/", views_inbox.inbox_plan_cancel, name="inbox-plan-cancel"),
+]
+
+from planning import views_editor  # noqa: E402
+
+urlpatterns += [
+    path("plans/<int:pk>/editor/", views_editor.plan_editor, name="plan-editor"),
+    path("plans/<int:pk>/versions/", views_editor.plan_versions, name="plan-versions"),
+    path("plans/compare/", views_editor.plan_compare, name="plan-compare"),
+]
+
+from django.urls import re_path  # noqa: E402
+
+from planning import views_audit  # noqa: E402
+
+urlpatterns += [
+    path("audit/", views_audit.audit, name="audit"),
+    re_path(r"^audit/export\.(?P<fmt>csv|json)$", views_audit.audit_export, name="audit-export"),
+    path("usage/", views_audit.usage, name="usage"),
+]
+
+urlpatterns += [
+    path("plans/<int:pk>/graph/", views_editor.plan_graph_view, name="plan-graph"),
+]

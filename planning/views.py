@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 
 from agents.models import Agent
+from goals.models import Goal
 from planner_site.roles import DECIDE_PERMISSION
 from planning import services
 from planning.forms import (
@@ -30,6 +31,7 @@ from planning.forms import (
 )
 from planning.models import Plan, PlanStep
 from planning.selectors import DashboardFilter, agent_context, dashboard_counts, dashboard_page, plan_context
+from planning.steer_selectors import goal_queue
 
 
 @require_GET
@@ -227,13 +229,22 @@ def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, form_errors(form))
         return redirect(agent)
     try:
-        services.agent_give_goal(agent=agent, user=operator(request), description=form.cleaned_data["description"],
-                                 horizon=form.cleaned_data["horizon"])
+        goal = services.agent_give_goal(agent=agent, user=operator(request),
+                                        description=form.cleaned_data["description"], horizon=form.cleaned_data["horizon"])
     except services.DecisionError as exc:
         messages.error(request, str(exc))
         return redirect(agent)
-    messages.success(request, "Goal given; the agent plans it next cycle.")
+    messages.success(request, goal_given_note(goal))
     return redirect(agent)
+
+
+def goal_given_note(goal: Goal) -> str:
+    """What happens to a given goal now: planned next cycle, or queued behind the open plan, with its place."""
+    open_plan, place = goal_queue(goal)
+    if open_plan is None and place <= 1:
+        return "Goal given; the agent plans it next cycle."
+    behind = f" behind the open plan “{open_plan.goal_text}” (v{open_plan.version})" if open_plan else ""
+    return f"Goal given; it is queued{behind}, number {place} in the agent's queue of goals."
 
 
 @require_POST

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.api.conftest import CLIENT_PATH, ROOT, TOOLS, LiveServer, Operator, eventually, step
@@ -229,3 +230,37 @@ def test_example_agent_replans_after_a_decline_and_keeps_its_done_steps(
     finally:
         if agent.poll() is None:
             agent.kill()
+
+
+class LosesFirstAnswer(httpx.HTTPTransport):
+    """Delivers every request, but loses the server's first answer to a step result, as a dropped connection
+    would: the client must retry, and the server must not record the result twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[bytes] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path.endswith("/result"):
+            self.bodies.append(request.content)
+            if len(self.bodies) == 1:
+                response.read()
+                response.close()
+                raise httpx.ReadError("connection lost", request=request)
+        return response
+
+
+def test_client_retries_a_lost_answer_with_the_same_request_id(live_server_process: LiveServer,
+                                                              web_operator: Operator) -> None:
+    transport = LosesFirstAnswer()
+    with Client(live_server_process.url, live_server_process.token("Lossy agent"), transport=transport) as client:
+        client.declare_tools(TOOLS)
+        plan = client.submit_plan("Look one thing up", [step("1")])
+        web_operator.post(f"/plans/{plan.id}/approve/", {"mode": "all"})
+        first = next(client.steps(plan.id, wait=5))
+        answer = client.complete(first, "found")  # the first answer is lost; the retry gets the recorded one
+        assert answer["step"]["status"] == "completed"
+        assert len(transport.bodies) == 2 and transport.bodies[0] == transport.bodies[1]
+        state = client.plan(plan.id)
+        assert (state["status"], state["steps"][0]["retries"]) == ("completed", 0)

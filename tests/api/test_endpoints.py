@@ -124,7 +124,10 @@ def test_malformed_json_is_400(tooled: ApiClient) -> None:
     assert snapshot() == before
 
 
-def test_openapi_schema_and_docs_are_served(client: Client) -> None:
+def test_openapi_schema_and_docs_are_served_after_login(client: Client, viewer_client: Client) -> None:
+    for path in ("/api/openapi.json", "/api/docs"):
+        assert client.get(path)["Location"].startswith("/accounts/login/")
+    client = viewer_client
     schema = client.get("/api/openapi.json").json()
     assert {"/api/v1/plans", "/api/v1/plans/{plan_id}/next", "/api/v1/steps/{step_id}/result",
             "/api/v1/agent/tools", "/api/v1/goals", "/api/v1/plans/{plan_id}/versions"} <= set(schema["paths"])

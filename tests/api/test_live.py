@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.test import AsyncClient
@@ -32,6 +33,10 @@ def approve(plan_id: int, operator: Any) -> None:
         connection.close()
 
 
+def other_agent_token() -> str:
+    return AgentToken.issue(agent=Agent.objects.create(name="Other", kind=Agent.Kind.EXTERNAL))[1]
+
+
 def setup_plan() -> tuple[str, int, Any]:
     """An external agent with tools and a submitted plan (awaiting approval), a token, an operator."""
     agent = Agent.objects.create(name="Poller", kind=Agent.Kind.EXTERNAL, declared_tools=TOOLS)
@@ -44,7 +49,7 @@ async def test_long_poll_answers_as_soon_as_the_operator_approves(monkeypatch: p
     """With no push the poll would only re-read after POLL_SECONDS (made longer than the wait): an answer
     well before the wait ends is the push waking it."""
     monkeypatch.setattr(api_module, "POLL_SECONDS", 120.0)
-    raw, plan_id, operator = await sync_to_async(setup_plan)()
+    raw, plan_id, operator = await database_sync_to_async(setup_plan)()
     poll = asyncio.create_task(AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=60",
                                                  headers={"Authorization": f"Bearer {raw}"}))
     await asyncio.sleep(0.3)
@@ -58,7 +63,7 @@ async def test_long_poll_answers_as_soon_as_the_operator_approves(monkeypatch: p
 
 async def test_long_poll_returns_wait_when_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(api_module, "POLL_SECONDS", 0.1)
-    raw, plan_id, _ = await sync_to_async(setup_plan)()
+    raw, plan_id, _ = await database_sync_to_async(setup_plan)()
     response = await AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=0.5",
                                        headers={"Authorization": f"Bearer {raw}"})
     assert json.loads(response.content) == {"action": "wait", "reason": "plan v1 awaits an operator's approval"}
@@ -105,15 +110,14 @@ def test_racing_retries_of_one_result_are_recorded_once() -> None:
 
 
 async def test_websocket_pushes_the_next_action_when_it_changes() -> None:
-    raw, plan_id, operator = await sync_to_async(setup_plan)()
+    raw, plan_id, operator = await database_sync_to_async(setup_plan)()
     ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
                                headers=[ORIGIN, (b"authorization", f"Bearer {raw}".encode())])
     connected, _ = await ws.connect()
     try:
         assert connected
         assert (await ws.receive_json_from(timeout=5))["action"] == "wait"
-        plan = await Plan.objects.aget(pk=plan_id)
-        await sync_to_async(services.plan_approve)(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+        await database_sync_to_async(approve)(plan_id, operator)
         message = await ws.receive_json_from(timeout=10)
         assert (message["action"], message["step"]["key"]) == ("run", "1")
     finally:
@@ -122,18 +126,19 @@ async def test_websocket_pushes_the_next_action_when_it_changes() -> None:
 
 @pytest.mark.parametrize(("token", "code"), [(None, 4401), ("Bearer apt_wrong", 4401)])
 async def test_websocket_refuses_without_a_valid_token(token: str | None, code: int) -> None:
-    _, plan_id, _ = await sync_to_async(setup_plan)()
+    _, plan_id, _ = await database_sync_to_async(setup_plan)()
     headers = [ORIGIN] + ([(b"authorization", token.encode())] if token else [])
     ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/", headers=headers)
     connected, close_code = await ws.connect()
+    await ws.wait()
     assert (connected, close_code) == (False, code)
 
 
 async def test_websocket_refuses_another_agents_plan() -> None:
-    _, plan_id, _ = await sync_to_async(setup_plan)()
-    other = await Agent.objects.acreate(name="Other", kind=Agent.Kind.EXTERNAL)
-    raw = (await sync_to_async(AgentToken.issue)(agent=other))[1]
+    _, plan_id, _ = await database_sync_to_async(setup_plan)()
+    raw = await database_sync_to_async(other_agent_token)()
     ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
                                headers=[ORIGIN, (b"authorization", f"Bearer {raw}".encode())])
     connected, close_code = await ws.connect()
+    await ws.wait()
     assert (connected, close_code) == (False, 4404)

@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from tests.bench.common import figure
@@ -74,6 +76,12 @@ def bench_steps() -> list[dict[str, Any]]:
                    passed=api_ms < 3 * service_ms)]
 
 
+@contextlib.asynccontextmanager
+async def no_pushes(**_: Any) -> AsyncIterator[None]:
+    """A watch that never hears a change: the poll re-reads on its own."""
+    yield None
+
+
 async def wake_ms(*, pushed: bool) -> float:
     from asgiref.sync import sync_to_async
 
@@ -85,10 +93,10 @@ async def wake_ms(*, pushed: bool) -> float:
     for n in range(POLLS):
         agent, _, plan, user = await sync_to_async(setup)(f"bench wake {pushed} {n}", 1)
         await sync_to_async(Plan.objects.filter(pk=plan.pk).update)(status=Plan.Status.AWAITING_APPROVAL)
-        layer_get = api_module.get_channel_layer
+        watched = api_module.changes_watched
         api_module.POLL_SECONDS = 1.0
         if not pushed:
-            api_module.get_channel_layer = lambda: None  # type: ignore[assignment]
+            api_module.changes_watched = no_pushes  # type: ignore[assignment]
         try:
             poll = asyncio.create_task(api_module.plan_next_wait(agent=agent, plan_id=plan.pk, wait=10))
             await asyncio.sleep(0.2)
@@ -99,7 +107,7 @@ async def wake_ms(*, pushed: bool) -> float:
             times.append((time.perf_counter() - started) * 1000)
             assert answer["action"] == "run", answer
         finally:
-            api_module.get_channel_layer = layer_get
+            api_module.changes_watched = watched
     return statistics.median(times)
 
 

@@ -268,7 +268,7 @@ def login(browser: Browser, server: Server) -> Iterator[Login]:
         page.get_by_label("Username").fill(user[0])
         page.get_by_label("Password").fill(user[1])
         page.get_by_role("button", name="Log in").click()
-        role = "operator" if user == OPERATOR else "viewer"
+        role = "viewer" if user == VIEWER else "operator"
         expect(page.locator("header .who")).to_have_text(f"{user[0]} · {role}")
         return page
 

@@ -72,9 +72,13 @@ FINALLY
 """
 
 
-def scenario_dora(server: Server, name: str) -> dict[str, int]:
-    out = manage(server.env, "shell", "-c", DORA.replace("NAME", repr(name)))
-    return json.loads(out.strip().splitlines()[-1])
+@pytest.fixture
+def dora(server: Server) -> Iterator[dict[str, int]]:
+    """Dora, for this test only: removed after it, so the shared server's dashboard shows what other tests expect."""
+    out = manage(server.env, "shell", "-c", DORA.replace("NAME", repr("Dora")))
+    ids = json.loads(out.strip().splitlines()[-1])
+    yield ids
+    manage(server.env, "shell", "-c", f"from agents.models import Agent; Agent.objects.filter(pk={ids['agent']}).delete()")
 
 
 def pusher_start(env: dict[str, str], *, step: int, field: str, prefix: str, count: int = 10,
@@ -100,8 +104,8 @@ def active_id(page: Page) -> str:
     return str(page.evaluate("document.activeElement && document.activeElement.id"))
 
 
-def test_typing_in_decline_feedback_and_replan_reason_survives_pushes(login: Login, server: Server) -> None:
-    dora = scenario_dora(server, "Dora")
+def test_typing_in_decline_feedback_and_replan_reason_survives_pushes(login: Login, server: Server,
+                                                                     dora: dict[str, int]) -> None:
     page = login(OPERATOR)
     open_live(page, f"/plans/{dora['plan']}/")
     step2 = page.locator("#step-2")

@@ -58,7 +58,7 @@ class Command(BaseCommand):
         self.stdout.write(f"runner {runner.id} started")
         self.stdout.flush()
         if "InMemoryChannelLayer" in settings.CHANNEL_LAYERS["default"]["BACKEND"]:
-            self.stderr.write("warning: no REDIS_URL, so this runner's changes reach open pages only on their next "
-                              "reload or reconnect; set REDIS_URL to push them live.")
+            self.stderr.write("note: no REDIS_URL: this runner's changes reach the pages of a `serve` process on this "
+                              "machine through its local socket (var/live.sock); for other machines set REDIS_URL.")
         await runner.run()
         self.stdout.write(f"runner {runner.id} stopped after {sum(runner.done.values())} cycles")

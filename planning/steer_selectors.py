@@ -1,0 +1,394 @@
+"""Reads for the steering pages: the inbox, versions and their compare view, the plan graph, the audit log
+and usage. Each page costs a fixed number of queries whatever its size (query-count tests in tests/steer)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Avg, Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce, TruncDay, TruncHour
+from django.utils import timezone
+
+from agents.models import Agent, LLMCall
+from goals.models import Goal
+from goals.system import goal_priority
+from planning.engine.diff import plan_diff
+from planning.models import Plan, PlanEvent, PlanStep
+
+# --- the approvals inbox ------------------------------------------------------------------------------------
+
+
+@dataclass
+class InboxItem:
+    """One thing that waits for a person: a step of an active plan, or a whole plan awaiting approval."""
+
+    plan: Plan
+    step: PlanStep | None
+    waiting_since: datetime
+    urgent: bool
+    steps: list[PlanStep] = field(default_factory=list)  # a plan item's steps
+
+    @property
+    def key(self) -> str:
+        return f"step-{self.step.pk}" if self.step else f"plan-{self.plan.pk}"
+
+    @property
+    def agent(self) -> Agent:
+        return self.plan.agent
+
+    @property
+    def risky(self) -> bool:
+        if self.step is not None:
+            return self.step.risk == PlanStep.Risk.RISKY
+        return any(s.risk == PlanStep.Risk.RISKY for s in self.steps) or bool(self.plan.risks)
+
+    @property
+    def requires_permission(self) -> bool:
+        if self.step is not None:
+            return self.step.requires_permission
+        return any(s.requires_permission for s in self.steps)
+
+    @property
+    def waiting_seconds(self) -> int:
+        return max(0, int((timezone.now() - self.waiting_since).total_seconds()))
+
+
+def waiting_since(kind: str, **match: Any) -> Subquery:
+    """When the latest event of this kind happened to the row in OuterRef: when it started to wait."""
+    return Subquery(PlanEvent.objects.filter(kind=kind, **match).order_by("-created_at", "-id").values("created_at")[:1])
+
+
+def item_urgent(agent: Agent, since: datetime, now: datetime) -> bool:
+    """The agent's waiting policy: escalated (urgent, top of the inbox) after its set time; never decided."""
+    minutes = agent.escalate_after_minutes
+    return minutes is not None and now - since >= timedelta(minutes=minutes)
+
+
+def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
+    """Everything that waits for a person: urgent first, then oldest first. Three queries."""
+    now = now or timezone.now()
+    agent_fields = ("agent__name", "agent__kind", "agent__escalate_after_minutes")
+    plan_fields = ("goal_text", "version", "status", "risks", "approval_mode", "agent_id", "updated_at")
+    steps = (
+        PlanStep.objects.filter(status=PlanStep.Status.AWAITING_APPROVAL, plan__status=Plan.Status.ACTIVE)
+        .select_related("plan", "plan__agent")
+        .only("key", "position", "description", "tool", "tool_input", "action_hint", "risk", "requires_permission",
+              "status", "updated_at", *(f"plan__{f}" for f in plan_fields),
+              *(f"plan__{f}" for f in agent_fields))
+        .annotate(since=waiting_since(PlanEvent.Kind.STEP_AWAITING, step=OuterRef("pk")))
+    )
+    plans = (
+        Plan.objects.filter(status=Plan.Status.AWAITING_APPROVAL)
+        .select_related("agent").only(*plan_fields, *agent_fields)
+        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, plan=OuterRef("pk")))
+        .prefetch_related(Prefetch("steps", queryset=PlanStep.objects.only(
+            "plan_id", "key", "position", "description", "risk", "requires_permission", "status")))
+    )
+    items = []
+    for step in steps:
+        since = step.since or step.updated_at  # type: ignore[attr-defined]
+        items.append(InboxItem(plan=step.plan, step=step, waiting_since=since,
+                               urgent=item_urgent(step.plan.agent, since, now)))
+    for plan in plans:
+        since = plan.since or plan.updated_at  # type: ignore[attr-defined]
+        items.append(InboxItem(plan=plan, step=None, waiting_since=since, urgent=item_urgent(plan.agent, since, now),
+                               steps=list(plan.steps.all())))
+    items.sort(key=lambda i: (not i.urgent, i.waiting_since, i.key))
+    return items
+
+
+def inbox_count() -> int:
+    """How many things wait for a person (the number in every page's navigation): one query."""
+    counts = Plan.objects.filter(
+        Q(status=Plan.Status.AWAITING_APPROVAL)
+        | Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)
+    ).aggregate(
+        plans=Count("pk", filter=Q(status=Plan.Status.AWAITING_APPROVAL), distinct=True),
+        steps=Count("steps", filter=Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)),
+    )
+    return int(counts["plans"] or 0) + int(counts["steps"] or 0)
+
+
+def goal_queue(goal: Goal) -> tuple[Plan | None, int]:
+    """A given goal's place: the open plan it waits behind (if any) and its place among the agent's unplanned
+    goals, in the order the runner plans them (short-term first, then more confident)."""
+    open_plan = Plan.objects.filter(agent_id=goal.agent_id, status__in=Plan.OPEN_STATUSES).order_by("-created_at").first()
+    planned = Plan.objects.filter(
+        agent_id=goal.agent_id, goal__isnull=False, status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED]
+    ).values_list("goal_id", flat=True)
+    waiting = sorted(
+        Goal.objects.filter(agent_id=goal.agent_id, status=Goal.Status.ACTIVE).exclude(pk__in=planned),
+        key=lambda g: (goal_priority(horizon=g.horizon, confidence=g.confidence), g.created_at, g.pk),
+    )
+    place = next((i for i, g in enumerate(waiting, start=1) if g.pk == goal.pk), 0)
+    return open_plan, place
+
+
+# --- versions, compare, graph -------------------------------------------------------------------------------
+
+
+def plan_chain(plan: Plan) -> list[Plan]:
+    """Every version of this plan's lineage, oldest first, with why each was made (`reason`, `made_by`).
+    Two queries: the agent's plans for the goal text, and their "created" events."""
+    candidates = {p.pk: p for p in Plan.objects.filter(agent_id=plan.agent_id, goal_text=plan.goal_text)}
+    candidates[plan.pk] = candidates.get(plan.pk, plan)
+    first = candidates[plan.pk]
+    seen = {first.pk}
+    while first.previous_id in candidates and first.previous_id not in seen:
+        first = candidates[first.previous_id]
+        seen.add(first.pk)
+    by_previous = {p.previous_id: p for p in candidates.values() if p.previous_id}
+    chain = [first]
+    while chain[-1].pk in by_previous and by_previous[chain[-1].pk].pk not in {p.pk for p in chain}:
+        chain.append(by_previous[chain[-1].pk])
+    created = {
+        e.plan_id: e for e in PlanEvent.objects.filter(plan__in=[p.pk for p in chain], kind=PlanEvent.Kind.CREATED)
+        .order_by("created_at")
+    }
+    for version in chain:
+        event = created.get(version.pk)
+        version.reason = (event.reason if event else "") or ("first version" if version.version == 1 else "")  # type: ignore[attr-defined]
+        version.made_by = event.actor_label if event else ""  # type: ignore[attr-defined]
+    return chain
+
+
+def step_spec(step: PlanStep) -> dict[str, Any]:
+    """A step as plain values for comparing, estimates and risk included."""
+    return step.as_spec() | {"estimated_cycles": step.estimated_cycles, "risk": step.risk}
+
+
+PLAN_COMPARED = ("status", "model", "confidence", "risks", "approval_mode")
+
+
+def plans_compare(old: Plan, new: Plan) -> dict[str, Any]:
+    """Two versions side by side: steps added, removed and changed field by field; the plan's own fields;
+    and the totals of estimated cycles and risky steps."""
+    old_steps = [step_spec(s) for s in old.steps.all()]
+    new_steps = [step_spec(s) for s in new.steps.all()]
+    diff = plan_diff(old_steps, new_steps)
+    def shown(plan: Plan, name: str) -> Any:
+        display = getattr(plan, f"get_{name}_display", None)
+        return display() if display else getattr(plan, name)
+
+    plan_fields = {name.replace("_", " "): [shown(old, name), shown(new, name)] for name in PLAN_COMPARED
+                   if getattr(old, name) != getattr(new, name)}
+    totals = {
+        "estimated cycles": [sum(int(s["estimated_cycles"]) for s in old_steps), sum(int(s["estimated_cycles"]) for s in new_steps)],
+        "risky steps": [sum(s["risk"] == "risky" for s in old_steps), sum(s["risk"] == "risky" for s in new_steps)],
+        "steps needing permission": [sum(bool(s["requires_permission"]) for s in old_steps),
+                                     sum(bool(s["requires_permission"]) for s in new_steps)],
+        "steps": [len(old_steps), len(new_steps)],
+    }
+    return {"diff": diff, "plan_fields": plan_fields, "totals": totals}
+
+
+GRAPH_COLUMN = 190
+GRAPH_ROW = 64
+GRAPH_NODE = (160, 40)
+GRAPH_PAD = 12
+
+
+@dataclass
+class GraphNode:
+    step: PlanStep
+    x: int
+    y: int
+    depth: int
+
+
+@dataclass
+class GraphEdge:
+    x1: int
+    y1: int
+    x2: int
+    y2: int
+
+
+@dataclass
+class PlanGraph:
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    width: int
+    height: int
+    node_width: int = GRAPH_NODE[0]
+    node_height: int = GRAPH_NODE[1]
+
+
+def step_depths(steps: Sequence[PlanStep]) -> dict[str, int]:
+    """Depth of each step: 0 without dependencies, else one more than its deepest dependency (cycles cut)."""
+    by_key = {s.key: s for s in steps}
+    depths: dict[str, int] = {}
+
+    def depth(key: str, trail: frozenset[str]) -> int:
+        if key in depths:
+            return depths[key]
+        deps = [d for d in by_key[key].depends_on if d in by_key and d not in trail]
+        value = 1 + max((depth(d, trail | {key}) for d in deps), default=-1)
+        depths[key] = value
+        return value
+
+    for step in steps:
+        depth(step.key, frozenset())
+    return depths
+
+
+def plan_graph(steps: Sequence[PlanStep]) -> PlanGraph:
+    """Steps laid out by depth (columns, left to right), in plan order within a column; edges from each
+    dependency's right side to the dependent's left side. Pure: no query."""
+    depths = step_depths(steps)
+    rows: dict[int, int] = defaultdict(int)
+    nodes: dict[str, GraphNode] = {}
+    for step in steps:
+        d = depths[step.key]
+        nodes[step.key] = GraphNode(step=step, depth=d, x=GRAPH_PAD + d * GRAPH_COLUMN, y=GRAPH_PAD + rows[d] * GRAPH_ROW)
+        rows[d] += 1
+    w, h = GRAPH_NODE
+    edges = [
+        GraphEdge(x1=nodes[d].x + w, y1=nodes[d].y + h // 2, x2=node.x, y2=node.y + h // 2)
+        for node in nodes.values() for d in node.step.depends_on if d in nodes
+    ]
+    width = GRAPH_PAD * 2 + (max(depths.values(), default=0)) * GRAPH_COLUMN + w
+    height = GRAPH_PAD * 2 + max(rows.values(), default=1) * GRAPH_ROW - (GRAPH_ROW - h)
+    return PlanGraph(nodes=list(nodes.values()), edges=edges, width=width, height=height)
+
+
+# --- the audit log ------------------------------------------------------------------------------------------
+
+
+def audit_events(*, operator: str = "", agent_id: int | None = None, plan_id: int | None = None, kind: str = "",
+                 since: date | None = None, until: date | None = None) -> QuerySet[PlanEvent]:
+    """Every plan event and admin change, newest first, filtered; one query per page (planevent_audit_idx)."""
+    events = PlanEvent.objects.select_related("plan", "agent", "step").only(
+        "kind", "actor_label", "reason", "detail", "created_at", "plan__version", "plan__goal_text",
+        "agent__name", "step__key",
+    ).order_by("-created_at", "-id")
+    lookups = {"actor_label": operator or None, "agent_id": agent_id, "plan_id": plan_id, "kind": kind or None,
+               "created_at__date__gte": since, "created_at__date__lte": until}
+    return events.filter(**{name: value for name, value in lookups.items() if value is not None})
+
+
+AUDIT_EXPORT_FIELDS = ("id", "created_at", "kind", "actor_label", "agent__name", "plan_id", "plan__version",
+                       "step__key", "reason", "detail")
+
+
+def audit_rows(events: QuerySet[PlanEvent]) -> Iterable[dict[str, Any]]:
+    """The filtered events as plain rows for export, streamed from the database in chunks."""
+    return events.values(*AUDIT_EXPORT_FIELDS).iterator(chunk_size=1000)
+
+
+# --- usage and cost -----------------------------------------------------------------------------------------
+
+
+USAGE_PERIODS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+
+
+def usage_totals(calls: QuerySet[LLMCall]) -> dict[str, Any]:
+    return calls.aggregate(
+        calls=Count("pk"), tokens_in=Coalesce(Sum("tokens_in"), 0), tokens_out=Coalesce(Sum("tokens_out"), 0),
+        latency=Avg("latency_ms"), errors=Count("pk", filter=~Q(error="")), cost=Sum("cost"),
+    )
+
+
+def usage_group(calls: QuerySet[LLMCall], by: str) -> list[dict[str, Any]]:
+    """Calls, tokens, mean latency, errors and cost per value of `by` (agent name, model or purpose)."""
+    rows: Iterable[Any] = (
+        calls.values(key=F(by)).annotate(
+            calls=Count("pk"), tokens_in=Coalesce(Sum("tokens_in"), 0), tokens_out=Coalesce(Sum("tokens_out"), 0),
+            latency=Avg("latency_ms"), errors=Count("pk", filter=~Q(error="")), cost=Sum("cost"),
+        ).order_by("-calls", "key")
+    )
+    return [dict(r) for r in rows]
+
+
+def usage_fallbacks(calls: QuerySet[LLMCall]) -> dict[str, int]:
+    """Fallbacks per model: a call whose previous call for the same agent, plan and purpose used another model
+    (the chain moved on after errors or rejections). One query over four narrow columns."""
+    counts: dict[str, int] = defaultdict(int)
+    last: dict[tuple[Any, Any, str], str] = {}
+    rows = calls.order_by("created_at", "pk").values_list("agent_id", "plan_id", "purpose", "model")
+    for agent_id, plan_id, purpose, model in rows.iterator(chunk_size=2000):
+        key = (agent_id, plan_id, purpose)
+        if key in last and last[key] != model:
+            counts[model] += 1
+        last[key] = model
+    return dict(counts)
+
+
+@dataclass
+class Bar:
+    label: str
+    value: float
+    x: int
+    y: int
+    width: int
+    height: int
+    title: str
+
+
+CHART_HEIGHT = 120
+CHART_BAR = 14
+CHART_GAP = 4
+
+
+def usage_series(calls: QuerySet[LLMCall], *, per: str, start: datetime, buckets: int) -> list[Bar]:
+    """Calls per hour or per day as SVG bars (oldest left); empty buckets are shown as empty."""
+    trunc = TruncHour("created_at") if per == "hour" else TruncDay("created_at")
+    step = timedelta(hours=1) if per == "hour" else timedelta(days=1)
+    rows = calls.filter(created_at__gte=start).annotate(bucket=trunc).values("bucket").annotate(
+        n=Count("pk"), tokens=Coalesce(Sum("tokens_in"), 0) + Coalesce(Sum("tokens_out"), 0), cost=Sum("cost"),
+    ).order_by("bucket")
+    found: dict[datetime, dict[str, Any]] = {r["bucket"]: dict(r) for r in rows}
+    first = timezone.localtime(start).replace(minute=0, second=0, microsecond=0)
+    if per == "day":
+        first = first.replace(hour=0)
+    peak = max((r["n"] for r in found.values()), default=0) or 1
+    bars = []
+    for i in range(buckets):
+        moment = first + i * step
+        row = found.get(moment, {})
+        n = int(row.get("n", 0))
+        height = round(CHART_HEIGHT * n / peak)
+        label = moment.strftime("%H:00") if per == "hour" else moment.strftime("%d %b")
+        cost = row.get("cost")
+        title = f"{label}: {n} calls, {row.get('tokens', 0)} tokens" + (f", ${cost:.4f}" if cost else "")
+        bars.append(Bar(label=label, value=n, x=i * (CHART_BAR + CHART_GAP), y=CHART_HEIGHT - height,
+                        width=CHART_BAR, height=height, title=title))
+    return bars
+
+
+def usage_context(*, period: str = "7d", agent_id: int | None = None) -> dict[str, Any]:
+    """Everything the usage page shows: a fixed number of queries whatever the number of calls."""
+    now = timezone.now()
+    start = now - USAGE_PERIODS.get(period, USAGE_PERIODS["7d"])
+    base = LLMCall.objects.all() if agent_id is None else LLMCall.objects.filter(agent_id=agent_id)
+    calls = base.filter(created_at__gte=start)
+    fallbacks = usage_fallbacks(calls)
+    by_model = usage_group(calls, "model")
+    for row in by_model:
+        row["fallbacks"] = fallbacks.get(row["key"], 0)
+    purposes = dict(LLMCall.Purpose.choices)
+    by_purpose = usage_group(calls, "purpose")
+    for row in by_purpose:
+        row["key"] = purposes.get(row["key"], row["key"])
+    totals = usage_totals(calls)
+    totals["fallbacks"] = sum(fallbacks.values())
+    return {
+        "period": period if period in USAGE_PERIODS else "7d",
+        "periods": list(USAGE_PERIODS),
+        "totals": totals,
+        "by_agent": usage_group(calls, "agent__name"),
+        "by_model": by_model,
+        "by_purpose": by_purpose,
+        "per_hour": usage_series(base, per="hour", start=now - timedelta(hours=23), buckets=24),
+        "per_day": usage_series(base, per="day", start=now - timedelta(days=29), buckets=30),
+        "chart_height": CHART_HEIGHT,
+        "chart_hour_width": 24 * (CHART_BAR + CHART_GAP),
+        "chart_day_width": 30 * (CHART_BAR + CHART_GAP),
+        "priced": totals["cost"] is not None,
+        "zero": Decimal(0),
+    }

@@ -1,0 +1,118 @@
+"""The approvals inbox: everything that waits for a person, decided in place through the operator services."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib.auth.decorators import permission_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_GET, require_POST
+
+from planner_site.roles import DECIDE_PERMISSION
+from planning import services
+from planning.forms import ApproveplanForm, DeclineForm, ReasonForm
+from planning.models import Plan, PlanStep
+from planning.steer_selectors import inbox_count, inbox_items
+from planning.steer_services import StaleVersion, plan_check_seen
+from planning.views import operator
+
+
+def inbox_context(**extra: object) -> dict[str, object]:
+    items = inbox_items()
+    return {"items": items, "count": len(items), "urgent": sum(1 for i in items if i.urgent)} | extra
+
+
+def inbox_announcement(count: int) -> str:
+    if count == 0:
+        return "Nothing waits for you."
+    return f"{count} item{'s' if count != 1 else ''} wait{'s' if count == 1 else ''} for you."
+
+
+@require_GET
+def inbox(request: HttpRequest) -> HttpResponse:
+    context = inbox_context()
+    if getattr(request, "htmx", False):
+        return render(request, "planning/inbox.html#list", context)
+    return render(request, "planning/inbox.html", context)
+
+
+def seen_version(request: HttpRequest) -> int | None:
+    """The plan version the operator was looking at when deciding (sent by every inbox and plan form)."""
+    raw = request.POST.get("version", "")
+    return int(raw) if raw.isdigit() else None
+
+
+def inbox_decide(request: HttpRequest, plan: Plan, note: str, decide: Callable[[], object]) -> HttpResponse:
+    """Apply a decision; answer with the refreshed inbox, a flash and a polite announcement. A refusal (someone
+    else decided first, or the version moved on) is said in the flash, with the current state shown."""
+    status, level = 200, "success"
+    try:
+        plan_check_seen(plan=plan, seen_version=seen_version(request))
+        decide()
+    except StaleVersion as exc:
+        status, level, note = 409, "error", str(exc)
+        context = inbox_context(current=exc.current)
+    except services.DecisionError as exc:
+        status, level, note = 409, "error", str(exc)
+        context = inbox_context()
+    else:
+        context = inbox_context()
+    announce = f"{note} {inbox_announcement(int(str(context['count'])))}"
+    context |= {"flash": [(level, note)], "announce": announce, "oob": True}
+    return render(request, "planning/inbox_decided.html", context, status=status)
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def inbox_step_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
+    return inbox_decide(request, step.plan, f"Step {step.key} of {step.plan.agent.name} approved.",
+                        lambda: services.step_approve(step=step, user=operator(request)))
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def inbox_step_decline(request: HttpRequest, pk: int) -> HttpResponse:
+    step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
+    form = DeclineForm(request.POST)
+    if not form.is_valid():
+        context = inbox_context(flash=[("error", "Feedback is required to decline a step. Nothing was changed.")],
+                                announce="Feedback is required to decline a step.", oob=True)
+        return render(request, "planning/inbox_decided.html", context, status=400)
+    return inbox_decide(
+        request, step.plan, f"Step {step.key} of {step.plan.agent.name} declined; the agent replans with your feedback.",
+        lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
+    )
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def inbox_plan_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
+    form = ApproveplanForm(request.POST)
+    if not form.is_valid():
+        context = inbox_context(flash=[("error", "Choose Approve all or Step by step. Nothing was changed.")], oob=True)
+        return render(request, "planning/inbox_decided.html", context, status=400)
+    mode = form.cleaned_data["mode"]
+    how = "every step approved" if mode == Plan.ApprovalMode.ALL else "you approve it step by step"
+    return inbox_decide(request, plan, f"Plan v{plan.version} of {plan.agent.name} approved: {how}.",
+                        lambda: services.plan_approve(plan=plan, user=operator(request), mode=mode))
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def inbox_plan_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
+    form = ReasonForm(request.POST)
+    form.is_valid()
+    return inbox_decide(
+        request, plan, f"Plan v{plan.version} of {plan.agent.name} cancelled.",
+        lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
+    )
+
+
+@require_GET
+def inbox_count_view(request: HttpRequest) -> HttpResponse:
+    """The count alone, for clients without websockets (and the nav's fallback poll)."""
+    return HttpResponse(str(inbox_count()), content_type="text/plain; charset=utf-8")

@@ -1,0 +1,160 @@
+"""The plan editor: a whole plan edited and saved as version n+1 only when the planner's validator accepts it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from agents.models import Agent
+from planning.engine.validate import StepSpec
+from planning.models import Plan, PlanEvent, PlanStep
+from planning.steer_services import PlanEditInvalid, StaleVersion, plan_edit_save
+from tests.factories import PlanFactory, PlanStepFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def tool_plan(status: str = Plan.Status.AWAITING_APPROVAL) -> Plan:
+    plan = PlanFactory(status=status, agent__kind=Agent.Kind.TOOL, goal__description="Convert data.csv to JSON",
+                       approval_mode=Plan.ApprovalMode.PENDING if status == Plan.Status.AWAITING_APPROVAL else "all")
+    PlanStepFactory(plan=plan, key="1", position=1, description="Read the CSV", tool="file.read",
+                    tool_input={"path": "data.csv"}, action_hint="file.read", status=PlanStep.Status.COMPLETED
+                    if status == Plan.Status.ACTIVE else PlanStep.Status.PENDING, result="a,b")
+    PlanStepFactory(plan=plan, key="2", position=2, description="Write the JSON", tool="file.write",
+                    tool_input={"path": "data.json", "content": "[1]"}, action_hint="file.write", depends_on=["1"],
+                    requires_permission=True, risk="risky")
+    return plan
+
+
+def form(plan: Plan, rows: list[dict[str, Any]], op: str = "save", **extra: str) -> dict[str, Any]:
+    data: dict[str, Any] = {"version": str(plan.version), "op": op, "row": [str(i) for i in range(len(rows))]} | extra
+    for i, row in enumerate(rows):
+        for name, value in row.items():
+            if name == "requires_permission":
+                if value:
+                    data[f"{i}-{name}"] = "on"
+            else:
+                data[f"{i}-{name}"] = value
+    return data
+
+
+def rows_of(plan: Plan) -> list[dict[str, Any]]:
+    return [{"key": s.key, "description": s.description, "tool": s.tool, "input": s.input_display,
+             "expected_outcome": s.expected_outcome, "estimated_cycles": str(s.estimated_cycles),
+             "depends_on": ", ".join(s.depends_on), "requires_permission": s.requires_permission}
+            for s in plan.steps.exclude(status=PlanStep.Status.COMPLETED)]
+
+
+def test_editor_shows_every_step_to_operators_and_is_forbidden_to_viewers(operator_client: Client,
+                                                                          viewer_client: Client) -> None:
+    plan = tool_plan()
+    url = reverse("plan-editor", args=[plan.pk])
+    html = operator_client.get(url).content.decode()
+    assert "Read the CSV" in html and "Write the JSON" in html and "Save as version 2" in html
+    assert viewer_client.get(url).status_code == 403
+    assert viewer_client.post(url, form(plan, rows_of(plan))).status_code == 403
+
+
+def test_add_remove_and_reorder_change_the_form_only(operator_client: Client) -> None:
+    plan = tool_plan()
+    url = reverse("plan-editor", args=[plan.pk])
+    rows = rows_of(plan)
+    html = operator_client.post(url, form(plan, rows, op="add"), HTTP_HX_REQUEST="true").content.decode()
+    assert html.count('name="row"') == 3 and 'name="2-key" value="3"' in html
+    html = operator_client.post(url, form(plan, rows, op="remove-0"), HTTP_HX_REQUEST="true").content.decode()
+    assert html.count('name="row"') == 1 and "Read the CSV" not in html
+    html = operator_client.post(url, form(plan, rows, op="down-0"), HTTP_HX_REQUEST="true").content.decode()
+    assert html.index("Write the JSON") < html.index("Read the CSV")
+    assert Plan.objects.count() == 1 and PlanEvent.objects.count() == 0
+
+
+def test_invalid_edit_shows_errors_by_the_field_and_saves_nothing(operator_client: Client) -> None:
+    plan = tool_plan()
+    rows = rows_of(plan)
+    rows[0]["input"] = "{not json"
+    rows[1]["tool"] = "delete_everything"
+    response = operator_client.post(reverse("plan-editor", args=[plan.pk]), form(plan, rows), HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert "Input is not valid JSON" in html
+    assert "The plan was not saved" in html
+    rows[0]["input"] = '{"path": "data.csv"}'
+    html = operator_client.post(reverse("plan-editor", args=[plan.pk]), form(plan, rows),
+                                HTTP_HX_REQUEST="true").content.decode()
+    assert "Unknown tool &#x27;delete_everything&#x27;" in html
+    # the error sits in the tool field of the second row
+    row = html[html.index('id="row-1"'):]
+    assert row.index("Unknown tool") < row.index("Input (JSON)")
+    assert Plan.objects.count() == 1 and PlanEvent.objects.count() == 0
+
+
+def test_valid_edit_saves_version_two_with_its_diff(operator_client: Client) -> None:
+    plan = tool_plan()
+    rows = rows_of(plan)
+    rows[1]["description"] = "Write the JSON file"
+    rows.append({"key": "3", "description": "List the workspace", "tool": "file.list", "input": "{}",
+                 "depends_on": "2", "estimated_cycles": "1"})
+    response = operator_client.post(reverse("plan-editor", args=[plan.pk]), form(plan, rows, reason="add a check"),
+                                    HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    new = Plan.objects.get(previous=plan)
+    assert response["HX-Redirect"] == new.get_absolute_url()
+    assert new.version == 2 and new.status == Plan.Status.AWAITING_APPROVAL
+    assert [s.key for s in new.steps.all()] == ["1", "2", "3"]
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.REPLANNED
+    validated = PlanEvent.objects.get(plan=new, kind=PlanEvent.Kind.VALIDATED)
+    assert [a["key"] for a in validated.detail["diff"]["added"]] == ["3"]
+    assert validated.detail["diff"]["changed"] == [
+        {"key": "2", "fields": {"description": ["Write the JSON", "Write the JSON file"]}}]
+    assert validated.detail["diff"]["kept"] == ["1"]
+    assert PlanEvent.objects.get(plan=plan, kind=PlanEvent.Kind.PLAN_EDITED).actor_label == "olga"
+    html = operator_client.get(new.get_absolute_url()).content.decode()
+    assert "Changes from version 1" in html
+
+
+def test_edit_of_an_active_plan_keeps_completed_steps(operator) -> None:  # type: ignore[no-untyped-def]
+    plan = tool_plan(status=Plan.Status.ACTIVE)
+    new = plan_edit_save(plan=plan, user=operator, seen_version=1, steps=[
+        StepSpec(key="1", description="Redo the read?", tool="file.read", input={"path": "other.csv"}),
+        StepSpec(key="2", description="Write the JSON", tool="file.write",
+                   input={"path": "data.json", "content": "[1]"}, depends_on=["1"], requires_permission=True),
+    ])
+    kept = new.steps.get(key="1")
+    assert kept.status == PlanStep.Status.COMPLETED and kept.carried_over and kept.tool_input == {"path": "data.csv"}
+    assert new.status == Plan.Status.ACTIVE
+
+
+def test_edit_on_a_stale_version_is_refused_with_the_current_version(operator) -> None:  # type: ignore[no-untyped-def]
+    plan = tool_plan()
+    steps = [StepSpec(key="1", description="Read the CSV", tool="file.read", input={"path": "data.csv"})]
+    v2 = plan_edit_save(plan=plan, user=operator, seen_version=1, steps=steps)
+    with pytest.raises(StaleVersion) as refused:
+        plan_edit_save(plan=plan, user=operator, seen_version=1, steps=steps)
+    assert refused.value.current == v2
+    assert "the plan is now version 2" in str(refused.value)
+    assert Plan.objects.count() == 2
+
+
+def test_finished_plans_cannot_be_edited(operator_client: Client) -> None:
+    plan = tool_plan()
+    Plan.objects.filter(pk=plan.pk).update(status=Plan.Status.COMPLETED)
+    html = operator_client.get(reverse("plan-editor", args=[plan.pk])).content.decode()
+    assert "only plans awaiting approval or active can be edited" in html
+    response = operator_client.post(reverse("plan-editor", args=[plan.pk]), form(plan, rows_of(plan)),
+                                    HTTP_HX_REQUEST="true")
+    assert response.status_code == 409 and Plan.objects.count() == 1
+
+
+def test_dependency_cycle_is_refused(operator) -> None:  # type: ignore[no-untyped-def]
+    plan = tool_plan()
+    with pytest.raises(PlanEditInvalid) as refused:
+        plan_edit_save(plan=plan, user=operator, seen_version=1, steps=[
+            StepSpec(key="1", description="Read", tool="file.read", input={"path": "data.csv"}, depends_on=["2"]),
+            StepSpec(key="2", description="Read again", tool="file.read", input={"path": "data.csv"}, depends_on=["1"]),
+        ])
+    assert any("cycle" in p for p in refused.value.problems)
+    assert Plan.objects.count() == 1

@@ -1,0 +1,101 @@
+"""Say what is true: decisions do what their names say, and events are named for what happened."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from agents.cycle import step_needs_approval
+from agents.models import Agent
+from goals.models import Goal
+from planning import services
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.factories import AgentFactory, GoalFactory, PlanFactory, PlanStepFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_approve_all_approves_risky_steps_so_none_waits_again(operator) -> None:  # type: ignore[no-untyped-def]
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING)
+    safe = PlanStepFactory(plan=plan)
+    risky = PlanStepFactory(plan=plan, requires_permission=True, risk="risky")
+    services.plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+    plan.refresh_from_db()
+    for step in (safe, risky):
+        step.refresh_from_db()
+        assert not step_needs_approval(step, plan)
+    assert PlanEvent.objects.get(kind=PlanEvent.Kind.PLAN_APPROVED).detail["approved_steps"] == [safe.key, risky.key]
+
+
+def test_step_by_step_still_asks_for_every_step(operator) -> None:  # type: ignore[no-untyped-def]
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING)
+    step = PlanStepFactory(plan=plan)
+    services.plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.STEP)
+    plan.refresh_from_db()
+    step.refresh_from_db()
+    assert step_needs_approval(step, plan)
+
+
+def test_skipping_a_step_is_logged_as_step_skipped(operator) -> None:  # type: ignore[no-untyped-def]
+    step = PlanStepFactory()
+    PlanStepFactory(plan=step.plan)
+    services.step_skip(step=step, user=operator)
+    event = PlanEvent.objects.get(step=step)
+    assert event.get_kind_display() == "Step skipped"
+
+
+def test_replan_request_is_logged_as_replan_requested(operator) -> None:  # type: ignore[no-untyped-def]
+    plan = PlanFactory()
+    services.plan_replan_request(plan=plan, user=operator, reason="Use the other shop")
+    event = PlanEvent.objects.get(plan=plan)
+    assert event.get_kind_display() == "Replan requested" and event.reason == "Use the other shop"
+
+
+def test_cancelled_unstarted_plan_shows_no_steps_done(viewer_client: Client, operator) -> None:  # type: ignore[no-untyped-def]
+    plan = PlanFactory()
+    PlanStepFactory.create_batch(2, plan=plan)
+    services.plan_cancel(plan=plan, user=operator)
+    html = viewer_client.get(reverse("plan-detail", args=[plan.pk])).content.decode()
+    assert "0/2 steps done" in html
+    assert "0/2 steps" in viewer_client.get("/").content.decode()
+
+
+def test_giving_a_goal_is_an_event_naming_its_giver(operator_client: Client) -> None:
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    operator_client.post(reverse("agent-goal", args=[agent.pk]), {"description": "Convert data.csv", "horizon": "short_term"})
+    goal = Goal.objects.get(agent=agent)
+    assert goal.source_lessons == []
+    event = PlanEvent.objects.get(kind=PlanEvent.Kind.GOAL_GIVEN)
+    assert event.plan is None and event.agent == agent
+    assert event.actor_label == "olga" and event.reason == "Convert data.csv"
+
+
+def test_a_goal_given_while_a_plan_runs_says_it_is_queued_with_its_place(operator_client: Client) -> None:
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    PlanFactory(agent=agent, goal_text="Summarize notes.txt", version=1)
+    GoalFactory(agent=agent, description="An earlier given goal", horizon=Goal.Horizon.SHORT, confidence=1.0)
+    response = operator_client.post(reverse("agent-goal", args=[agent.pk]),
+                                    {"description": "Convert data.csv", "horizon": "short_term"}, follow=True)
+    html = response.content.decode()
+    assert "Goal given; it is queued behind the open plan “Summarize notes.txt” (v1), number 2 in the agent" in html
+
+
+def test_a_goal_given_to_an_idle_agent_is_planned_next_cycle(operator_client: Client) -> None:
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    response = operator_client.post(reverse("agent-goal", args=[agent.pk]),
+                                    {"description": "Convert data.csv", "horizon": "short_term"}, follow=True)
+    assert "Goal given; the agent plans it next cycle." in response.content.decode()
+
+
+def test_pausing_an_idle_agent_is_recorded(operator) -> None:  # type: ignore[no-untyped-def]
+    agent = AgentFactory()
+    services.agent_set_status(agent=agent, user=operator, status=Agent.Status.STOPPED)
+    event = PlanEvent.objects.get(agent=agent)
+    assert event.get_kind_display() == "Agent stopped" and event.actor_label == "olga"
+
+
+def test_events_of_plans_name_their_agent(operator) -> None:  # type: ignore[no-untyped-def]
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL)
+    services.step_approve(step=step, user=operator)
+    assert PlanEvent.objects.get().agent_id == step.plan.agent_id
