@@ -87,6 +87,8 @@ def kwarg_value(name: str, route: str, callback: Any, objects: dict[type[models.
         return obj.pk if obj else MISSING
     if name in ("uidb64", "token"):
         return "x"
+    if choices := re.search(rf"\(\?P<{name}>([\w|]+)\)", route):  # a regex group of alternatives: the first one
+        return choices.group(1).split("|")[0]
     segment = re.search(rf"([\w-]+)/<(?:\w+:)?{name}>", route)
     model = MODELS_BY_SEGMENT.get(segment.group(1)) if segment else None
     model = model or MODELS_BY_KWARG.get(name)
