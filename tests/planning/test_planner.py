@@ -406,9 +406,9 @@ def test_runner_killed_while_planning_leaves_no_plan_validating_after_its_lease(
     import signal
     import time
 
-    from tests.agents.test_scaleout import runagents, runner_env
     from tests.factories import GoalFactory
     from tests.llm_server import LLMTestServer
+    from tests.runners import runagents, runner_env
 
     agent = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0, name="Orphan")
     GoalFactory(agent=agent, description="List the workspace", source_needs=[])
