@@ -2,21 +2,15 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from planning import api_ws, consumers
+from planning import api_ws, consumers, steer_consumers
 
 websocket_urlpatterns = [
     path("ws/dashboard/", consumers.DashboardConsumer.as_asgi()),
     path("ws/agents/<int:agent_id>/", consumers.AgentConsumer.as_asgi()),
     path("ws/plans/<int:plan_id>/", consumers.PlanConsumer.as_asgi()),
-    path("ws/api/plans/<int:plan_id>/", api_ws.PlanNextConsumer.as_asgi()),
-    re_path(r"", consumers.UnknownPathConsumer.as_asgi()),  # closed with 4404, not a server error
-]
-
-from planning import steer_consumers  # noqa: E402  (the steering lane's live pages)
-
-# Before the catch-all for unknown paths, which must stay last.
-websocket_urlpatterns[-1:-1] = [
+    path("ws/plans/<int:plan_id>/presence/", steer_consumers.PlanPresenceConsumer.as_asgi()),
     path("ws/inbox/", steer_consumers.InboxConsumer.as_asgi()),
     path("ws/inbox/count/", steer_consumers.InboxCountConsumer.as_asgi()),
-    path("ws/plans/<int:plan_id>/presence/", steer_consumers.PlanPresenceConsumer.as_asgi()),
+    path("ws/api/plans/<int:plan_id>/", api_ws.PlanNextConsumer.as_asgi()),
+    re_path(r"", consumers.UnknownPathConsumer.as_asgi()),  # last: closed with 4404, not a server error
 ]

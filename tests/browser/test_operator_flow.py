@@ -98,7 +98,9 @@ def test_operator_watches_declines_and_approves(login: Login, server: Server) ->
     expect(page).not_to_have_url(re.compile(rf"/plans/{alice['plan']}/$"))
     expect(badge(page, "1")).to_have_text("Completed", timeout=LIVE)  # the planner may still be at work
     expect(page.locator("#step-1")).to_contain_text("kept from earlier version")
-    expect(page.locator("#plan-steps")).to_contain_text(FEEDBACK)
+    # Why this version exists, in its own timeline: the operator's feedback (it is in the replan prompt too;
+    # the offline model no longer copies it into the step text).
+    expect(page.locator("#plan-timeline")).to_contain_text(FEEDBACK)
     expect(page.locator("#plan-versions")).to_contain_text("Changes from version 1")
     expect(page.locator("#plan-versions").get_by_role("link", name="version 1")).to_be_visible()
     expect(page.locator("#live-status")).to_have_class(re.compile(r"\bon\b"))
@@ -186,10 +188,12 @@ def test_dashboard_lists_every_agent(login: Login, server: Server, tmp_path: Pat
     page = login(OPERATOR)
     open_live(page, "/")
     rows = page.locator("#agent-rows tr.agent-row")
-    expect(rows).to_have_count(7)
     for name in ("Alice", "Bob", "Jenbina", "Marco", "Archivist", "Reporter", "Intern"):
         expect(rows.filter(has=page.get_by_role("link", name=name, exact=True))).to_have_count(1)
-    expect(page.locator("#dashboard-counts")).to_contain_text("7 agents")
+    # Other browser tests of this session's server may add agents of their own: the count covers them all.
+    shown = rows.count()
+    assert shown >= 7
+    expect(page.locator("#dashboard-counts")).to_contain_text(f"{shown} agents")
     bob = rows.filter(has=page.get_by_role("link", name="Bob", exact=True))
     expect(bob).to_contain_text("Paused")
     expect(bob).to_contain_text("step 2 awaits approval")
