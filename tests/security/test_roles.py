@@ -102,6 +102,10 @@ def every_page(objects: dict[type[models.Model], models.Model]) -> list[Page]:
     for name, route, callback, _ in patterns(get_resolver().url_patterns):
         keys = re.findall(r"<(?:\w+:)?(\w+)>", route) + re.findall(r"\(\?P<(\w+)>", route)
         kwargs = {k: kwarg_value(k, route, callback, objects) for k in keys}
+        # A regex group that lists its values (e.g. "csv|json"): the first of them.
+        for key, choices in re.findall(r"\(\?P<(\w+)>([\w|.-]+)\)", route):
+            if "|" in choices and key != "app_label":
+                kwargs[key] = choices.split("|")[0]
         try:
             url = reverse(name, kwargs=kwargs)
         except Exception as exc:  # noqa: BLE001 - say which page could not be built
