@@ -41,13 +41,12 @@ urlpatterns += [
     path("plans/compare/", views_editor.plan_compare, name="plan-compare"),
 ]
 
-from django.urls import re_path  # noqa: E402
-
 from planning import views_audit  # noqa: E402
 
 urlpatterns += [
     path("audit/", views_audit.audit, name="audit"),
-    re_path(r"^audit/export\.(?P<fmt>csv|json)$", views_audit.audit_export, name="audit-export"),
+    path("audit/export.csv", views_audit.audit_export, {"fmt": "csv"}, name="audit-export-csv"),
+    path("audit/export.json", views_audit.audit_export, {"fmt": "json"}, name="audit-export-json"),
     path("usage/", views_audit.usage, name="usage"),
 ]
 

@@ -128,13 +128,13 @@ def test_audit_exports_csv_and_json_of_the_filtered_events(viewer_client: Client
     PlanEventFactory(plan=plan, kind=PlanEvent.Kind.STEP_DECLINED, actor_label="olga", reason="too, \"pricey\"",
                      detail={"feedback": "too pricey"})
     PlanEventFactory(plan=plan, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label="runner r1")
-    response = viewer_client.get(reverse("audit-export", args=["csv"]) + "?kind=step_declined")
+    response = viewer_client.get(reverse("audit-export-csv") + "?kind=step_declined")
     assert response["Content-Type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))  # type: ignore[attr-defined]
     assert len(rows) == 1
     assert rows[0]["reason"] == 'too, "pricey"' and rows[0]["agent__name"] == 'Alice, "the" agent'
     assert json.loads(rows[0]["detail"]) == {"feedback": "too pricey"}
-    response = viewer_client.get(reverse("audit-export", args=["json"]))
+    response = viewer_client.get(reverse("audit-export-json"))
     data = json.loads(b"".join(response.streaming_content))  # type: ignore[attr-defined]
     assert {r["kind"] for r in data} == {"step_declined", "step_completed"}
     assert viewer_client.get("/audit/export.xml").status_code == 404

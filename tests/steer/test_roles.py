@@ -19,8 +19,8 @@ from tests.factories import AgentFactory, PlanStepFactory, UserFactory
 
 
 def pages(plan: Plan) -> list[str]:
-    return [reverse("inbox"), reverse("inbox-count"), reverse("audit"), reverse("audit-export", args=["csv"]),
-            reverse("audit-export", args=["json"]), reverse("usage"), reverse("plan-versions", args=[plan.pk]),
+    return [reverse("inbox"), reverse("inbox-count"), reverse("audit"), reverse("audit-export-csv"),
+            reverse("audit-export-json"), reverse("usage"), reverse("plan-versions", args=[plan.pk]),
             reverse("plan-compare") + f"?a={plan.pk}&b={plan.pk}"]
 
 
