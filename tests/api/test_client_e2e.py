@@ -50,11 +50,11 @@ def test_client_errors_from_the_real_server(live_server_process: LiveServer) -> 
 
 
 def test_client_walks_the_steps_an_operator_allows(live_server_process: LiveServer, web_operator: Operator) -> None:
-    with Client(live_server_process.url, live_server_process.token("Client walker")) as client:
+    # The agent's policy: its plans start at once, and only its permission steps wait for an operator.
+    with Client(live_server_process.url, live_server_process.token("Client walker", "--policy", "permission")) as client:
         client.declare_tools(TOOLS)
         plan = client.submit_plan("Mail the report", PLAN)
-        assert plan.status == "awaiting_approval"
-        web_operator.post(f"/plans/{plan.id}/approve/", {"mode": "all"})
+        assert plan.status == "active"
         done: list[str] = []
         steps = client.steps(plan.id, wait=5)
         first = next(steps)
@@ -84,10 +84,9 @@ def test_client_walks_the_steps_an_operator_allows(live_server_process: LiveServ
 
 def test_client_decline_raises_replan_needed_and_version_two_keeps_done_steps(
         live_server_process: LiveServer, web_operator: Operator) -> None:
-    with Client(live_server_process.url, live_server_process.token("Client replanner")) as client:
+    with Client(live_server_process.url, live_server_process.token("Client replanner", "--policy", "permission")) as client:
         client.declare_tools(TOOLS)
         plan = client.submit_plan("Mail the report", PLAN)
-        web_operator.post(f"/plans/{plan.id}/approve/", {"mode": "all"})
         with pytest.raises(ReplanNeeded) as replan:
             for item in client.steps(plan.id, wait=5):
                 client.complete(item, "ok")
@@ -101,7 +100,7 @@ def test_client_decline_raises_replan_needed_and_version_two_keeps_done_steps(
         assert [s.key for s in replan.value.kept] == ["1"]
         v2 = client.submit_version(plan.id, [
             step("2", "send_email", depends=["1"], to="finance@example.com", body="The Q3 report is attached.")])
-        assert (v2.version, v2.status) == (2, "awaiting_approval")
+        assert (v2.version, v2.status) == (2, "active")  # the agent's policy again: no plan approval
         kept = client.plan(v2.id)["steps"][0]
         assert (kept["key"], kept["status"], kept["carried_over"]) == ("1", "completed", True)
         web_operator.post(f"/plans/{v2.id}/cancel/", {"reason": "done by hand"})
@@ -165,9 +164,15 @@ def latest_plan(client: Client, version: int) -> dict[str, Any] | None:
     return next((p for p in client.plans() if p["version"] == version and p["status"] == "awaiting_approval"), None)
 
 
-def awaiting_step(client: Client, plan_id: int, key: str) -> dict[str, Any] | None:
-    return next((s for s in client.plan(plan_id)["steps"] if s["key"] == key and s["status"] == "awaiting_approval"),
-                None)
+def approved_until(operator: Operator, client: Client, plan_id: int, key: str) -> dict[str, Any] | None:
+    """Step by step, as an operator at the plan page: approve each step that waits until step `key` waits;
+    that one is returned, undecided (None while it does not wait yet)."""
+    for s in client.plan(plan_id)["steps"]:
+        if s["status"] == "awaiting_approval":
+            if s["key"] == key:
+                return s
+            operator.post(f"/steps/{s['id']}/approve/")
+    return None
 
 
 @pytest.fixture
@@ -184,8 +189,9 @@ def test_example_agent_proceeds_when_the_operator_approves(live_server_process: 
     try:
         with Client(live_server_process.url, live_server_process.token("Notes approve")) as watcher:
             plan = eventually(lambda: latest_plan(watcher, 1), what="the agent's plan")
-            web_operator.post(f"/plans/{plan['id']}/approve/", {"mode": "all"})
-            write = eventually(lambda: awaiting_step(watcher, plan["id"], "3"), what="the write to await approval")
+            web_operator.post(f"/plans/{plan['id']}/approve/", {"mode": "step"})
+            write = eventually(lambda: approved_until(web_operator, watcher, plan["id"], "3"),
+                               what="the write to await approval")
             assert not (tmp_path / "summary.txt").exists()  # the risky tool call waits for the operator
             web_operator.post(f"/steps/{write['id']}/approve/")
             code, output = finished(agent)
@@ -207,8 +213,9 @@ def test_example_agent_replans_after_a_decline_and_keeps_its_done_steps(
     try:
         with Client(live_server_process.url, live_server_process.token("Notes decline")) as watcher:
             v1 = eventually(lambda: latest_plan(watcher, 1), what="the agent's plan")
-            web_operator.post(f"/plans/{v1['id']}/approve/", {"mode": "all"})
-            write = eventually(lambda: awaiting_step(watcher, v1["id"], "3"), what="the write to await approval")
+            web_operator.post(f"/plans/{v1['id']}/approve/", {"mode": "step"})
+            write = eventually(lambda: approved_until(web_operator, watcher, v1["id"], "3"),
+                               what="the write to await approval")
             web_operator.post(f"/steps/{write['id']}/decline/", {"feedback": "Write it to summary.md, in markdown"})
             v2 = eventually(lambda: latest_plan(watcher, 2), what="version 2")
             replan_prompt = llm.requests_for("model-Notes decline")[-1].messages[-1]["content"]
@@ -217,8 +224,9 @@ def test_example_agent_replans_after_a_decline_and_keeps_its_done_steps(
             assert [(s["key"], s["status"], s["carried_over"]) for s in steps] == [
                 ("1", "completed", True), ("2", "completed", True), ("3", "pending", False)]
             assert steps[2]["input"]["path"] == "summary.md"
-            web_operator.post(f"/plans/{v2['id']}/approve/", {"mode": "all"})
-            write = eventually(lambda: awaiting_step(watcher, v2["id"], "3"), what="the new write to await approval")
+            web_operator.post(f"/plans/{v2['id']}/approve/", {"mode": "step"})
+            write = eventually(lambda: approved_until(web_operator, watcher, v2["id"], "3"),
+                               what="the new write to await approval")
             web_operator.post(f"/steps/{write['id']}/approve/")
             code, output = finished(agent)
             assert code == 0, output
