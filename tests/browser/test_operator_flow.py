@@ -98,6 +98,8 @@ def test_operator_watches_declines_and_approves(login: Login, server: Server) ->
     expect(page).not_to_have_url(re.compile(rf"/plans/{alice['plan']}/$"))
     expect(badge(page, "1")).to_have_text("Completed", timeout=LIVE)  # the planner may still be at work
     expect(page.locator("#step-1")).to_contain_text("kept from earlier version")
+    # The feedback steers the planner's thinking; it is not pasted into step text (that grew with each replan).
+    expect(page.locator("#plan-header")).to_contain_text(FEEDBACK)
     # Why this version exists, in its own timeline: the operator's feedback (it is in the replan prompt too;
     # the offline model no longer copies it into the step text).
     expect(page.locator("#plan-timeline")).to_contain_text(FEEDBACK)
