@@ -41,6 +41,7 @@ from agents.connections import CONNECTION_ERRORS, connection_recover, connection
 from agents.cycle import agent_cycle
 from agents.models import Agent, RunnerHeartbeat
 from agents.retention import retention_prune
+from planning.models import Plan
 from planning.planner import plans_interrupted_fail
 
 logger = logging.getLogger("planner.runner")
@@ -89,6 +90,22 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int], release: set[int
             Agent.objects.filter(pk__in=ids).update(lease_owner=runner, lease_expires_at=lease_end(now))
             plans_interrupted_fail(agent_ids=ids, runner=runner)  # planning cut off by a runner that died
     return ids
+
+
+def plans_orphaned_fail(*, runner: str) -> int:
+    """Plans left "validating" by a runner that died, of agents no runner holds any more (a paused agent is
+    never claimed again): failed with their reason once the lease has expired, so none waits for good.
+    External agents are left alone: their planning runs in the web process that took the request."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=settings.RUNNER_LEASE_SECONDS)
+    with transaction.atomic():
+        ids = list(Agent.objects.select_for_update(skip_locked=True)
+                   .filter(Q(lease_owner="") | Q(lease_expires_at__lt=now))
+                   .exclude(kind=Agent.Kind.EXTERNAL)
+                   .filter(pk__in=Plan.objects.filter(status=Plan.Status.VALIDATING, updated_at__lt=stale)
+                           .values("agent_id"))
+                   .values_list("pk", flat=True))
+        return plans_interrupted_fail(agent_ids=ids, runner=runner) if ids else 0
 
 
 def agents_release(*, runner: str, ids: set[int] | None = None, keep: set[int] | None = None) -> None:
@@ -287,6 +304,12 @@ class Runner:
         while True:
             await asyncio.sleep(self.beat_seconds)
             await self.beat()
+            try:
+                await self.db(plans_orphaned_fail, runner=self.id)
+            except CONNECTION_ERRORS as exc:
+                logger.warning("runner %s: looking for interrupted planning failed (%s)", self.id, error_brief(exc))
+            except Exception:
+                logger.exception("runner %s: looking for interrupted planning failed", self.id)
 
     async def prune_forever(self) -> None:
         while not self.stopping.is_set():

@@ -207,3 +207,30 @@ async def test_calls_to_one_model_are_bounded_per_process(settings: Any, llm_ser
     assert len(llm_server.requests) == 12
     # Six agents at once, but never more than two calls to either model (so at most four in all).
     assert 2 <= llm_server.max_in_flight <= 4
+
+
+def test_planning_left_by_a_dead_runner_fails_even_for_an_agent_no_runner_claims() -> None:
+    """A paused agent is never claimed again: its plan must not stay "validating" past the lease."""
+    from agents.runner import plans_orphaned_fail
+    from planning.models import Plan
+    from tests.factories import PlanFactory
+
+    expired = timezone.now() - timedelta(seconds=1)
+    old = timezone.now() - timedelta(hours=1)
+    paused = AgentFactory(kind="tool", status=Agent.Status.PAUSED, lease_owner="dead-runner", lease_expires_at=expired)
+    orphan = PlanFactory(agent=paused, status=Plan.Status.VALIDATING)
+    held = AgentFactory(kind="tool", lease_owner="live-runner", lease_expires_at=timezone.now() + timedelta(minutes=1))
+    under_way = PlanFactory(agent=held, status=Plan.Status.VALIDATING)
+    external = AgentFactory(kind=Agent.Kind.EXTERNAL)
+    api_planning = PlanFactory(agent=external, status=Plan.Status.VALIDATING)
+    fresh_agent = AgentFactory(kind="tool")
+    just_started = PlanFactory(agent=fresh_agent, status=Plan.Status.VALIDATING)
+    Plan.objects.filter(pk__in=[orphan.pk, under_way.pk, api_planning.pk]).update(updated_at=old)
+
+    assert plans_orphaned_fail(runner="sweeper") == 1
+    orphan.refresh_from_db()
+    assert orphan.status == Plan.Status.FAILED
+    assert "planning interrupted" in orphan.failure_reason
+    for plan in (under_way, api_planning, just_started):  # a live lease, the API's planning, a plan just begun
+        plan.refresh_from_db()
+        assert plan.status == Plan.Status.VALIDATING
