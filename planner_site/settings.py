@@ -155,6 +155,14 @@ if os.environ.get("REDIS_URL"):
             },
         }
     }
+    # One cache for every process (the API's rate limit per token counts across all web processes).
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": os.environ["REDIS_URL"],
+            "KEY_PREFIX": os.environ.get("CHANNELS_PREFIX", "planner"),
+        }
+    }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
