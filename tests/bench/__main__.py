@@ -25,6 +25,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "planner_site.settings")
 sys.path.insert(0, str(ROOT))
 
 
+def roles_restore() -> None:
+    """`flush` empties every table, the operators and viewers groups of the data migration included."""
+    from django.contrib.auth.models import Group, Permission
+
+    from planner_site.roles import roles_assign
+
+    roles_assign(group_model=Group, permission_model=Permission)
+
+
 def main() -> int:
     import django
 
@@ -48,6 +57,7 @@ def main() -> int:
                   f"baseline {base:>8} {ratio:>8}  goal: {fig['goal']}", flush=True)
         print(f"  ({name}: {time.perf_counter() - started:.1f} s)", flush=True)
         call_command("flush", interactive=False, verbosity=0)
+        roles_restore()
     out = ROOT / "var" / "bench.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"figures": figures}, indent=2) + "\n")
