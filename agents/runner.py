@@ -124,17 +124,21 @@ def agents_remaining(*, finished: set[int]) -> bool:
     return Agent.objects.filter(DRIVEN).exclude(pk__in=finished).exists()
 
 
-def runner_heartbeat(*, runner: str, in_flight: set[int], cycles: int) -> tuple[set[int], int]:
+def runner_heartbeat(*, runner: str, in_flight: set[int], cycles: int, create: bool = True) -> tuple[set[int], int]:
     """Say this runner is alive, work out its fair share and keep its leases to that; one transaction.
 
     The share is the running agents divided among the live runners: a runner keeps (and renews) the
     leases of its agents up to its share, those under way always, and gives back the rest (the latest
     due first) for the others, so a runner that joins gets its part within a heartbeat and no runner
     takes them all while others idle. Returns the in-flight agents whose lease it still holds (one it
-    lost, e.g. after a database outage longer than a lease, is logged by the caller) and the share."""
+    lost, e.g. after a database outage longer than a lease, is logged by the caller) and the share.
+    A stopping runner passes `create=False`: a beat that lands after its clean stop deleted the row must
+    not bring it back (the runner would count as live for a lease after it exited)."""
     now = timezone.now()
     with transaction.atomic():
         if not RunnerHeartbeat.objects.filter(name=runner).update(seen_at=now, in_flight=len(in_flight), cycles=cycles):
+            if not create:
+                return set(), 1
             RunnerHeartbeat.objects.filter(seen_at__lt=now - HEARTBEAT_FORGOTTEN).delete()
             RunnerHeartbeat.objects.create(name=runner, host=socket.gethostname()[:255], pid=os.getpid(), seen_at=now,
                                            in_flight=len(in_flight), cycles=cycles)
@@ -289,7 +293,7 @@ class Runner:
             in_flight = set(self.inflight)
             try:
                 held, self.share = await self.db(runner_heartbeat, runner=self.id, in_flight=in_flight,
-                                                 cycles=self.cycles_total)
+                                                 cycles=self.cycles_total, create=not self.stopping.is_set())
             except CONNECTION_ERRORS as exc:
                 logger.warning("runner %s: heartbeat failed (%s)", self.id, error_brief(exc))
                 return

@@ -234,3 +234,13 @@ def test_planning_left_by_a_dead_runner_fails_even_for_an_agent_no_runner_claims
     for plan in (under_way, api_planning, just_started):  # a live lease, the API's planning, a plan just begun
         plan.refresh_from_db()
         assert plan.status == Plan.Status.VALIDATING
+
+
+def test_a_beat_landing_after_a_clean_stop_does_not_bring_the_runner_back() -> None:
+    """A heartbeat still on its way when the runner stopped must not make it count as live afterwards."""
+    runner_heartbeat(runner="stopping", in_flight=set(), cycles=3)
+    runner_gone(runner="stopping", keep=set())
+    runner_heartbeat(runner="stopping", in_flight=set(), cycles=3, create=False)
+    assert not RunnerHeartbeat.objects.filter(name="stopping").exists()
+    runner_heartbeat(runner="starting", in_flight=set(), cycles=0)  # a runner's first beat creates its row
+    assert RunnerHeartbeat.objects.live().filter(name="starting").exists()
