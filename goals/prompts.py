@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.context import context_line
+from agents.llm.context import bullets, context_line, needs_text, percent
 from agents.llm.extract import ExtractError, json_extract
 
 RECENT_EXPERIENCES = 10
@@ -19,21 +19,6 @@ Messages = list[dict[str, str]]
 
 class AnswerUnreadable(ValueError):
     """The model's answer holds no JSON value of the expected shape."""
-
-
-def _percent(value: float) -> str:
-    return f"{round(float(value) * 100)}%"
-
-
-def _needs_text(needs: Mapping[str, float]) -> str:
-    if not needs:
-        return "(none)"
-    return ", ".join(f"{name}: {_percent(value)}" for name, value in sorted(needs.items(), key=lambda kv: kv[1]))
-
-
-def _bullets(items: Sequence[str]) -> str:
-    lines = [f"- {' '.join(str(item).split())}" for item in items if str(item).strip()]
-    return "\n".join(lines) if lines else "(none)"
 
 
 def prompt_goals(*, needs: Mapping[str, float], personality: Mapping[str, Any], emotions: Mapping[str, float],
@@ -48,11 +33,11 @@ def prompt_goals(*, needs: Mapping[str, float], personality: Mapping[str, Any], 
         "existing": [str(goal) for goal in existing],
     }
     personality_text = ", ".join(f"{k}: {v}" for k, v in personality.items()) or "(none)"
-    emotions_text = ", ".join(f"{k}: {_percent(v)}" for k, v in emotions.items()) or "(none)"
+    emotions_text = ", ".join(f"{k}: {percent(v)}" for k, v in emotions.items()) or "(none)"
     user = (
-        f"CURRENT NEEDS (satisfaction, lowest first): {_needs_text(needs)}\n"
+        f"CURRENT NEEDS (satisfaction, lowest first): {needs_text(needs)}\n"
         f"PERSONALITY: {personality_text}\nEMOTIONS: {emotions_text}\n"
-        f"LEARNED LESSONS:\n{_bullets(lessons)}\nEXISTING GOALS (do not duplicate):\n{_bullets(existing)}\n\n"
+        f"LEARNED LESSONS:\n{bullets(lessons)}\nEXISTING GOALS (do not duplicate):\n{bullets(existing)}\n\n"
         "Propose up to 3 new goals. horizon is short_term, mid_term or long_term; source_needs are need names "
         "from the list above. Answer with a JSON array inside <json>...</json>:\n"
         '<json>[{"description": "Find a cozy place to eat", "horizon": "short_term", "source_needs": ["hunger"], '
@@ -73,8 +58,8 @@ def prompt_milestone(*, goal: str, experiences: Sequence[str], needs: Mapping[st
         "experiences": recent,
     }
     user = (
-        f"GOAL: {goal}\nRECENT RELATED EXPERIENCES:\n{_bullets(recent)}\n"
-        f"CURRENT SATISFACTION OF ITS SOURCE NEEDS: {_needs_text(needs)}\n\n"
+        f"GOAL: {goal}\nRECENT RELATED EXPERIENCES:\n{bullets(recent)}\n"
+        f"CURRENT SATISFACTION OF ITS SOURCE NEEDS: {needs_text(needs)}\n\n"
         "Has the goal been achieved? Answer with JSON inside <json>...</json>:\n"
         '<json>{"achieved": true, "explanation": "..."}</json>\n' + context_line(context)
     )

@@ -31,3 +31,21 @@ def prompt_context(messages: Sequence[Mapping[str, str]]) -> dict[str, Any]:
                 return {}
             return value if isinstance(value, dict) else {}
     return {}
+
+
+def percent(value: float) -> str:
+    """A satisfaction or confidence in [0, 1] as the prompts show it: "42%"."""
+    return f"{round(float(value) * 100)}%"
+
+
+def needs_text(needs: Mapping[str, float]) -> str:
+    """Needs, most urgent first, as one prompt line."""
+    if not needs:
+        return "(none)"
+    return ", ".join(f"{name}: {percent(value)}" for name, value in sorted(needs.items(), key=lambda kv: kv[1]))
+
+
+def bullets(items: Sequence[str], empty: str = "(none)") -> str:
+    """Items as a bulleted prompt list, each on one line."""
+    lines = [f"- {' '.join(str(item).split())}" for item in items if str(item).strip()]
+    return "\n".join(lines) if lines else empty

@@ -12,28 +12,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.context import context_line, prompt_context
+from agents.llm.context import bullets, context_line, needs_text, prompt_context
 from agents.tools import ToolSpec
 
 REJECTED_OUTPUT_CHARS = 1500  # seed 002: the last rejected output, truncated
 RESTATE_KEYS = ("who", "what", "when", "where", "why")
 
 Messages = list[dict[str, str]]
-
-
-def _percent(value: float) -> str:
-    return f"{round(float(value) * 100)}%"
-
-
-def _needs_text(needs: Mapping[str, float]) -> str:
-    if not needs:
-        return "(none)"
-    return ", ".join(f"{name}: {_percent(value)}" for name, value in sorted(needs.items(), key=lambda kv: kv[1]))
-
-
-def _bullets(items: Sequence[str], empty: str = "(none)") -> str:
-    lines = [f"- {' '.join(str(item).split())}" for item in items if str(item).strip()]
-    return "\n".join(lines) if lines else empty
 
 
 def _truncate(text: str, limit: int = REJECTED_OUTPUT_CHARS) -> str:
@@ -178,9 +163,9 @@ def _situation(
     if kind == "tool":
         parts.append("TOOLS (the only ones you may use):\n" + _tool_lines(tools or ()))
         if workspace_files:
-            parts.append("WORKSPACE FILES:\n" + _bullets(list(workspace_files)))
+            parts.append("WORKSPACE FILES:\n" + bullets(list(workspace_files)))
     else:
-        parts.append(f"CURRENT NEEDS (satisfaction, lowest first): {_needs_text(needs)}")
+        parts.append(f"CURRENT NEEDS (satisfaction, lowest first): {needs_text(needs)}")
         parts.append("ALLOWED ACTIONS: " + (", ".join(allowed_actions) or "(any)"))
     return parts
 
@@ -223,13 +208,13 @@ def prompt_plan(
     if restatement:
         parts.insert(1, "RESTATED GOAL: " + "; ".join(f"{k.upper()}: {restatement.get(k, '')}" for k in RESTATE_KEYS))
     if feedback:
-        parts.append("OPERATOR FEEDBACK (must be taken into account):\n" + _bullets(feedback))
+        parts.append("OPERATOR FEEDBACK (must be taken into account):\n" + bullets(feedback))
     if rejection_reasons:
-        parts.append("YOUR PREVIOUS ATTEMPT WAS REJECTED BECAUSE:\n" + _bullets(rejection_reasons))
+        parts.append("YOUR PREVIOUS ATTEMPT WAS REJECTED BECAUSE:\n" + bullets(rejection_reasons))
     if last_rejected_output.strip():
         parts.append("LAST REJECTED OUTPUT (truncated):\n" + _truncate(last_rejected_output))
     if retry_hints:
-        parts.append("RETRY_HINTS (from a review of your rejected attempt):\n" + _bullets(retry_hints))
+        parts.append("RETRY_HINTS (from a review of your rejected attempt):\n" + bullets(retry_hints))
     if simple:
         parts.append(
             "SIMPLER REQUEST: the full plan was rejected repeatedly. Give the smallest plan that does only the "
@@ -309,7 +294,7 @@ def prompt_replan(
         ]
         lines.append(
             "COMPLETED STEPS (keep completed steps as they are: repeat them first, unchanged, with the same ids):\n"
-            + _bullets(done)
+            + bullets(done)
         )
     if failed:
         why_failed = f" (failed: {failed['failure_reason']})" if failed["failure_reason"] else ""
@@ -331,7 +316,7 @@ def prompt_reflect(*, output: str, reasons: Sequence[str]) -> Messages:
     """Seed 002 6a: a fast diagnosis of a rejected plan, as concrete RETRY_HINTS."""
     context = {"purpose": "reflect", "reasons": [str(r) for r in reasons]}
     user = (
-        "A planner's output was rejected.\n\nREASONS:\n" + _bullets(reasons) + "\n\nOUTPUT (truncated):\n"
+        "A planner's output was rejected.\n\nREASONS:\n" + bullets(reasons) + "\n\nOUTPUT (truncated):\n"
         + _truncate(output) + "\n\nGive at most 5 short, concrete hints that would fix it. "
         'Answer with JSON inside <json>...</json>: <json>{"hints": ["..."]}</json>\n' + context_line(context)
     )
@@ -358,11 +343,11 @@ def prompt_decide_action(
         "goals": [str(g) for g in goals],
         "actions": list(actions),
     }
-    parts = [f"CURRENT NEEDS (satisfaction, lowest first): {_needs_text(needs)}"]
+    parts = [f"CURRENT NEEDS (satisfaction, lowest first): {needs_text(needs)}"]
     if current_step.strip():
         parts.append(" ".join(current_step.split()))
-    parts.append("CURRENT GOALS:\n" + _bullets(goals))
-    parts.append("LEARNED LESSONS:\n" + _bullets(lessons))
+    parts.append("CURRENT GOALS:\n" + bullets(goals))
+    parts.append("LEARNED LESSONS:\n" + bullets(lessons))
     parts.append("AVAILABLE ACTIONS: " + ", ".join(actions))
     parts.append(
         "Choose exactly one available action. Answer with JSON inside <json>...</json>:\n"
