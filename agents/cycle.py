@@ -43,12 +43,14 @@ from agents.world import (
     action_lesson,
     action_needs_permission,
     emotions_update,
+    idle_hours,
     needs_changes,
     urgent_need,
 )
 from goals.models import Goal
-from goals.services import goal_milestone_check, goals_generate
+from goals.services import goal_milestone_check, goals_generate, goals_recur
 from goals.system import (
+    MAX_GOALS,
     PLAN_COMPLETION_BONUS,
     GoalState,
     goal_after_experience,
@@ -216,9 +218,15 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             changed = True
             break  # one replan per cycle: a model call each
     served = [n for g in state.goals for n in g.source_needs]
-    if goals_reevaluation_due(agent.cycle_count) and goals_room(needs=state.needs, served=served, active=len(state.goals)):
-        changed = bool(goals_generate(agent=agent, needs=state.needs)) or changed
-        if changed:
+    room = goals_room(needs=state.needs, served=served, active=len(state.goals))
+    if goals_reevaluation_due(agent.cycle_count) and room:
+        recurred = goals_recur(agent=agent, needs=state.needs, room=room)
+        served_now = {n for g in recurred for n in g.source_needs}
+        generated = []
+        if any(n not in served_now for n in room) and len(state.goals) + len(recurred) < MAX_GOALS:
+            generated = goals_generate(agent=agent, needs=state.needs)
+        if recurred or generated:
+            changed = True
             state = persona_reload(agent)
     open_horizons = {p.goal.horizon for p in state.plans if p.goal is not None}
     open_horizons |= set(Plan.objects.filter(agent=agent, status__in=[Plan.Status.DRAFT, Plan.Status.VALIDATING])
@@ -277,7 +285,7 @@ def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
         if suggested is not None and action == suggested:
             override_reason = ""
     outcome = action_apply(action, needs)
-    hours = action_hours(outcome.action)
+    hours = idle_hours(needs=needs, rates=state.rates) if outcome.action == "idle" else action_hours(outcome.action)
     followed = suggested is not None and outcome.action == suggested
     changes = needs_changes(needs=needs, rates=state.rates, deltas=outcome.need_deltas, hours=hours)
     after = {name: round(value + changes[name], 4) for name, value in needs.items()}

@@ -6,12 +6,14 @@ needs and goals decay by the hours that passed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 SIM_HOURS_PER_CYCLE = 1.0  # the hours an action takes unless it says otherwise
 URGENT_BELOW = 0.15  # a need this low overrides the plan's suggestion
 RELIEVE_BELOW = 0.5  # without a plan step, the person relieves their lowest need once it drops below this
+MAX_IDLE_HOURS = 8.0  # nothing to do: the person passes the time until a need calls, at most this long
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,15 @@ def needs_decay(needs: Mapping[str, tuple[float, float]], hours: float) -> dict[
 def action_hours(action: str) -> float:
     """The simulated hours an action takes."""
     return (ACTIONS.get(action) or ACTIONS["idle"]).hours
+
+
+def idle_hours(*, needs: Mapping[str, float], rates: Mapping[str, float]) -> float:
+    """How long a person with nothing to do (no plan step, no low need) passes the time: until the first need
+    has decayed below RELIEVE_BELOW, in whole hours, at least an hour and at most MAX_IDLE_HOURS. One idle
+    action, not one per hour: the next cycle comes when there is something to do."""
+    waits = [(value - RELIEVE_BELOW) / rate for name, value in needs.items() if (rate := rates.get(name, 0.0)) > 0]
+    hours = math.floor(round(min(waits), 6)) + 1 if waits else MAX_IDLE_HOURS
+    return float(max(SIM_HOURS_PER_CYCLE, min(MAX_IDLE_HOURS, hours)))
 
 
 def needs_changes(*, needs: Mapping[str, float], rates: Mapping[str, float], deltas: Mapping[str, float],

@@ -16,7 +16,7 @@ from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
-from goals.system import GOALS_PER_GENERATION, MAX_GOALS, milestone_after
+from goals.system import GOALS_PER_GENERATION, MAX_GOALS, RECUR_SHORT_BELOW, milestone_after
 from planner_site.events import publish_changed_on_commit
 
 logger = logging.getLogger("planner.goals")
@@ -42,6 +42,33 @@ def goals_generate(*, agent: Agent, needs: Mapping[str, float]) -> list[Goal]:
     return goals_create(agent=agent, proposals=proposals[:GOALS_PER_GENERATION], needs=needs, lessons=lessons)
 
 
+RECUR_LOOKBACK = 20  # completed goals searched for one that served a need that is low again
+
+
+def goals_recur(*, agent: Agent, needs: Mapping[str, float], room: Sequence[str]) -> list[Goal]:
+    """A need that drops below the line again brings back the goal that served it last time, without a model
+    call: the person knows what to do about hunger once they have done it (docs/seeds.md, "recurring goals").
+    `room` lists the needs no active goal serves, lowest first; the model is asked only for those with no
+    such goal. One query; the goals are created by goals_create like generated ones."""
+    wanted = list(room)
+    proposals: list[dict[str, object]] = []
+    done = Goal.objects.filter(agent=agent, status=Goal.Status.COMPLETED).order_by("-pk").values(
+        "description", "horizon", "source_needs", "recommended_actions", "source_lessons")[:RECUR_LOOKBACK]
+    for goal in done:
+        need = next((n for n in wanted if n in goal["source_needs"]), None)
+        if need is None:
+            continue
+        wanted = [n for n in wanted if n not in goal["source_needs"]]
+        horizon = Goal.Horizon.SHORT if needs[need] < RECUR_SHORT_BELOW else Goal.Horizon.MID
+        proposals.append({**goal, "horizon": horizon, "reasoning": f"{need.capitalize()} is low again at {needs[need]:.0%}; "
+                                                f"this goal was achieved before, so it recurs."})
+        if not wanted:
+            break
+    if not proposals:
+        return []
+    return goals_create(agent=agent, proposals=proposals, needs=needs, lessons=[])
+
+
 @transaction.atomic
 def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], needs: Mapping[str, float],
                  lessons: Sequence[str]) -> list[Goal]:
@@ -57,10 +84,12 @@ def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], nee
             continue
         source = item.get("source_needs")
         actions = item.get("recommended_actions")
+        known = item.get("source_lessons")  # a recurring goal keeps its own lessons
+        goal_lessons = list(lessons) or ([str(x) for x in known] if isinstance(known, list) else [])
         created.append(Goal(
             agent=agent, description=description, horizon=horizon,
             source_needs=[str(n) for n in source if str(n) in needs] if isinstance(source, list) else [],
-            source_lessons=list(lessons[:LESSONS_PER_GOAL]),
+            source_lessons=goal_lessons[:LESSONS_PER_GOAL],
             recommended_actions=[str(a)[:200] for a in actions][:ACTIONS_PER_GOAL] if isinstance(actions, list) else [],
             reasoning=" ".join(str(item.get("reasoning", "")).split())[:2000],
         ))

@@ -19,6 +19,7 @@ MILESTONE_SETBACK = 0.3  # progress taken back when the milestone check says "no
 # A need below this, served by no active goal, is room for a new goal (the re-evaluation asks the model
 # only then). The offline model proposes goals for needs below the same line.
 GOAL_NEED_BELOW = 0.5
+RECUR_SHORT_BELOW = 0.3  # a goal that recurs for a need this low is short-term (planned first), else mid-term
 # Priority of horizons: short-term first, then mid, then long (seed 000's get_current_step).
 HORIZON_ORDER = {"short_term": 0, "mid_term": 1, "long_term": 2}
 

@@ -342,3 +342,37 @@ def test_common_cycle_costs_at_most_eight_queries() -> None:
     statements = [q["sql"] for q in queries.captured_queries
                   if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
     assert len(statements) <= 8, "\n".join(statements)
+
+
+def test_with_nothing_to_do_the_person_passes_the_time_until_a_need_calls() -> None:
+    agent = person({**CALM, "hunger": 0.62})
+    Need.objects.filter(agent=agent, name="hunger").update(decay_per_hour=0.03)
+    idle = cycle(agent)
+    assert idle.action == "idle" and idle.followed_plan is False
+    assert idle.hours == 5.0  # the first whole hour hunger (62%, -3% an hour) is below half: one action, not five
+    hunger = Need.objects.get(agent=agent, name="hunger").satisfaction
+    assert hunger == pytest.approx(0.62 - 5 * 0.03)
+    assert cycle(agent).action != "idle"  # hunger is below half now: the person relieves it
+
+
+def test_a_need_low_again_brings_back_its_achieved_goal_without_a_model_call() -> None:
+    agent = person({**CALM, "hunger": 0.2, "social": 0.4})
+    done = GoalFactory(agent=agent, horizon="long_term", source_needs=["hunger"], description="Get something to eat",
+                       recommended_actions=["eat"], status=Goal.Status.COMPLETED)
+    cycle(agent)  # experience 0 is a re-evaluation: hunger and social are low and served by no active goal
+    again = Goal.objects.get(agent=agent, status=Goal.Status.ACTIVE, source_needs=["hunger"])
+    assert again.pk != done.pk and again.description == done.description and again.recommended_actions == ["eat"]
+    assert again.horizon == "short_term"  # hunger at 20% is pressing: planned first
+    assert "low again" in again.reasoning
+    # Social never had a goal: the model is asked, once, for it (and proposes what it proposes).
+    assert LLMCall.objects.filter(purpose="goals").count() == 1
+    assert Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, source_needs=["social"]).exists()
+
+
+def test_when_every_low_need_has_an_achieved_goal_the_model_is_not_asked() -> None:
+    agent = person({**CALM, "hunger": 0.4})
+    GoalFactory(agent=agent, horizon="mid_term", source_needs=["hunger"], description="Get something to eat",
+                status=Goal.Status.COMPLETED)
+    cycle(agent)
+    assert Goal.objects.get(agent=agent, status=Goal.Status.ACTIVE).horizon == "mid_term"
+    assert not LLMCall.objects.filter(purpose="goals").exists()

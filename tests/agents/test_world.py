@@ -86,3 +86,13 @@ def test_plan_prompt_situation_lines_carry_emotions_and_lessons() -> None:
     lines = persona_situation(emotions={"worry": 0.8, "hope": 0.25}, lessons=["Work before shopping."])
     assert lines == ["Emotions: hope 25%, worry 80%", "Lessons learned: Work before shopping."]
     assert persona_situation(emotions={}, lessons=[]) == []
+
+
+def test_idle_lasts_until_the_first_need_decays_to_half_within_one_to_eight_hours() -> None:
+    from agents.world import MAX_IDLE_HOURS, idle_hours
+
+    assert idle_hours(needs={"hunger": 0.62, "fun": 0.9}, rates={"hunger": 0.03, "fun": 0.01}) == 5.0  # 47%
+    assert idle_hours(needs={"hunger": 0.51}, rates={"hunger": 0.03}) == 1.0
+    assert idle_hours(needs={"hunger": 0.4}, rates={"hunger": 0.03}) == 1.0  # at least an hour
+    assert idle_hours(needs={"hunger": 1.0}, rates={"hunger": 0.01}) == MAX_IDLE_HOURS == 8.0
+    assert idle_hours(needs={"hunger": 0.9}, rates={}) == MAX_IDLE_HOURS  # nothing decays: wait the longest
