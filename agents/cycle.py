@@ -16,10 +16,11 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cache
 from pathlib import Path
 
-from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
@@ -58,6 +59,7 @@ from goals.system import (
     goals_reevaluation_due,
     goals_room,
 )
+from planner_site import hotsql
 from planner_site.events import publish_changed_on_commit
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
@@ -81,7 +83,7 @@ GOALS_IN_DECISION_PROMPT = 5
 
 def agent_cycle(*, agent_id: int, runner: str) -> str:
     """Drive one cycle; returns a short description of what happened (for logs and tests)."""
-    needs = list(Need.objects.filter(agent_id=agent_id).select_related("agent").order_by("name"))
+    needs = persona_needs(agent_id)
     agent = needs[0].agent if needs else Agent.objects.get(pk=agent_id)
     if agent.status != Agent.Status.RUNNING:
         return "not running"
@@ -175,27 +177,102 @@ class PersonaState:
     steps: dict[int, list[PlanStep]] = field(default_factory=dict)
 
 
+# The three reads of every persona cycle, in SQL written once (planner_site/hotsql.py): through the ORM,
+# building them cost more than half of a whole cycle. tests/agents/test_cycle_reads.py checks they give what
+# the equivalent QuerySets give.
+
+
+@cache
+def _needs_sql(vendor: str) -> str:
+    return (f"SELECT {hotsql.select_list(Need, 'n')}, {hotsql.select_list(Agent, 'a')} "  # noqa: S608
+            f"FROM {hotsql.table(Need)} n INNER JOIN {hotsql.table(Agent)} a "
+            f"ON a.{hotsql.column(Agent, 'id')} = n.{hotsql.column(Need, 'agent')} "
+            f"WHERE n.{hotsql.column(Need, 'agent')} = %s ORDER BY n.{hotsql.column(Need, 'name')}")
+
+
+@cache
+def _goals_sql(vendor: str) -> str:
+    held = ", ".join(["%s"] * len([*Plan.OPEN_STATUSES, Plan.Status.FAILED]))
+    return (f"SELECT {hotsql.select_list(Goal, 'g')}, EXISTS (SELECT 1 FROM {hotsql.table(Plan)} p "  # noqa: S608
+            f"WHERE p.{hotsql.column(Plan, 'goal')} = g.{hotsql.column(Goal, 'id')} "
+            f"AND p.{hotsql.column(Plan, 'status')} IN ({held})) "
+            f"FROM {hotsql.table(Goal)} g WHERE g.{hotsql.column(Goal, 'agent')} = %s "
+            f"AND g.{hotsql.column(Goal, 'status')} = %s")
+
+
+@cache
+def _steps_sql(vendor: str) -> str:
+    statuses = ", ".join(["%s"] * len(Plan.OPEN_STATUSES))
+    return (f"SELECT {hotsql.select_list(PlanStep, 's')}, {hotsql.select_list(Plan, 'p')}, "  # noqa: S608
+            f"{hotsql.select_list(Goal, 'g')} FROM {hotsql.table(PlanStep)} s "
+            f"INNER JOIN {hotsql.table(Plan)} p ON p.{hotsql.column(Plan, 'id')} = s.{hotsql.column(PlanStep, 'plan')} "
+            f"LEFT OUTER JOIN {hotsql.table(Goal)} g ON g.{hotsql.column(Goal, 'id')} = p.{hotsql.column(Plan, 'goal')} "
+            f"WHERE p.{hotsql.column(Plan, 'agent')} = %s AND p.{hotsql.column(Plan, 'status')} IN ({statuses}) "
+            f"ORDER BY p.{hotsql.column(Plan, 'created_at')}, p.{hotsql.column(Plan, 'id')}, "
+            f"s.{hotsql.column(PlanStep, 'position')}")
+
+
+def persona_needs(agent_id: int) -> list[Need]:
+    """The agent's needs by name, each with its agent (one row read, like select_related("agent"))."""
+    width = hotsql.width(Need)
+    needs = []
+    agent: Agent | None = None
+    for row in hotsql.fetch(_needs_sql(connection.vendor), [agent_id]):
+        need = hotsql.build(Need, row)
+        assert need is not None
+        agent = agent or hotsql.build(Agent, row, width)
+        Need._meta.get_field("agent").set_cached_value(need, agent)  # type: ignore[union-attr]
+        needs.append(need)
+    return needs
+
+
 def persona_state(agent: Agent, need_rows: list[Need]) -> PersonaState:
-    held = Plan.objects.filter(goal=OuterRef("pk"), status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
-    goals: list[Goal] = sorted(
-        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).annotate(planned=Exists(held)).order_by(),
-        key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
-    )
+    goals: list[Goal] = []
+    width = hotsql.width(Goal)
+    for row in hotsql.fetch(_goals_sql(connection.vendor),
+                            [*Plan.OPEN_STATUSES, Plan.Status.FAILED, agent.pk, Goal.Status.ACTIVE]):
+        goal = hotsql.build(Goal, row)
+        assert goal is not None
+        goal.planned = bool(row[width])  # type: ignore[attr-defined]
+        goals.append(goal)
+    goals.sort(key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
     state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in need_rows},
                          rates={n.name: n.decay_per_hour for n in need_rows}, goals=goals)
-    rows = PlanStep.objects.filter(plan__agent=agent, plan__status__in=Plan.OPEN_STATUSES).select_related(
-        "plan", "plan__goal").order_by("plan__created_at", "plan_id", "position")
     plans: dict[int, Plan] = {}
-    for step in rows:
-        plans.setdefault(step.plan_id, step.plan)
-        state.steps.setdefault(step.plan_id, []).append(step)
-    state.plans = sorted(plans.values(), key=lambda p: (
-        goal_priority(horizon=p.goal.horizon, confidence=0.0)[0] if p.goal else 3, p.created_at))
+    step_width, plan_width = hotsql.width(PlanStep), hotsql.width(Plan)
+    for row in hotsql.fetch(_steps_sql(connection.vendor), [agent.pk, *Plan.OPEN_STATUSES]):
+        step = hotsql.build(PlanStep, row)
+        assert step is not None
+        plan = plans.get(step.plan_id)
+        if plan is None:
+            plan = hotsql.build(Plan, row, step_width)
+            assert plan is not None
+            Plan._meta.get_field("goal").set_cached_value(  # type: ignore[union-attr]
+                plan, hotsql.build(Goal, row, step_width + plan_width))
+            plans[plan.pk] = plan
+        PlanStep._meta.get_field("plan").set_cached_value(step, plan)  # type: ignore[union-attr]
+        state.steps.setdefault(plan.pk, []).append(step)
+    state.plans = sorted(plans.values(), key=plan_order)
     return state
 
 
+def plan_order(plan: Plan) -> tuple[int, object]:
+    """Open plans in the order their steps may act: short-term goal first, then mid, then long; oldest first."""
+    return goal_priority(horizon=plan.goal.horizon, confidence=0.0)[0] if plan.goal else 3, plan.created_at
+
+
+def persona_state_add(state: PersonaState, *, goal: Goal, plan: Plan, steps: list[PlanStep]) -> None:
+    """A plan this cycle made (a routine), added to what the cycle read, as persona_state would read it."""
+    plan.goal = goal
+    goal.planned = True  # type: ignore[attr-defined]
+    state.steps[plan.pk] = sorted(steps, key=lambda s: s.position)
+    for step in state.steps[plan.pk]:
+        step.plan = plan
+    state.plans = sorted([*state.plans, plan], key=plan_order)
+
+
 def persona_reload(agent: Agent) -> PersonaState:
-    need_rows = list(Need.objects.filter(agent_id=agent.pk).select_related("agent").order_by("name"))
+    need_rows = persona_needs(agent.pk)
     fresh = need_rows[0].agent if need_rows else Agent.objects.get(pk=agent.pk)
     return persona_state(fresh, need_rows)
 
@@ -244,7 +321,11 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
                 routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
             if routine is None:
                 plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
-            return True
+                return True
+            if changed:
+                return True
+            persona_state_add(state, goal=goal, plan=routine[0], steps=routine[1])
+            return False  # the state in hand is current: no need to read it again
     return changed
 
 

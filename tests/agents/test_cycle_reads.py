@@ -1,0 +1,71 @@
+"""The persona cycle's hand-written reads (agents/cycle.py on planner_site/hotsql.py) give exactly what the
+equivalent QuerySets give: every field, converted the same (dates, JSON, booleans), and the related rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models import Exists, Model, OuterRef
+from django.test.utils import CaptureQueriesContext
+
+from agents.cycle import persona_needs, persona_state
+from agents.models import Agent, Need
+from goals.models import Goal
+from planning.models import Plan, PlanStep
+from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def values(obj: Model | None) -> dict[str, Any] | None:
+    return None if obj is None else {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
+
+
+@pytest.fixture
+def persona() -> Agent:
+    agent = AgentFactory(kind=Agent.Kind.PERSONA, emotions={"hope": 0.5}, personality={"warm": True})
+    for name, value in {"money": 0.3, "hunger": 0.61, "energy": 1.0}.items():
+        NeedFactory(agent=agent, name=name, satisfaction=value)
+    mid = GoalFactory(agent=agent, horizon="mid_term", source_needs=["money"], recommended_actions=["work"])
+    GoalFactory(agent=agent, horizon="short_term", source_needs=["hunger"], reasoning="Hunger <b>low</b>")
+    GoalFactory(agent=agent, status=Goal.Status.COMPLETED)
+    plan = PlanFactory(agent=agent, goal=mid, risks=["tired"])
+    PlanStepFactory(plan=plan, key="1", position=1, action_hint="work", depends_on=[], requires_permission=True)
+    PlanStepFactory(plan=plan, key="2", position=2, action_hint="eat", depends_on=["1"],
+                    status=PlanStep.Status.RUNNING)
+    goalless = PlanFactory(agent=agent, goal=None, goal_text="Tidy the notes")
+    PlanStepFactory(plan=goalless, key="a", position=1)
+    PlanFactory(agent=agent, goal=mid, status=Plan.Status.COMPLETED)  # closed: not read
+    return agent
+
+
+def test_needs_read_is_the_queryset_with_its_agent(persona: Agent) -> None:
+    expected = list(Need.objects.filter(agent_id=persona.pk).select_related("agent").order_by("name"))
+    with CaptureQueriesContext(connection) as queries:
+        got = persona_needs(persona.pk)
+        assert got[0].agent.emotions == {"hope": 0.5}  # no second query for the agent
+    assert len(queries) == 1
+    assert [values(n) for n in got] == [values(n) for n in expected]
+    assert values(got[0].agent) == values(expected[0].agent)
+    assert persona_needs(AgentFactory().pk) == []
+
+
+def test_goals_and_open_steps_read_are_the_querysets(persona: Agent) -> None:
+    held = Plan.objects.filter(goal=OuterRef("pk"), status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
+    goals = {g.pk: g for g in Goal.objects.filter(agent=persona, status=Goal.Status.ACTIVE)
+             .annotate(planned=Exists(held))}
+    steps = list(PlanStep.objects.filter(plan__agent=persona, plan__status__in=Plan.OPEN_STATUSES)
+                 .select_related("plan", "plan__goal").order_by("plan__created_at", "plan_id", "position"))
+    with CaptureQueriesContext(connection) as queries:
+        state = persona_state(persona, persona_needs(persona.pk))
+        read = [(values(s), values(s.plan), values(s.plan.goal)) for p in state.plans for s in state.steps[p.pk]]
+    assert len(queries) == 3
+    assert [g.horizon for g in state.goals] == ["short_term", "mid_term"]  # priority order
+    assert {g.pk: (values(g), g.planned) for g in state.goals} == {  # type: ignore[attr-defined]
+        pk: (values(g), g.planned) for pk, g in goals.items()}
+    assert sorted(read, key=lambda r: r[0]["id"]) == sorted(
+        [(values(s), values(s.plan), values(s.plan.goal)) for s in steps], key=lambda r: r[0]["id"])
+    assert [g.planned for g in state.goals] == [False, True]  # type: ignore[attr-defined]
+    assert state.plans[-1].goal is None  # a plan without a goal comes last and reads as such
