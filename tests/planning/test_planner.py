@@ -382,7 +382,7 @@ def test_claiming_an_agent_fails_its_orphaned_validating_plan() -> None:
 
 
 def plan_start_orphan(agent: Agent, *, runner: str) -> Plan:
-    from planning.planner import plan_start
+    from planning.plan_services import plan_start
 
     return plan_start(agent=agent, goal_text="List the workspace", goal=None, previous=None, reason="",
                       actor_label=runner)
