@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db.models import Case, Exists, IntegerField, OuterRef, Value, When
 
+from agents.llm.context import percent
 from agents.models import Agent, Experience, LLMCall
 from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for
 from goals.models import Goal
@@ -53,10 +54,6 @@ def ordinal(n: int) -> str:
     """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
-
-
-def percent(value: float) -> str:
-    return f"{round(value * 100)}%"
 
 
 def goals_plan_waits(*, goals: list[Goal], needs: Mapping[str, float], open_horizons: set[str]) -> None:
