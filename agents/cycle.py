@@ -15,12 +15,10 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import cache
 from pathlib import Path
 
-from django.db import connection, transaction
-from django.db.models import F
+from django.db import connection
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
@@ -31,6 +29,7 @@ from agents.services import (
     CycleAlreadyDone,
     CycleRecord,
     StepChange,
+    agent_cycle_count,
     goal_plans_close,
     persona_cycle_record,
     plan_repeat,
@@ -60,18 +59,17 @@ from goals.system import (
     goals_room,
 )
 from planner_site import hotsql
-from planner_site.events import publish_changed_on_commit
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import MAX_REPLANS, PlanAlreadyReplanned, plan_generate, plan_retry_due
+from planning.plan_services import PlanAlreadyReplanned
+from planning.planner import MAX_REPLANS, plan_generate, plan_retry_due
 from planning.services import (
-    event_record,
     plan_abandon,
+    plan_replan_schedule,
     step_finish,
-    step_lock,
-    step_move,
     step_request_approval,
+    step_start,
 )
 
 logger = logging.getLogger("planner.cycle")
@@ -97,12 +95,7 @@ def agent_cycle(*, agent_id: int, runner: str) -> str:
         else:
             what = tool_cycle(agent=agent, plan=plan, runner=runner)
     finally:
-        with transaction.atomic():
-            Agent.objects.filter(pk=agent.pk).update(
-                cycle_count=F("cycle_count") + 1,
-                next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval),
-            )
-            publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
+        agent_cycle_count(agent=agent)
     return what
 
 
@@ -398,8 +391,7 @@ def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
         lesson=None if outcome.succeeded else action_lesson(outcome.action, needs),
     )
     try:
-        with transaction.atomic():
-            persona_cycle_record(record)
+        persona_cycle_record(record)
     except CycleAlreadyDone:
         return "cycle already done"
     for goal, goal_state in goals:
@@ -496,7 +488,7 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
     if not keys:
         blocked = steps_blocked(table)
         if blocked and not any(s.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL) for s in steps):
-            Plan.objects.filter(pk=plan.pk).update(replan_reason=f"steps {', '.join(blocked)} can never run")
+            plan_replan_schedule(plan=plan, runner=runner, reason=f"steps {', '.join(blocked)} can never run")
         return "waiting"
     done: list[str] = []
     agent.workspace.mkdir(parents=True, exist_ok=True)
@@ -506,16 +498,9 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
             step_request_approval(step=step, runner=runner)
             done.append(f"{step.key} awaits approval")
             continue
-        with transaction.atomic():
-            step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
-            if step.status != PlanStep.Status.PENDING:
-                continue
-            step_move(step=step, status=PlanStep.Status.RUNNING)
-            step.actual_cycles += 1
-            step.save(update_fields=["status", "actual_cycles", "updated_at"])
-            event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner,
-                         reason=f"{step.tool} {step.tool_input}"[:500])
-        started.append(step)
+        running = step_start(step=step, runner=runner)
+        if running is not None:
+            started.append(running)
     # Independent steps released together run side by side, bounded by TOOL_STEPS_PER_CYCLE.
     with ThreadPoolExecutor(max_workers=TOOL_STEPS_PER_CYCLE, thread_name_prefix="tool") as pool:
         outcomes = list(pool.map(lambda st: tool_call(st, agent.workspace), started))

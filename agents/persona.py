@@ -14,14 +14,20 @@ MAX_OVERRIDES = 3  # replan when urgent needs override the step this many cycles
 PLAN_NEEDS_BELOW = 0.5  # mid- and long-term goals are planned once a source need drops below this
 
 
-def goal_plannable(*, horizon: str, source_needs: Iterable[str], needs: Mapping[str, float]) -> bool:
+def goal_plan_waits_for(*, horizon: str, source_needs: Iterable[str], needs: Mapping[str, float]) -> dict[str, float]:
     """Seed 000: short-term goals are planned at once; mid- and long-term goals wait until one of their
-    source needs drops below PLAN_NEEDS_BELOW. A goal with no known source need (given by an operator)
-    has nothing to wait for."""
+    source needs drops below PLAN_NEEDS_BELOW. The source needs a goal waits for, with their levels (one of
+    them must drop below the line); empty when it waits for nothing. A goal with no known source need (given
+    by an operator) has nothing to wait for."""
     if horizon == "short_term":
-        return True
-    levels = [needs[name] for name in source_needs if name in needs]
-    return not levels or min(levels) < PLAN_NEEDS_BELOW
+        return {}
+    levels = {name: needs[name] for name in source_needs if name in needs}
+    return {} if not levels or min(levels.values()) < PLAN_NEEDS_BELOW else levels
+
+
+def goal_plannable(*, horizon: str, source_needs: Iterable[str], needs: Mapping[str, float]) -> bool:
+    """Whether the goal may be planned now (see goal_plan_waits_for)."""
+    return not goal_plan_waits_for(horizon=horizon, source_needs=source_needs, needs=needs)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ taken oldest first in primary-key order, which follows creation time, so a pass 
 batch; the tables it scans are themselves bounded by these very limits.
 
 Kept always: the events operators made (the audit of what people decided) and every event of a plan
-that is still open (its page shows the whole story). Goal samples go by age and, beyond the newest
-GOAL_SAMPLES_PER_GOAL of a goal, by count (the curve on the agent page needs no more).
+that is still open (its page shows the whole story). The curves on the agent page are drawn from the
+newest experiences, so they need nothing kept apart.
 """
 
 from __future__ import annotations
@@ -19,17 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from agents.models import Experience, LLMCall
-from goals.models import GoalSample
 from planning.models import Plan, PlanEvent
 
 logger = logging.getLogger("planner.retention")
-
-GOAL_SAMPLES_PER_GOAL = 240  # the agent page's curve; older samples of a goal go even within the age limit
 
 
 @dataclass
@@ -67,17 +63,6 @@ def aged_out(setting: str, old: Callable[[datetime], QuerySet]) -> Callable[...,
     return prune
 
 
-def goal_samples_prune_by_count(*, now: datetime, batch: int) -> int:
-    """Samples beyond each goal's newest GOAL_SAMPLES_PER_GOAL, for all goals in one statement."""
-    ranked = GoalSample.objects.annotate(
-        rank=Window(RowNumber(), partition_by=[F("goal_id")], order_by=[F("taken_at").desc(), F("pk").desc()])
-    ).filter(rank__gt=GOAL_SAMPLES_PER_GOAL)
-    ids = list(ranked.values_list("pk", flat=True)[:batch])
-    if ids:
-        GoalSample.objects.filter(pk__in=ids).delete()
-    return len(ids)
-
-
 def llm_bodies_prune(*, now: datetime, batch: int) -> int:
     """Clear the prompt and response of old calls; the row (model, tokens, latency, cost) stays for usage."""
     moment = cutoff(settings.RETAIN_LLM_BODIES_HOURS, now)
@@ -93,8 +78,6 @@ def llm_bodies_prune(*, now: datetime, batch: int) -> int:
 
 PRUNERS: dict[str, Callable[..., int]] = {
     "experiences": aged_out("RETAIN_EXPERIENCES_HOURS", lambda m: Experience.objects.filter(created_at__lt=m)),
-    "goal samples (age)": aged_out("RETAIN_GOAL_SAMPLES_HOURS", lambda m: GoalSample.objects.filter(taken_at__lt=m)),
-    "goal samples (per goal)": goal_samples_prune_by_count,
     "model-call bodies": llm_bodies_prune,
     "model calls": aged_out("RETAIN_LLM_CALLS_HOURS", lambda m: LLMCall.objects.filter(created_at__lt=m)),
     # The runner's events of closed plans; operators' events and open plans' events stay.

@@ -4,12 +4,15 @@ curves of needs, progress and confidence drawn from the experiences. A fixed num
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Case, IntegerField, Value, When
+from django.db.models import Case, Exists, IntegerField, OuterRef, Value, When
 
+from agents.llm.context import percent
 from agents.models import Agent, Experience, LLMCall
+from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for
 from goals.models import Goal
 from goals.system import HORIZON_ORDER
 from planning.engine.schedule import steps_runnable
@@ -47,11 +50,46 @@ def plan_step_now(steps: list[PlanStep]) -> PlanStep | None:
     return next((s for s in steps if s.key in keys), None)
 
 
-def persona_page(agent: Agent) -> dict[str, Any]:
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def goals_plan_waits(*, goals: list[Goal], needs: Mapping[str, float], open_horizons: set[str]) -> None:
+    """Why each active goal without a plan has none yet, and its place in the line (the persona cycle's rule:
+    goals in priority order; a horizon with an open plan takes no second one; mid- and long-term goals wait
+    for a source need below PLAN_NEEDS_BELOW; the first goal free of both is planned next cycle). Each goal
+    gets `plan_wait` (empty when it has a plan)."""
+    line = [g for g in goals if not g.plan_open and not g.plan_failed]  # type: ignore[attr-defined]
+    first_free = True
+    for goal in goals:
+        goal.plan_wait = (  # type: ignore[attr-defined]
+            "its plan failed: waits for the automatic retry or an operator's replan"
+            if goal.plan_failed and not goal.plan_open else "")  # type: ignore[attr-defined]
+    for place, goal in enumerate(line, start=1):
+        waits_for = goal_plan_waits_for(horizon=goal.horizon, source_needs=goal.source_needs, needs=needs)
+        if goal.horizon in open_horizons:
+            why = f"waits: the open {goal.get_horizon_display().lower()} plan comes first (one plan per horizon)"
+        elif waits_for:
+            levels = " or ".join(f"{name} {percent(level)}" for name, level in sorted(waits_for.items()))
+            why = f"waits: {levels} must drop below {percent(PLAN_NEEDS_BELOW)}"
+        elif first_free:
+            why, first_free = "to be planned next cycle", False
+        else:
+            why = "waits for the goals before it to be planned"
+        goal.plan_wait = f"{why}; {ordinal(place)} in line"  # type: ignore[attr-defined]
+
+
+def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, Any]:
     """The persona parts of the agent page (five queries)."""
     priority = Case(*[When(horizon=h, then=Value(n)) for h, n in HORIZON_ORDER.items()], output_field=IntegerField())
-    shown: list[Goal] = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).alias(p=priority)
-                             .order_by("p", "-confidence", "pk"))
+    goal_plans = Plan.objects.filter(goal=OuterRef("pk"))
+    active: list[Goal] = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).alias(p=priority).annotate(
+        plan_open=Exists(goal_plans.filter(status__in=Plan.OPEN_STATUSES)),
+        plan_failed=Exists(goal_plans.filter(status=Plan.Status.FAILED)),
+    ).order_by("p", "-confidence", "pk"))
+    shown = list(active)
     shown += list(Goal.objects.filter(agent=agent).exclude(status=Goal.Status.ACTIVE)
                   .order_by("-milestone_checked_at", "-pk")[:FINISHED_GOALS_SHOWN])
 
@@ -67,6 +105,10 @@ def persona_page(agent: Agent) -> dict[str, Any]:
     following = next((e for e in plans if e.plan.status == Plan.Status.ACTIVE and not e.plan.replan_reason
                       and e.current is not None and e.current.status != PlanStep.Status.AWAITING_APPROVAL), None)
     current_goal_id = following.plan.goal_id if following else None
+    if agent.kind == Agent.Kind.PERSONA:
+        open_horizons = {g.horizon for g in active if g.plan_open}  # type: ignore[attr-defined]
+        open_horizons |= {e.plan.goal.horizon for e in plans if e.plan.goal is not None}
+        goals_plan_waits(goals=active, needs=need_levels, open_horizons=open_horizons)
 
     history = list(reversed(Experience.objects.filter(agent=agent).order_by("-cycle")
                             .values_list("needs_after", "goals_after")[:CURVE_POINTS]))

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Agent, Experience, Lesson, Need
@@ -65,11 +66,20 @@ class CycleRecord:
     lesson: str | None = None
 
 
+@transaction.atomic
+def agent_cycle_count(*, agent: Agent) -> None:
+    """A tool agent's cycle ended (whatever it did, recorded by its own services): count it and set the next
+    one's time. No event: the cycle's work has its own, and an idle cycle is no news for the timeline."""
+    Agent.objects.filter(pk=agent.pk).update(
+        cycle_count=F("cycle_count") + 1, next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval),
+    )
+    publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
+
+
+@transaction.atomic
 def persona_cycle_record(record: CycleRecord) -> Experience:
-    """Record one persona cycle; raises CycleAlreadyDone (and the caller's transaction rolls back) when the
-    cycle was already recorded. Call inside transaction.atomic()."""
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("persona_cycle_record must run inside a transaction")
+    """Record one persona cycle in one transaction; raises CycleAlreadyDone (and nothing is written) when the
+    cycle was already recorded."""
     agent = record.agent
     now = timezone.now()
     cycle = record.expected_cycle + 1

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.contrib import admin
 
-from goals.models import Goal, GoalSample
+from goals.models import Goal
 from planner_site.admin_audit import AuditedAdmin
 
 
@@ -18,9 +18,3 @@ class GoalAdmin(AuditedAdmin):
     def audit_agent_id(self, obj: Any) -> int:
         return obj.agent_id
 
-
-@admin.register(GoalSample)
-class GoalSampleAdmin(admin.ModelAdmin):
-    list_display = ["goal", "progress", "confidence", "taken_at"]
-    list_filter = ["goal__agent"]
-    list_select_related = ["goal"]

@@ -1,4 +1,5 @@
-"""Goals by horizon (seed 001), with samples of progress and confidence for the decay curves."""
+"""Goals by horizon (seed 001). Their curves of progress and confidence are drawn from the experiences
+(`Experience.goals_after`, agents/selectors.py), so no samples are stored apart."""
 
 from __future__ import annotations
 
@@ -54,18 +55,3 @@ class Goal(models.Model):
     def get_absolute_url(self) -> str:
         return reverse("agent-detail", args=[self.agent_id]) + f"#goal-{self.pk}"
 
-
-class GoalSample(models.Model):
-    """Progress and confidence at one moment: the points of a goal's curves."""
-
-    goal = models.ForeignKey(Goal, on_delete=models.CASCADE, related_name="samples")
-    progress = models.FloatField(validators=UNIT)
-    confidence = models.FloatField(validators=UNIT)
-    taken_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["goal", "taken_at"]
-        indexes = [models.Index(fields=["goal", "taken_at"], name="goalsample_goal_time_idx")]
-
-    def __str__(self) -> str:
-        return f"{self.goal_id} p={self.progress:.2f} c={self.confidence:.2f}"

@@ -273,7 +273,6 @@ LLM_CONCURRENCY_PER_MODEL = int(os.environ.get("LLM_CONCURRENCY_PER_MODEL", "100
 # RETENTION_BATCH_ROWS, so a demo left running stays at a constant size. Operators' own events and the
 # events of open plans are always kept.
 RETAIN_EXPERIENCES_HOURS = float(os.environ.get("RETAIN_EXPERIENCES_HOURS", "24"))
-RETAIN_GOAL_SAMPLES_HOURS = float(os.environ.get("RETAIN_GOAL_SAMPLES_HOURS", "24"))
 RETAIN_LLM_BODIES_HOURS = float(os.environ.get("RETAIN_LLM_BODIES_HOURS", "24"))  # prompt and response text
 RETAIN_LLM_CALLS_HOURS = float(os.environ.get("RETAIN_LLM_CALLS_HOURS", "168"))  # the rows (tokens, cost)
 RETAIN_EVENTS_HOURS = float(os.environ.get("RETAIN_EVENTS_HOURS", "168"))

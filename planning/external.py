@@ -21,7 +21,8 @@ from planner_site.events import publish_changed_on_commit
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import PlanAlreadyReplanned, plan_accept, plan_generate, plan_start
+from planning.plan_services import PlanAlreadyReplanned, plan_accept, plan_start
+from planning.planner import plan_generate
 from planning.services import event_record, step_finish, step_move, step_request_approval
 
 RESULT_MAX_CHARS = 20000

@@ -194,6 +194,7 @@ class PlanEvent(models.Model):
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
         PLAN_COMPLETED = "plan_completed", "Plan completed"
         PLAN_FAILED = "plan_failed", "Plan failed"
+        PLAN_RETRIED = "plan_retried", "Planning retried"
         ADMIN_EDIT = "admin_edit", "Edited in admin"
         AGENT_PAUSED = "agent_paused", "Agent paused"
         AGENT_RESUMED = "agent_resumed", "Agent resumed"

@@ -1,7 +1,8 @@
 """Making plans: restate the goal, ask the model chain, parse, repair, validate, retry with reasons.
 
-LLM calls happen outside transactions (they take seconds); each write is its own short transaction,
-so the plan page shows "validating" and every rejected attempt while the planner works.
+LLM calls happen outside transactions (they take seconds); each write is a service of
+planning/plan_services.py (its own short transaction, its event, a push after commit), so the plan page
+shows "validating" and every rejected attempt while the planner works.
 
 One deadline (PLAN_DEADLINE_SECONDS) covers the whole of one plan: the restatement, every attempt,
 every reflection, every model of the chain; each call may wait only for what remains. A plan that
@@ -14,12 +15,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Subquery
 from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
@@ -27,31 +25,30 @@ from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, llm_complete, model_chain
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
-from agents.world import ACTIONS, action_needs_permission, persona_situation
+from agents.world import ACTIONS, persona_situation
 from goals.models import Goal
-from planner_site.events import publish_changed_on_commit
 from planning.engine.complexity import should_plan, tool_single_step
-from planning.engine.diff import plan_diff
 from planning.engine.parse import plan_parse
 from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
 from planning.engine.validate import PlanSpec, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
+from planning.plan_services import (
+    PlanNoLongerValidating,
+    attempt_reject,
+    plan_accept,
+    plan_ask,
+    plan_fail,
+    plan_restatement_save,
+    plan_retry_start,
+    plan_start,
+)
 
 logger = logging.getLogger("planner.planner")
 
 MAX_REPLANS = 3  # seed 000: a plan replanned this often is abandoned
-REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
 RECENT_REASONS = 6  # rejection reasons carried into the next prompt
 SIMPLE_GOAL_FLAG = "simple goal: one step, no planning call"
 PERSONA_LESSONS_IN_PROMPT = 5
-
-
-class PlanAlreadyReplanned(Exception):
-    """Another runner or operator already made the next version of this plan."""
-
-
-class PlanNoLongerValidating(Exception):
-    """The plan left "validating" while the planner worked (failed as interrupted, or cancelled)."""
 
 
 @dataclass
@@ -216,47 +213,6 @@ def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[Pla
     return result.plan, [f for f in result.flags if "preferred" not in f]
 
 
-@transaction.atomic
-def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Plan | None, reason: str,
-               actor_label: str) -> Plan:
-    """Create the new version in status "validating"; refuse a second next version of the same plan."""
-    retry = 0
-    if previous is not None:
-        previous = Plan.objects.select_for_update().get(pk=previous.pk)
-        if Plan.objects.filter(previous=previous).exists():
-            raise PlanAlreadyReplanned(previous)
-        # A version that failed while planning has no steps: trying it again is a retry, not a replan;
-        # an answered question is neither (nothing failed).
-        planned = previous.steps.exists()
-        retry = 0 if planned else previous.planning_retry + (0 if previous.clarification_answer else 1)
-    try:
-        with transaction.atomic():
-            plan = Plan.objects.create(
-                agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
-                version=previous.version + 1 if previous else 1, previous=previous,
-                times_replanned=previous.times_replanned + (1 if planned else 0) if previous else 0,
-                planning_retry=retry,
-                # The restatement is the goal's, not the version's: a replan keeps it (and its call).
-                **({k: getattr(previous, k) for k in RESTATE_KEYS} if previous is not None else {}),
-            )
-    except IntegrityError as exc:
-        raise PlanAlreadyReplanned(previous) from exc
-    if previous is not None:
-        previous.status = Plan.Status.REPLANNED
-        previous.replan_reason = ""
-        previous.retry_at = None
-        previous.save(update_fields=["status", "replan_reason", "retry_at", "updated_at"])
-        PlanEvent.objects.create(plan=previous, kind=PlanEvent.Kind.REPLANNED, actor_label=actor_label, reason=reason,
-                                 detail={"next_plan": plan.pk, "next_version": plan.version})
-        publish_changed_on_commit(agent_id=agent.pk, plan_id=previous.pk, kind="replanned")
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason="")
-    agent_retry_sync(agent_id=agent.pk)
-    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=actor_label, reason=reason,
-                             detail={"version": plan.version, "previous": previous.pk if previous else None})
-    publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_created")
-    return plan
-
-
 def plan_restatement(*, agent: Agent, plan: Plan, previous: Plan | None, goal_text: str,
                      deadline: Deadline) -> dict[str, str]:
     """The restatement of a replan's goal is its previous version's (copied by plan_start, no call);
@@ -284,7 +240,7 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline
     if not isinstance(raw, dict):
         return {}
     restatement = {k: str(raw.get(k, ""))[:300] for k in RESTATE_KEYS}
-    Plan.objects.filter(pk=plan.pk).update(**restatement)
+    plan_restatement_save(plan=plan, restatement=restatement)
     return restatement
 
 
@@ -368,148 +324,12 @@ def plan_reflect(*, agent: Agent, plan: Plan, output: str, reasons: list[str],
     return [str(h)[:300] for h in hints if isinstance(h, str | int | float)][:6]
 
 
-def plan_locked_validating(plan: Plan) -> Plan:
-    """The plan row, locked; PlanNoLongerValidating when someone else ended its planning meanwhile."""
-    locked = Plan.objects.select_for_update(of=("self",)).select_related("agent", "previous").get(pk=plan.pk)
-    if locked.status != Plan.Status.VALIDATING:
-        raise PlanNoLongerValidating(locked)
-    return locked
-
-
-@transaction.atomic
-def attempt_reject(*, plan: Plan, model: str, reasons: list[str], output: str, hints: list[str], actor_label: str) -> None:
-    plan_locked_validating(plan)
-    Plan.objects.filter(pk=plan.pk).update(retry_hints=hints)
-    PlanEvent.objects.create(
-        plan=plan, kind=PlanEvent.Kind.ATTEMPT_REJECTED, actor_label=actor_label, reason="; ".join(reasons)[:4000],
-        detail={"model": model, "reasons": reasons, "hints": hints, "output": output[:REJECTED_OUTPUT_SHOWN],
-                "output_chars": len(output)},
-    )
-    publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="attempt_rejected")
-
-
-@transaction.atomic
-def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kept: list[PlanStep],
-                actor_label: str) -> Plan:
-    """Store the validated steps; tool plans wait for the operator, persona plans start at once."""
-    plan = plan_locked_validating(plan)
-    kept_by_key = {s.key: s for s in kept}
-    persona = plan.agent.kind == Agent.Kind.PERSONA
-    for step in spec.steps:
-        if persona and step.key not in kept_by_key and action_needs_permission(step.action_hint) and not step.requires_permission:
-            # Spending real money is the persona world's risky act: an operator says yes first.
-            step.requires_permission = True
-            step.risk = "risky"
-            flags.append(f"step {step.key}: '{step.action_hint}' spends money; requires permission raised to true")
-    for position, step in enumerate(spec.steps, start=1):
-        carried = kept_by_key.get(step.key)
-        PlanStep.objects.create(
-            plan=plan, key=step.key, position=position, description=step.description[:500],
-            action_hint=step.action_hint[:200], tool=step.tool, tool_input=step.input,
-            expected_outcome=step.expected_outcome[:500], estimated_cycles=max(1, step.estimated_cycles),
-            depends_on=list(step.depends_on), requires_permission=step.requires_permission, risk=step.risk,
-            tools_needed=list(step.tools_needed), loop=dict(step.loop),
-            status=carried.status if carried else PlanStep.Status.PENDING,
-            result=carried.result if carried else "", actual_cycles=carried.actual_cycles if carried else 0,
-            elapsed_ms=carried.elapsed_ms if carried else None,
-            carried_over=carried is not None, approved_by=carried.approved_by if carried else None,
-        )
-    plan.status = Plan.Status.ACTIVE if persona else Plan.Status.AWAITING_APPROVAL
-    plan.approval_mode = Plan.ApprovalMode.ALL if persona else Plan.ApprovalMode.PENDING
-    plan.thinking_summary = spec.thinking_summary[:4000]
-    plan.confidence = max(0.0, min(1.0, spec.confidence))
-    plan.risks = list(spec.risks)
-    plan.model = model
-    plan.save()
-    detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
-    if plan.previous is not None:
-        detail["diff"] = plan_diff([s.as_spec() for s in plan.previous.steps.all()], [s.as_spec() for s in plan.steps.all()])
-    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label=actor_label,
-                             reason="; ".join(flags)[:4000], detail=detail)
-    waiting = "" if persona else f"plan v{plan.version} awaits approval"
-    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=waiting)
-    publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_validated")
-    return plan
-
-
-@transaction.atomic
-def plan_ask(*, plan: Plan, question: str, model: str, actor_label: str) -> Plan:
-    """Seed 003: the planner cannot plan without the operator's answer (an ambiguous goal, too many steps)."""
-    plan = plan_locked_validating(plan)
-    plan.status = Plan.Status.CLARIFYING
-    plan.clarification_question = question
-    plan.model = model
-    plan.save(update_fields=["status", "clarification_question", "model", "updated_at"])
-    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CLARIFICATION_ASKED, actor_label=actor_label,
-                             reason=question[:4000], detail={"model": model, "question": question})
-    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan v{plan.version} asks: {question}"[:300])
-    publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="clarification_asked")
-    return plan
-
-
-def failure_reasons(plan: Plan) -> list[str]:
-    """Every rejected attempt's reasons and every model error of this version, "model: reason", in order."""
-    events = plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).order_by("created_at", "pk")
-    return [f"{e.detail.get('model', '?')}: {r}" for e in events for r in e.detail.get("reasons", [])]
-
-
-@transaction.atomic
-def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[str] = ()) -> Plan:
-    """Planning failed: the plan fails with a true headline and every reason; the agent's retry policy tries
-    the goal again after a backoff, or the agent waits for an operator (Replan or Cancel)."""
-    plan = plan_locked_validating(plan)
-    agent = plan.agent
-    reasons = [*reasons, *failure_reasons(plan)]
-    plan.status = Plan.Status.FAILED
-    plan.failure_reason = "\n".join([headline, *reasons])[:20000]
-    now = timezone.now()
-    if plan.planning_retry < agent.plan_retry_limit:
-        # Backoff doubles with each retry: a server that is down is not hammered.
-        plan.retry_at = now + timedelta(seconds=agent.plan_retry_backoff * 2 ** plan.planning_retry)
-        local = timezone.localtime(plan.retry_at)
-        waiting = (f"planning failed ({headline}); next attempt at {local:%H:%M:%S} "
-                   f"(retry {plan.planning_retry + 1} of {agent.plan_retry_limit})")
-    else:
-        plan.retry_at = None
-        waiting = f"planning failed ({headline}); waiting for an operator to replan"
-    plan.save(update_fields=["status", "failure_reason", "retry_at", "updated_at"])
-    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=actor_label,
-                             reason=f"planning failed: {headline}",
-                             detail={"reasons": reasons, "retry_at": plan.retry_at.isoformat() if plan.retry_at else None})
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason=waiting[:300])
-    agent_retry_sync(agent_id=agent.pk)
-    publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_failed")
-    return plan
-
-
-def agent_retry_sync(*, agent_id: int) -> None:
-    """The agent row keeps the earliest automatic retry of its failed plans, so a cycle knows without a query."""
-    earliest = (Plan.objects.filter(agent_id=agent_id, status=Plan.Status.FAILED, retry_at__isnull=False)
-                .order_by("retry_at").values("retry_at")[:1])
-    Agent.objects.filter(pk=agent_id).update(plan_retry_at=Subquery(earliest))
-
-
 def plan_retry_due(*, agent: Agent, runner: str) -> None:
     """At the start of a cycle: a failed plan whose automatic retry is due gets a replan request, which
     this very cycle carries out. Costs no query unless a retry is due (the time is on the agent row)."""
     if agent.plan_retry_at is None or agent.plan_retry_at > timezone.now():
         return
-    with transaction.atomic():
-        plan = (Plan.objects.select_for_update()
-                .filter(agent=agent, status=Plan.Status.FAILED, retry_at__lte=timezone.now())
-                .order_by("retry_at").first())
-        if plan is None:
-            agent_retry_sync(agent_id=agent.pk)
-            return
-        headline = plan.failure_reason.split("\n", 1)[0]
-        plan.status = Plan.Status.ACTIVE
-        plan.retry_at = None
-        plan.replan_reason = f"automatic retry {plan.planning_retry + 1} of {agent.plan_retry_limit} after: {headline}"
-        plan.save(update_fields=["status", "retry_at", "replan_reason", "updated_at"])
-        agent_retry_sync(agent_id=agent.pk)
-        PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label=runner,
-                                 reason=plan.replan_reason, detail={"retry": plan.planning_retry + 1})
-        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_retry")
+    plan_retry_start(agent=agent, runner=runner)
 
 
 def plans_interrupted_fail(*, agent_ids: Sequence[int], runner: str) -> int:

@@ -174,13 +174,14 @@ def agent_context(agent_id: int) -> dict[str, Any]:
     plans = list(Plan.objects.filter(agent=agent).annotate(
         steps_total=Count("steps"), steps_done=Count("steps", filter=Q(steps__status=PlanStep.Status.COMPLETED)),
     ).order_by("-created_at")[:20])
+    needs = list(agent.needs.order_by("name"))
     return {
         "agent": agent,
-        "needs": list(agent.needs.order_by("name")),
+        "needs": needs,
         "plans": plans,
         "experiences": list(Experience.objects.filter(agent=agent).select_related("step").order_by("-cycle")[:15]),
         "lessons": list(agent.lessons.all()[:10]),
-    } | persona_page(agent)  # goals short-term first, curves, what the cycle computed
+    } | persona_page(agent, {n.name: n.satisfaction for n in needs})  # goals short-term first, curves, what the cycle computed
 
 
 def plan_versions(plan: Plan) -> list[Plan]:

@@ -393,6 +393,34 @@ def step_request_approval(*, step: PlanStep, runner: str) -> None:
 
 
 @atomic_retried
+def step_start(*, step: PlanStep, runner: str) -> PlanStep | None:
+    """A tool step starts running (the runner calls its tool next, outside the transaction); None when it is no
+    longer pending (an operator skipped it, another runner started it)."""
+    step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
+    if step.status != PlanStep.Status.PENDING:
+        return None
+    step_move(step=step, status=PlanStep.Status.RUNNING)
+    step.actual_cycles += 1
+    step.save(update_fields=["status", "actual_cycles", "updated_at"])
+    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner,
+                 reason=f"{step.tool} {step.tool_input}"[:500])
+    return step
+
+
+@atomic_retried
+def plan_replan_schedule(*, plan: Plan, runner: str, reason: str) -> PlanEvent | None:
+    """The runner found the plan cannot go on as it is (steps that can never run): it is replanned next cycle.
+    None when a replan is already scheduled or the plan is no longer active."""
+    plan = plan_lock(plan.pk)
+    if plan.status != Plan.Status.ACTIVE or plan.replan_reason:
+        return None
+    plan.replan_reason = reason
+    plan.save(update_fields=["replan_reason", "updated_at"])
+    return event_record(plan=plan, kind=PlanEvent.Kind.REPLAN_REQUESTED, actor_label=runner, reason=reason,
+                        detail={"replan_requested": reason})
+
+
+@atomic_retried
 def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "", error: str = "",
                 experience_id: int | None = None) -> PlanStep:
     """Complete a step, or count a failed try: retried up to max_retries, then failed and the plan replans."""

@@ -6,7 +6,7 @@ import factory
 from django.contrib.auth.models import Group, Permission, User
 
 from agents.models import Agent, Experience, Lesson, LLMCall, Need
-from goals.models import Goal, GoalSample
+from goals.models import Goal
 from planner_site.roles import roles_assign
 from planning.models import Plan, PlanEvent, PlanStep
 
@@ -57,15 +57,6 @@ class GoalFactory(factory.django.DjangoModelFactory):
     description = factory.Sequence(lambda n: f"Goal number {n}")
     horizon = Goal.Horizon.SHORT
     source_needs = factory.LazyFunction(lambda: ["hunger"])
-
-
-class GoalSampleFactory(factory.django.DjangoModelFactory):
-    class Meta:
-        model = GoalSample
-
-    goal = factory.SubFactory(GoalFactory)
-    progress = 0.2
-    confidence = 0.9
 
 
 class PlanFactory(factory.django.DjangoModelFactory):

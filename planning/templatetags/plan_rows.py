@@ -16,6 +16,7 @@ from django import template
 from django.template.loader import get_template
 from django.utils.safestring import SafeString, mark_safe
 
+from agents.persona import MAX_OVERRIDES
 from planning.models import PlanStep
 
 register = template.Library()
@@ -26,8 +27,8 @@ _lock = Lock()
 
 
 def row_key(step: PlanStep, can_decide: bool, plan_status: str) -> tuple[Any, ...]:
-    return (step.pk, step.updated_at, step.status, step.actual_cycles, step.retries, step.approved_by_id,
-            step.description, can_decide, plan_status)
+    return (step.pk, step.updated_at, step.status, step.actual_cycles, step.retries, step.overrides,
+            step.approved_by_id, step.description, can_decide, plan_status)
 
 
 @register.simple_tag(takes_context=True)
@@ -48,6 +49,12 @@ def step_row(context: template.Context, step: PlanStep) -> SafeString:
             while len(_rows) > ROWS_KEPT:
                 _rows.popitem(last=False)
     return mark_safe(html)  # noqa: S308 (rendered by the template above, autoescaped there)
+
+
+@register.simple_tag
+def overrides_limit() -> int:
+    """Seed 000: this many overrides of a persona's step in a row replan its plan."""
+    return MAX_OVERRIDES
 
 
 def agent_row_key(row: Any) -> tuple[Any, ...]:

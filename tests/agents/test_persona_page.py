@@ -9,6 +9,8 @@ from django.urls import reverse
 from agents.cycle import agent_cycle
 from agents.models import Agent
 from goals.models import Goal
+from planning.consumers import AgentLivePage, PlanLivePage
+from planning.models import Plan
 from tests.factories import (
     AgentFactory,
     GoalFactory,
@@ -60,3 +62,66 @@ def test_agent_page_curves_follow_the_experiences(viewer_client: Client) -> None
     assert before != after
     goal.refresh_from_db()
     assert goal.status == Goal.Status.ACTIVE
+
+
+def person(**needs: float) -> Agent:
+    agent = AgentFactory(kind=Agent.Kind.PERSONA)
+    for name, value in ({"hunger": 0.7, "money": 0.7, "energy": 0.7, "social": 0.7, "fun": 0.7} | needs).items():
+        NeedFactory(agent=agent, name=name, satisfaction=value, decay_per_hour=0.0)
+    return agent
+
+
+def goal_block(html: str, goal: Goal) -> str:
+    """The goal's entry on the agent page, up to the next goal's."""
+    start = html.index(f'id="goal-{goal.pk}"')
+    end = html.find('id="goal-', start + 1)
+    return html[start:] if end < 0 else html[start:end]
+
+
+def test_agent_page_says_why_each_goal_waits_for_a_plan_and_its_place_in_line(viewer_client: Client) -> None:
+    agent = person(hunger=0.64, social=0.3)
+    lunch = GoalFactory(agent=agent, horizon="short_term", source_needs=["hunger"], description="Have lunch")
+    cooking = GoalFactory(agent=agent, horizon="mid_term", source_needs=["hunger"], description="Cook at home")
+    friends = GoalFactory(agent=agent, horizon="long_term", source_needs=["social"], description="Make friends")
+    url = reverse("agent-detail", args=[agent.pk])
+    html = viewer_client.get(url).content.decode()
+    assert "Plan: to be planned next cycle; 1st in line" in goal_block(html, lunch)
+    assert "Plan: waits: hunger 64% must drop below 50%; 2nd in line" in goal_block(html, cooking)
+    assert "Plan: waits for the goals before it to be planned; 3rd in line" in goal_block(html, friends)
+
+    live = AgentLivePage(f"agent-{agent.pk}", agent.pk)
+    live.render_changes({agent.pk}, {"viewer"})
+    agent_cycle(agent_id=agent.pk, runner="runner-test")  # what the page said: the first in line is planned
+    assert Plan.objects.filter(goal=lunch).exists() and not Plan.objects.filter(goal__in=[cooking, friends]).exists()
+    pushed = live.render_changes({agent.pk}, {"viewer"})["viewer"]
+    assert "Plan:" not in goal_block(pushed, lunch)
+    assert "1st in line" in goal_block(pushed, cooking) and "must drop below 50%" in goal_block(pushed, cooking)
+    assert "Plan: to be planned next cycle; 2nd in line" in goal_block(pushed, friends)
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert Plan.objects.filter(goal=friends).exists() and not Plan.objects.filter(goal=cooking).exists()
+
+
+def test_agent_page_says_a_goal_waits_for_the_open_plan_of_its_horizon(viewer_client: Client) -> None:
+    agent = person(hunger=0.2)
+    planned = GoalFactory(agent=agent, horizon="mid_term", source_needs=["hunger"], description="Eat better")
+    PlanStepFactory(plan=PlanFactory(agent=agent, goal=planned), action_hint="cook", estimated_cycles=5)
+    waiting = GoalFactory(agent=agent, horizon="mid_term", source_needs=["hunger"], description="Cook at home")
+    html = viewer_client.get(reverse("agent-detail", args=[agent.pk])).content.decode()
+    assert "Plan:" not in goal_block(html, planned)
+    assert "Plan: waits: the open mid term plan comes first (one plan per horizon); 1st in line" in goal_block(html, waiting)
+
+
+def test_plan_page_shows_each_steps_override_counter_and_pushes_keep_it_current(viewer_client: Client) -> None:
+    agent = person(energy=0.05)  # urgent: sleep overrides the step
+    goal = GoalFactory(agent=agent, horizon="short_term", source_needs=["social"], description="See friends")
+    plan = PlanFactory(agent=agent, goal=goal)
+    step = PlanStepFactory(plan=plan, key="1", position=1, action_hint="call a friend", estimated_cycles=9)
+    url = plan.get_absolute_url()
+    assert "overrides in a row 0/3" in viewer_client.get(url).content.decode()
+    live = PlanLivePage(f"plan-{plan.pk}", plan.pk)
+    live.baseline()
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    step.refresh_from_db()
+    assert step.overrides == 1
+    assert "overrides in a row 1/3" in live.render_changes({plan.pk}, {"viewer"})["viewer"]
+    assert "overrides in a row 1/3" in viewer_client.get(url).content.decode()

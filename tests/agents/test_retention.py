@@ -14,14 +14,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import Experience, Lesson, LLMCall
-from agents.retention import GOAL_SAMPLES_PER_GOAL, retention_prune
-from goals.models import GoalSample
+from agents.retention import retention_prune
 from planning.models import Plan, PlanEvent
 from tests.factories import (
     AgentFactory,
     ExperienceFactory,
-    GoalFactory,
-    GoalSampleFactory,
     LessonFactory,
     LLMCallFactory,
     PlanEventFactory,
@@ -40,7 +37,6 @@ def aged(model: Any, rows: list[Any], hours: float, field: str = "created_at") -
 @pytest.fixture
 def windows(settings: Any) -> Any:
     settings.RETAIN_EXPERIENCES_HOURS = 24
-    settings.RETAIN_GOAL_SAMPLES_HOURS = 24
     settings.RETAIN_LLM_BODIES_HOURS = 24
     settings.RETAIN_LLM_CALLS_HOURS = 168
     settings.RETAIN_EVENTS_HOURS = 168
@@ -87,18 +83,6 @@ def test_events_of_closed_plans_go_but_operators_and_open_plans_keep_theirs(wind
     assert set(PlanEvent.objects.values_list("pk", flat=True)) == {decided.pk, still_open.pk, recent.pk}
 
 
-def test_goal_samples_go_by_age_and_beyond_the_curve_per_goal(windows: Any) -> None:
-    busy, quiet = GoalFactory(), GoalFactory()
-    GoalSample.objects.bulk_create([GoalSample(goal=busy, progress=0.1, confidence=0.9)
-                                    for _ in range(GOAL_SAMPLES_PER_GOAL + 15)])
-    old = GoalSampleFactory.create_batch(4, goal=quiet)
-    kept = GoalSampleFactory(goal=quiet)
-    aged(GoalSample, old, 30, field="taken_at")
-    retention_prune()
-    assert GoalSample.objects.filter(goal=busy).count() == GOAL_SAMPLES_PER_GOAL
-    assert list(GoalSample.objects.filter(goal=quiet).values_list("pk", flat=True)) == [kept.pk]
-
-
 def test_zero_keeps_rows_forever(windows: Any) -> None:
     windows.RETAIN_EXPERIENCES_HOURS = 0
     windows.RETAIN_LLM_BODIES_HOURS = 0
@@ -112,17 +96,16 @@ def test_zero_keeps_rows_forever(windows: Any) -> None:
     assert call.response and Experience.objects.filter(pk=experience.pk).exists()
 
 
-def test_backlog_goes_in_bounded_batches_with_a_query_count_independent_of_goals(windows: Any) -> None:
-    def queries_for(goals: int) -> int:
-        for goal in GoalFactory.create_batch(goals):
-            aged(GoalSample, GoalSampleFactory.create_batch(3, goal=goal), 30, field="taken_at")
-            aged(Experience, ExperienceFactory.create_batch(3, agent=goal.agent), 30)
+def test_backlog_goes_in_bounded_batches_with_a_query_count_independent_of_agents(windows: Any) -> None:
+    def queries_for(agents: int) -> int:
+        for agent in AgentFactory.create_batch(agents):
+            aged(Experience, ExperienceFactory.create_batch(3, agent=agent), 30)
         with CaptureQueriesContext(connection) as captured:
             report = retention_prune(batch=1000)
-        assert report.counts["goal samples (age)"] == goals * 3
+        assert report.counts["experiences"] == agents * 3
         return len(captured)
 
-    # (Django deletes in chunks of 100 rows; 30 goals stay within one, so only goals could add queries.)
+    # (Django deletes in chunks of 100 rows; 30 agents stay within one, so only agents could add queries.)
     assert queries_for(2) == queries_for(30)
 
 

@@ -93,10 +93,9 @@ def bench_round() -> list[dict]:
 
 def table_rows() -> dict[str, int]:
     from agents.models import Experience, LLMCall
-    from goals.models import GoalSample
     from planning.models import PlanEvent
 
-    return {"experiences": Experience.objects.count(), "goal samples": GoalSample.objects.count(),
+    return {"experiences": Experience.objects.count(),
             "model calls": LLMCall.objects.count(), "events": PlanEvent.objects.count()}
 
 
@@ -104,14 +103,12 @@ def rows_age_and_prune() -> dict[str, int]:
     """Move every row's time back past the longest RETAIN_* window, prune as a runner does, count what stays."""
     from agents.models import Experience, LLMCall
     from agents.retention import retention_prune
-    from goals.models import GoalSample
     from planning.models import PlanEvent
 
-    longest = max(settings.RETAIN_EXPERIENCES_HOURS, settings.RETAIN_GOAL_SAMPLES_HOURS, settings.RETAIN_LLM_BODIES_HOURS,
+    longest = max(settings.RETAIN_EXPERIENCES_HOURS, settings.RETAIN_LLM_BODIES_HOURS,
                   settings.RETAIN_LLM_CALLS_HOURS, settings.RETAIN_EVENTS_HOURS)
     age = timedelta(hours=longest + 1)
     Experience.objects.update(created_at=F("created_at") - age)
-    GoalSample.objects.update(taken_at=F("taken_at") - age)
     LLMCall.objects.update(created_at=F("created_at") - age)
     PlanEvent.objects.update(created_at=F("created_at") - age)
     retention_prune()

@@ -187,7 +187,8 @@ def test_deadline_covers_the_restatement_too(chain: LLMTestServer, settings: Any
 # -- true reasons, and the goal tried again ----------------------------------------------------------
 
 
-def test_no_model_answering_says_so_and_schedules_a_retry_that_plans_the_goal(chain: LLMTestServer, settings: Any) -> None:
+def test_no_model_answering_says_so_and_schedules_a_retry_that_plans_the_goal(chain: LLMTestServer, settings: Any,
+                                                                              viewer_client: Any) -> None:
     from agents.cycle import agent_cycle
     from tests.factories import GoalFactory
 
@@ -218,6 +219,12 @@ def test_no_model_answering_says_so_and_schedules_a_retry_that_plans_the_goal(ch
     assert (retried.planning_retry, retried.times_replanned) == (1, 0)  # a retry, not a replan
     assert retried.who == "Archivist"  # the restatement carried over, without a new call
     assert not LLMCall.objects.filter(plan=retried, purpose="restate").exists()
+    # The timeline and the audit log say what happened: planning was retried, nobody edited a step.
+    timeline = viewer_client.get(plan.get_absolute_url()).content.decode()
+    assert "<b>Planning retried</b>" in timeline and "automatic retry 1 of 3 after: no model answered" in timeline
+    assert "Step edited" not in timeline
+    audit = viewer_client.get(reverse("audit"), {"kind": PlanEvent.Kind.PLAN_RETRIED}).content.decode()
+    assert audit.count('class="kind-plan_retried"') == 1 and "automatic retry 1 of 3" in audit
 
 
 def test_retry_policy_of_zero_waits_for_an_operator(chain: LLMTestServer) -> None:
@@ -382,7 +389,7 @@ def test_claiming_an_agent_fails_its_orphaned_validating_plan() -> None:
 
 
 def plan_start_orphan(agent: Agent, *, runner: str) -> Plan:
-    from planning.planner import plan_start
+    from planning.plan_services import plan_start
 
     return plan_start(agent=agent, goal_text="List the workspace", goal=None, previous=None, reason="",
                       actor_label=runner)

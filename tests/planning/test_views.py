@@ -165,7 +165,7 @@ def test_pages_send_a_content_security_policy_with_script_nonce(viewer_client: C
 
 
 def test_plan_and_agent_pages_query_count_does_not_grow_with_steps(viewer_client: Client, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
-    from tests.factories import ExperienceFactory, GoalSampleFactory, LLMCallFactory, PlanEventFactory
+    from tests.factories import ExperienceFactory, LLMCallFactory, PlanEventFactory
 
     plan = PlanFactory()
 
@@ -175,7 +175,6 @@ def test_plan_and_agent_pages_query_count_does_not_grow_with_steps(viewer_client
             PlanEventFactory(plan=plan, step=step)
             LLMCallFactory(plan=plan, agent=plan.agent)
             ExperienceFactory(agent=plan.agent, step=step)
-            GoalSampleFactory(goal=plan.goal)
 
     grow(2)
     urls = [reverse("plan-detail", args=[plan.pk]), reverse("agent-detail", args=[plan.agent.pk])]

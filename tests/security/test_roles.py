@@ -25,7 +25,6 @@ from planning.models import Plan, PlanEvent, PlanStep
 from tests.factories import (
     AgentFactory,
     ExperienceFactory,
-    GoalSampleFactory,
     LessonFactory,
     LLMCallFactory,
     NeedFactory,
@@ -125,7 +124,7 @@ def world(db: None) -> dict[type[models.Model], models.Model]:
     need = NeedFactory(agent=agent)
     rows: list[models.Model] = [agent, plan, step, event, need, plan.goal, ExperienceFactory(agent=agent),
                                 LessonFactory(agent=agent), LLMCallFactory(agent=agent, plan=plan),
-                                GoalSampleFactory(goal=plan.goal), AgentToken.issue(agent=agent)[0]]
+                                AgentToken.issue(agent=agent)[0]]
     return {type(row): row for row in rows}
 
 

@@ -11,7 +11,7 @@ from agents.retention import retention_prune
 
 
 class Command(BaseCommand):
-    help = ("Delete experiences, goal samples, model calls and runner events older than the RETAIN_* settings, "
+    help = ("Delete experiences, model calls and runner events older than the RETAIN_* settings, "
             "and clear old model-call bodies.")
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -22,7 +22,7 @@ class Command(BaseCommand):
         if options["batch"] is not None and options["batch"] < 1:
             raise CommandError("--batch must be at least 1. Nothing was changed.")
         kept = {
-            "experiences": settings.RETAIN_EXPERIENCES_HOURS, "goal samples": settings.RETAIN_GOAL_SAMPLES_HOURS,
+            "experiences": settings.RETAIN_EXPERIENCES_HOURS,
             "model-call bodies": settings.RETAIN_LLM_BODIES_HOURS, "model calls": settings.RETAIN_LLM_CALLS_HOURS,
             "runner events of closed plans": settings.RETAIN_EVENTS_HOURS,
         }
