@@ -4,14 +4,14 @@ database).
 
 The SQL is written once per model and database vendor from the models' meta (table, columns, quoting), so
 a model change cannot drift from it; rows become model instances through `Model.from_db` after the fields'
-own database converters, so callers get the same objects a QuerySet would give them. Only plain column
-reads live here; anything with a filter or an order of its own is spelled out by the caller in SQL that
-names its tables through `table()` and `column()`.
+own database converters, so callers get the same objects a QuerySet would give them. Reads with a filter or an
+order of their own are spelled out by the caller in SQL that names tables and columns through `table()` and
+`column()`; inserts and plain-equality updates prepare each value through its field, as `save()` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -26,9 +26,7 @@ def table(model: type[Model]) -> str:
 
 
 def column(model: type[Model], name: str) -> str:
-    field = model._meta.get_field(name)
-    assert isinstance(field, Field) and field.column
-    return connection.ops.quote_name(field.column)
+    return connection.ops.quote_name(_field(model, name).column or "")
 
 
 @cache
@@ -71,3 +69,51 @@ def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+@cache
+def _insert_sql(model: type[Model], vendor: str, rows: int) -> tuple[str, list[Field]]:
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(connection.ops.quote_name(f.column or "") for f in fields)
+    pk = connection.ops.quote_name(_field(model, model._meta.pk.name).column or "")  # type: ignore[union-attr]
+    values = ", ".join([f"({', '.join(['%s'] * len(fields))})"] * rows)
+    return f"INSERT INTO {table(model)} ({columns}) VALUES {values} RETURNING {pk}", fields  # noqa: S608
+
+
+def insert(objs: Sequence[Model]) -> None:
+    """Save new instances of one model in one statement, as `bulk_create` would (auto_now values and
+    defaults filled by the fields' pre_save, values prepared by the fields), and set their primary keys
+    (returned in the order of the rows, which both databases keep, as bulk_create relies on)."""
+    if not objs:
+        return
+    sql, fields = _insert_sql(type(objs[0]), connection.vendor, len(objs))
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
+            obj.pk = pk
+            obj._state.adding = False
+            obj._state.db = connection.alias
+
+
+@cache
+def _update_sql(model: type[Model], vendor: str, sets: tuple[str, ...], where: tuple[str, ...]) -> str:
+    assignments = ", ".join(f"{column(model, name)} = %s" for name in sets)
+    conditions = " AND ".join(f"{column(model, name)} = %s" for name in where)
+    return f"UPDATE {table(model)} SET {assignments} WHERE {conditions}"  # noqa: S608
+
+
+def update(model: type[Model], values: Mapping[str, Any], **where: Any) -> int:
+    """`Model.objects.filter(**where).update(**values)` for plain equality filters; the number of rows."""
+    sets, keys = tuple(values), tuple(where)
+    params = [_field(model, name).get_db_prep_save(values[name], connection) for name in sets]
+    params += [_field(model, name).get_db_prep_value(where[name], connection) for name in keys]
+    with connection.cursor() as cursor:
+        cursor.execute(_update_sql(model, connection.vendor, sets, keys), params)
+        return cursor.rowcount
+
+
+def _field(model: type[Model], name: str) -> Field:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field

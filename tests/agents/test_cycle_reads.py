@@ -69,3 +69,35 @@ def test_goals_and_open_steps_read_are_the_querysets(persona: Agent) -> None:
         [(values(s), values(s.plan), values(s.plan.goal)) for s in steps], key=lambda r: r[0]["id"])
     assert [g.planned for g in state.goals] == [False, True]  # type: ignore[attr-defined]
     assert state.plans[-1].goal is None  # a plan without a goal comes last and reads as such
+
+
+def test_hand_written_insert_stores_what_save_stores(persona: Agent) -> None:
+    from agents.models import Experience
+    from planner_site import hotsql
+
+    step = PlanStep.objects.filter(plan__agent=persona).first()
+    fields = {"agent": persona, "cycle": 7, "action": "eat", "need_deltas": {"hunger": 0.2}, "step": step,
+              "followed_plan": True, "override_reason": "", "outcome": "had a meal", "hours": 1.5,
+              "needs_after": {"hunger": 0.81}, "goals_after": {"3": [0.5, 0.9]}}
+    by_orm = Experience.objects.create(**fields)
+    by_hand = Experience(**{**fields, "cycle": 8})
+    hotsql.insert([by_hand])
+    assert by_hand.pk and not by_hand._state.adding
+    stored = values(Experience.objects.get(pk=by_hand.pk))
+    assert stored is not None and stored["created_at"] is not None
+    expected = values(Experience.objects.get(pk=by_orm.pk))
+    assert expected is not None
+    ignore = {"id", "cycle", "created_at"}
+    assert {k: v for k, v in stored.items() if k not in ignore} == {k: v for k, v in expected.items() if k not in ignore}
+
+
+def test_hand_written_update_changes_only_the_rows_that_still_match(persona: Agent) -> None:
+    from planner_site import hotsql
+
+    count = persona.cycle_count
+    assert hotsql.update(Agent, {"emotions": {"hope": 0.9}, "cycle_count": count + 1}, id=persona.pk,
+                         cycle_count=count) == 1
+    assert hotsql.update(Agent, {"emotions": {"hope": 0.1}, "cycle_count": count + 1}, id=persona.pk,
+                         cycle_count=count) == 0  # the cycle moved on: nothing changes twice
+    fresh = Agent.objects.get(pk=persona.pk)
+    assert (fresh.emotions, fresh.cycle_count) == ({"hope": 0.9}, count + 1)
