@@ -6,10 +6,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 
 from agents.models import Agent, Experience, LLMCall, Need
 from agents.selectors import persona_page
+from planner_site.statements import statement_kept
 from planning.models import Plan, PlanEvent, PlanStep
 
 DASHBOARD_PAGE_SIZE = 50
@@ -81,12 +82,11 @@ def agents_latest_plan() -> QuerySet[Agent]:
 
 def failing_q() -> Q:
     """The latest plan failed, or one of its steps failed or is being retried."""
-    # The agent's latest plan, from inside a subquery (no reference to an annotation: PostgreSQL refuses it).
+    # The agent's latest plan, from inside a subquery (no reference to an annotation: PostgreSQL refuses it),
+    # looked up once per agent for both conditions.
     latest = Plan.objects.filter(agent=OuterRef(OuterRef("pk"))).order_by("-created_at", "-pk").values("pk")[:1]
-    troubled_step = PlanStep.objects.filter(plan_id=Subquery(latest)).filter(
-        Q(status=PlanStep.Status.FAILED) | Q(retries__gt=0))
-    failed_plan = Plan.objects.filter(pk=Subquery(latest), status=Plan.Status.FAILED)
-    return Q(Exists(failed_plan)) | Q(Exists(troubled_step))
+    troubled_step = PlanStep.objects.filter(plan=OuterRef("pk")).filter(Q(status=PlanStep.Status.FAILED) | Q(retries__gt=0))
+    return Q(Exists(Plan.objects.filter(pk=Subquery(latest)).filter(Q(status=Plan.Status.FAILED) | Q(Exists(troubled_step)))))
 
 
 @dataclass(frozen=True)
@@ -157,15 +157,24 @@ def dashboard_page(filters: DashboardFilter) -> tuple[list[AgentRow], Page[Any]]
     return rows, page
 
 
-def dashboard_counts() -> dict[str, int]:
-    """The counts above the table (and the filter badges): one query."""
-    return Agent.objects.aggregate(
+COUNT_NAMES = ("agents", "running", "paused", "waiting", "failing")
+
+
+def dashboard_counts_query() -> QuerySet[Agent, tuple[int, ...]]:
+    # One row of counts over all agents: grouped by a constant, which makes no GROUP BY at all.
+    return Agent.objects.order_by().values(everyone=Value(1)).annotate(
         agents=Count("pk"),
         running=Count("pk", filter=Q(status=Agent.Status.RUNNING)),
         paused=Count("pk", filter=Q(status=Agent.Status.PAUSED)),
         waiting=Count("pk", filter=~Q(waiting_reason="")),
         failing=Count("pk", filter=failing_q()),
-    )
+    ).values_list(*COUNT_NAMES)
+
+
+def dashboard_counts() -> dict[str, int]:
+    """The counts above the table (and the filter badges): one query, compiled once per process."""
+    row = statement_kept("dashboard_counts", dashboard_counts_query).rows()[0]
+    return dict(zip(COUNT_NAMES, row, strict=True))
 
 
 def agent_context(agent_id: int) -> dict[str, Any]:
