@@ -169,10 +169,13 @@ class PlanLivePage(LivePage):
         self.diff: Any = None
         self.versions: list[Plan] = []
         self.next_version: Plan | None = None
-        self.statements_compile()
+        self.compiled = False
 
     def statements_compile(self) -> None:
-        """The reads of every push: their SQL depends only on the plan, so the ORM compiles them once."""
+        """The reads of every push: their SQL depends only on the plan, so the ORM compiles them once (on the
+        database thread: compiling may ask the database for its version)."""
+        if self.compiled:
+            return
         self.plan_read = Statement(Plan.objects.filter(pk=self.plan_id).values_list(*PLAN_FIELDS))
         self.steps_read = Statement(PlanStep.objects.filter(plan_id=self.plan_id).order_by("position")
                                     .values_list(*STEP_FIELDS))
@@ -181,6 +184,7 @@ class PlanLivePage(LivePage):
                                      .order_by("created_at", "id").values_list(*EVENT_FIELDS))
         if list(self.events_read.params) != [self.plan_id, 0]:
             raise RuntimeError(f"unexpected parameters of the events read: {self.events_read.params}")
+        self.compiled = True
 
     def concerns(self, message: dict[str, Any]) -> set[int]:
         return {self.plan_id} if self.plan_id in message["plans"] else set()
@@ -206,6 +210,7 @@ class PlanLivePage(LivePage):
         self.next_version = later[0] if later else None
 
     def baseline(self) -> None:
+        self.statements_compile()
         plan = Plan.objects.get(pk=self.plan_id)
         rows = self.steps_read.rows()
         self.steps = {r[0]: r for r in rows}
@@ -234,6 +239,7 @@ class PlanLivePage(LivePage):
 
     def render_changes(self, ids: set[int], audiences: set[str]) -> dict[str, str]:
         # The plan's columns first (cheap); the plan with its agent only when the header must be rendered.
+        self.statements_compile()
         plan_rows = self.plan_read.rows()
         if not plan_rows:
             raise Plan.DoesNotExist(self.plan_id)
