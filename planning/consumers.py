@@ -141,6 +141,7 @@ class DashboardLivePage(LivePage):
 
 STEP_FIELDS = tuple(f.attname for f in PlanStep._meta.concrete_fields)
 PLAN_FIELDS = tuple(f.attname for f in Plan._meta.concrete_fields)
+DONE_STATUSES = {PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED}
 # What a timeline entry shows (its step is taken from the steps read in the same push).
 EVENT_FIELDS = columns(PlanEvent, "id", "plan_id", "step_id", "kind", "actor_label", "reason", "created_at")
 # Events after which the versions, the attempts and the model calls of a plan may have changed.
@@ -254,7 +255,7 @@ class PlanLivePage(LivePage):
         self.steps = {r[0]: r for r in rows}
         self.step_order, self.plan_state = order, plan_state
         status_at = STEP_FIELDS.index("status")
-        done = sum(1 for r in rows if r[status_at] == PlanStep.Status.COMPLETED)  # skipped is not done
+        done = sum(1 for r in rows if r[status_at] in DONE_STATUSES)
 
         new_events = self.events_new()
         kinds = {e.kind for e in new_events}

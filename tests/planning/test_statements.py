@@ -53,3 +53,33 @@ def test_statement_rows_are_converted_like_the_orm_values() -> None:
     query = PlanStep.objects.filter(plan=step.plan).values_list("pk", "depends_on", "tool_input", "updated_at", "status")
     assert Statement(query).rows() == list(query) == [
         (step.pk, ["a", "b"], {"path": "x.txt"}, step.updated_at, step.status)]
+
+
+def test_a_kept_statement_refuses_parameters_it_was_not_compiled_with() -> None:
+    from planner_site.statements import statement_kept
+
+    with pytest.raises(ValueError, match="takes"):
+        statement_kept("test_refuses", lambda: Agent.objects.filter(pk__in=[1, 2]).values_list("pk"), params=[2, 1])
+    with pytest.raises(ValueError, match="2 parameters, not 1"):
+        Statement(Agent.objects.filter(pk__in=[1, 2]).values_list("pk")).rows([1])
+
+
+def test_dashboard_rows_follow_the_ids_asked_for_whatever_their_number() -> None:
+    from planning.selectors import dashboard_rows
+    from tests.factories import NeedFactory
+
+    first, second, third = AgentFactory(name="a"), AgentFactory(name="b"), AgentFactory(name="c")
+    PlanFactory(agent=first, status=Plan.Status.FAILED)  # older: the latest plan is the one below
+    latest = PlanFactory(agent=first)
+    PlanStepFactory(plan=latest, key="1", position=1, status=PlanStep.Status.COMPLETED)
+    running = PlanStepFactory(plan=latest, key="2", position=2, status=PlanStep.Status.RUNNING)
+    NeedFactory(agent=second, name="money", satisfaction=0.2)
+    NeedFactory(agent=second, name="hunger", satisfaction=0.9)
+    for ids in ([first.pk], [third.pk, second.pk, first.pk], [second.pk, 999_999, second.pk]):
+        rows = dashboard_rows(agent_ids=ids)
+        assert [r.agent.pk for r in rows] == [pk for pk in dict.fromkeys(ids) if pk != 999_999]
+    rows = {r.agent.pk: r for r in dashboard_rows(agent_ids=[first.pk, second.pk, third.pk])}
+    assert rows[first.pk].plan == latest and rows[first.pk].step == running
+    assert (rows[first.pk].done, rows[first.pk].total, rows[first.pk].percent) == (1, 2, 50)
+    assert [(n.name, n.satisfaction) for n in rows[second.pk].needs] == [("hunger", 0.9), ("money", 0.2)]
+    assert rows[third.pk].plan is None and rows[third.pk].step is None and rows[third.pk].needs == []
