@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db.models import Count, Q
 
@@ -83,3 +85,20 @@ def test_dashboard_rows_follow_the_ids_asked_for_whatever_their_number() -> None
     assert (rows[first.pk].done, rows[first.pk].total, rows[first.pk].percent) == (1, 2, 50)
     assert [(n.name, n.satisfaction) for n in rows[second.pk].needs] == [("hunger", 0.9), ("money", 0.2)]
     assert rows[third.pk].plan is None and rows[third.pk].step is None and rows[third.pk].needs == []
+
+
+def test_user_can_decide_answers_as_has_perm_does(operator: Any, viewer: Any) -> None:
+    from django.contrib.auth.models import AnonymousUser, Permission
+
+    from planner_site.roles import DECIDE_PERMISSION, user_can_decide
+    from tests.factories import UserFactory
+
+    direct = UserFactory(username="dana")
+    direct.user_permissions.add(Permission.objects.get(codename=DECIDE_PERMISSION.split(".")[1]))
+    root = UserFactory(username="root", is_superuser=True)
+    gone = UserFactory(username="gone", role="operators", is_active=False)
+    for user in (operator, viewer, direct, root, gone, UserFactory(username="nobody")):
+        fresh = type(user).objects.get(pk=user.pk)  # no permission cache from an earlier answer
+        assert user_can_decide(user) == fresh.has_perm(DECIDE_PERMISSION), user.username
+    assert [user_can_decide(u) for u in (operator, viewer, direct, root, gone)] == [True, False, True, True, False]
+    assert user_can_decide(AnonymousUser()) is False
