@@ -44,6 +44,7 @@ from django.utils.datastructures import MultiValueDict
 from agents.models import LLMCall
 from planner_site import events
 from planner_site.roles import user_can_decide
+from planner_site.statements import Statement, columns
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.selectors import (
     AgentRow,
@@ -114,7 +115,7 @@ class DashboardLivePage(LivePage):
 
     @staticmethod
     def row_state(row: AgentRow) -> tuple[Any, ...]:
-        steps = list(row.plan.steps.all()) if row.plan else []
+        steps = row.steps
         return (row.agent.status, bool(row.agent.waiting_reason), row.plan.pk if row.plan else None,
                 row.plan.status if row.plan else None,
                 tuple((s.status, s.retries) for s in steps if s.status == PlanStep.Status.FAILED or s.retries))
@@ -141,6 +142,8 @@ class DashboardLivePage(LivePage):
 STEP_FIELDS = tuple(f.attname for f in PlanStep._meta.concrete_fields)
 PLAN_FIELDS = tuple(f.attname for f in Plan._meta.concrete_fields)
 DONE_STATUSES = {PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED}
+# What a timeline entry shows (its step is taken from the steps read in the same push).
+EVENT_FIELDS = columns(PlanEvent, "id", "plan_id", "step_id", "kind", "actor_label", "reason", "created_at")
 # Events after which the versions, the attempts and the model calls of a plan may have changed.
 PLANNING_KINDS = {PlanEvent.Kind.CREATED, PlanEvent.Kind.ATTEMPT_REJECTED, PlanEvent.Kind.VALIDATED,
                   PlanEvent.Kind.REPLANNED, PlanEvent.Kind.PLAN_FAILED}
@@ -149,9 +152,9 @@ PLANNING_KINDS = {PlanEvent.Kind.CREATED, PlanEvent.Kind.ATTEMPT_REJECTED, PlanE
 class PlanLivePage(LivePage):
     """Step rows that changed, new timeline entries, and the sections whose content changed.
 
-    A push costs four queries in the common case (the plan, the steps' columns, the changed steps,
-    the new events), whatever the number of steps; the other sections are read and rendered only
-    when what they show may have changed.
+    A push costs three queries in the common case (the plan's columns, the steps' columns, the new
+    events), whatever the number of steps, each compiled once for the page (`statements_compile`);
+    the other sections are read and rendered only when what they show may have changed.
     """
 
     def __init__(self, key: str, plan_id: int) -> None:
@@ -167,12 +170,40 @@ class PlanLivePage(LivePage):
         self.diff: Any = None
         self.versions: list[Plan] = []
         self.next_version: Plan | None = None
+        self.compiled = False
+
+    def statements_compile(self) -> None:
+        """The reads of every push: their SQL depends only on the plan, so the ORM compiles them once (on the
+        database thread: compiling may ask the database for its version)."""
+        if self.compiled:
+            return
+        self.plan_read = Statement(Plan.objects.filter(pk=self.plan_id).values_list(*PLAN_FIELDS))
+        self.steps_read = Statement(PlanStep.objects.filter(plan_id=self.plan_id).order_by("position")
+                                    .values_list(*STEP_FIELDS))
+        # Run with (this plan, the last event pushed): the parameters in that order, checked here.
+        self.events_read = Statement(PlanEvent.objects.filter(plan_id=self.plan_id).filter(pk__gt=0)
+                                     .order_by("created_at", "id").values_list(*EVENT_FIELDS))
+        if list(self.events_read.params) != [self.plan_id, 0]:
+            raise RuntimeError(f"unexpected parameters of the events read: {self.events_read.params}")
+        self.compiled = True
 
     def concerns(self, message: dict[str, Any]) -> set[int]:
         return {self.plan_id} if self.plan_id in message["plans"] else set()
 
-    def step_rows(self, plan: Plan) -> list[tuple[Any, ...]]:
-        return list(PlanStep.objects.filter(plan=plan).order_by("position").values_list(*STEP_FIELDS))
+    def events_new(self) -> list[PlanEvent]:
+        """The timeline entries added since the last push, each with its step (from the steps just read)."""
+        events = [PlanEvent.from_db("default", list(EVENT_FIELDS), row)
+                  for row in self.events_read.rows([self.plan_id, self.last_event_id])]
+        if events:
+            self.last_event_id = max(e.pk for e in events)
+        others = {e.step_id for e in events if e.step_id and e.step_id not in self.steps}
+        elsewhere = PlanStep.objects.in_bulk(others) if others else {}  # a step moved to another plan
+        for e in events:
+            if e.step_id in self.steps:
+                e.step = PlanStep.from_db("default", list(STEP_FIELDS), self.steps[e.step_id])
+            elif e.step_id:
+                e.step = elsewhere.get(e.step_id)
+        return events
 
     def versions_refresh(self, plan: Plan) -> None:
         self.versions = plan_versions(plan)
@@ -180,8 +211,9 @@ class PlanLivePage(LivePage):
         self.next_version = later[0] if later else None
 
     def baseline(self) -> None:
+        self.statements_compile()
         plan = Plan.objects.get(pk=self.plan_id)
-        rows = self.step_rows(plan)
+        rows = self.steps_read.rows()
         self.steps = {r[0]: r for r in rows}
         self.step_order = [r[0] for r in rows]
         self.plan_state = (plan.status, plan.approval_mode)
@@ -208,28 +240,28 @@ class PlanLivePage(LivePage):
 
     def render_changes(self, ids: set[int], audiences: set[str]) -> dict[str, str]:
         # The plan's columns first (cheap); the plan with its agent only when the header must be rendered.
-        plan_row = Plan.objects.filter(pk=self.plan_id).values_list(*PLAN_FIELDS).first()
-        if plan_row is None:
+        self.statements_compile()
+        plan_rows = self.plan_read.rows()
+        if not plan_rows:
             raise Plan.DoesNotExist(self.plan_id)
+        plan_row = plan_rows[0]
         plan = Plan.from_db("default", list(PLAN_FIELDS), plan_row)
-        rows = self.step_rows(plan)
-        new_events = list(plan.events.filter(pk__gt=self.last_event_id).select_related("step").order_by("created_at", "id"))
-        if new_events:
-            self.last_event_id = max(e.pk for e in new_events)
-        kinds = {e.kind for e in new_events}
-        if PlanEvent.Kind.VALIDATED in kinds:
-            self.validated_refresh(plan)
-
+        rows = self.steps_read.rows()
         plan_state = (plan.status, plan.approval_mode)
         order = [r[0] for r in rows]
         whole_steps = order != self.step_order  # steps added, removed or reordered: send the whole list
         all_rows = plan_state != self.plan_state  # the plan's status decides which buttons every row has
         changed_ids = [r[0] for r in rows if all_rows or self.steps.get(r[0]) != r]
-        planning = bool(kinds & PLANNING_KINDS) or all_rows
         self.steps = {r[0]: r for r in rows}
         self.step_order, self.plan_state = order, plan_state
         status_at = STEP_FIELDS.index("status")
         done = sum(1 for r in rows if r[status_at] in DONE_STATUSES)
+
+        new_events = self.events_new()
+        kinds = {e.kind for e in new_events}
+        if PlanEvent.Kind.VALIDATED in kinds:
+            self.validated_refresh(plan)
+        planning = bool(kinds & PLANNING_KINDS) or all_rows
 
         if planning:
             self.versions_refresh(plan)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery, Value
 
 from agents.models import Agent, Experience, LLMCall, Need
 from agents.selectors import persona_page
+from planner_site.statements import columns, statement_kept
 from planning.models import Plan, PlanEvent, PlanStep
 
 DASHBOARD_PAGE_SIZE = 50
@@ -27,6 +30,7 @@ class AgentRow:
     done: int = 0
     total: int = 0
     needs: list[Need] = field(default_factory=list)
+    steps: list[PlanStep] = field(default_factory=list)  # the latest plan's
 
     @property
     def percent(self) -> int:
@@ -42,33 +46,51 @@ def plan_current_step(plan: Plan, steps: list[PlanStep]) -> PlanStep | None:
     return None
 
 
-def dashboard_rows(*, agent_ids: list[int] | None = None) -> list[AgentRow]:
-    """One row per agent with its latest plan, current step and progress: four queries in all."""
-    # Only the columns a row shows: building model instances (and decoding JSON) is this page's main cost.
-    agents_qs = (
-        agents_latest_plan().only("name", "kind", "status", "waiting_reason", "cycle_count")
-        .prefetch_related(Prefetch("needs", queryset=Need.objects.only("agent_id", "name", "satisfaction").order_by("name")))
-    )
-    if agent_ids is not None:
-        agents_qs = agents_qs.filter(pk__in=agent_ids)
-    agents = list(agents_qs)
-    if agent_ids is not None:  # in the order asked for (a page of the dashboard)
-        order = {pk: i for i, pk in enumerate(agent_ids)}
-        agents.sort(key=lambda a: order.get(a.pk, 0))
-    plan_ids = [a.latest_plan_id for a in agents if a.latest_plan_id]  # type: ignore[attr-defined]
-    steps = PlanStep.objects.only("plan_id", "key", "position", "description", "status", "retries")
-    plans = {
-        p.pk: p
-        for p in Plan.objects.filter(pk__in=plan_ids).only("agent_id", "goal_text", "version", "status")
-        .prefetch_related(Prefetch("steps", queryset=steps))
-    }
+# Only the columns a row shows: building whole model instances (and decoding JSON) was the page's main cost.
+ROW_AGENT_FIELDS = columns(Agent, "id", "name", "kind", "status", "waiting_reason", "cycle_count")
+ROW_NEED_FIELDS = columns(Need, "id", "agent_id", "name", "satisfaction")
+ROW_PLAN_FIELDS = columns(Plan, "id", "agent_id", "goal_text", "version", "status")
+ROW_STEP_FIELDS = columns(PlanStep, "id", "plan_id", "key", "position", "description", "status", "retries")
+
+
+def rows_by_ids(name: str, build: Callable[[list[int]], QuerySet[Any, Any]], ids: list[int]) -> list[tuple[Any, ...]]:
+    """The rows of a query over these ids, its SQL compiled once per number of ids (a page has 50 at most)."""
+    return statement_kept(f"{name}/{len(ids)}", lambda: build(ids), params=ids).rows(ids)
+
+
+def dashboard_rows(*, agent_ids: list[int]) -> list[AgentRow]:
+    """One row per agent (in the order asked for; gone ones left out) with its latest plan, current step and
+    progress: four queries in all, each compiled once per number of rows."""
+    ids = list(dict.fromkeys(agent_ids))
+    if not ids:
+        return []
+    agents = {row[0]: row for row in rows_by_ids(
+        "dashboard_agents", lambda ids: agents_latest_plan().filter(pk__in=ids).values_list(*ROW_AGENT_FIELDS, "latest_plan_id"), ids)}
+    needs: dict[int, list[Need]] = defaultdict(list)
+    for row in rows_by_ids("dashboard_needs", lambda ids: Need.objects.filter(agent_id__in=ids).order_by("name")
+                           .values_list(*ROW_NEED_FIELDS), ids):
+        needs[row[1]].append(Need.from_db("default", ROW_NEED_FIELDS, row))
+    plan_ids = sorted({row[-1] for row in agents.values() if row[-1]})
+    plans: dict[int, Plan] = {}
+    steps: dict[int, list[PlanStep]] = defaultdict(list)
+    if plan_ids:
+        for row in rows_by_ids("dashboard_plans", lambda ids: Plan.objects.filter(pk__in=ids).values_list(*ROW_PLAN_FIELDS), plan_ids):
+            plans[row[0]] = Plan.from_db("default", ROW_PLAN_FIELDS, row)
+        for row in rows_by_ids("dashboard_steps", lambda ids: PlanStep.objects.filter(plan_id__in=ids)
+                               .order_by("plan", "position").values_list(*ROW_STEP_FIELDS), plan_ids):
+            steps[row[1]].append(PlanStep.from_db("default", ROW_STEP_FIELDS, row))
     rows = []
-    for agent in agents:
-        plan = plans.get(agent.latest_plan_id)  # type: ignore[attr-defined]
-        plan_steps = list(plan.steps.all()) if plan else []
+    for pk in ids:
+        if pk not in agents:
+            continue
+        *agent_row, plan_id = agents[pk]
+        plan = plans.get(plan_id)
+        plan_steps = steps[plan_id] if plan else []
         rows.append(AgentRow(
-            agent=agent, plan=plan, step=plan_current_step(plan, plan_steps) if plan else None,
-            done=sum(1 for s in plan_steps if s.status == PlanStep.Status.COMPLETED), total=len(plan_steps), needs=list(agent.needs.all()),
+            agent=Agent.from_db("default", ROW_AGENT_FIELDS, agent_row), plan=plan,
+            step=plan_current_step(plan, plan_steps) if plan else None,
+            done=sum(1 for s in plan_steps if s.status == PlanStep.Status.COMPLETED), total=len(plan_steps),
+            needs=needs[pk], steps=plan_steps,
         ))
     return rows
 
@@ -81,12 +103,11 @@ def agents_latest_plan() -> QuerySet[Agent]:
 
 def failing_q() -> Q:
     """The latest plan failed, or one of its steps failed or is being retried."""
-    # The agent's latest plan, from inside a subquery (no reference to an annotation: PostgreSQL refuses it).
+    # The agent's latest plan, from inside a subquery (no reference to an annotation: PostgreSQL refuses it),
+    # looked up once per agent for both conditions.
     latest = Plan.objects.filter(agent=OuterRef(OuterRef("pk"))).order_by("-created_at", "-pk").values("pk")[:1]
-    troubled_step = PlanStep.objects.filter(plan_id=Subquery(latest)).filter(
-        Q(status=PlanStep.Status.FAILED) | Q(retries__gt=0))
-    failed_plan = Plan.objects.filter(pk=Subquery(latest), status=Plan.Status.FAILED)
-    return Q(Exists(failed_plan)) | Q(Exists(troubled_step))
+    troubled_step = PlanStep.objects.filter(plan=OuterRef("pk")).filter(Q(status=PlanStep.Status.FAILED) | Q(retries__gt=0))
+    return Q(Exists(Plan.objects.filter(pk=Subquery(latest)).filter(Q(status=Plan.Status.FAILED) | Q(Exists(troubled_step)))))
 
 
 @dataclass(frozen=True)
@@ -157,15 +178,24 @@ def dashboard_page(filters: DashboardFilter) -> tuple[list[AgentRow], Page[Any]]
     return rows, page
 
 
-def dashboard_counts() -> dict[str, int]:
-    """The counts above the table (and the filter badges): one query."""
-    return Agent.objects.aggregate(
+COUNT_NAMES = ("agents", "running", "paused", "waiting", "failing")
+
+
+def dashboard_counts_query() -> QuerySet[Agent, tuple[int, ...]]:
+    # One row of counts over all agents: grouped by a constant, which makes no GROUP BY at all.
+    return Agent.objects.order_by().values(everyone=Value(1)).annotate(
         agents=Count("pk"),
         running=Count("pk", filter=Q(status=Agent.Status.RUNNING)),
         paused=Count("pk", filter=Q(status=Agent.Status.PAUSED)),
         waiting=Count("pk", filter=~Q(waiting_reason="")),
         failing=Count("pk", filter=failing_q()),
-    )
+    ).values_list(*COUNT_NAMES)
+
+
+def dashboard_counts() -> dict[str, int]:
+    """The counts above the table (and the filter badges): one query, compiled once per process."""
+    row = statement_kept("dashboard_counts", dashboard_counts_query).rows()[0]
+    return dict(zip(COUNT_NAMES, row, strict=True))
 
 
 def agent_context(agent_id: int) -> dict[str, Any]:

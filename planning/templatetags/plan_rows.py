@@ -1,4 +1,4 @@
-"""`{% step_row step %}`: a plan's step row, rendered once per version of the step and kept in memory.
+"""`{% step_row step %}`, `{% agent_row row %}`: rows rendered once per state of what they show, kept in memory.
 
 A plan of 1,000 steps re-renders only the rows that changed since the last time this process drew them.
 The key: the step's `updated_at` (every save through the services moves it) and the columns a bulk
@@ -9,6 +9,7 @@ the buttons). Bounded: least recently used first out.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from threading import Lock
 from typing import Any
 
@@ -22,8 +23,35 @@ from planning.models import PlanStep
 register = template.Library()
 
 ROWS_KEPT = 5000
-_rows: OrderedDict[tuple[Any, ...], str] = OrderedDict()
-_lock = Lock()
+
+
+class Drawn:
+    """Rendered HTML by a key of everything it shows; the least recently used goes first. Thread-safe."""
+
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self.html: OrderedDict[Hashable, str] = OrderedDict()
+        self.lock = Lock()
+
+    def get(self, key: Hashable, draw: Callable[[], str]) -> SafeString:
+        with self.lock:
+            html = self.html.get(key)
+            if html is not None:
+                self.html.move_to_end(key)
+        if html is None:
+            html = draw()
+            with self.lock:
+                self.html[key] = html
+                while len(self.html) > self.kept:
+                    self.html.popitem(last=False)
+        return mark_safe(html)  # noqa: S308 (drawn by a template, autoescaped there)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.html.clear()
+
+
+_rows = Drawn(ROWS_KEPT)
 
 
 def row_key(step: PlanStep, can_decide: bool, plan_status: str) -> tuple[Any, ...]:
@@ -35,20 +63,10 @@ def row_key(step: PlanStep, can_decide: bool, plan_status: str) -> tuple[Any, ..
 def step_row(context: template.Context, step: PlanStep) -> SafeString:
     plan = context.get("plan")
     can_decide = bool(context.get("can_decide"))
-    key = row_key(step, can_decide, getattr(plan, "status", ""))
-    with _lock:
-        html = _rows.get(key)
-        if html is not None:
-            _rows.move_to_end(key)
-    if html is None:
-        # Drawn from the key's values only, so the kept row depends on nothing else on the page.
-        html = get_template("planning/plan_detail.html#step").render(
-            {"step": step, "plan": plan, "can_decide": can_decide})
-        with _lock:
-            _rows[key] = html
-            while len(_rows) > ROWS_KEPT:
-                _rows.popitem(last=False)
-    return mark_safe(html)  # noqa: S308 (rendered by the template above, autoescaped there)
+    # Drawn from the key's values only, so the kept row depends on nothing else on the page.
+    return _rows.get(row_key(step, can_decide, getattr(plan, "status", "")),
+                     lambda: get_template("planning/plan_detail.html#step").render(
+                         {"step": step, "plan": plan, "can_decide": can_decide}))
 
 
 @register.simple_tag
@@ -71,15 +89,4 @@ def agent_row_key(row: Any) -> tuple[Any, ...]:
 @register.simple_tag
 def agent_row(row: Any) -> SafeString:
     """A dashboard row, rendered once per state of the agent (see step_row)."""
-    key = agent_row_key(row)
-    with _lock:
-        html = _rows.get(key)
-        if html is not None:
-            _rows.move_to_end(key)
-    if html is None:
-        html = get_template("planning/dashboard.html#row").render({"row": row})
-        with _lock:
-            _rows[key] = html
-            while len(_rows) > ROWS_KEPT:
-                _rows.popitem(last=False)
-    return mark_safe(html)  # noqa: S308 (rendered by the template above, autoescaped there)
+    return _rows.get(agent_row_key(row), lambda: get_template("planning/dashboard.html#row").render({"row": row}))

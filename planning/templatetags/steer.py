@@ -7,9 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from django import template
+from django.template.loader import get_template
+from django.utils.safestring import SafeString
 
 from planning.steer_selectors import inbox_count as inbox_count_query
 from planning.steer_selectors import plan_graph
+from planning.templatetags.plan_rows import Drawn
 
 register = template.Library()
 
@@ -36,10 +39,25 @@ def waited(seconds: int) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
-@register.inclusion_tag("planning/plan_graph.html")
-def plan_graph_svg(plan: Any, steps: Sequence[Any], oob: bool = False) -> dict[str, Any]:
-    """The plan's steps and dependencies as an SVG graph laid out by depth (from the page's steps: no query)."""
-    return {"plan": plan, "graph": plan_graph(list(steps)), "oob": oob}
+GRAPHS_KEPT = 64
+_graphs = Drawn(GRAPHS_KEPT)
+
+
+def graph_key(steps: Sequence[Any], oob: bool) -> tuple[Any, ...]:
+    """Everything the graph shows: its layout follows the steps' order and dependencies."""
+    return (oob, *((s.key, s.status, s.description, repr(s.depends_on), s.requires_permission) for s in steps))
+
+
+@register.simple_tag
+def plan_graph_svg(plan: Any, steps: Sequence[Any], oob: bool = False) -> SafeString:
+    """The plan's steps and dependencies as an SVG graph laid out by depth (from the page's steps: no query).
+
+    Drawn once per state of the steps: a plan of 1,000 steps makes a graph of 1,000 nodes, the page's
+    largest part, which most views show unchanged.
+    """
+    steps = list(steps)
+    return _graphs.get(graph_key(steps, oob), lambda: get_template("planning/plan_graph.html").render(
+        {"plan": plan, "graph": plan_graph(steps), "oob": oob}))
 
 
 @register.filter
