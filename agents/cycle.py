@@ -13,12 +13,13 @@ execute in the agent's workspace, respecting dependencies.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
+from typing import Any
 
-from django.db import connection
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
@@ -58,7 +59,7 @@ from goals.system import (
     goals_reevaluation_due,
     goals_room,
 )
-from planner_site import hotsql
+from planner_site import statements
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
@@ -170,50 +171,45 @@ class PersonaState:
     steps: dict[int, list[PlanStep]] = field(default_factory=dict)
 
 
-# The three reads of every persona cycle, in SQL written once (planner_site/hotsql.py): through the ORM,
-# building them cost more than half of a whole cycle. tests/agents/test_cycle_reads.py checks they give what
-# the equivalent QuerySets give.
+# The three reads of every persona cycle are statements compiled once (planner_site/statements.py): built
+# through the ORM each time, they cost more than half of a whole cycle. tests/agents/test_cycle_reads.py
+# checks they give what the QuerySets give.
+HELD_STATUSES = [*Plan.OPEN_STATUSES, Plan.Status.FAILED]  # a goal with such a plan is planned
+NO_AGENT = -1  # the agent id the statements are compiled with; each run gives its own in its place
 
 
-@cache
-def _needs_sql(vendor: str) -> str:
-    return (f"SELECT {hotsql.select_list(Need, 'n')}, {hotsql.select_list(Agent, 'a')} "  # noqa: S608
-            f"FROM {hotsql.table(Need)} n INNER JOIN {hotsql.table(Agent)} a "
-            f"ON a.{hotsql.column(Agent, 'id')} = n.{hotsql.column(Need, 'agent')} "
-            f"WHERE n.{hotsql.column(Need, 'agent')} = %s ORDER BY n.{hotsql.column(Need, 'name')}")
+def _agent_rows(name: str, query: Callable[[int], QuerySet[Any, tuple[Any, ...]]], agent_id: int) -> list[tuple[Any, ...]]:
+    read = statements.statement_kept(name, lambda: query(NO_AGENT))
+    return read.rows([agent_id if p == NO_AGENT else p for p in read.params])
 
 
-@cache
-def _goals_sql(vendor: str) -> str:
-    held = ", ".join(["%s"] * len([*Plan.OPEN_STATUSES, Plan.Status.FAILED]))
-    return (f"SELECT {hotsql.select_list(Goal, 'g')}, EXISTS (SELECT 1 FROM {hotsql.table(Plan)} p "  # noqa: S608
-            f"WHERE p.{hotsql.column(Plan, 'goal')} = g.{hotsql.column(Goal, 'id')} "
-            f"AND p.{hotsql.column(Plan, 'status')} IN ({held})) "
-            f"FROM {hotsql.table(Goal)} g WHERE g.{hotsql.column(Goal, 'agent')} = %s "
-            f"AND g.{hotsql.column(Goal, 'status')} = %s")
+def _needs_query(agent_id: int) -> QuerySet[Need, tuple[Any, ...]]:
+    return Need.objects.filter(agent_id=agent_id).order_by("name").values_list(
+        *statements.all_columns(Need), *statements.all_columns(Agent, "agent__"))
 
 
-@cache
-def _steps_sql(vendor: str) -> str:
-    statuses = ", ".join(["%s"] * len(Plan.OPEN_STATUSES))
-    return (f"SELECT {hotsql.select_list(PlanStep, 's')}, {hotsql.select_list(Plan, 'p')}, "  # noqa: S608
-            f"{hotsql.select_list(Goal, 'g')} FROM {hotsql.table(PlanStep)} s "
-            f"INNER JOIN {hotsql.table(Plan)} p ON p.{hotsql.column(Plan, 'id')} = s.{hotsql.column(PlanStep, 'plan')} "
-            f"LEFT OUTER JOIN {hotsql.table(Goal)} g ON g.{hotsql.column(Goal, 'id')} = p.{hotsql.column(Plan, 'goal')} "
-            f"WHERE p.{hotsql.column(Plan, 'agent')} = %s AND p.{hotsql.column(Plan, 'status')} IN ({statuses}) "
-            f"ORDER BY p.{hotsql.column(Plan, 'created_at')}, p.{hotsql.column(Plan, 'id')}, "
-            f"s.{hotsql.column(PlanStep, 'position')}")
+def _goals_query(agent_id: int) -> QuerySet[Goal, tuple[Any, ...]]:
+    held = Plan.objects.filter(goal=OuterRef("pk"), status__in=HELD_STATUSES)
+    return Goal.objects.filter(agent_id=agent_id, status=Goal.Status.ACTIVE).annotate(
+        planned=Exists(held)).order_by().values_list(*statements.all_columns(Goal), "planned")
+
+
+def _steps_query(agent_id: int) -> QuerySet[PlanStep, tuple[Any, ...]]:
+    return PlanStep.objects.filter(plan__agent_id=agent_id, plan__status__in=Plan.OPEN_STATUSES).order_by(
+        "plan__created_at", "plan_id", "position").values_list(
+        *statements.all_columns(PlanStep), *statements.all_columns(Plan, "plan__"),
+        *statements.all_columns(Goal, "plan__goal__"))
 
 
 def persona_needs(agent_id: int) -> list[Need]:
-    """The agent's needs by name, each with its agent (one row read, like select_related("agent"))."""
-    width = hotsql.width(Need)
+    """The agent's needs by name, each with its agent (one statement, like select_related("agent"))."""
+    width = len(statements.all_columns(Need))
     needs = []
     agent: Agent | None = None
-    for row in hotsql.fetch(_needs_sql(connection.vendor), [agent_id]):
-        need = hotsql.build(Need, row)
+    for row in _agent_rows("persona_needs", _needs_query, agent_id):
+        need = statements.instance(Need, row)
         assert need is not None
-        agent = agent or hotsql.build(Agent, row, width)
+        agent = agent or statements.instance(Agent, row, width)
         Need._meta.get_field("agent").set_cached_value(need, agent)  # type: ignore[union-attr]
         needs.append(need)
     return needs
@@ -221,27 +217,25 @@ def persona_needs(agent_id: int) -> list[Need]:
 
 def persona_state(agent: Agent, need_rows: list[Need]) -> PersonaState:
     goals: list[Goal] = []
-    width = hotsql.width(Goal)
-    for row in hotsql.fetch(_goals_sql(connection.vendor),
-                            [*Plan.OPEN_STATUSES, Plan.Status.FAILED, agent.pk, Goal.Status.ACTIVE]):
-        goal = hotsql.build(Goal, row)
+    for row in _agent_rows("persona_goals", _goals_query, agent.pk):
+        goal = statements.instance(Goal, row)
         assert goal is not None
-        goal.planned = bool(row[width])  # type: ignore[attr-defined]
+        goal.planned = bool(row[-1])  # type: ignore[attr-defined]
         goals.append(goal)
     goals.sort(key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
     state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in need_rows},
                          rates={n.name: n.decay_per_hour for n in need_rows}, goals=goals)
     plans: dict[int, Plan] = {}
-    step_width, plan_width = hotsql.width(PlanStep), hotsql.width(Plan)
-    for row in hotsql.fetch(_steps_sql(connection.vendor), [agent.pk, *Plan.OPEN_STATUSES]):
-        step = hotsql.build(PlanStep, row)
+    step_width, plan_width = len(statements.all_columns(PlanStep)), len(statements.all_columns(Plan))
+    for row in _agent_rows("persona_steps", _steps_query, agent.pk):
+        step = statements.instance(PlanStep, row)
         assert step is not None
         plan = plans.get(step.plan_id)
         if plan is None:
-            plan = hotsql.build(Plan, row, step_width)
+            plan = statements.instance(Plan, row, step_width)
             assert plan is not None
             Plan._meta.get_field("goal").set_cached_value(  # type: ignore[union-attr]
-                plan, hotsql.build(Goal, row, step_width + plan_width))
+                plan, statements.instance(Goal, row, step_width + plan_width))
             plans[plan.pk] = plan
         PlanStep._meta.get_field("plan").set_cached_value(step, plan)  # type: ignore[union-attr]
         state.steps.setdefault(plan.pk, []).append(step)

@@ -21,7 +21,7 @@ from agents.persona import StepVerdict, routine_keeps
 from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import GoalState
-from planner_site import hotsql
+from planner_site import statements
 from planner_site.events import publish_changed_on_commit
 from planning.models import Plan, PlanEvent, PlanStep
 
@@ -87,9 +87,9 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     change, plans_to_close = cycle_plans_lock(record)
     # First write, so PostgreSQL locks the agent row at once: a second runner on this agent waits here and
     # then finds cycle_count moved on.
-    # The common writes go through planner_site/hotsql.py: the ORM's SQL building cost more than the
+    # The common writes go through planner_site/statements.py: the ORM's SQL building cost more than the
     # database's work (tests/agents/test_cycle_reads.py checks rows come out the same).
-    updated = hotsql.update(Agent, {"cycle_count": cycle, "emotions": record.emotions,
+    updated = statements.update(Agent, {"cycle_count": cycle, "emotions": record.emotions,
                                    "next_cycle_at": now + timedelta(seconds=agent.cycle_interval)},
                             id=agent.pk, cycle_count=record.expected_cycle)
     if not updated:
@@ -102,7 +102,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         needs_after=record.needs_after,
         goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in record.goals},
     )
-    hotsql.insert([experience])
+    statements.insert([experience])
     goals_apply(goals=record.goals, now=now)
     events: list[PlanEvent] = []
     pushed: set[int] = set()
@@ -114,7 +114,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         pushed.add(plan.pk)
     if record.lesson and not Lesson.objects.filter(agent=agent, description=record.lesson).exists():
         Lesson.objects.create(agent=agent, description=record.lesson, source_experience=experience)
-    hotsql.insert(events)
+    statements.insert(events)
     # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
     current = change.plan.pk if change is not None else None
     publish_changed_on_commit(agent_id=agent.pk, plan_id=current, kind="experience")
@@ -207,14 +207,14 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[P
         fields |= {"status": PlanStep.Status.FAILED, "failure_reason": verdict.failure}
         event(PlanEvent.Kind.STEP_FAILED, verdict.failure, {"replan_scheduled": True})
     # Only over the status this cycle read: a step an operator skipped or declined meanwhile stays so.
-    if not hotsql.update(PlanStep, fields, id=step.pk, status=read_status):
+    if not statements.update(PlanStep, fields, id=step.pk, status=read_status):
         return []
     if verdict.replan and not verdict.completed:
-        hotsql.update(Plan, {"replan_reason": verdict.failure, "updated_at": timezone.now()}, id=plan.pk)
+        statements.update(Plan, {"replan_reason": verdict.failure, "updated_at": timezone.now()}, id=plan.pk)
     for name, value in fields.items():
         setattr(step, name, value)
     if change.plan_completed:
-        hotsql.update(Plan, {"status": Plan.Status.COMPLETED, "updated_at": timezone.now()}, id=plan.pk)
+        statements.update(Plan, {"status": Plan.Status.COMPLETED, "updated_at": timezone.now()}, id=plan.pk)
         plan.status = Plan.Status.COMPLETED
         event(PlanEvent.Kind.PLAN_COMPLETED, "all steps done", {"goal_progress_bonus": True}, on_step=False)
     return events

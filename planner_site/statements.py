@@ -9,12 +9,13 @@ counts took 2.2 ms to compile and 1.5 ms to run. A `Statement` is for a queryset
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from threading import Lock
 from typing import Any
 
-from django.db import connections
-from django.db.models import Model, QuerySet
+from django.db import connection, connections
+from django.db.models import Field, Model, QuerySet
 
 
 class Statement:
@@ -72,3 +73,80 @@ def statement_kept(name: str, build: Callable[[], QuerySet[Any]], *,
 def columns(model: type[Model], *names: str) -> tuple[str, ...]:
     """These columns in the model's order, as `Model.from_db` takes the values of some of its fields."""
     return tuple(f.attname for f in model._meta.concrete_fields if f.attname in names)
+
+
+def all_columns(model: type[Model], through: str = "") -> list[str]:
+    """Every column of the model, in its order, for `values_list` (`through="plan__"` reads them over a
+    relation), so that `instance()` can rebuild the model from a row."""
+    return [through + f.attname for f in model._meta.concrete_fields]
+
+
+def instance[M: Model](model: type[M], row: Sequence[Any], start: int = 0) -> M | None:
+    """The model in `row[start:]`, laid out by `all_columns(model)` and already converted (a Statement's
+    rows are); None when its primary key is NULL (an outer join that found nothing)."""
+    names = [f.attname for f in model._meta.concrete_fields]
+    values = row[start:start + len(names)]
+    if values[0] is None:
+        return None
+    return model.from_db("default", names, values)
+
+
+# Writes of the hot paths (an agent's cycle): an INSERT or a plain-equality UPDATE whose SQL is written once
+# per model from its meta; values are prepared by their fields as save() and update() prepare them.
+
+
+@cache
+def _insert_sql(model: type[Model], vendor: str, rows: int) -> tuple[str, list[Field]]:
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    names = ", ".join(connection.ops.quote_name(f.column or "") for f in fields)
+    pk = connection.ops.quote_name(_field(model, model._meta.pk.name).column or "")  # type: ignore[union-attr]
+    values = ", ".join([f"({', '.join(['%s'] * len(fields))})"] * rows)
+    return f"INSERT INTO {table(model)} ({names}) VALUES {values} RETURNING {pk}", fields  # noqa: S608
+
+
+def insert(objs: Sequence[Model]) -> None:
+    """Save new instances of one model in one statement, as `bulk_create` would (auto_now values and
+    defaults filled by the fields' pre_save, values prepared by the fields), and set their primary keys
+    (returned in the order of the rows, which both databases keep, as bulk_create relies on)."""
+    if not objs:
+        return
+    sql, fields = _insert_sql(type(objs[0]), connection.vendor, len(objs))
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for obj, (pk,) in zip(objs, cursor.fetchall(), strict=True):
+            obj.pk = pk
+            obj._state.adding = False
+            obj._state.db = connection.alias
+
+
+@cache
+def _update_sql(model: type[Model], vendor: str, sets: tuple[str, ...], where: tuple[str, ...]) -> str:
+    assignments = ", ".join(f"{column(model, name)} = %s" for name in sets)
+    conditions = " AND ".join(f"{column(model, name)} = %s" for name in where)
+    return f"UPDATE {table(model)} SET {assignments} WHERE {conditions}"  # noqa: S608
+
+
+def update(model: type[Model], values: Mapping[str, Any], **where: Any) -> int:
+    """`Model.objects.filter(**where).update(**values)` for plain equality filters; the number of rows."""
+    sets, keys = tuple(values), tuple(where)
+    params = [_field(model, name).get_db_prep_save(values[name], connection) for name in sets]
+    params += [_field(model, name).get_db_prep_value(where[name], connection) for name in keys]
+    with connection.cursor() as cursor:
+        cursor.execute(_update_sql(model, connection.vendor, sets, keys), params)
+        return cursor.rowcount
+
+
+def _field(model: type[Model], name: str) -> Field:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
+
+
+
+def table(model: type[Model]) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def column(model: type[Model], name: str) -> str:
+    return connection.ops.quote_name(_field(model, name).column or "")

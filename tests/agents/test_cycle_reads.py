@@ -1,5 +1,5 @@
-"""The persona cycle's hand-written reads (agents/cycle.py on planner_site/hotsql.py) give exactly what the
-equivalent QuerySets give: every field, converted the same (dates, JSON, booleans), and the related rows."""
+"""The persona cycle's statements, compiled once (agents/cycle.py, planner_site/statements.py), give exactly
+what the QuerySets give: every field, converted the same (dates, JSON, booleans), and the related rows."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_goals_and_open_steps_read_are_the_querysets(persona: Agent) -> None:
 
 def test_hand_written_insert_stores_what_save_stores(persona: Agent) -> None:
     from agents.models import Experience
-    from planner_site import hotsql
+    from planner_site import statements
 
     step = PlanStep.objects.filter(plan__agent=persona).first()
     fields = {"agent": persona, "cycle": 7, "action": "eat", "need_deltas": {"hunger": 0.2}, "step": step,
@@ -81,7 +81,7 @@ def test_hand_written_insert_stores_what_save_stores(persona: Agent) -> None:
               "needs_after": {"hunger": 0.81}, "goals_after": {"3": [0.5, 0.9]}}
     by_orm = Experience.objects.create(**fields)
     by_hand = Experience(**{**fields, "cycle": 8})
-    hotsql.insert([by_hand])
+    statements.insert([by_hand])
     assert by_hand.pk and not by_hand._state.adding
     stored = values(Experience.objects.get(pk=by_hand.pk))
     assert stored is not None and stored["created_at"] is not None
@@ -92,12 +92,12 @@ def test_hand_written_insert_stores_what_save_stores(persona: Agent) -> None:
 
 
 def test_hand_written_update_changes_only_the_rows_that_still_match(persona: Agent) -> None:
-    from planner_site import hotsql
+    from planner_site import statements
 
     count = persona.cycle_count
-    assert hotsql.update(Agent, {"emotions": {"hope": 0.9}, "cycle_count": count + 1}, id=persona.pk,
+    assert statements.update(Agent, {"emotions": {"hope": 0.9}, "cycle_count": count + 1}, id=persona.pk,
                          cycle_count=count) == 1
-    assert hotsql.update(Agent, {"emotions": {"hope": 0.1}, "cycle_count": count + 1}, id=persona.pk,
+    assert statements.update(Agent, {"emotions": {"hope": 0.1}, "cycle_count": count + 1}, id=persona.pk,
                          cycle_count=count) == 0  # the cycle moved on: nothing changes twice
     fresh = Agent.objects.get(pk=persona.pk)
     assert (fresh.emotions, fresh.cycle_count) == ({"hope": 0.9}, count + 1)
