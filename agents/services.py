@@ -189,8 +189,8 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[P
     events: list[PlanEvent] = []
 
     def event(kind: str, reason: str, extra: dict[str, Any] | None = None, on_step: bool = True) -> None:
-        events.append(PlanEvent(plan=plan, step=step if on_step else None, kind=kind, actor_label=runner,
-                                reason=reason[:2000], detail=detail | (extra or {})))
+        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, step=step if on_step else None, kind=kind,
+                                actor_label=runner, reason=reason[:2000], detail=detail | (extra or {})))
 
     fields: dict[str, Any] = {"actual_cycles": verdict.actual_cycles, "overrides": verdict.overrides,
                               "updated_at": timezone.now()}
@@ -228,7 +228,7 @@ def plan_close(*, plan: Plan, runner: str, reason: str) -> list[PlanEvent]:
     keys = list(skipped.values_list("key", flat=True))
     skipped.update(status=PlanStep.Status.SKIPPED, updated_at=timezone.now())
     plan.status = Plan.Status.CANCELLED
-    return [PlanEvent(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED, actor_label=runner, reason=reason,
+    return [PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_CANCELLED, actor_label=runner, reason=reason,
                       detail={"skipped": keys, "goal_finished": True})]
 
 

@@ -45,7 +45,7 @@ from agents.models import LLMCall
 from planner_site import events
 from planner_site.roles import user_can_decide
 from planner_site.statements import Statement, columns
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep, steps_done
 from planning.selectors import (
     AgentRow,
     DashboardFilter,
@@ -141,7 +141,6 @@ class DashboardLivePage(LivePage):
 
 STEP_FIELDS = tuple(f.attname for f in PlanStep._meta.concrete_fields)
 PLAN_FIELDS = tuple(f.attname for f in Plan._meta.concrete_fields)
-DONE_STATUSES = {PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED}
 # What a timeline entry shows (its step is taken from the steps read in the same push).
 EVENT_FIELDS = columns(PlanEvent, "id", "plan_id", "step_id", "kind", "actor_label", "reason", "created_at")
 # Events after which the versions, the attempts and the model calls of a plan may have changed.
@@ -255,7 +254,7 @@ class PlanLivePage(LivePage):
         self.steps = {r[0]: r for r in rows}
         self.step_order, self.plan_state = order, plan_state
         status_at = STEP_FIELDS.index("status")
-        done = sum(1 for r in rows if r[status_at] in DONE_STATUSES)
+        done = steps_done((r[status_at] for r in rows), plan_status=plan.status)
 
         new_events = self.events_new()
         kinds = {e.kind for e in new_events}

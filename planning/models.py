@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import Q
 from django.urls import reverse
 
 
@@ -230,3 +232,17 @@ class PlanEvent(models.Model):
         if self.agent_id is None and self.plan is not None:  # every event names its agent, for the audit filters
             self.agent_id = self.plan.agent_id
         super().save(*args, **kwargs)
+
+
+def steps_done(statuses: Iterable[str], *, plan_status: str) -> int:
+    """The "N/M steps done" count every page and push shows: completed steps, and steps an operator skipped
+    (settled, the plan goes on without them), but not the steps a cancelled plan skipped."""
+    counted = {PlanStep.Status.COMPLETED} if plan_status == Plan.Status.CANCELLED else {
+        PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED}
+    return sum(1 for status in statuses if status in counted)
+
+
+def steps_done_q() -> Q:
+    """steps_done as a Count filter over a plan's steps."""
+    return Q(steps__status=PlanStep.Status.COMPLETED) | (
+        Q(steps__status=PlanStep.Status.SKIPPED) & ~Q(status=Plan.Status.CANCELLED))

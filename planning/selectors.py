@@ -13,7 +13,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery, Val
 from agents.models import Agent, Experience, LLMCall, Need
 from agents.selectors import persona_page
 from planner_site.statements import columns, statement_kept
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep, steps_done, steps_done_q
 
 DASHBOARD_PAGE_SIZE = 50
 TIMELINE_PAGE_SIZE = 50
@@ -89,7 +89,8 @@ def dashboard_rows(*, agent_ids: list[int]) -> list[AgentRow]:
         rows.append(AgentRow(
             agent=Agent.from_db("default", ROW_AGENT_FIELDS, agent_row), plan=plan,
             step=plan_current_step(plan, plan_steps) if plan else None,
-            done=sum(1 for s in plan_steps if s.status == PlanStep.Status.COMPLETED), total=len(plan_steps),
+            done=steps_done((s.status for s in plan_steps), plan_status=plan.status) if plan else 0,
+            total=len(plan_steps),
             needs=needs[pk], steps=plan_steps,
         ))
     return rows
@@ -202,7 +203,7 @@ def agent_context(agent_id: int) -> dict[str, Any]:
     """Everything the agent page shows."""
     agent = Agent.objects.get(pk=agent_id)
     plans = list(Plan.objects.filter(agent=agent).annotate(
-        steps_total=Count("steps"), steps_done=Count("steps", filter=Q(steps__status=PlanStep.Status.COMPLETED)),
+        steps_total=Count("steps"), steps_done=Count("steps", filter=steps_done_q()),
     ).order_by("-created_at")[:20])
     needs = list(agent.needs.order_by("name"))
     return {
@@ -278,6 +279,6 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "calls_page": calls,
         "versions": versions,
         "next_version": later[0] if later else None,
-        "done": sum(1 for s in steps if s.status == PlanStep.Status.COMPLETED),  # skipped is not done
+        "done": steps_done((s.status for s in steps), plan_status=plan.status),
         "total": len(steps),
     }

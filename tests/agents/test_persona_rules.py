@@ -376,3 +376,14 @@ def test_when_every_low_need_has_an_achieved_goal_the_model_is_not_asked() -> No
     cycle(agent)
     assert Goal.objects.get(agent=agent, status=Goal.Status.ACTIVE).horizon == "mid_term"
     assert not LLMCall.objects.filter(purpose="goals").exists()
+
+
+def test_the_cycles_plan_events_name_their_agent_for_the_audit_filter(operator_client: Any) -> None:
+    agent = person()
+    plan_with_steps(agent, "short_term", ["work", "relax"])
+    cycle(agent)
+    cycle(agent)
+    kinds = set(PlanEvent.objects.filter(agent=agent).values_list("kind", flat=True))
+    assert {PlanEvent.Kind.STEP_STARTED, PlanEvent.Kind.STEP_COMPLETED, PlanEvent.Kind.PLAN_COMPLETED} <= kinds
+    html = operator_client.get("/audit/", {"agent": agent.pk}).content.decode()
+    assert "Plan completed" in html and "Step completed" in html

@@ -99,3 +99,13 @@ def test_events_of_plans_name_their_agent(operator) -> None:  # type: ignore[no-
     step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL)
     services.step_approve(step=step, user=operator)
     assert PlanEvent.objects.get().agent_id == step.plan.agent_id
+
+
+def test_a_step_the_operator_skipped_counts_as_done_on_load_as_in_pushes(viewer_client: Client, operator) -> None:  # type: ignore[no-untyped-def]
+    plan = PlanFactory(status=Plan.Status.ACTIVE)
+    first, _ = PlanStepFactory.create_batch(2, plan=plan)
+    services.step_skip(step=first, user=operator, reason="found one already")
+    html = viewer_client.get(reverse("plan-detail", args=[plan.pk])).content.decode()
+    assert "1/2 steps done" in html  # what the live header says after the skip (tests/browser/test_live.py)
+    assert "1/2 steps" in viewer_client.get("/").content.decode()
+    assert "1/2" in viewer_client.get(reverse("agent-detail", args=[plan.agent_id])).content.decode()
