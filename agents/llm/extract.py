@@ -54,6 +54,7 @@ class Unloadable(Exception):
 # -- finding candidates --------------------------------------------------------------------------
 
 _JSON_TAG = re.compile(r"<json>(.*?)(?:</json>|\Z)", re.IGNORECASE | re.DOTALL)
+_JSON_TAG_LONGEST = re.compile(r"<json>((?:(?!<json>).)*)</json>", re.IGNORECASE | re.DOTALL)
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _INNER_FENCE = re.compile(r"^\s*```[A-Za-z0-9_+-]*[^\n]*\n?|\n?```\s*$")
 _JSON_LANGS = {"json", "json5", "jsonc", "javascript", "js", "python", "py"}
@@ -67,6 +68,12 @@ def json_candidates(text: str) -> Iterator[Candidate]:
     for match in _JSON_TAG.finditer(text):
         taken.append(match.span())
         yield Candidate("json_tag", _INNER_FENCE.sub("", match.group(1)), match.start(), True)
+        # A "</json>" inside a JSON string ends the block too early: the block up to the last closing tag
+        # before the next opening one comes after, so it wins when it loads (json_extract takes the last).
+        longest = _JSON_TAG_LONGEST.match(text, match.start())
+        if longest is not None and longest.end() > match.end():
+            taken.append(longest.span())
+            yield Candidate("json_tag", _INNER_FENCE.sub("", longest.group(1)), match.start(), True)
     for match in _FENCE.finditer(text):
         if any(a <= match.start() < b for a, b in taken):
             continue

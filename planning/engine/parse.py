@@ -86,8 +86,8 @@ def plan_parse(text: str, *, allow_single_step: bool = True) -> ParsedPlan:
     """
     text = check_size(text)
     first_error = ""
-    plans: list[tuple[bool, int, ParsedPlan]] = []  # (tagged, start, plan)
-    keyless: list[tuple[bool, int, ParsedPlan]] = []
+    plans: list[tuple[bool, int, int, ParsedPlan]] = []  # (tagged, start, length, plan)
+    keyless: list[tuple[bool, int, int, ParsedPlan]] = []
     for candidate in json_candidates(text):
         try:
             value, repairs = json_load(candidate.text)
@@ -100,12 +100,14 @@ def plan_parse(text: str, *, allow_single_step: bool = True) -> ParsedPlan:
             first_error = first_error or f"the JSON is a {type(value).__name__}, not a plan object or list of steps"
             continue
         # An object without steps may be a restatement echoed before or after the plan: steps win.
-        found = (candidate.method == "json_tag", candidate.start, ParsedPlan(data, candidate.method, repairs))
+        found = (candidate.method == "json_tag", candidate.start, len(candidate.text),
+                 ParsedPlan(data, candidate.method, repairs))
         (plans if "steps" in data else keyless).append(found)
     for group in (plans, keyless):
         if group:
-            # The tagged block wins; among equals, the last one (an example comes before the answer).
-            return max(group, key=lambda item: (item[0], item[1]))[2]
+            # The tagged block wins; among equals, the last one (an example comes before the answer), and of
+            # one block read two ways, the longer (a "</json>" inside a string cut the shorter).
+            return max(group, key=lambda item: item[:3])[3]
     if first_error:
         raise PlanParseError(first_error)
     steps = _text_steps(text)

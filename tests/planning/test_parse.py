@@ -169,3 +169,14 @@ def test_a_tagged_block_wins_even_before_later_json() -> None:
 
 def test_json_extract_prefers_the_last_answer_to_an_example() -> None:
     assert json_extract('e.g. {"who": "example"} -> {"who": "Acta"}').value == {"who": "Acta"}
+
+
+def test_a_closing_tag_inside_a_json_string_does_not_cut_the_block() -> None:
+    steps = [{"</JSON>": None, "id": "1"}]
+    parsed = plan_parse(f"<json>{json.dumps({'steps': steps})}</json>")
+    assert parsed.data == {"steps": steps} and parsed.repaired == []
+    two = plan_parse('<json>{"steps": [{"id": "a"}]}</json> then <json>{"steps": [{"id": "b"}]}</json>')
+    assert two.data == {"steps": [{"id": "b"}]}  # separate blocks stay separate: the last one wins
+    from agents.llm.extract import json_extract
+
+    assert json_extract('<json>{"why": "ends with </json> here"}</json>').value == {"why": "ends with </json> here"}
