@@ -93,12 +93,12 @@ def agent_cycle(*, agent_id: int, runner: str) -> str:
         else:
             what = tool_cycle(agent=agent, plan=plan, runner=runner)
     finally:
-        with transaction.atomic():
-            Agent.objects.filter(pk=agent.pk).update(
-                cycle_count=F("cycle_count") + 1,
-                next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval),
-            )
-            publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
+        # One statement, committed on its own: the pages hear of it once it has.
+        Agent.objects.filter(pk=agent.pk).update(
+            cycle_count=F("cycle_count") + 1,
+            next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval),
+        )
+        publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
     return what
 
 

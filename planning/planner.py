@@ -11,6 +11,7 @@ fails is tried again later by the agent's retry policy, or waits for an operator
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -230,7 +231,8 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         planned = previous.steps.exists()
         retry = 0 if planned else previous.planning_retry + (0 if previous.clarification_answer else 1)
     try:
-        with transaction.atomic():
+        # Only a next version can collide (`previous` is one-to-one): a first version needs no savepoint.
+        with transaction.atomic() if previous is not None else contextlib.nullcontext():
             plan = Plan.objects.create(
                 agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
                 version=previous.version + 1 if previous else 1, previous=previous,
@@ -249,8 +251,9 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         PlanEvent.objects.create(plan=previous, kind=PlanEvent.Kind.REPLANNED, actor_label=actor_label, reason=reason,
                                  detail={"next_plan": plan.pk, "next_version": plan.version})
         publish_changed_on_commit(agent_id=agent.pk, plan_id=previous.pk, kind="replanned")
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason="")
-    agent_retry_sync(agent_id=agent.pk)
+    # A first version leaves the agent's failed plans as they were, and so its earliest retry.
+    retry = {"plan_retry_at": agent_retry_earliest(agent_id=agent.pk)} if previous is not None else {}
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason="", **retry)
     PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=actor_label, reason=reason,
                              detail={"version": plan.version, "previous": previous.pk if previous else None})
     publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_created")
@@ -291,8 +294,9 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline
 def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], previous: Plan | None,
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], memory: RetryContext,
                   simple: bool = False) -> list[dict[str, str]]:
-    needs = {n.name: n.satisfaction for n in agent.needs.all()}
     kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    # A tool plan's prompt shows no needs (and tool agents have none): no query for them.
+    needs = {n.name: n.satisfaction for n in agent.needs.all()} if kind != Agent.Kind.TOOL else {}
     tools = list((declared or TOOLS).values()) if kind == Agent.Kind.TOOL else None
     files = workspace_listing(agent.workspace) if agent.kind == Agent.Kind.TOOL else []
     backstory = agent.backstory
@@ -401,9 +405,10 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
             step.requires_permission = True
             step.risk = "risky"
             flags.append(f"step {step.key}: '{step.action_hint}' spends money; requires permission raised to true")
+    rows = []
     for position, step in enumerate(spec.steps, start=1):
         carried = kept_by_key.get(step.key)
-        PlanStep.objects.create(
+        rows.append(PlanStep(
             plan=plan, key=step.key, position=position, description=step.description[:500],
             action_hint=step.action_hint[:200], tool=step.tool, tool_input=step.input,
             expected_outcome=step.expected_outcome[:500], estimated_cycles=max(1, step.estimated_cycles),
@@ -413,14 +418,15 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
             result=carried.result if carried else "", actual_cycles=carried.actual_cycles if carried else 0,
             elapsed_ms=carried.elapsed_ms if carried else None,
             carried_over=carried is not None, approved_by=carried.approved_by if carried else None,
-        )
+        ))
+    PlanStep.objects.bulk_create(rows)
     plan.status = Plan.Status.ACTIVE if persona else Plan.Status.AWAITING_APPROVAL
     plan.approval_mode = Plan.ApprovalMode.ALL if persona else Plan.ApprovalMode.PENDING
     plan.thinking_summary = spec.thinking_summary[:4000]
     plan.confidence = max(0.0, min(1.0, spec.confidence))
     plan.risks = list(spec.risks)
     plan.model = model
-    plan.save()
+    plan.save(update_fields=["status", "approval_mode", "thinking_summary", "confidence", "risks", "model", "updated_at"])
     detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
     if plan.previous is not None:
         detail["diff"] = plan_diff([s.as_spec() for s in plan.previous.steps.all()], [s.as_spec() for s in plan.steps.all()])
@@ -482,11 +488,15 @@ def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[
     return plan
 
 
+def agent_retry_earliest(*, agent_id: int) -> Subquery:
+    """The earliest automatic retry of the agent's failed plans, as a subquery for an UPDATE of its row."""
+    return Subquery(Plan.objects.filter(agent_id=agent_id, status=Plan.Status.FAILED, retry_at__isnull=False)
+                    .order_by("retry_at").values("retry_at")[:1])
+
+
 def agent_retry_sync(*, agent_id: int) -> None:
     """The agent row keeps the earliest automatic retry of its failed plans, so a cycle knows without a query."""
-    earliest = (Plan.objects.filter(agent_id=agent_id, status=Plan.Status.FAILED, retry_at__isnull=False)
-                .order_by("retry_at").values("retry_at")[:1])
-    Agent.objects.filter(pk=agent_id).update(plan_retry_at=Subquery(earliest))
+    Agent.objects.filter(pk=agent_id).update(plan_retry_at=agent_retry_earliest(agent_id=agent_id))
 
 
 def plan_retry_due(*, agent: Agent, runner: str) -> None:

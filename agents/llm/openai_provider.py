@@ -7,7 +7,10 @@ Retries (exponential backoff on 429, 5xx, timeouts and connection errors) are th
 LLM_MAX_RETRIES; LLM_TIMEOUT_SECONDS bounds each attempt.
 
 An `AsyncOpenAI` client's connection pool belongs to the event loop it was first used on, so clients are
-kept per loop and closed when that loop shuts down (see `_LoopClients`).
+kept per loop and closed when that loop shuts down (see `_LoopClients`). Each loop keeps a few clients for
+the same settings, taken in turn (CLIENT_SHARDS): the HTTP pool checks every idle connection it holds on
+each request (a system call each), so one pool of a hundred connections costs a runner of a hundred agents
+more CPU than its model calls' own work; ten pools of ten cost a fraction of it.
 
 Resolving a host name in OPENAI_BASE_URL, and the SDK's one-off platform lookup for its diagnostic headers,
 take a thread of the loop's default executor: agent threads that wait for the loop must therefore not fill that
@@ -45,6 +48,7 @@ class ProviderTimeout(Exception):
 
 # base_url, api_key, timeout in seconds, max retries: the settings a client is built from.
 ClientKey = tuple[str, str, float, int]
+CLIENT_SHARDS = 10  # clients per loop and settings, taken in turn (see the module's docstring)
 
 
 @dataclass
@@ -56,8 +60,9 @@ class _LoopClients:
     the keeper's `finally` then closes the clients on their own loop, as httpx requires.
     """
 
-    clients: dict[ClientKey, openai.AsyncOpenAI] = field(default_factory=dict)
+    clients: dict[tuple[ClientKey, int], openai.AsyncOpenAI] = field(default_factory=dict)
     keeper: AsyncGenerator[None, None] | None = None
+    turn: int = 0  # the shard the next call takes
 
 
 # Event loop -> its clients. Loops run in different threads (a fresh one per `async_to_sync` call made
@@ -111,13 +116,14 @@ async def _loop_clients() -> _LoopClients:
 
 
 async def openai_client() -> openai.AsyncOpenAI:
-    """The shared client for the current settings on the running event loop."""
+    """One of the running event loop's shared clients for the current settings, in turn."""
     key = client_key()
     entry = await _loop_clients()
-    client = entry.clients.get(key)
+    entry.turn = (entry.turn + 1) % CLIENT_SHARDS
+    client = entry.clients.get((key, entry.turn))
     if client is None:
         base_url, api_key, timeout, retries = key
-        client = entry.clients[key] = openai.AsyncOpenAI(
+        client = entry.clients[key, entry.turn] = openai.AsyncOpenAI(
             # An empty base URL means the SDK's default (OPENAI_BASE_URL from the environment, else OpenAI).
             base_url=base_url or None,
             # Local servers (llama.cpp, vLLM, Ollama) ignore the key; the SDK refuses to start without one.
