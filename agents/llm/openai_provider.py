@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+import ssl
 import threading
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -130,8 +132,20 @@ async def openai_client() -> openai.AsyncOpenAI:
             api_key=api_key or "not-needed",
             timeout=timeout,
             max_retries=retries,
+            http_client=plain_http_client() if base_url.startswith("http://") else None,
         )
     return client
+
+
+@functools.cache
+def plain_http_tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def plain_http_client() -> openai.DefaultAsyncHttpxClient:
+    """The SDK's own HTTP client for a plain-HTTP server (a local model), without its certificate loading:
+    every client would read the CA bundle (~30 ms) for a TLS it never uses, so they share one context."""
+    return openai.DefaultAsyncHttpxClient(verify=plain_http_tls())
 
 
 async def openai_aclose_clients() -> None:
