@@ -9,8 +9,8 @@ LLM_MAX_RETRIES; LLM_TIMEOUT_SECONDS bounds each attempt.
 An `AsyncOpenAI` client's connection pool belongs to the event loop it was first used on, so clients are
 kept per loop and closed when that loop shuts down (see `_LoopClients`). Each loop keeps a few clients for
 the same settings, taken in turn (CLIENT_SHARDS): the HTTP pool checks every idle connection it holds on
-each request (a system call each), so one pool of a hundred connections costs a runner of a hundred agents
-more CPU than its model calls' own work; ten pools of ten cost a fraction of it.
+each request (a system call each), so with a hundred calls at once one pool of a hundred connections costs
+about half as much CPU again as ten pools of ten (measured: 3.3-4.0 against 2.1-2.6 ms a call).
 
 Resolving a host name in OPENAI_BASE_URL, and the SDK's one-off platform lookup for its diagnostic headers,
 take a thread of the loop's default executor: agent threads that wait for the loop must therefore not fill that
