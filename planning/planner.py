@@ -252,8 +252,8 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
                                  detail={"next_plan": plan.pk, "next_version": plan.version})
         publish_changed_on_commit(agent_id=agent.pk, plan_id=previous.pk, kind="replanned")
     # A first version leaves the agent's failed plans as they were, and so its earliest retry.
-    retry = {"plan_retry_at": agent_retry_earliest(agent_id=agent.pk)} if previous is not None else {}
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason="", **retry)
+    earliest = {"plan_retry_at": agent_retry_earliest(agent_id=agent.pk)} if previous is not None else {}
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason="", **earliest)
     PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=actor_label, reason=reason,
                              detail={"version": plan.version, "previous": previous.pk if previous else None})
     publish_changed_on_commit(agent_id=agent.pk, plan_id=plan.pk, kind="plan_created")
