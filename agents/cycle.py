@@ -440,7 +440,7 @@ def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
         agent=agent, goal__isnull=False, status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED]
     ).values_list("goal_id", flat=True)
     goals = sorted(
-        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned),
+        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned).order_by(),
         key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
     )
     for goal in goals:

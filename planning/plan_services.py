@@ -5,6 +5,7 @@ pushes after commit (via `event_record`); planning/planner.py only asks the mode
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -42,16 +43,22 @@ def plan_locked_validating(plan: Plan) -> Plan:
     return locked
 
 
-def agent_waiting_set(*, agent_id: int, reason: str) -> None:
-    """What the agent waits for, on its row (the dashboard's "waiting" filter); pushed with the caller's event."""
-    Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300])
+def agent_waiting_set(*, agent_id: int, reason: str, retry_sync: bool = False) -> None:
+    """What the agent waits for, on its row (the dashboard's "waiting" filter); pushed with the caller's event.
+    With retry_sync, the earliest automatic retry too, in the same statement (see agent_retry_sync)."""
+    earliest = {"plan_retry_at": agent_retry_earliest(agent_id=agent_id)} if retry_sync else {}
+    Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300], **earliest)
+
+
+def agent_retry_earliest(*, agent_id: int) -> Subquery:
+    """The earliest automatic retry of the agent's failed plans, as a subquery for an UPDATE of its row."""
+    return Subquery(Plan.objects.filter(agent_id=agent_id, status=Plan.Status.FAILED, retry_at__isnull=False)
+                    .order_by("retry_at").values("retry_at")[:1])
 
 
 def agent_retry_sync(*, agent_id: int) -> None:
     """The agent row keeps the earliest automatic retry of its failed plans, so a cycle knows without a query."""
-    earliest = (Plan.objects.filter(agent_id=agent_id, status=Plan.Status.FAILED, retry_at__isnull=False)
-                .order_by("retry_at").values("retry_at")[:1])
-    Agent.objects.filter(pk=agent_id).update(plan_retry_at=Subquery(earliest))
+    Agent.objects.filter(pk=agent_id).update(plan_retry_at=agent_retry_earliest(agent_id=agent_id))
 
 
 @transaction.atomic
@@ -69,7 +76,8 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         planned = previous.steps.exists()
         retry = 0 if planned else previous.planning_retry + (0 if previous.clarification_answer else 1)
     try:
-        with transaction.atomic():
+        # Only a next version can collide (`previous` is one-to-one): a first version needs no savepoint.
+        with transaction.atomic() if previous is not None else contextlib.nullcontext():
             plan = Plan.objects.create(
                 agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
                 version=previous.version + 1 if previous else 1, previous=previous,
@@ -87,8 +95,8 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         previous.save(update_fields=["status", "replan_reason", "retry_at", "updated_at"])
         event_record(plan=previous, kind=PlanEvent.Kind.REPLANNED, actor_label=actor_label, reason=reason,
                      detail={"next_plan": plan.pk, "next_version": plan.version})
-    agent_waiting_set(agent_id=agent.pk, reason="")
-    agent_retry_sync(agent_id=agent.pk)
+    # A first version leaves the agent's failed plans as they were, and so its earliest retry.
+    agent_waiting_set(agent_id=agent.pk, reason="", retry_sync=previous is not None)
     event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=actor_label, reason=reason,
                  detail={"version": plan.version, "previous": previous.pk if previous else None})
     return plan

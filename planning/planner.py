@@ -247,8 +247,9 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline
 def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], previous: Plan | None,
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], memory: RetryContext,
                   simple: bool = False) -> list[dict[str, str]]:
-    needs = {n.name: n.satisfaction for n in agent.needs.all()}
     kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    # A tool plan's prompt shows no needs (and tool agents have none): no query for them.
+    needs = {n.name: n.satisfaction for n in agent.needs.all()} if kind != Agent.Kind.TOOL else {}
     tools = list((declared or TOOLS).values()) if kind == Agent.Kind.TOOL else None
     files = workspace_listing(agent.workspace) if agent.kind == Agent.Kind.TOOL else []
     backstory = agent.backstory

@@ -7,7 +7,10 @@ Retries (exponential backoff on 429, 5xx, timeouts and connection errors) are th
 LLM_MAX_RETRIES; LLM_TIMEOUT_SECONDS bounds each attempt.
 
 An `AsyncOpenAI` client's connection pool belongs to the event loop it was first used on, so clients are
-kept per loop and closed when that loop shuts down (see `_LoopClients`).
+kept per loop and closed when that loop shuts down (see `_LoopClients`). Each loop keeps a few clients for
+the same settings, taken in turn (CLIENT_SHARDS): the HTTP pool checks every idle connection it holds on
+each request (a system call each), so with a hundred calls at once one pool of a hundred connections costs
+about half as much CPU again as ten pools of ten (measured: 3.3-4.0 against 2.1-2.6 ms a call).
 
 Resolving a host name in OPENAI_BASE_URL, and the SDK's one-off platform lookup for its diagnostic headers,
 take a thread of the loop's default executor: agent threads that wait for the loop must therefore not fill that
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
+import ssl
 import threading
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
@@ -45,6 +50,7 @@ class ProviderTimeout(Exception):
 
 # base_url, api_key, timeout in seconds, max retries: the settings a client is built from.
 ClientKey = tuple[str, str, float, int]
+CLIENT_SHARDS = 10  # clients per loop and settings, taken in turn (see the module's docstring)
 
 
 @dataclass
@@ -56,8 +62,9 @@ class _LoopClients:
     the keeper's `finally` then closes the clients on their own loop, as httpx requires.
     """
 
-    clients: dict[ClientKey, openai.AsyncOpenAI] = field(default_factory=dict)
+    clients: dict[tuple[ClientKey, int], openai.AsyncOpenAI] = field(default_factory=dict)
     keeper: AsyncGenerator[None, None] | None = None
+    turn: int = 0  # the shard the next call takes
 
 
 # Event loop -> its clients. Loops run in different threads (a fresh one per `async_to_sync` call made
@@ -111,21 +118,34 @@ async def _loop_clients() -> _LoopClients:
 
 
 async def openai_client() -> openai.AsyncOpenAI:
-    """The shared client for the current settings on the running event loop."""
+    """One of the running event loop's shared clients for the current settings, in turn."""
     key = client_key()
     entry = await _loop_clients()
-    client = entry.clients.get(key)
+    entry.turn = (entry.turn + 1) % CLIENT_SHARDS
+    client = entry.clients.get((key, entry.turn))
     if client is None:
         base_url, api_key, timeout, retries = key
-        client = entry.clients[key] = openai.AsyncOpenAI(
+        client = entry.clients[key, entry.turn] = openai.AsyncOpenAI(
             # An empty base URL means the SDK's default (OPENAI_BASE_URL from the environment, else OpenAI).
             base_url=base_url or None,
             # Local servers (llama.cpp, vLLM, Ollama) ignore the key; the SDK refuses to start without one.
             api_key=api_key or "not-needed",
             timeout=timeout,
             max_retries=retries,
+            http_client=plain_http_client() if base_url.startswith("http://") else None,
         )
     return client
+
+
+@functools.cache
+def plain_http_tls() -> ssl.SSLContext:
+    return ssl.create_default_context()
+
+
+def plain_http_client() -> openai.DefaultAsyncHttpxClient:
+    """The SDK's own HTTP client for a plain-HTTP server (a local model), without its certificate loading:
+    every client would read the CA bundle (~30 ms) for a TLS it never uses, so they share one context."""
+    return openai.DefaultAsyncHttpxClient(verify=plain_http_tls())
 
 
 async def openai_aclose_clients() -> None:

@@ -255,3 +255,32 @@ def test_thousand_cycles_of_a_demo_persona_keep_every_invariant(operator: object
             calls_before_steady = LLMCall.objects.filter(agent=agent).count()
     steady_calls = LLMCall.objects.filter(agent=agent).count() - calls_before_steady
     assert steady_calls / STEADY_STATE <= MAX_CALLS_PER_CYCLE
+
+
+def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(settings: object, llm_server: object) -> None:
+    """One planning cycle (restatement, plan, accepted) through the real HTTP client: the statements do not
+    grow with the plan's steps (they are stored together) and stay within the bound the runner's pace needs."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.llm_server import answer
+
+    settings.LLM_MODELS = {"planner": ["planner-model"], "fast": ["fast-model"]}  # type: ignore[attr-defined]
+    restate = '<json>{"who": "me", "what": "read notes", "when": "now", "where": "workspace", "why": "asked"}</json>'
+    steps = [{"id": str(i), "tool": "file.list", "intent": f"List the files ({i})", "input": {"path": "."},
+              "requiresPermission": False} for i in range(1, 5)]
+    plan_text = "<json>" + json.dumps({"goal": "Read the notes", "steps": steps}) + "</json>"
+    llm_server.script("fast-model", answer(restate))  # type: ignore[attr-defined]
+    llm_server.script("planner-model", answer(plan_text))  # type: ignore[attr-defined]
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    GoalFactory(agent=agent, description="Read the notes and list what they say", source_needs=[])
+
+    with CaptureQueriesContext(connection) as queries:
+        agent_cycle(agent_id=agent.pk, runner="runner-test")
+
+    plan = Plan.objects.get(agent=agent)
+    assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.steps.count() == 4
+    statements = [q["sql"] for q in queries.captured_queries
+                  if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
+    assert len(statements) <= 16, "\n".join(statements)
+    assert sum(s.startswith('INSERT INTO "planning_planstep"') for s in statements) == 1

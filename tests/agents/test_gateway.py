@@ -324,20 +324,24 @@ def test_openai_complete_from_runner_threads_waits_on_the_outer_loop(
     assert llm_server.max_in_flight == agents
     assert elapsed < agents * 0.4 - 0.3  # together, not one after another
     [runner_loop] = {loop for loop, _ in spy.handed_out}
-    [client] = {id(c): c for c in spy.clients}.values()  # one client, shared by all agents
-    assert client.is_closed()  # closed when asyncio.run shut the runner's loop down
+    clients = {id(c): c for c in spy.clients}.values()  # the loop's few clients, shared by all agents
+    assert 1 <= len(clients) <= min(agents, openai_provider.CLIENT_SHARDS)
+    assert all(client.is_closed() for client in clients)  # closed when asyncio.run shut the runner's loop down
     assert runner_loop not in openai_provider._loops
 
 
 async def test_openai_client_is_per_loop_and_per_settings(
     llm_server: LLMTestServer, settings: Settings
 ) -> None:
-    first = await openai_client()
-    assert await openai_client() is first
+    shards = openai_provider.CLIENT_SHARDS
+    taken = [await openai_client() for _ in range(2 * shards)]
+    assert len({id(c) for c in taken}) == shards  # a few clients, each reused in turn
+    assert taken[:shards] == taken[shards:]
+    first = taken[0]
 
     settings.LLM_MAX_RETRIES = 0
     other_settings = await openai_client()
-    assert other_settings is not first
+    assert all(other_settings is not c for c in taken)
     assert other_settings.max_retries == 0
 
     other_loop = await asyncio.to_thread(lambda: asyncio.run(openai_client()))
@@ -345,7 +349,7 @@ async def test_openai_client_is_per_loop_and_per_settings(
     assert other_loop.is_closed()
 
     await openai_aclose_clients()
-    assert first.is_closed() and other_settings.is_closed()
+    assert all(c.is_closed() for c in taken) and other_settings.is_closed()
     assert asyncio.get_running_loop() not in openai_provider._loops
     llm_server.script("m1", answer("after close"))
     assert (await openai_acomplete(model="m1", messages=MESSAGES)).text == "after close"  # a fresh client
