@@ -390,7 +390,8 @@ def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
         return "cycle already done"
     for goal, goal_state in goals:
         if goal_state.crossed_milestone and goal_milestone_check(goal=goal):
-            goal_plans_close(goal=goal, runner=runner, reason=f"goal completed: {goal.description}")
+            goal.refresh_from_db(fields=["milestone_explanation"])
+            goal_plans_close(goal=goal, runner=runner, reason=f"goal completed: {goal.description}", completed=True)
     return f"{outcome.action}: {outcome.outcome}"
 
 

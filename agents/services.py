@@ -104,7 +104,11 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     )
     statements.insert([experience])
     goals_apply(goals=record.goals, now=now)
-    events: list[PlanEvent] = []
+    events: list[PlanEvent] = [
+        PlanEvent(agent_id=agent.pk, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=record.runner,
+                  reason=f"{goal.description}: confidence {state.confidence:.0%} fell below its horizon's line",
+                  detail={"goal": goal.pk, "horizon": goal.horizon, "experience": experience.pk})
+        for goal, state in record.goals if state.abandoned]
     pushed: set[int] = set()
     if change is not None:
         events += step_apply(change=change, runner=record.runner, experience_id=experience.pk)
@@ -233,11 +237,18 @@ def plan_close(*, plan: Plan, runner: str, reason: str) -> list[PlanEvent]:
 
 
 @transaction.atomic
-def goal_plans_close(*, goal: Goal, runner: str, reason: str) -> None:
-    """Close every open plan of a goal that just finished (its own transaction)."""
+def goal_plans_close(*, goal: Goal, runner: str, reason: str, completed: bool = False) -> None:
+    """Close every open plan of a goal that just finished (its own transaction). `completed`: the milestone
+    check said yes just now, which the agent's timeline records as "Goal completed" with its explanation."""
     plans = list(Plan.objects.select_for_update().filter(goal=goal, status__in=Plan.OPEN_STATUSES))
     events = [e for plan in plans for e in plan_close(plan=plan, runner=runner, reason=reason)]
+    if completed:
+        events.append(PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_COMPLETED, actor_label=runner,
+                                reason=f"{goal.description}: {goal.milestone_explanation}"[:2000],
+                                detail={"goal": goal.pk, "milestone": True}))
     PlanEvent.objects.bulk_create(events)
+    if completed:
+        publish_changed_on_commit(agent_id=goal.agent_id, kind="goal_completed")
     for plan in plans:
         publish_changed_on_commit(agent_id=goal.agent_id, plan_id=plan.pk, kind="plan_closed")
 

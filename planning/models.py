@@ -205,6 +205,8 @@ class PlanEvent(models.Model):
         REPLAN_REQUESTED = "replan_requested", "Replan requested"
         PLAN_EDITED = "plan_edited", "Plan edited"
         GOAL_GIVEN = "goal_given", "Goal given"
+        GOAL_COMPLETED = "goal_completed", "Goal completed"
+        GOAL_ABANDONED = "goal_abandoned", "Goal abandoned"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="events")

@@ -387,3 +387,18 @@ def test_the_cycles_plan_events_name_their_agent_for_the_audit_filter(operator_c
     assert {PlanEvent.Kind.STEP_STARTED, PlanEvent.Kind.STEP_COMPLETED, PlanEvent.Kind.PLAN_COMPLETED} <= kinds
     html = operator_client.get("/audit/", {"agent": agent.pk}).content.decode()
     assert "Plan completed" in html and "Step completed" in html
+
+
+def test_a_finished_goal_is_on_the_agents_timeline_with_why(operator_client: Any) -> None:
+    agent = person({**CALM, "fun": 0.75})
+    done = plan_with_steps(agent, "long_term", ["relax", "relax"], source="fun")
+    Goal.objects.filter(pk=done.goal_id).update(progress=0.8)
+    left = GoalFactory(agent=agent, horizon="mid_term", source_needs=["social"], confidence=0.051,
+                       description="Call Ana back")  # waits for a plan: social is at 70%
+    cycle(agent)  # the fun goal's milestone says yes; the waiting goal decays below 5% and is abandoned
+    completed = PlanEvent.objects.get(agent=agent, kind=PlanEvent.Kind.GOAL_COMPLETED)
+    assert completed.detail["goal"] == done.goal_id and "fun" in completed.reason
+    abandoned = PlanEvent.objects.get(agent=agent, kind=PlanEvent.Kind.GOAL_ABANDONED)
+    assert abandoned.detail["goal"] == left.pk and abandoned.reason.startswith("Call Ana back")
+    html = operator_client.get("/audit/", {"agent": agent.pk}).content.decode()
+    assert "Goal completed" in html and "Goal abandoned" in html
