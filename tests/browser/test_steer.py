@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page, Route, expect
 
 from tests.browser.conftest import OPERATOR, ROOT, Login, Server, manage
 
@@ -191,8 +191,18 @@ def test_two_operators_decide_the_same_plan_at_once(login: Login, steer: dict[st
     buttons = [item(p, "Courier").get_by_role("button", name="Approve all") for p in (olga, otto)]
     for button in buttons:
         expect(button).to_be_enabled()
-    for button in buttons:  # both click before either answer arrives
-        button.click(no_wait_after=True)
+    # Both click before either answer arrives. Olga's request is held in her browser until Otto has clicked:
+    # without that, Otto's decision could reach Olga's inbox first and remove the item under her pointer.
+    held: list[Route] = []
+    olga.route(re.compile(rf"/inbox/plans/{steer['courier']}/approve/$"), lambda route: held.append(route))
+    buttons[0].click(no_wait_after=True)
+    for _ in range(250):  # the route handler runs while Playwright waits
+        if held:
+            break
+        olga.wait_for_timeout(20)
+    assert len(held) == 1, "Olga's click sent no approval"
+    buttons[1].click(no_wait_after=True)
+    held[0].continue_()
     for page in (olga, otto):
         expect(page.locator("#flash .flash")).to_have_count(1)
     texts = [p.locator("#flash").inner_text() for p in (olga, otto)]
