@@ -58,6 +58,7 @@ from planning.selectors import (
     plan_steps,
     plan_versions,
 )
+from planning.templatetags.steer import plan_graph_svg
 
 logger = logging.getLogger("planner.live")
 
@@ -141,6 +142,8 @@ class DashboardLivePage(LivePage):
 
 STEP_FIELDS = tuple(f.attname for f in PlanStep._meta.concrete_fields)
 PLAN_FIELDS = tuple(f.attname for f in Plan._meta.concrete_fields)
+# What the plan's graph shows of each step (planning/templatetags/steer.py graph_key).
+GRAPH_FIELDS = ("key", "status", "description", "depends_on", "requires_permission")
 # What a timeline entry shows (its step is taken from the steps read in the same push).
 EVENT_FIELDS = columns(PlanEvent, "id", "plan_id", "step_id", "kind", "actor_label", "reason", "created_at")
 # Events after which the versions, the attempts and the model calls of a plan may have changed.
@@ -164,6 +167,7 @@ class PlanLivePage(LivePage):
         self.step_order: list[int] = []
         self.plan_state: tuple[Any, ...] = ()
         self.calls_state: tuple[Any, ...] = ()
+        self.graph_state: tuple[Any, ...] | None = None  # what the graph last pushed showed (graph_key's fields)
         self.sections: dict[tuple[str, str], Any] = {}
         self.flags: list[str] = []
         self.diff: Any = None
@@ -255,6 +259,9 @@ class PlanLivePage(LivePage):
         self.step_order, self.plan_state = order, plan_state
         status_at = STEP_FIELDS.index("status")
         done = steps_done((r[status_at] for r in rows), plan_status=plan.status)
+        graph_state = tuple(tuple(r[STEP_FIELDS.index(f)] for f in GRAPH_FIELDS) for r in rows)
+        graph_changed = graph_state != self.graph_state
+        self.graph_state = graph_state
 
         new_events = self.events_new()
         kinds = {e.kind for e in new_events}
@@ -288,6 +295,11 @@ class PlanLivePage(LivePage):
                 for s in steps:
                     if s.approved_by_id:
                         s.approved_by = approvers.get(s.approved_by_id)
+        # The graph shows no buttons: the same for everyone, drawn when a step's status, words or links changed.
+        graph = ""
+        if graph_changed:
+            every = steps if whole_steps else [PlanStep.from_db("default", list(STEP_FIELDS), r) for r in rows]
+            graph = plan_graph_svg(plan, every, True)
         # Timeline entries are the same for everyone: rendered once, newest on top after prepending.
         entries = "".join(render_to_string("planning/plan_detail.html#event", {"e": e, "prepend": True})
                           for e in new_events)
@@ -308,6 +320,7 @@ class PlanLivePage(LivePage):
             if "calls_page" in context:
                 # Only pages showing the first page of calls have this tbody's id.
                 parts.append(render_for("planning/plan_detail.html#calls", context, audience))
+            parts.append(graph)
             parts.append(entries)
             out[audience] = "".join(parts).strip()
         return out

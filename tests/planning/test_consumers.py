@@ -87,14 +87,19 @@ async def test_plan_page_gets_current_state_on_connect_and_push_on_change() -> N
     await comm.disconnect()
 
 
-async def test_push_carries_only_the_changed_step_and_the_new_entry() -> None:
+async def viewer_on_plan(steps: int, username: str) -> tuple[Any, list[Any], WebsocketCommunicator, str]:
+    """A plan of `steps` steps ("Task 1"...), and a viewer's plan page connected to it, with its first state."""
     plan = await database_sync_to_async(PlanFactory)()
-    steps = [await database_sync_to_async(PlanStepFactory)(plan=plan, key=str(k), position=k, description=f"Task {k}")
-             for k in range(1, 6)]
-    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    made = [await database_sync_to_async(PlanStepFactory)(plan=plan, key=str(k), position=k, description=f"Task {k}")
+            for k in range(1, steps + 1)]
+    viewer = await database_sync_to_async(UserFactory)(username=username, role="viewers")
     comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{plan.pk}/", viewer, plan_id=plan.pk)
     await comm.connect()
-    await comm.receive_from(timeout=5)
+    return plan, made, comm, await comm.receive_from(timeout=5)
+
+
+async def test_push_carries_only_the_changed_step_and_the_new_entry() -> None:
+    plan, steps, comm, _ = await viewer_on_plan(5, "victor")
     await database_sync_to_async(services.step_request_approval)(step=steps[2], runner="runner-x")
     pushed = await comm.receive_from(timeout=5)
     assert 'id="step-3"' in pushed and "Awaiting approval" in pushed
@@ -308,4 +313,20 @@ async def test_change_made_by_another_process_reaches_the_open_page(tmp_path: Pa
     assert result.returncode == 0, result.stderr
     pushed = await comm.receive_from(timeout=10)
     assert f'id="step-{step.key}"' in pushed and "Awaiting approval" in pushed and "by other-process" in pushed
+    await comm.disconnect()
+
+
+async def test_the_graph_follows_a_step_status_change_and_stays_put_otherwise() -> None:
+    plan, steps, comm, first = await viewer_on_plan(3, "vera")
+    assert 'id="plan-graph"' in first  # the whole page state, graph included
+    await database_sync_to_async(services.step_request_approval)(step=steps[1], runner="runner-x")
+    pushed = await comm.receive_from(timeout=5)
+    assert 'id="plan-graph"' in pushed
+    graph = pushed[pushed.index('id="plan-graph"'):]
+    assert "Task 2 (Awaiting approval)" in graph  # the node shows the new status
+    # A change the graph does not show (a step's expected outcome) pushes the step, not the graph.
+    await database_sync_to_async(PlanStep.objects.filter(pk=steps[0].pk).update)(expected_outcome="a quiet room")
+    await database_sync_to_async(events.publish_changed)(agent_id=plan.agent_id, plan_id=plan.pk, kind="edited")
+    pushed = await comm.receive_from(timeout=5)
+    assert 'id="step-1"' in pushed and 'id="plan-graph"' not in pushed
     await comm.disconnect()
