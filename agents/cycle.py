@@ -282,8 +282,9 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             changed = True
             break  # one replan per cycle: a model call each
     served = [n for g in state.goals for n in g.source_needs]
-    room = goals_room(needs=state.needs, served=served, active=len(state.goals))
-    if goals_reevaluation_due(agent.cycle_count) and room:
+    room = goals_room(needs=state.needs, served=served, active=len(state.goals)) if goals_reevaluation_due(
+        agent.cycle_count) else []
+    if room:
         recurred = goals_recur(agent=agent, needs=state.needs, room=room)
         served_now = {n for g in recurred for n in g.source_needs}
         generated = []
@@ -390,7 +391,6 @@ def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
         return "cycle already done"
     for goal, goal_state in goals:
         if goal_state.crossed_milestone and goal_milestone_check(goal=goal):
-            goal.refresh_from_db(fields=["milestone_explanation"])
             goal_plans_close(goal=goal, runner=runner, reason=f"goal completed: {goal.description}", completed=True)
     return f"{outcome.action}: {outcome.outcome}"
 
@@ -438,7 +438,7 @@ def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | No
 def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
     """A tool agent plans its most pressing active goal that has no plan yet."""
     planned = Plan.objects.filter(
-        agent=agent, goal__isnull=False, status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED]
+        agent=agent, goal__isnull=False, status__in=HELD_STATUSES
     ).values_list("goal_id", flat=True)
     goals = sorted(
         Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned).order_by(),

@@ -115,14 +115,17 @@ def goal_milestone_check(*, goal: Goal) -> bool:
         logger.info("milestone check of %s failed: %s", goal, exc)
         return False
     with transaction.atomic():
-        goal = Goal.objects.select_for_update().get(pk=goal.pk)
-        if goal.status != Goal.Status.ACTIVE:
+        locked = Goal.objects.select_for_update().get(pk=goal.pk)
+        if locked.status != Goal.Status.ACTIVE:
             return False
-        goal.progress, completed = milestone_after(progress=goal.progress, achieved=achieved)
+        locked.progress, completed = milestone_after(progress=locked.progress, achieved=achieved)
         if completed:
-            goal.status = Goal.Status.COMPLETED
-        goal.milestone_explanation = explanation
-        goal.milestone_checked_at = timezone.now()
-        goal.save(update_fields=["status", "progress", "milestone_explanation", "milestone_checked_at"])
+            locked.status = Goal.Status.COMPLETED
+        locked.milestone_explanation = explanation
+        locked.milestone_checked_at = timezone.now()
+        fields = ["status", "progress", "milestone_explanation", "milestone_checked_at"]
+        locked.save(update_fields=fields)
         publish_changed_on_commit(agent_id=agent.pk, kind="milestone")
+    for name in fields:  # the caller's goal says what was stored (its plans' closing quotes the explanation)
+        setattr(goal, name, getattr(locked, name))
     return completed

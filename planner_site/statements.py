@@ -8,14 +8,14 @@ counts took 2.2 ms to compile and 1.5 ms to run. A `Statement` is for a queryset
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache
-from threading import Lock
 from typing import Any
 
 from django.db import connection, connections
 from django.db.models import Field, Model, QuerySet
+
+from planner_site.kept import Kept
 
 
 class Statement:
@@ -41,8 +41,7 @@ class Statement:
 
 
 STATEMENTS_KEPT = 256
-_kept: OrderedDict[tuple[str, str], Statement] = OrderedDict()
-_lock = Lock()
+_kept: Kept[Statement] = Kept(STATEMENTS_KEPT)
 
 
 def statement_kept(name: str, build: Callable[[], QuerySet[Any]], *,
@@ -54,20 +53,13 @@ def statement_kept(name: str, build: Callable[[], QuerySet[Any]], *,
     those may: the compiled statement must take exactly these values, in this order (checked), so that
     `rows()` can be given others.
     """
-    key = (name, connections["default"].vendor)
-    with _lock:
-        statement = _kept.get(key)
-        if statement is not None:
-            _kept.move_to_end(key)
-    if statement is None:
+    def compile_checked() -> Statement:
         statement = Statement(build())
         if params is not None and list(statement.params) != list(params):
             raise ValueError(f"statement {name} takes {statement.params}, not {list(params)}")
-        with _lock:
-            _kept[key] = statement
-            while len(_kept) > STATEMENTS_KEPT:
-                _kept.popitem(last=False)
-    return statement
+        return statement
+
+    return _kept.get((name, connections["default"].vendor), compile_checked)
 
 
 def columns(model: type[Model], *names: str) -> tuple[str, ...]:

@@ -58,7 +58,7 @@ from planning.selectors import (
     plan_steps,
     plan_versions,
 )
-from planning.templatetags.steer import plan_graph_svg
+from planning.templatetags.steer import GRAPH_FIELDS, plan_graph_svg
 
 logger = logging.getLogger("planner.live")
 
@@ -142,8 +142,7 @@ class DashboardLivePage(LivePage):
 
 STEP_FIELDS = tuple(f.attname for f in PlanStep._meta.concrete_fields)
 PLAN_FIELDS = tuple(f.attname for f in Plan._meta.concrete_fields)
-# What the plan's graph shows of each step (planning/templatetags/steer.py graph_key).
-GRAPH_FIELDS = ("key", "status", "description", "depends_on", "requires_permission")
+GRAPH_AT = [STEP_FIELDS.index(f) for f in GRAPH_FIELDS]  # where the graph's fields are in a step's columns
 # What a timeline entry shows (its step is taken from the steps read in the same push).
 EVENT_FIELDS = columns(PlanEvent, "id", "plan_id", "step_id", "kind", "actor_label", "reason", "created_at")
 # Events after which the versions, the attempts and the model calls of a plan may have changed.
@@ -259,7 +258,7 @@ class PlanLivePage(LivePage):
         self.step_order, self.plan_state = order, plan_state
         status_at = STEP_FIELDS.index("status")
         done = steps_done((r[status_at] for r in rows), plan_status=plan.status)
-        graph_state = tuple(tuple(r[STEP_FIELDS.index(f)] for f in GRAPH_FIELDS) for r in rows)
+        graph_state = tuple(tuple(r[i] for i in GRAPH_AT) for r in rows)
         graph_changed = graph_state != self.graph_state
         self.graph_state = graph_state
 

@@ -8,9 +8,7 @@ the buttons). Bounded: least recently used first out.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from threading import Lock
 from typing import Any
 
 from django import template
@@ -18,6 +16,7 @@ from django.template.loader import get_template
 from django.utils.safestring import SafeString, mark_safe
 
 from agents.persona import MAX_OVERRIDES
+from planner_site.kept import Kept
 from planning.models import PlanStep
 
 register = template.Library()
@@ -25,30 +24,11 @@ register = template.Library()
 ROWS_KEPT = 5000
 
 
-class Drawn:
-    """Rendered HTML by a key of everything it shows; the least recently used goes first. Thread-safe."""
+class Drawn(Kept[str]):
+    """Rendered HTML by a key of everything it shows (see planner_site/kept.py)."""
 
-    def __init__(self, kept: int) -> None:
-        self.kept = kept
-        self.html: OrderedDict[Hashable, str] = OrderedDict()
-        self.lock = Lock()
-
-    def get(self, key: Hashable, draw: Callable[[], str]) -> SafeString:
-        with self.lock:
-            html = self.html.get(key)
-            if html is not None:
-                self.html.move_to_end(key)
-        if html is None:
-            html = draw()
-            with self.lock:
-                self.html[key] = html
-                while len(self.html) > self.kept:
-                    self.html.popitem(last=False)
-        return mark_safe(html)  # noqa: S308 (drawn by a template, autoescaped there)
-
-    def clear(self) -> None:
-        with self.lock:
-            self.html.clear()
+    def get(self, key: Hashable, draw: Callable[[], str]) -> SafeString:  # type: ignore[override]
+        return mark_safe(super().get(key, draw))  # noqa: S308 (drawn by a template, autoescaped there)
 
 
 _rows = Drawn(ROWS_KEPT)

@@ -43,9 +43,14 @@ GRAPHS_KEPT = 64
 _graphs = Drawn(GRAPHS_KEPT)
 
 
+# What the graph shows of each step, in order: its layout follows the steps' order and dependencies.
+GRAPH_FIELDS = ("key", "status", "description", "depends_on", "requires_permission")
+
+
 def graph_key(steps: Sequence[Any], oob: bool) -> tuple[Any, ...]:
-    """Everything the graph shows: its layout follows the steps' order and dependencies."""
-    return (oob, *((s.key, s.status, s.description, repr(s.depends_on), s.requires_permission) for s in steps))
+    """Everything the graph shows (lists as their repr, so the key can be hashed)."""
+    return (oob, *(tuple(repr(v) if isinstance(v, list) else v for v in (getattr(s, f) for f in GRAPH_FIELDS))
+                   for s in steps))
 
 
 @register.simple_tag
