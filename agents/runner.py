@@ -10,9 +10,10 @@ stale, so the others' shares grow and they continue its agents; a runner stopped
 frees every agent it is not driving at once, and the others as their cycles end.
 
 The database may go away under a runner (a terminated connection, a restart, a failover): the loop
-logs it, waits with a growing backoff and carries on when the database answers again. Cycles run in
-worker threads (database work off the loop); a model's answer is awaited on the loop, and the thread
-gives its database connection back to the pool meanwhile (see agents/connections.py).
+logs it, waits with a growing backoff and carries on when the database answers again. Cycles run on a few
+worker threads (database work off the loop), each cycle in a greenlet: a model's answer is awaited on the
+loop while the cycle is parked, holding neither its thread (agents/parking.py) nor a database connection
+(agents/connections.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from django.utils import timezone
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
 from agents.cycle import agent_cycle
 from agents.models import Agent, RunnerHeartbeat
+from agents.parking import CyclePool
 from agents.retention import retention_prune
 from planning.models import Plan
 from planning.planner import plans_interrupted_fail
@@ -195,7 +197,8 @@ class Runner:
     """Drive agents until stopped, or until each has had `cycles` cycles from this runner."""
 
     def __init__(self, *, runner_id: str | None = None, cycles: int | None = None,
-                 concurrency: int | None = None, tick: float | None = None, prune_seconds: float | None = None) -> None:
+                 concurrency: int | None = None, tick: float | None = None, prune_seconds: float | None = None,
+                 threads: int | None = None) -> None:
         self.id = runner_id or runner_id_new()
         self.cycles = cycles
         self.concurrency = concurrency or settings.RUNNER_CONCURRENCY
@@ -214,10 +217,12 @@ class Runner:
         self.leases = asyncio.Lock()  # a claim and a heartbeat never interleave (see beat)
         self.failures = 0
         self.outage_since: float | None = None
-        # Cycles get their own threads: the loop's default executor must stay free for the work the
-        # async LLM client and DNS lookups hand to it, or agents waiting on the loop could starve it.
-        # The loop's own database work (claims, heartbeats) runs on one more thread, pruning on another.
-        self.executor = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="runner-cycle")
+        # Cycles get their own threads (started with the loop, see run): the loop's default executor must stay
+        # free for the work the async LLM client and DNS lookups hand to it. A few threads carry all the
+        # cycles, since a cycle waiting for a model is parked, not a thread. The loop's own database work
+        # (claims, heartbeats) runs on one more thread, pruning on another.
+        self.threads = max(1, min(self.concurrency, threads or settings.RUNNER_THREADS))
+        self.cycles_pool: CyclePool | None = None
         self.db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-db")
         self.prune_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-prune")
 
@@ -253,7 +258,8 @@ class Runner:
     async def drive(self, agent_id: int) -> None:
         counted = True
         try:
-            what = await sync_to_async(cycle_run, thread_sensitive=False, executor=self.executor)(agent_id, self.id)
+            assert self.cycles_pool is not None
+            what = await self.cycles_pool.submit(cycle_run, agent_id, self.id)
             logger.debug("agent %s: %s", agent_id, what)
         except CONNECTION_ERRORS as exc:
             # Not a cycle that happened: the agent is due again and runs once the database is back.
@@ -330,7 +336,9 @@ class Runner:
                 logger.exception("runner %s: pruning failed", self.id)
 
     async def run(self) -> None:
-        logger.info("runner %s started (up to %d agents at once)", self.id, self.concurrency)
+        logger.info("runner %s started (up to %d agents at once on %d threads)", self.id, self.concurrency,
+                    self.threads)
+        self.cycles_pool = CyclePool(threads=self.threads, loop=asyncio.get_running_loop())
         await self.beat()  # the first claim already knows this runner's fair share
         background = [asyncio.create_task(self.beat_forever())]
         if self.prune_seconds > 0:
@@ -377,6 +385,8 @@ class Runner:
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
-        for executor in (self.executor, self.db_executor, self.prune_executor):
+        for executor in (self.db_executor, self.prune_executor):
             executor.shutdown(wait=False, cancel_futures=True)
+        if self.cycles_pool is not None:
+            self.cycles_pool.shutdown()
         logger.info("runner %s stopped", self.id)

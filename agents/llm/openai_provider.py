@@ -1,8 +1,9 @@
 """The OpenAI-compatible provider: any server speaking `POST /v1/chat/completions`, through the `openai` SDK.
 
-The SDK's async client is used so that a model's answer is awaited on an event loop: the runner's agents call
-`openai_complete` from threads spawned by `sync_to_async`, `async_to_sync` hands the request back to the
-runner's loop, and many agents can wait for their models at once without holding a thread each.
+The SDK's async client is used so that a model's answer is awaited on an event loop: the runner's cycles call
+`openai_complete` from their worker threads, and `loop_await` hands the request to the runner's loop and parks
+the cycle (agents/parking.py), so many agents wait for their models at once without holding a thread each.
+Elsewhere (a web request, the shell) it runs as `async_to_sync` would.
 Retries (exponential backoff on 429, 5xx, timeouts and connection errors) are the SDK's own, set by
 LLM_MAX_RETRIES; LLM_TIMEOUT_SECONDS bounds each attempt.
 
@@ -13,8 +14,8 @@ each request (a system call each), so with a hundred calls at once one pool of a
 about half as much CPU again as ten pools of ten (measured: 3.3-4.0 against 2.1-2.6 ms a call).
 
 Resolving a host name in OPENAI_BASE_URL, and the SDK's one-off platform lookup for its diagnostic headers,
-take a thread of the loop's default executor: agent threads that wait for the loop must therefore not fill that
-executor (give `sync_to_async` its own, as the runner does). Only the SDK's public API is used here.
+take a thread of the loop's default executor: threads that wait for the loop must therefore not fill that
+executor (the runner's cycle threads are its own). Only the SDK's public API is used here.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import openai
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from agents.connections import connection_release
 from agents.llm.gateway import ProviderAnswer
 from agents.llm.limits import model_call_bounded
+from agents.parking import loop_await
 
 
 class ProviderResponseError(Exception):
@@ -214,4 +215,6 @@ def openai_complete(
 ) -> ProviderAnswer:
     """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one."""
     connection_release()  # the wait for the model holds no database connection (agents/connections.py)
-    return async_to_sync(model_call_bounded)(openai_acomplete, model=model, messages=messages, ends_at=ends_at)
+    # In a runner's cycle the wait parks the cycle, not its thread (agents/parking.py).
+    return loop_await(functools.partial(model_call_bounded, openai_acomplete), model=model, messages=messages,
+                      ends_at=ends_at)

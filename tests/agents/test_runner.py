@@ -184,8 +184,9 @@ async def test_runner_waits_out_database_errors_and_carries_on(caplog: pytest.Lo
     assert any("answers again" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.django_db(transaction=True)
-async def test_calls_to_one_model_are_bounded_per_process(settings: Any, llm_server: Any) -> None:
+async def listing_agents(llm_server: Any, count: int, *, restate_delay: float, plan_delay: float) -> None:
+    """`count` tool agents with the goal "List the workspace", and the server's answers for each: a
+    restatement from the "fast" model, a one-step plan from the "planner" model."""
     from tests.llm_server import answer
 
     restate = '<json>{"who": "A", "what": "list", "when": "now", "where": "here", "why": "asked"}</json>'
@@ -193,12 +194,17 @@ async def test_calls_to_one_model_are_bounded_per_process(settings: Any, llm_ser
             '"input": {"path": "."}, "requiresPermission": false}]}</json>')
 
     def agents() -> None:
-        for agent in AgentFactory.create_batch(6, kind=Agent.Kind.TOOL, cycle_interval=0):
+        for agent in AgentFactory.create_batch(count, kind=Agent.Kind.TOOL, cycle_interval=0):
             GoalFactory(agent=agent, description="List the workspace", source_needs=[])
 
     await database_sync_to_async(agents)()
-    llm_server.script("fast", *[answer(restate, delay=0.2) for _ in range(6)])
-    llm_server.script("planner", *[answer(plan, delay=0.2) for _ in range(6)])
+    llm_server.script("fast", *[answer(restate, delay=restate_delay) for _ in range(count)])
+    llm_server.script("planner", *[answer(plan, delay=plan_delay) for _ in range(count)])
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_calls_to_one_model_are_bounded_per_process(settings: Any, llm_server: Any) -> None:
+    await listing_agents(llm_server, 6, restate_delay=0.2, plan_delay=0.2)
     settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY = llm_server.base_url, "k"
     settings.LLM_MODELS = {"planner": ["planner"], "fast": ["fast"]}
     settings.LLM_CONCURRENCY_PER_MODEL = 2
@@ -207,6 +213,27 @@ async def test_calls_to_one_model_are_bounded_per_process(settings: Any, llm_ser
     assert len(llm_server.requests) == 12
     # Six agents at once, but never more than two calls to either model (so at most four in all).
     assert 2 <= llm_server.max_in_flight <= 4
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_agents_waiting_for_models_hold_no_thread(settings: Any, llm_server: Any) -> None:
+    """Twelve agents plan at once on two cycle threads: every restatement is in flight at the same time,
+    which blocked threads could never do (two at most), and every plan is made."""
+    import threading
+
+    from planning.models import Plan
+
+    await listing_agents(llm_server, 12, restate_delay=0.6, plan_delay=0.1)
+    settings.LLM_MODELS = {"planner": ["planner"], "fast": ["fast"]}
+    settings.LLM_TIMEOUT_SECONDS = 30
+    before = {t.ident for t in threading.enumerate()}
+    runner = Runner(runner_id="parked", cycles=1, tick=0.01, concurrency=12, threads=2)
+    await asyncio.wait_for(runner.run(), timeout=60)
+    assert llm_server.max_in_flight == 12
+    assert await database_sync_to_async(
+        lambda: Plan.objects.filter(status=Plan.Status.AWAITING_APPROVAL).count())() == 12
+    started = [t.name for t in threading.enumerate() if t.ident not in before and t.name.startswith("runner-cycle")]
+    assert len(started) <= 2
 
 
 def test_planning_left_by_a_dead_runner_fails_even_for_an_agent_no_runner_claims() -> None:
