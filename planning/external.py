@@ -21,7 +21,7 @@ from planner_site.events import publish_changed_on_commit
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.plan_services import PlanAlreadyReplanned, plan_accept, plan_start
+from planning.plan_services import PlanAlreadyReplanned, plan_accept, plan_start, plan_start_by_policy
 from planning.planner import plan_generate
 from planning.services import event_record, step_finish, step_move, step_request_approval
 
@@ -215,13 +215,7 @@ def plan_store(*, agent: Agent, goal_text: str, result: ValidationResult, previo
     assert result.plan is not None  # plan_check_external raised otherwise
     plan = plan_accept(plan=plan, spec=result.plan, flags=list(result.flags), model="", kept=kept, actor_label=actor)
     if agent.approval_policy == Agent.ApprovalPolicy.PERMISSION:
-        plan.status = Plan.Status.ACTIVE
-        plan.approval_mode = Plan.ApprovalMode.ALL
-        plan.save(update_fields=["status", "approval_mode", "updated_at"])
-        Agent.objects.filter(pk=agent.pk).update(waiting_reason="")
-        event_record(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED, actor_label=actor,
-                     reason="started at once by the agent's approval policy; steps that require permission wait",
-                     detail={"mode": Plan.ApprovalMode.ALL, "policy": agent.approval_policy})
+        plan = plan_start_by_policy(plan=plan, actor_label=actor)
     return plan
 
 

@@ -1,5 +1,5 @@
-"""The planner's writes: a new version started, an attempt rejected, a plan accepted, a question asked,
-planning failed, a failed planning retried. Each is one short transaction that records its PlanEvent and
+"""The planner's writes: a new version started, an attempt rejected, a plan accepted (and started at once
+by an external agent's approval policy), a question asked, planning failed, a failed planning retried. Each is one short transaction that records its PlanEvent and
 pushes after commit (via `event_record`); planning/planner.py only asks the models and decides which to call.
 """
 
@@ -175,6 +175,20 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
     agent_waiting_set(agent_id=plan.agent_id, reason="" if persona else f"plan v{plan.version} awaits approval")
     event_record(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label=actor_label, reason="; ".join(flags)[:4000],
                  detail=detail)
+    return plan
+
+
+@transaction.atomic
+def plan_start_by_policy(*, plan: Plan, actor_label: str) -> Plan:
+    """An external agent whose approval policy is "permission" starts its accepted plan at once: only the
+    steps that require permission wait for an operator."""
+    plan.status = Plan.Status.ACTIVE
+    plan.approval_mode = Plan.ApprovalMode.ALL
+    plan.save(update_fields=["status", "approval_mode", "updated_at"])
+    agent_waiting_set(agent_id=plan.agent_id, reason="")
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED, actor_label=actor_label,
+                 reason="started at once by the agent's approval policy; steps that require permission wait",
+                 detail={"mode": Plan.ApprovalMode.ALL, "policy": Agent.ApprovalPolicy.PERMISSION})
     return plan
 
 

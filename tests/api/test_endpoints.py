@@ -196,6 +196,7 @@ def test_plan_post_with_permission_policy_starts_at_once(tooled: ApiClient, exte
     approved = PlanEvent.objects.get(plan_id=body["id"], kind=PlanEvent.Kind.PLAN_APPROVED)
     assert approved.actor_label == "Research bot (API)"
     assert "approval policy" in approved.reason
+    assert Agent.objects.get(pk=external_agent.pk).waiting_reason == ""  # not "awaits approval" on the dashboard
 
 
 @pytest.mark.parametrize(("change", "problem"), [
