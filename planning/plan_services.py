@@ -11,12 +11,13 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Subquery
+from django.db.models import QuerySet, Subquery
 from django.utils import timezone
 
 from agents.models import Agent
 from agents.world import action_needs_permission
 from goals.models import Goal
+from planner_site import statements
 from planner_site.events import publish_changed_on_commit
 from planning.engine.diff import plan_diff
 from planning.engine.prompts import RESTATE_KEYS
@@ -35,9 +36,32 @@ class PlanNoLongerValidating(Exception):
     """The plan left "validating" while the planner worked (failed as interrupted, or cancelled)."""
 
 
+NO_PLAN = -1  # the plan id the lock statement is compiled with; each run gives its own in its place
+
+
+def plan_lock_query(pk: int) -> QuerySet[Plan, tuple[Any, ...]]:
+    """The plan row locked (not its agent's or previous version's), with both, as select_related reads them."""
+    return Plan.objects.select_for_update(of=("self",)).filter(pk=pk).values_list(
+        *statements.all_columns(Plan), *statements.all_columns(Agent, "agent__"),
+        *statements.all_columns(Plan, "previous__"))
+
+
 def plan_locked_validating(plan: Plan) -> Plan:
-    """The plan row, locked; PlanNoLongerValidating when someone else ended its planning meanwhile."""
-    locked = Plan.objects.select_for_update(of=("self",)).select_related("agent", "previous").get(pk=plan.pk)
+    """The plan row, locked; PlanNoLongerValidating when someone else ended its planning meanwhile.
+
+    Every write of a planning cycle starts here: the statement is compiled once (planner_site/statements.py;
+    tests/planning/test_statements.py checks it reads what the QuerySet reads)."""
+    read = statements.statement_kept("plan_locked", lambda: plan_lock_query(NO_PLAN), params=[NO_PLAN])
+    rows = read.rows([plan.pk])
+    if not rows:
+        raise Plan.DoesNotExist(f"plan {plan.pk} does not exist")
+    locked = statements.instance(Plan, rows[0])
+    assert locked is not None
+    plan_width, agent_width = len(statements.all_columns(Plan)), len(statements.all_columns(Agent))
+    Plan._meta.get_field("agent").set_cached_value(  # type: ignore[union-attr]
+        locked, statements.instance(Agent, rows[0], plan_width))
+    Plan._meta.get_field("previous").set_cached_value(  # type: ignore[union-attr]
+        locked, statements.instance(Plan, rows[0], plan_width + agent_width))
     if locked.status != Plan.Status.VALIDATING:
         raise PlanNoLongerValidating(locked)
     return locked
@@ -168,7 +192,8 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
     plan.confidence = max(0.0, min(1.0, spec.confidence))
     plan.risks = list(spec.risks)
     plan.model = model
-    plan.save()
+    plan.save(update_fields=["status", "approval_mode", "thinking_summary", "confidence", "risks", "model",
+                             "updated_at"])
     detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
     if plan.previous is not None:
         detail["diff"] = plan_diff([s.as_spec() for s in plan.previous.steps.all()], [s.as_spec() for s in steps])

@@ -20,6 +20,7 @@ from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
+from planner_site import statements
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
 from planning.engine.schedule import step_transition_check
@@ -124,10 +125,11 @@ def actor_name(user: User) -> str:
 def event_record(*, plan: Plan, kind: str, actor: User | None = None, actor_label: str = "",
                  step: PlanStep | None = None, reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
     """Record an event and push the plan to open pages once the transaction commits."""
-    event = PlanEvent.objects.create(
-        plan=plan, step=step, kind=kind, actor=actor, actor_label=actor_label or (actor_name(actor) if actor else "system"),
-        reason=reason, detail=detail or {},
+    event = PlanEvent(
+        plan=plan, agent_id=plan.agent_id, step=step, kind=kind, actor=actor,
+        actor_label=actor_label or (actor_name(actor) if actor else "system"), reason=reason, detail=detail or {},
     )
+    statements.insert([event])  # every write of a planning cycle records one: SQL written once (statements.py)
     publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=kind)
     return event
 

@@ -18,6 +18,7 @@ from django.conf import settings
 
 from agents.llm.offline import OFFLINE_MODEL, OFFLINE_MODELS, SLOPPY_MODEL, offline_complete, sloppy_complete
 from agents.models import LLMCall
+from planner_site import statements
 
 logger = logging.getLogger("planner.llm")
 
@@ -165,15 +166,16 @@ def llm_complete(
             error = error_text(exc)
             failures.append((model, error))
             logger.warning("LLM %s via %s failed: %s", purpose, model, error)
-            LLMCall.objects.create(**row, provider=provider_name(model), model=model, error=error[:ERROR_CHARS],
-                                   latency_ms=int((time.perf_counter() - started) * 1000))
+            statements.insert([LLMCall(**row, provider=provider_name(model), model=model, error=error[:ERROR_CHARS],
+                                       latency_ms=int((time.perf_counter() - started) * 1000))])
             continue
         latency = int((time.perf_counter() - started) * 1000)
-        call = LLMCall.objects.create(
+        call = LLMCall(
             **row, provider=provider_name(model), model=model, latency_ms=latency, response=response_stored(answer.text),
             tokens_in=answer.tokens_in, tokens_out=answer.tokens_out,
             cost=call_cost(model, answer.tokens_in, answer.tokens_out),
         )
+        statements.insert([call])  # one per model call: its SQL written once (planner_site/statements.py)
         return LLMResult(text=answer.text, model=model, call_id=call.pk, tokens_in=answer.tokens_in,
                          tokens_out=answer.tokens_out, latency_ms=latency)
     if deadline is not None and deadline.expired:

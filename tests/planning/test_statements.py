@@ -102,3 +102,27 @@ def test_user_can_decide_answers_as_has_perm_does(operator: Any, viewer: Any) ->
         assert user_can_decide(user) == fresh.has_perm(DECIDE_PERMISSION), user.username
     assert [user_can_decide(u) for u in (operator, viewer, direct, root, gone)] == [True, False, True, True, False]
     assert user_can_decide(AnonymousUser()) is False
+
+
+def test_the_planners_lock_reads_the_plan_its_agent_and_previous_version_as_the_orm_does() -> None:
+    from django.db import transaction
+
+    from planning.plan_services import PlanNoLongerValidating, plan_locked_validating
+
+    first = PlanFactory(status=Plan.Status.REPLANNED, risks=["spends money"])
+    second = PlanFactory(agent=first.agent, previous=first, version=2, status=Plan.Status.VALIDATING,
+                         who="Ada", confidence=0.25)
+    lone = PlanFactory(status=Plan.Status.VALIDATING)
+    for plan in (second, lone):
+        with transaction.atomic():
+            locked = plan_locked_validating(plan)
+            orm = Plan.objects.select_related("agent", "previous").get(pk=plan.pk)
+        fields = [f.attname for f in Plan._meta.concrete_fields]
+        assert [getattr(locked, f) for f in fields] == [getattr(orm, f) for f in fields]
+        assert [getattr(locked.agent, f.attname) for f in Agent._meta.concrete_fields] == [
+            getattr(orm.agent, f.attname) for f in Agent._meta.concrete_fields]
+        assert (locked.previous and locked.previous.risks, locked.previous_id) == (
+            orm.previous and orm.previous.risks, orm.previous_id)
+    Plan.objects.filter(pk=lone.pk).update(status=Plan.Status.FAILED)  # ended meanwhile (interrupted)
+    with transaction.atomic(), pytest.raises(PlanNoLongerValidating):
+        plan_locked_validating(lone)
