@@ -102,7 +102,7 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
     try:
         # Only a next version can collide (`previous` is one-to-one): a first version needs no savepoint.
         with transaction.atomic() if previous is not None else contextlib.nullcontext():
-            plan = Plan.objects.create(
+            plan = Plan(
                 agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
                 version=previous.version + 1 if previous else 1, previous=previous,
                 times_replanned=previous.times_replanned + (1 if planned else 0) if previous else 0,
@@ -110,6 +110,7 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
                 # The restatement is the goal's, not the version's: a replan keeps it (and its call).
                 **({k: getattr(previous, k) for k in RESTATE_KEYS} if previous is not None else {}),
             )
+            statements.insert([plan])  # every planning starts here: SQL written once (statements.py)
     except IntegrityError as exc:
         raise PlanAlreadyReplanned(previous) from exc
     if previous is not None:

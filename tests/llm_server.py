@@ -225,3 +225,48 @@ class LLMTestServer:
         finally:
             with self._lock:
                 self._in_flight -= 1
+
+
+def _serve_in_child(conn: Any) -> None:
+    """The child process of `LLMServerProcess`: one server, scripted and asked over the pipe."""
+    with LLMTestServer() as server:
+        conn.send(server.base_url)
+        while (message := conn.recv()) is not None:
+            op, args = message
+            if op == "script":
+                server.script(*args)
+                conn.send(None)
+            elif op == "max_in_flight":
+                conn.send(server.max_in_flight)
+
+
+class LLMServerProcess:
+    """The same server in a process of its own, as a real model server is: its threads (one per request)
+    then take no CPU from the process under test. Scripted the same way; `max_in_flight` is asked for."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads or Django state forked
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve_in_child, args=(child,), name="llm-test-server", daemon=True)
+
+    def __enter__(self) -> LLMServerProcess:
+        self._process.start()
+        self.base_url: str = self._conn.recv()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.send(None)
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+
+    def script(self, model: str, *replies: Reply) -> None:
+        self._conn.send(("script", (model, *replies)))
+        self._conn.recv()
+
+    @property
+    def max_in_flight(self) -> int:
+        self._conn.send(("max_in_flight", ()))
+        return int(self._conn.recv())

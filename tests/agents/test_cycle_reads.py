@@ -101,3 +101,19 @@ def test_hand_written_update_changes_only_the_rows_that_still_match(persona: Age
                          cycle_count=count) == 0  # the cycle moved on: nothing changes twice
     fresh = Agent.objects.get(pk=persona.pk)
     assert (fresh.emotions, fresh.cycle_count) == ({"hope": 0.9}, count + 1)
+
+
+def test_a_tool_agents_open_plans_read_is_the_queryset(persona: Agent) -> None:
+    """The same rows serve a tool agent: open plans with and without a goal, closed ones left out."""
+    from agents.cycle import _open_plans_query, tool_open_plan
+
+    expected = {p.pk: p for p in Plan.objects.filter(agent=persona, status__in=Plan.OPEN_STATUSES)
+                .select_related("goal")}
+    rows = _open_plans_query(persona.pk)
+    assert sorted(r[0] for r in rows) == sorted(expected)
+    chosen = tool_open_plan(persona)
+    assert chosen is not None
+    assert values(chosen) == values(expected[chosen.pk])
+    assert values(chosen.goal) == values(expected[chosen.pk].goal)
+    assert chosen.goal is not None and chosen.goal.horizon == "mid_term"  # the goal's plan before the goalless one
+    assert tool_open_plan(AgentFactory(kind=Agent.Kind.TOOL)) is None
