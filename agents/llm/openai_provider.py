@@ -29,11 +29,11 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import openai
 from django.conf import settings
-from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+from openai.types.chat import ChatCompletion
 
 from agents.connections import connection_release
 from agents.llm.gateway import ProviderAnswer
@@ -51,7 +51,8 @@ class ProviderTimeout(Exception):
 
 # base_url, api_key, timeout in seconds, max retries: the settings a client is built from.
 ClientKey = tuple[str, str, float, int]
-CLIENT_SHARDS = 10  # clients per loop and settings, taken in turn (see the module's docstring)
+CLIENT_SHARDS = 10
+CHAT_PATH = "/chat/completions"  # under the client's base URL  # clients per loop and settings, taken in turn (see the module's docstring)
 
 
 @dataclass
@@ -191,17 +192,20 @@ async def openai_acomplete(
     the SDK's retries and the client's setup included.
     """
     client = await openai_client()
-    payload = cast(list[ChatCompletionMessageParam], [dict(m) for m in messages])
+    # The body as the API defines it, sent with the client's own `post` (its public route for a request it
+    # has no typed method for; auth, retries, timeouts and parsing into a ChatCompletion as `create` does).
+    # `create` would first walk each message against the SDK's TypedDict unions to "transform" plain
+    # strings that need none: a third of the CPU the SDK spent on each call (profiled: 3.6 of 10.8 ms).
+    body = {"model": model, "messages": [{"role": m["role"], "content": m["content"]} for m in messages]}
     timeout = None if ends_at is None else max(ends_at - time.monotonic(), 0.001)
     try:
         if timeout is None:
-            completion: Any = await client.chat.completions.create(model=model, messages=payload)
+            completion: Any = await client.post(CHAT_PATH, cast_to=ChatCompletion, body=body)
         else:
             # Each attempt may wait at most what remains, and so may all of them together.
             attempt = min(timeout, float(settings.LLM_TIMEOUT_SECONDS))
             completion = await asyncio.wait_for(
-                client.chat.completions.create(model=model, messages=payload, timeout=attempt), timeout
-            )
+                client.post(CHAT_PATH, cast_to=ChatCompletion, body=body, options={"timeout": attempt}), timeout)
     except TimeoutError:
         raise ProviderTimeout(f"no answer within the {timeout:.1f} s left") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
