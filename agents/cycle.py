@@ -83,7 +83,7 @@ GOALS_IN_DECISION_PROMPT = 5
 def agent_cycle(*, agent_id: int, runner: str) -> str:
     """Drive one cycle; returns a short description of what happened (for logs and tests)."""
     needs = persona_needs(agent_id)
-    agent = needs[0].agent if needs else Agent.objects.get(pk=agent_id)
+    agent = needs[0].agent if needs else agent_read(agent_id)
     if agent.status != Agent.Status.RUNNING:
         return "not running"
     if agent.kind == Agent.Kind.PERSONA:
@@ -103,6 +103,20 @@ def agent_cycle(*, agent_id: int, runner: str) -> str:
 def _open_plans_query(agent_id: int) -> QuerySet[Plan, tuple[Any, ...]]:
     return Plan.objects.filter(agent_id=agent_id, status__in=Plan.OPEN_STATUSES).order_by().values_list(
         *statements.all_columns(Plan), *statements.all_columns(Goal, "goal__"))
+
+
+def _agent_query(agent_id: int) -> QuerySet[Agent, tuple[Any, ...]]:
+    return Agent.objects.filter(pk=agent_id).values_list(*statements.all_columns(Agent))
+
+
+def agent_read(agent_id: int) -> Agent:
+    """The agent row, as Agent.objects.get reads it (a tool agent has no needs to read it with)."""
+    rows = _agent_rows("agent", _agent_query, agent_id)
+    if not rows:
+        raise Agent.DoesNotExist(f"agent {agent_id} does not exist")
+    agent = statements.instance(Agent, rows[0])
+    assert agent is not None
+    return agent
 
 
 def tool_open_plan(agent: Agent) -> Plan | None:

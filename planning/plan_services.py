@@ -70,8 +70,11 @@ def plan_locked_validating(plan: Plan) -> Plan:
 def agent_waiting_set(*, agent_id: int, reason: str, retry_sync: bool = False) -> None:
     """What the agent waits for, on its row (the dashboard's "waiting" filter); pushed with the caller's event.
     With retry_sync, the earliest automatic retry too, in the same statement (see agent_retry_sync)."""
-    earliest = {"plan_retry_at": agent_retry_earliest(agent_id=agent_id)} if retry_sync else {}
-    Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300], **earliest)
+    if not retry_sync:  # the common case, twice in every planning: SQL written once (statements.py)
+        statements.update(Agent, {"waiting_reason": reason[:300]}, id=agent_id)
+        return
+    Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300],
+                                             plan_retry_at=agent_retry_earliest(agent_id=agent_id))
 
 
 def agent_retry_earliest(*, agent_id: int) -> Subquery:
@@ -133,7 +136,7 @@ def plan_restatement_save(*, plan: Plan, restatement: Mapping[str, str]) -> None
     No event of its own: the restatement is part of the planning that the next event (an attempt, the
     plan validated or failed) records."""
     with transaction.atomic():
-        Plan.objects.filter(pk=plan.pk).update(**{k: restatement.get(k, "") for k in RESTATE_KEYS})
+        statements.update(Plan, {k: restatement.get(k, "") for k in RESTATE_KEYS}, id=plan.pk)
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="restated")
 
 
@@ -186,7 +189,8 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
     plan = plan_locked_validating(plan)
     persona = plan.agent.kind == Agent.Kind.PERSONA
     steps_permission_raise(plan=plan, spec=spec, kept_keys={s.key for s in kept}, flags=flags)
-    steps = PlanStep.objects.bulk_create(plan_steps_build(plan=plan, spec=spec, kept=kept))
+    steps = plan_steps_build(plan=plan, spec=spec, kept=kept)
+    statements.insert(steps)  # one INSERT, as bulk_create; its SQL written once per number of steps
     plan.status = Plan.Status.ACTIVE if persona else Plan.Status.AWAITING_APPROVAL
     plan.approval_mode = Plan.ApprovalMode.ALL if persona else Plan.ApprovalMode.PENDING
     plan.thinking_summary = spec.thinking_summary[:4000]
