@@ -461,15 +461,21 @@ def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | No
 # --- tool agents --------------------------------------------------------------------------------------------
 
 
+def _unplanned_goals_query(agent_id: int) -> QuerySet[Goal, tuple[Any, ...]]:
+    """A tool agent's active goals that no open or failed plan holds (a statement compiled once)."""
+    planned = Plan.objects.filter(agent_id=agent_id, goal__isnull=False, status__in=HELD_STATUSES).values("goal_id")
+    return Goal.objects.filter(agent_id=agent_id, status=Goal.Status.ACTIVE).exclude(pk__in=planned).order_by() \
+        .values_list(*statements.all_columns(Goal))
+
+
 def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
     """A tool agent plans its most pressing active goal that has no plan yet."""
-    planned = Plan.objects.filter(
-        agent=agent, goal__isnull=False, status__in=HELD_STATUSES
-    ).values_list("goal_id", flat=True)
-    goals = sorted(
-        Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned).order_by(),
-        key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence),
-    )
+    goals = []
+    for row in _agent_rows("tool_unplanned_goals", _unplanned_goals_query, agent.pk):
+        goal = statements.instance(Goal, row)
+        assert goal is not None
+        goals.append(goal)
+    goals.sort(key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
     for goal in goals:
         plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
         return f"planned '{goal.description}' ({plan.status})"

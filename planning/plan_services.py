@@ -197,8 +197,9 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
     plan.confidence = max(0.0, min(1.0, spec.confidence))
     plan.risks = list(spec.risks)
     plan.model = model
-    plan.save(update_fields=["status", "approval_mode", "thinking_summary", "confidence", "risks", "model",
-                             "updated_at"])
+    plan.updated_at = timezone.now()
+    statements.update(Plan, {f: getattr(plan, f) for f in (
+        "status", "approval_mode", "thinking_summary", "confidence", "risks", "model", "updated_at")}, id=plan.pk)
     detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
     if plan.previous is not None:
         detail["diff"] = plan_diff([s.as_spec() for s in plan.previous.steps.all()], [s.as_spec() for s in steps])

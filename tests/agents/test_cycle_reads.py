@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from agents.cycle import persona_needs, persona_state
 from agents.models import Agent, Need
 from goals.models import Goal
+from planner_site import statements
 from planning.models import Plan, PlanStep
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 
@@ -117,3 +118,25 @@ def test_a_tool_agents_open_plans_read_is_the_queryset(persona: Agent) -> None:
     assert values(chosen.goal) == values(expected[chosen.pk].goal)
     assert chosen.goal is not None and chosen.goal.horizon == "mid_term"  # the goal's plan before the goalless one
     assert tool_open_plan(AgentFactory(kind=Agent.Kind.TOOL)) is None
+
+
+def test_a_tool_agents_unplanned_goals_read_is_the_queryset() -> None:
+    from agents.cycle import HELD_STATUSES, _agent_rows, _unplanned_goals_query
+
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    free = GoalFactory(agent=agent, description="Free", source_needs=[], recommended_actions=["list"])
+    held = GoalFactory(agent=agent, description="Held", source_needs=[])
+    failed = GoalFactory(agent=agent, description="Failed once", source_needs=[])
+    retired = GoalFactory(agent=agent, description="Planned before", source_needs=[])
+    GoalFactory(agent=agent, description="Done", status=Goal.Status.COMPLETED)
+    GoalFactory(description="Another agent's")
+    PlanFactory(agent=agent, goal=held, status=Plan.Status.AWAITING_APPROVAL)
+    PlanFactory(agent=agent, goal=failed, status=Plan.Status.FAILED)
+    PlanFactory(agent=agent, goal=retired, status=Plan.Status.COMPLETED)  # completed: the goal may plan again
+    planned = Plan.objects.filter(agent=agent, goal__isnull=False, status__in=HELD_STATUSES).values("goal_id")
+    expected = Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned)
+    rows = _agent_rows("tool_unplanned_goals", _unplanned_goals_query, agent.pk)
+    assert sorted(r[0] for r in rows) == sorted(g.pk for g in expected) == sorted([free.pk, retired.pk])
+    by_pk = {g.pk: g for g in expected}
+    for row in rows:
+        assert values(statements.instance(Goal, row)) == values(by_pk[row[0]])
