@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents.cycle import agent_cycle, persona_cycle
+from agents.cycle import agent_cycle, persona_cycle, persona_rows
 from agents.models import Agent, Experience, LLMCall, Need
 from goals.models import Goal
 from goals.system import (
@@ -318,12 +318,12 @@ def test_a_cycle_run_twice_is_recorded_once() -> None:
     agent = person()
     plan_with_steps(agent, "short_term", ["work", "work"], estimated=5)
     stale = Agent.objects.get(pk=agent.pk)  # what a runner that died mid-cycle had read
-    needs = list(Need.objects.filter(agent=agent).select_related("agent"))
+    rows = persona_rows(agent.pk)
     cycle(agent)
     before = (list(Need.objects.filter(agent=agent).values_list("satisfaction", flat=True)),
               list(PlanStep.objects.filter(plan__agent=agent).values_list("actual_cycles", flat=True)),
               PlanEvent.objects.count())
-    assert persona_cycle(agent=stale, need_rows=needs, runner="runner-old") == "cycle already done"
+    assert persona_cycle(agent=stale, rows=rows, runner="runner-old") == "cycle already done"
     after = (list(Need.objects.filter(agent=agent).values_list("satisfaction", flat=True)),
              list(PlanStep.objects.filter(plan__agent=agent).values_list("actual_cycles", flat=True)),
              PlanEvent.objects.count())
