@@ -117,8 +117,9 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     for plan, why in plans_to_close:
         events += plan_closed_steps(plan=plan, runner=record.runner, reason=why, now=now)
         pushed.add(plan.pk)
-    if record.lesson and not Lesson.objects.filter(agent=agent, description=record.lesson).exists():
-        Lesson.objects.create(agent=agent, description=record.lesson, source_experience=experience)
+    if record.lesson:  # a failed action's lesson, learned once (the agent's row, locked above, keeps it one writer)
+        statements.insert_new(Lesson(agent=agent, description=record.lesson, source_experience=experience),
+                              "agent", "description")
     statements.insert(events)
     # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
     current = change.plan.pk if change is not None else None

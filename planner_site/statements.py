@@ -144,10 +144,15 @@ def instance[M: Model](model: type[M], row: Sequence[Any], start: int = 0) -> M 
 # per model from its meta; values are prepared by their fields as save() and update() prepare them.
 
 
+def _insert_columns(model: type[Model]) -> tuple[list[Field], str]:
+    """The fields an INSERT gives values for (all but the primary key) and their quoted columns."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    return fields, ", ".join(connection.ops.quote_name(f.column or "") for f in fields)
+
+
 @cache
 def _insert_sql(model: type[Model], vendor: str, rows: int) -> tuple[str, list[Field]]:
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    names = ", ".join(connection.ops.quote_name(f.column or "") for f in fields)
+    fields, names = _insert_columns(model)
     pk = connection.ops.quote_name(_field(model, model._meta.pk.name).column or "")  # type: ignore[union-attr]
     values = ", ".join([f"({', '.join(['%s'] * len(fields))})"] * rows)
     return f"INSERT INTO {table(model)} ({names}) VALUES {values} RETURNING {pk}", fields  # noqa: S608
@@ -167,6 +172,27 @@ def insert(objs: Sequence[Model]) -> None:
             obj.pk = pk
             obj._state.adding = False
             obj._state.db = connection.alias
+
+
+@cache
+def _insert_new_sql(model: type[Model], vendor: str, match: tuple[str, ...]) -> tuple[str, list[Field]]:
+    fields, names = _insert_columns(model)
+    conditions = " AND ".join(f"{column(model, name)} = %s" for name in match)
+    return (f"INSERT INTO {table(model)} ({names}) SELECT {', '.join(['%s'] * len(fields))} "  # noqa: S608
+            f"WHERE NOT EXISTS (SELECT 1 FROM {table(model)} WHERE {conditions})"), fields
+
+
+def insert_new(obj: Model, *match: str) -> bool:
+    """Save a new instance, as `insert` does, unless a row already has its values in the `match` fields (one
+    statement: INSERT ... SELECT ... WHERE NOT EXISTS); whether it was saved (its primary key is not set).
+    For rows one writer at a time adds (two at once could both find none)."""
+    sql, fields = _insert_new_sql(type(obj), connection.vendor, match)
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    params += [_field(type(obj), name).get_db_prep_value(getattr(obj, _field(type(obj), name).attname), connection)
+               for name in match]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount == 1
 
 
 @cache

@@ -153,3 +153,19 @@ def test_hand_written_update_changes_only_the_rows_that_still_match(persona: Age
                          cycle_count=count) == 0  # the cycle moved on: nothing changes twice
     fresh = Agent.objects.get(pk=persona.pk)
     assert (fresh.emotions, fresh.cycle_count) == ({"hope": 0.9}, count + 1)
+
+
+def test_hand_written_insert_of_a_new_row_stores_what_save_stores_and_only_once(persona: Agent) -> None:
+    from agents.models import Lesson
+    from planner_site import statements
+
+    by_orm = Lesson.objects.create(agent=persona, description="To eat I need money.", source_experience=None)
+    assert not statements.insert_new(Lesson(agent=persona, description="To eat I need money."), "agent", "description")
+    assert statements.insert_new(Lesson(agent=persona, description="Sleep first."), "agent", "description")
+    assert statements.insert_new(Lesson(agent=AgentFactory(), description="Sleep first."), "agent", "description")
+    by_hand = Lesson.objects.get(agent=persona, description="Sleep first.")
+    assert by_hand.created_at is not None
+    ignore = {"id", "description", "created_at"}
+    assert {k: v for k, v in (values(by_hand) or {}).items() if k not in ignore} == {
+        k: v for k, v in (values(by_orm) or {}).items() if k not in ignore}
+    assert Lesson.objects.filter(agent=persona).count() == 2

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.cycle import agent_cycle, persona_cycle, persona_rows
-from agents.models import Agent, Experience, LLMCall, Need
+from agents.models import Agent, Experience, Lesson, LLMCall, Need
 from goals.models import Goal
 from goals.system import (
     DECAY_PER_HOUR,
@@ -495,3 +495,16 @@ def test_a_finished_goal_is_on_the_agents_timeline_with_why(operator_client: Any
     assert abandoned.detail["goal"] == left.pk and abandoned.reason.startswith("Call Ana back")
     html = operator_client.get("/audit/", {"agent": agent.pk}).content.decode()
     assert "Goal completed" in html and "Goal abandoned" in html
+
+
+def test_a_failed_action_teaches_its_lesson_once_in_one_statement() -> None:
+    agent = person({**CALM, "money": 0.0})
+    plan_with_steps(agent, "short_term", ["eat"], source="hunger", estimated=5)  # eating out needs money
+    cycle(agent)
+    lesson = Lesson.objects.get(agent=agent)
+    assert "money" in lesson.description and lesson.source_experience == Experience.objects.get(agent=agent)
+    statements = cycle_statements(agent)
+    assert Lesson.objects.filter(agent=agent).count() == 1
+    assert Experience.objects.get(agent=agent, cycle=2).outcome.startswith("could not eat")
+    assert sum("agents_lesson" in s for s in statements) == 1
+    assert len(statements) <= 7, "\n".join(statements)  # the common six and the lesson
