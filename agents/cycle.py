@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import BooleanField, Exists, Model, OuterRef, QuerySet
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
@@ -82,12 +82,12 @@ GOALS_IN_DECISION_PROMPT = 5
 
 def agent_cycle(*, agent_id: int, runner: str) -> str:
     """Drive one cycle; returns a short description of what happened (for logs and tests)."""
-    needs = persona_needs(agent_id)
-    agent = needs[0].agent if needs else agent_read(agent_id)
+    rows = persona_rows(agent_id)
+    agent = rows.agent or agent_read(agent_id)  # a tool agent has no needs to read its row with
     if agent.status != Agent.Status.RUNNING:
         return "not running"
     if agent.kind == Agent.Kind.PERSONA:
-        return persona_cycle(agent=agent, need_rows=needs, runner=runner)
+        return persona_cycle(agent=agent, rows=rows, runner=runner)
     try:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
         plan = tool_open_plan(agent)
@@ -187,7 +187,7 @@ def current_step(steps: list[PlanStep]) -> PlanStep | None:
 
 @dataclass
 class PersonaState:
-    """What one persona cycle reads: needs, active goals, open plans with their steps (three queries)."""
+    """What one persona cycle reads: needs, active goals, open plans with their steps (one statement)."""
 
     agent: Agent
     needs: dict[str, float]
@@ -197,74 +197,108 @@ class PersonaState:
     steps: dict[int, list[PlanStep]] = field(default_factory=dict)
 
 
-# The three reads of every persona cycle are statements compiled once (planner_site/statements.py): built
-# through the ORM each time, they cost more than half of a whole cycle. tests/agents/test_cycle_reads.py
-# checks they give what the QuerySets give.
+@dataclass
+class PersonaRows:
+    """The rows of the persona read, as models: the agent's needs by name (each with its agent, None when it
+    has none), its active goals (each with .planned), its open plans' steps in order (each with its plan and
+    the plan's goal)."""
+
+    agent: Agent | None
+    needs: list[Need]
+    goals: list[Goal]
+    steps: list[PlanStep]
+
+
+# Every persona cycle reads its agent, needs, active goals and open plans' steps in one statement compiled
+# once (planner_site/statements.py): built through the ORM each time, the reads cost more than half of a
+# whole cycle, and each is a round trip. Each row is one of three kinds, side by side in one layout: a need
+# with its agent; an active goal with `planned`; a step with its plan and the plan's goal (in the goal's
+# columns; NULL for a plan without one). tests/agents/test_cycle_reads.py checks they give what the
+# QuerySets give.
 HELD_STATUSES = [*Plan.OPEN_STATUSES, Plan.Status.FAILED]  # a goal with such a plan is planned
-NO_AGENT = -1  # the agent id the statements are compiled with; each run gives its own in its place
+NO_AGENT = -1  # the agent id the statement is compiled with; each run gives its own in its place
+NEEDS, GOALS, STEPS = range(3)  # the parts of the read
+# Where each model's columns start in a row of the read: Need, Agent, Goal, planned, PlanStep, Plan.
+AGENT_AT = len(statements.fields(Need))
+GOAL_AT = AGENT_AT + len(statements.fields(Agent))
+PLANNED_AT = GOAL_AT + len(statements.fields(Goal))
+STEP_AT = PLANNED_AT + 1
+PLAN_AT = STEP_AT + len(statements.fields(PlanStep))
 
 
 def _agent_rows(name: str, query: Callable[[int], QuerySet[Any, tuple[Any, ...]]], agent_id: int) -> list[tuple[Any, ...]]:
+    """The rows of a statement kept under `name`, compiled once from `query(NO_AGENT)`, for this agent."""
     read = statements.statement_kept(name, lambda: query(NO_AGENT))
     return read.rows([agent_id if p == NO_AGENT else p for p in read.params])
 
 
-def _needs_query(agent_id: int) -> QuerySet[Need, tuple[Any, ...]]:
-    return Need.objects.filter(agent_id=agent_id).order_by("name").values_list(
-        *statements.all_columns(Need), *statements.all_columns(Agent, "agent__"))
+def _nulls(model: type[Model]) -> list[None]:
+    return [None] * len(statements.fields(model))
 
 
-def _goals_query(agent_id: int) -> QuerySet[Goal, tuple[Any, ...]]:
+def _persona_read(agent_id: int) -> statements.Stacked:
+    """Needs with their agent; a persona's active goals; a persona's open plans' steps (a tool agent's cycle
+    reads its plans itself)."""
     held = Plan.objects.filter(goal=OuterRef("pk"), status__in=HELD_STATUSES)
-    return Goal.objects.filter(agent_id=agent_id, status=Goal.Status.ACTIVE).annotate(
-        planned=Exists(held)).order_by().values_list(*statements.all_columns(Goal), "planned")
+    layout = [*statements.fields(Need), *statements.fields(Agent), *statements.fields(Goal), BooleanField(),
+              *statements.fields(PlanStep), *statements.fields(Plan)]
+    needs = Need.objects.filter(agent_id=agent_id)
+    goals = Goal.objects.filter(agent_id=agent_id, agent__kind=Agent.Kind.PERSONA, status=Goal.Status.ACTIVE)
+    steps = PlanStep.objects.filter(plan__agent_id=agent_id, plan__agent__kind=Agent.Kind.PERSONA,
+                                    plan__status__in=Plan.OPEN_STATUSES)
+    return statements.Stacked(layout, [
+        (needs, [*statements.all_columns(Need), *statements.all_columns(Agent, "agent__"), *_nulls(Goal), None,
+                 *_nulls(PlanStep), *_nulls(Plan)]),
+        (goals.annotate(planned=Exists(held)),
+         [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal), "planned", *_nulls(PlanStep), *_nulls(Plan)]),
+        (steps, [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal, "plan__goal__"), None,
+                 *statements.all_columns(PlanStep), *statements.all_columns(Plan, "plan__")]),
+    ])
 
 
-def _steps_query(agent_id: int) -> QuerySet[PlanStep, tuple[Any, ...]]:
-    return PlanStep.objects.filter(plan__agent_id=agent_id, plan__status__in=Plan.OPEN_STATUSES).order_by(
-        "plan__created_at", "plan_id", "position").values_list(
-        *statements.all_columns(PlanStep), *statements.all_columns(Plan, "plan__"),
-        *statements.all_columns(Goal, "plan__goal__"))
-
-
-def persona_needs(agent_id: int) -> list[Need]:
-    """The agent's needs by name, each with its agent (one statement, like select_related("agent"))."""
-    width = len(statements.all_columns(Need))
-    needs = []
-    agent: Agent | None = None
-    for row in _agent_rows("persona_needs", _needs_query, agent_id):
-        need = statements.instance(Need, row)
-        assert need is not None
-        agent = agent or statements.instance(Agent, row, width)
-        Need._meta.get_field("agent").set_cached_value(need, agent)  # type: ignore[union-attr]
-        needs.append(need)
-    return needs
-
-
-def persona_state(agent: Agent, need_rows: list[Need]) -> PersonaState:
-    goals: list[Goal] = []
-    for row in _agent_rows("persona_goals", _goals_query, agent.pk):
-        goal = statements.instance(Goal, row)
-        assert goal is not None
-        goal.planned = bool(row[-1])  # type: ignore[attr-defined]
-        goals.append(goal)
-    goals.sort(key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
-    state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in need_rows},
-                         rates={n.name: n.decay_per_hour for n in need_rows}, goals=goals)
+def persona_rows(agent_id: int) -> PersonaRows:
+    """The one read of a persona cycle (of any agent's: it tells the runner the agent's kind and status)."""
+    read = statements.statement_kept("persona_read", lambda: _persona_read(NO_AGENT))
+    assert isinstance(read, statements.Stacked)
+    rows = PersonaRows(agent=None, needs=[], goals=[], steps=[])
     plans: dict[int, Plan] = {}
-    step_width, plan_width = len(statements.all_columns(PlanStep)), len(statements.all_columns(Plan))
-    for row in _agent_rows("persona_steps", _steps_query, agent.pk):
-        step = statements.instance(PlanStep, row)
-        assert step is not None
-        plan = plans.get(step.plan_id)
-        if plan is None:
-            plan = statements.instance(Plan, row, step_width)
-            assert plan is not None
-            Plan._meta.get_field("goal").set_cached_value(  # type: ignore[union-attr]
-                plan, statements.instance(Goal, row, step_width + plan_width))
-            plans[plan.pk] = plan
-        PlanStep._meta.get_field("plan").set_cached_value(step, plan)  # type: ignore[union-attr]
-        state.steps.setdefault(plan.pk, []).append(step)
+    for part, row in read.part_rows([agent_id if p == NO_AGENT else p for p in read.params]):
+        if part == NEEDS:
+            need = statements.instance(Need, row)
+            assert need is not None
+            rows.agent = rows.agent or statements.instance(Agent, row, AGENT_AT)
+            Need._meta.get_field("agent").set_cached_value(need, rows.agent)  # type: ignore[union-attr]
+            rows.needs.append(need)
+        elif part == GOALS:
+            goal = statements.instance(Goal, row, GOAL_AT)
+            assert goal is not None
+            goal.planned = bool(row[PLANNED_AT])  # type: ignore[attr-defined]
+            rows.goals.append(goal)
+        else:
+            step = statements.instance(PlanStep, row, STEP_AT)
+            assert step is not None
+            plan = plans.get(step.plan_id)
+            if plan is None:
+                plan = statements.instance(Plan, row, PLAN_AT)
+                assert plan is not None
+                Plan._meta.get_field("goal").set_cached_value(  # type: ignore[union-attr]
+                    plan, statements.instance(Goal, row, GOAL_AT))
+                plans[plan.pk] = plan
+            PlanStep._meta.get_field("plan").set_cached_value(step, plan)  # type: ignore[union-attr]
+            rows.steps.append(step)
+    rows.needs.sort(key=lambda n: n.name)
+    rows.steps.sort(key=lambda s: (s.plan.created_at, s.plan_id, s.position))
+    return rows
+
+
+def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
+    goals = sorted(rows.goals, key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
+    state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in rows.needs},
+                         rates={n.name: n.decay_per_hour for n in rows.needs}, goals=goals)
+    plans: dict[int, Plan] = {}
+    for step in rows.steps:
+        plans[step.plan_id] = step.plan
+        state.steps.setdefault(step.plan_id, []).append(step)
     state.plans = sorted(plans.values(), key=plan_order)
     return state
 
@@ -285,9 +319,8 @@ def persona_state_add(state: PersonaState, *, goal: Goal, plan: Plan, steps: lis
 
 
 def persona_reload(agent: Agent) -> PersonaState:
-    need_rows = persona_needs(agent.pk)
-    fresh = need_rows[0].agent if need_rows else Agent.objects.get(pk=agent.pk)
-    return persona_state(fresh, need_rows)
+    rows = persona_rows(agent.pk)
+    return persona_state(rows.agent or Agent.objects.get(pk=agent.pk), rows)
 
 
 def persona_prepare(*, state: PersonaState, runner: str) -> bool:
@@ -359,9 +392,9 @@ def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, 
     return None, None
 
 
-def persona_cycle(*, agent: Agent, need_rows: list[Need], runner: str) -> str:
+def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     expected = agent.cycle_count
-    state = persona_state(agent, need_rows)
+    state = persona_state(agent, rows)
     retry = agent.plan_retry_at is not None and agent.plan_retry_at <= timezone.now()
     if retry:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due

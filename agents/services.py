@@ -84,9 +84,9 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     agent = record.agent
     now = timezone.now()
     cycle = record.expected_cycle + 1
-    change, plans_to_close = cycle_plans_lock(record)
-    # First write, so PostgreSQL locks the agent row at once: a second runner on this agent waits here and
-    # then finds cycle_count moved on.
+    change, plan_written, plans_to_close = cycle_plans_claim(record, now)
+    # First write after the plans', so PostgreSQL locks the agent row at once: a second runner on this agent
+    # waits here and then finds cycle_count moved on.
     # The common writes go through planner_site/statements.py: the ORM's SQL building cost more than the
     # database's work (tests/agents/test_cycle_reads.py checks rows come out the same).
     updated = statements.update(Agent, {"cycle_count": cycle, "emotions": record.emotions,
@@ -111,13 +111,15 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         for goal, state in record.goals if state.abandoned]
     pushed: set[int] = set()
     if change is not None:
-        events += step_apply(change=change, runner=record.runner, experience_id=experience.pk)
+        events += step_apply(change=change, runner=record.runner, experience_id=experience.pk, now=now,
+                             plan_written=plan_written)
         pushed.add(change.plan.pk)
     for plan, why in plans_to_close:
-        events += plan_close(plan=plan, runner=record.runner, reason=why)
+        events += plan_closed_steps(plan=plan, runner=record.runner, reason=why, now=now)
         pushed.add(plan.pk)
-    if record.lesson and not Lesson.objects.filter(agent=agent, description=record.lesson).exists():
-        Lesson.objects.create(agent=agent, description=record.lesson, source_experience=experience)
+    if record.lesson:  # a failed action's lesson, learned once (the agent's row, locked above, keeps it one writer)
+        statements.insert_new(Lesson(agent=agent, description=record.lesson, source_experience=experience),
+                              "agent", "description")
     statements.insert(events)
     # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
     current = change.plan.pk if change is not None else None
@@ -127,22 +129,32 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     return experience
 
 
-def cycle_plans_lock(record: CycleRecord) -> tuple[StepChange | None, list[tuple[Plan, str]]]:
-    """Keep only the plan changes still true when the cycle writes: what an operator decided since the cycle
-    read its plans (a plan cancelled, a step skipped) stands. Plans the cycle completes, replans or closes are
-    locked first (plan before steps, the services' lock order); the common cycle changes only its step, and
-    step_apply writes it only if its status is still the one read (no extra query)."""
+def cycle_plans_claim(record: CycleRecord, now: Any) -> tuple[StepChange | None, dict[str, Any], list[tuple[Plan, str]]]:
+    """The cycle's plan changes, written first and each only over the status the cycle read, so that what an
+    operator decided since (a plan cancelled, or completed by a skip) stands: a plan whose UPDATE finds another
+    status keeps it, and the cycle's change to it (its step's too) is dropped. Plan before steps, the services'
+    lock order: on PostgreSQL each UPDATE locks its plan row, in id order. The common cycle changes only its
+    step, which step_apply writes only if its status is still the one read (no plan write, no extra query).
+
+    Returns the step change still to write (None if dropped), the values its plan had before this cycle wrote
+    it for the step (completed, or a replan asked for; for step_apply to put back should the step have
+    changed meanwhile), and the plans to close whose row is now closed (their steps remain to skip)."""
     change = record.step_change
-    plan_writes = {p.pk for p, _ in record.plans_to_close}
-    if change is not None and (change.plan_completed or change.verdict.replan):
-        plan_writes.add(change.plan.pk)
-    if not plan_writes:
-        return change, list(record.plans_to_close)
-    current = dict(Plan.objects.select_for_update(no_key=True).filter(pk__in=sorted(plan_writes)).order_by("pk")
-                   .values_list("pk", "status"))
-    if change is not None and change.plan.pk in current and current[change.plan.pk] != change.plan.status:
-        change = None
-    return change, [(p, why) for p, why in record.plans_to_close if current.get(p.pk) == p.status]
+    writes: dict[int, tuple[Plan, dict[str, Any]]] = {p.pk: (p, dict(PLAN_CLOSED)) for p, _ in record.plans_to_close}
+    for_step: dict[str, Any] = {}
+    if change is not None and change.plan.pk not in writes:
+        if change.plan_completed:
+            for_step = {"status": Plan.Status.COMPLETED}
+        elif change.verdict.replan:
+            for_step = {"replan_reason": change.verdict.failure}
+        if for_step:
+            writes[change.plan.pk] = (change.plan, for_step)
+    claimed = {pk for pk, (plan, values) in sorted(writes.items())
+               if statements.update(Plan, values | {"updated_at": now}, id=pk, status=plan.status)}
+    if change is not None and change.plan.pk in writes and change.plan.pk not in claimed:
+        change, for_step = None, {}
+    before = {name: getattr(change.plan, name) for name in for_step} if change is not None else {}
+    return change, before, [(p, why) for p, why in record.plans_to_close if p.pk in claimed]
 
 
 def needs_apply(*, agent_id: int, changes: Mapping[str, float]) -> None:
@@ -186,8 +198,10 @@ def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> None:
                 "last_progressed = %s, status = %s WHERE id = %s", rows)
 
 
-def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[PlanEvent]:
-    """The current step's counters and status after the experience; the events that say so (unsaved)."""
+def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
+               plan_written: Mapping[str, Any]) -> list[PlanEvent]:
+    """The current step's counters and status after the experience; the events that say so (unsaved).
+    `plan_written`: the plan's values before cycle_plans_claim wrote it for this step (completed, replan)."""
     step, plan, verdict = change.step, change.plan, change.verdict
     detail = {"experience": experience_id}
     events: list[PlanEvent] = []
@@ -197,7 +211,7 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[P
                                 actor_label=runner, reason=reason[:2000], detail=detail | (extra or {})))
 
     fields: dict[str, Any] = {"actual_cycles": verdict.actual_cycles, "overrides": verdict.overrides,
-                              "updated_at": timezone.now()}
+                              "updated_at": now}
     read_status = step.status
     if step.status == PlanStep.Status.PENDING:
         event(PlanEvent.Kind.STEP_STARTED, step.description)
@@ -210,28 +224,39 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int) -> list[P
     elif verdict.replan:
         fields |= {"status": PlanStep.Status.FAILED, "failure_reason": verdict.failure}
         event(PlanEvent.Kind.STEP_FAILED, verdict.failure, {"replan_scheduled": True})
-    # Only over the status this cycle read: a step an operator skipped or declined meanwhile stays so.
+    # Only over the status this cycle read: a step an operator skipped or declined meanwhile stays so, and
+    # so does its plan (written first for this step, it gets its values back).
     if not statements.update(PlanStep, fields, id=step.pk, status=read_status):
+        if plan_written:
+            statements.update(Plan, {**plan_written, "updated_at": now}, id=plan.pk)
         return []
-    if verdict.replan and not verdict.completed:
-        statements.update(Plan, {"replan_reason": verdict.failure, "updated_at": timezone.now()}, id=plan.pk)
     for name, value in fields.items():
         setattr(step, name, value)
+    if verdict.replan and not verdict.completed:
+        plan.replan_reason = verdict.failure
     if change.plan_completed:
-        statements.update(Plan, {"status": Plan.Status.COMPLETED, "updated_at": timezone.now()}, id=plan.pk)
         plan.status = Plan.Status.COMPLETED
         event(PlanEvent.Kind.PLAN_COMPLETED, "all steps done", {"goal_progress_bonus": True}, on_step=False)
     return events
 
 
+PLAN_CLOSED = {"status": Plan.Status.CANCELLED, "replan_reason": ""}
+
+
 def plan_close(*, plan: Plan, runner: str, reason: str) -> list[PlanEvent]:
     """An open plan whose goal is finished (completed or abandoned) stops: its unfinished steps are skipped."""
-    Plan.objects.filter(pk=plan.pk).update(status=Plan.Status.CANCELLED, replan_reason="", updated_at=timezone.now())
+    now = timezone.now()
+    Plan.objects.filter(pk=plan.pk).update(**PLAN_CLOSED, updated_at=now)
+    return plan_closed_steps(plan=plan, runner=runner, reason=reason, now=now)
+
+
+def plan_closed_steps(*, plan: Plan, runner: str, reason: str, now: Any) -> list[PlanEvent]:
+    """The rest of plan_close once the plan's row says closed: its unfinished steps skipped, the event (unsaved)."""
     skipped = PlanStep.objects.filter(plan=plan, status__in=[PlanStep.Status.PENDING, PlanStep.Status.RUNNING,
                                                              PlanStep.Status.AWAITING_APPROVAL])
     keys = list(skipped.values_list("key", flat=True))
-    skipped.update(status=PlanStep.Status.SKIPPED, updated_at=timezone.now())
-    plan.status = Plan.Status.CANCELLED
+    skipped.update(status=PlanStep.Status.SKIPPED, updated_at=now)
+    plan.status, plan.replan_reason = PLAN_CLOSED["status"], PLAN_CLOSED["replan_reason"]
     return [PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_CANCELLED, actor_label=runner, reason=reason,
                       detail={"skipped": keys, "goal_finished": True})]
 

@@ -13,7 +13,7 @@ from functools import cache
 from typing import Any
 
 from django.db import connection, connections
-from django.db.models import Field, Model, QuerySet
+from django.db.models import Expression, Field, Model, QuerySet, Value
 
 from planner_site.kept import Kept
 
@@ -28,13 +28,18 @@ class Statement:
         columns = [select[0] for select in self.compiler.select[: self.compiler.col_count]]
         self.converters = self.compiler.get_converters(columns)
 
-    def rows(self, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
-        """The rows, with the parameters it was compiled with, or these instead (the same number, in order)."""
+    def fetched(self, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """The rows as the database gives them, with the parameters it was compiled with, or these instead (the
+        same number, in order)."""
         if params is not None and len(params) != len(self.params):
             raise ValueError(f"this statement takes {len(self.params)} parameters, not {len(params)}")
         with connections[self.using].cursor() as cursor:
             cursor.execute(self.sql, self.params if params is None else tuple(params))
-            rows = cursor.fetchall()
+            return cursor.fetchall()
+
+    def rows(self, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """The rows, converted, with the parameters it was compiled with or these instead (see `fetched`)."""
+        rows = self.fetched(params)
         if self.converters:
             return [tuple(row) for row in self.compiler.apply_converters(rows, self.converters)]
         return [tuple(row) for row in rows]
@@ -44,17 +49,18 @@ STATEMENTS_KEPT = 256
 _kept: Kept[Statement] = Kept(STATEMENTS_KEPT)
 
 
-def statement_kept(name: str, build: Callable[[], QuerySet[Any]], *,
+def statement_kept(name: str, build: Callable[[], QuerySet[Any] | Statement], *,
                    params: Sequence[Any] | None = None) -> Statement:
     """The statement kept under this name for the default database, compiled on first use (bounded: the
     least recently used goes first).
 
-    `build` runs once per process and database vendor: its SQL must never change. With `params`, only
-    those may: the compiled statement must take exactly these values, in this order (checked), so that
-    `rows()` can be given others.
+    `build` (a queryset, or a statement such as `Stacked`) runs once per process and database vendor: its SQL
+    must never change. With `params`, only those may: the compiled statement must take exactly these values,
+    in this order (checked), so that `rows()` can be given others.
     """
     def compile_checked() -> Statement:
-        statement = Statement(build())
+        built = build()
+        statement = built if isinstance(built, Statement) else Statement(built)
         if params is not None and list(statement.params) != list(params):
             raise ValueError(f"statement {name} takes {statement.params}, not {list(params)}")
         return statement
@@ -73,6 +79,57 @@ def all_columns(model: type[Model], through: str = "") -> list[str]:
     return [through + f.attname for f in model._meta.concrete_fields]
 
 
+class Null(Expression):
+    """A NULL of a field's type. Typed on PostgreSQL, which resolves the column types of a UNION pair by pair (a
+    column NULL in two parts would be text there); SQLite needs no type."""
+
+    def __init__(self, output_field: Field) -> None:
+        super().__init__(output_field=output_field)
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        return "NULL", ()
+
+    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        return f"NULL::{self.output_field.cast_db_type(connection)}", ()
+
+
+class Stacked(Statement):
+    """Several querysets' rows in one statement (UNION ALL), so that a read of different things costs one round
+    trip. Every row has the columns of `layout`, one field each; a part names, column by column, the field or
+    annotation it reads there, or None: a NULL of that column's type (so each column has one type in every
+    part, and the first part's converters serve every part's rows). A row is converted only in the columns
+    its part reads. The parts are unordered: the caller sorts.
+    """
+
+    def __init__(self, layout: Sequence[Field], parts: Sequence[tuple[QuerySet[Any], Sequence[str | None]]]) -> None:
+        selected = []
+        for number, (queryset, names) in enumerate(parts):
+            if len(names) != len(layout):
+                raise ValueError(f"part {number} names {len(names)} columns; the layout has {len(layout)}")
+            nulls = {f"null_{i}": Null(layout[i]) for i, name in enumerate(names) if name is None}
+            selected.append(queryset.order_by().annotate(part=Value(number), **nulls).values_list(
+                "part", *(f"null_{i}" if name is None else name for i, name in enumerate(names))))
+        first, *rest = selected
+        super().__init__(first.union(*rest, all=True).order_by())
+        # Column 0 is the part's number; column i + 1 is the layout's column i.
+        self.part_converters = [{pos: c for pos, c in self.converters.items() if pos and names[pos - 1] is not None}
+                                for _, names in parts]
+
+    def part_rows(self, params: Sequence[Any] | None = None) -> list[tuple[int, tuple[Any, ...]]]:
+        """Each row as its part's number and its columns (laid out as the layout), converted."""
+        by_part: list[list[Any]] = [[] for _ in self.part_converters]
+        for row in self.fetched(params):
+            by_part[row[0]].append(row)
+        return [(number, tuple(row[1:])) for number, converters in enumerate(self.part_converters)
+                for row in (self.compiler.apply_converters(by_part[number], converters) if converters
+                            else by_part[number])]
+
+
+def fields(model: type[Model]) -> list[Field]:
+    """The model's columns as `all_columns(model)` lays them out, for a `Stacked` layout."""
+    return list(model._meta.concrete_fields)
+
+
 def instance[M: Model](model: type[M], row: Sequence[Any], start: int = 0) -> M | None:
     """The model in `row[start:]`, laid out by `all_columns(model)` and already converted (a Statement's
     rows are); None when its primary key is NULL (an outer join that found nothing)."""
@@ -87,10 +144,15 @@ def instance[M: Model](model: type[M], row: Sequence[Any], start: int = 0) -> M 
 # per model from its meta; values are prepared by their fields as save() and update() prepare them.
 
 
+def _insert_columns(model: type[Model]) -> tuple[list[Field], str]:
+    """The fields an INSERT gives values for (all but the primary key) and their quoted columns."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    return fields, ", ".join(connection.ops.quote_name(f.column or "") for f in fields)
+
+
 @cache
 def _insert_sql(model: type[Model], vendor: str, rows: int) -> tuple[str, list[Field]]:
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    names = ", ".join(connection.ops.quote_name(f.column or "") for f in fields)
+    fields, names = _insert_columns(model)
     pk = connection.ops.quote_name(_field(model, model._meta.pk.name).column or "")  # type: ignore[union-attr]
     values = ", ".join([f"({', '.join(['%s'] * len(fields))})"] * rows)
     return f"INSERT INTO {table(model)} ({names}) VALUES {values} RETURNING {pk}", fields  # noqa: S608
@@ -110,6 +172,27 @@ def insert(objs: Sequence[Model]) -> None:
             obj.pk = pk
             obj._state.adding = False
             obj._state.db = connection.alias
+
+
+@cache
+def _insert_new_sql(model: type[Model], vendor: str, match: tuple[str, ...]) -> tuple[str, list[Field]]:
+    fields, names = _insert_columns(model)
+    conditions = " AND ".join(f"{column(model, name)} = %s" for name in match)
+    return (f"INSERT INTO {table(model)} ({names}) SELECT {', '.join(['%s'] * len(fields))} "  # noqa: S608
+            f"WHERE NOT EXISTS (SELECT 1 FROM {table(model)} WHERE {conditions})"), fields
+
+
+def insert_new(obj: Model, *match: str) -> bool:
+    """Save a new instance, as `insert` does, unless a row already has its values in the `match` fields (one
+    statement: INSERT ... SELECT ... WHERE NOT EXISTS); whether it was saved (its primary key is not set).
+    For rows one writer at a time adds (two at once could both find none)."""
+    sql, fields = _insert_new_sql(type(obj), connection.vendor, match)
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    params += [_field(type(obj), name).get_db_prep_value(getattr(obj, _field(type(obj), name).attname), connection)
+               for name in match]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount == 1
 
 
 @cache

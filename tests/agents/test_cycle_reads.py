@@ -1,5 +1,7 @@
 """The persona cycle's statements, compiled once (agents/cycle.py, planner_site/statements.py), give exactly
-what the QuerySets give: every field, converted the same (dates, JSON, booleans), and the related rows."""
+what the QuerySets give: every field, converted the same (dates, JSON, booleans), and the related rows. The
+read is one statement of three kinds of rows side by side (needs, goals, steps): each kind must come out
+whole whatever the others hold."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from django.db import connection
 from django.db.models import Exists, Model, OuterRef
 from django.test.utils import CaptureQueriesContext
 
-from agents.cycle import persona_needs, persona_state
+from agents.cycle import persona_rows, persona_state
 from agents.models import Agent, Need
 from goals.models import Goal
 from planner_site import statements
@@ -45,31 +47,81 @@ def persona() -> Agent:
 def test_needs_read_is_the_queryset_with_its_agent(persona: Agent) -> None:
     expected = list(Need.objects.filter(agent_id=persona.pk).select_related("agent").order_by("name"))
     with CaptureQueriesContext(connection) as queries:
-        got = persona_needs(persona.pk)
+        got = persona_rows(persona.pk).needs
         assert got[0].agent.emotions == {"hope": 0.5}  # no second query for the agent
     assert len(queries) == 1
     assert [values(n) for n in got] == [values(n) for n in expected]
     assert values(got[0].agent) == values(expected[0].agent)
-    assert persona_needs(AgentFactory().pk) == []
+    assert all(n.agent is got[0].agent for n in got)
+
+
+def expected_goals(agent: Agent) -> dict[int, tuple[dict[str, Any] | None, bool]]:
+    held = Plan.objects.filter(goal=OuterRef("pk"), status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
+    return {g.pk: (values(g), g.planned) for g in Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE)
+            .annotate(planned=Exists(held))}
+
+
+def expected_steps(agent: Agent) -> list[tuple[dict[str, Any] | None, ...]]:
+    steps = PlanStep.objects.filter(plan__agent=agent, plan__status__in=Plan.OPEN_STATUSES).select_related(
+        "plan", "plan__goal").order_by("plan__created_at", "plan_id", "position")
+    return [(values(s), values(s.plan), values(s.plan.goal)) for s in steps]
 
 
 def test_goals_and_open_steps_read_are_the_querysets(persona: Agent) -> None:
-    held = Plan.objects.filter(goal=OuterRef("pk"), status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
-    goals = {g.pk: g for g in Goal.objects.filter(agent=persona, status=Goal.Status.ACTIVE)
-             .annotate(planned=Exists(held))}
-    steps = list(PlanStep.objects.filter(plan__agent=persona, plan__status__in=Plan.OPEN_STATUSES)
-                 .select_related("plan", "plan__goal").order_by("plan__created_at", "plan_id", "position"))
     with CaptureQueriesContext(connection) as queries:
-        state = persona_state(persona, persona_needs(persona.pk))
+        state = persona_state(persona, persona_rows(persona.pk))
         read = [(values(s), values(s.plan), values(s.plan.goal)) for p in state.plans for s in state.steps[p.pk]]
-    assert len(queries) == 3
+    assert len(queries) == 1
     assert [g.horizon for g in state.goals] == ["short_term", "mid_term"]  # priority order
-    assert {g.pk: (values(g), g.planned) for g in state.goals} == {  # type: ignore[attr-defined]
-        pk: (values(g), g.planned) for pk, g in goals.items()}
-    assert sorted(read, key=lambda r: r[0]["id"]) == sorted(
-        [(values(s), values(s.plan), values(s.plan.goal)) for s in steps], key=lambda r: r[0]["id"])
+    assert {g.pk: (values(g), g.planned) for g in state.goals} == expected_goals(persona)  # type: ignore[attr-defined]
+    assert sorted(read, key=lambda r: r[0]["id"]) == sorted(expected_steps(persona), key=lambda r: r[0]["id"])
     assert [g.planned for g in state.goals] == [False, True]  # type: ignore[attr-defined]
     assert state.plans[-1].goal is None  # a plan without a goal comes last and reads as such
+    assert [s.position for s in state.steps[state.plans[0].pk]] == [1, 2]
+
+
+def test_steps_come_in_the_querysets_order(persona: Agent) -> None:
+    """Open plans oldest first, each plan's steps by position, whatever order the rows were stored in."""
+    plan = PlanFactory(agent=persona, goal=None, goal_text="Later")
+    for position in (3, 1, 2):
+        PlanStepFactory(plan=plan, key=str(position), position=position)
+    got = persona_rows(persona.pk).steps
+    assert [(values(s), values(s.plan), values(s.plan.goal)) for s in got] == expected_steps(persona)
+
+
+def test_each_kind_of_row_reads_whole_when_the_others_are_missing() -> None:
+    """A goal whose plan is open but which is no longer active comes with its plan's steps, not as a goal;
+    without needs, goals or plans, the other kinds still read whole."""
+    agent = AgentFactory(kind=Agent.Kind.PERSONA)
+    done = GoalFactory(agent=agent, status=Goal.Status.COMPLETED, horizon="long_term")
+    PlanStepFactory(plan=PlanFactory(agent=agent, goal=done), key="1", position=1, result="done <i>well</i>")
+    rows = persona_rows(agent.pk)
+    assert rows.agent is None and rows.needs == [] and rows.goals == []  # no needs: no agent from this read
+    assert [(values(s), values(s.plan), values(s.plan.goal)) for s in rows.steps] == expected_steps(agent)
+    assert rows.steps[0].plan.goal.status == Goal.Status.COMPLETED  # type: ignore[union-attr]
+
+    only_goals = AgentFactory(kind=Agent.Kind.PERSONA)
+    GoalFactory(agent=only_goals, horizon="long_term", source_needs=["social"])
+    rows = persona_rows(only_goals.pk)
+    assert rows.steps == [] and {g.pk: (values(g), g.planned) for g in rows.goals} == expected_goals(only_goals)  # type: ignore[attr-defined]
+
+    only_needs = AgentFactory(kind=Agent.Kind.PERSONA)
+    NeedFactory(agent=only_needs, name="energy", satisfaction=0.25)
+    rows = persona_rows(only_needs.pk)
+    assert (rows.goals, rows.steps) == ([], [])
+    assert values(rows.agent) == values(Agent.objects.get(pk=only_needs.pk))
+    assert [values(n) for n in rows.needs] == [values(n) for n in Need.objects.filter(agent=only_needs)]
+
+
+def test_a_tool_agents_goals_and_plans_are_not_read_for_it(persona: Agent) -> None:
+    """The runner reads every agent this way first; a tool agent's cycle reads its own plan, so this read
+    carries nothing of it (nor of another agent's)."""
+    tool = AgentFactory(kind=Agent.Kind.TOOL)
+    goal = GoalFactory(agent=tool)
+    PlanStepFactory(plan=PlanFactory(agent=tool, goal=goal), key="1", position=1)
+    rows = persona_rows(tool.pk)
+    assert (rows.agent, rows.needs, rows.goals, rows.steps) == (None, [], [], [])
+    assert persona_rows(AgentFactory().pk).needs == []
 
 
 def test_hand_written_insert_stores_what_save_stores(persona: Agent) -> None:
@@ -140,3 +192,18 @@ def test_a_tool_agents_unplanned_goals_read_is_the_queryset() -> None:
     by_pk = {g.pk: g for g in expected}
     for row in rows:
         assert values(statements.instance(Goal, row)) == values(by_pk[row[0]])
+
+
+def test_hand_written_insert_of_a_new_row_stores_what_save_stores_and_only_once(persona: Agent) -> None:
+    from agents.models import Lesson
+
+    by_orm = Lesson.objects.create(agent=persona, description="To eat I need money.", source_experience=None)
+    assert not statements.insert_new(Lesson(agent=persona, description="To eat I need money."), "agent", "description")
+    assert statements.insert_new(Lesson(agent=persona, description="Sleep first."), "agent", "description")
+    assert statements.insert_new(Lesson(agent=AgentFactory(), description="Sleep first."), "agent", "description")
+    by_hand = Lesson.objects.get(agent=persona, description="Sleep first.")
+    assert by_hand.created_at is not None
+    ignore = {"id", "description", "created_at"}
+    assert {k: v for k, v in (values(by_hand) or {}).items() if k not in ignore} == {
+        k: v for k, v in (values(by_orm) or {}).items() if k not in ignore}
+    assert Lesson.objects.filter(agent=persona).count() == 2

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents.cycle import agent_cycle, persona_cycle
-from agents.models import Agent, Experience, LLMCall, Need
+from agents.cycle import agent_cycle, persona_cycle, persona_rows
+from agents.models import Agent, Experience, Lesson, LLMCall, Need
 from goals.models import Goal
 from goals.system import (
     DECAY_PER_HOUR,
@@ -318,12 +318,12 @@ def test_a_cycle_run_twice_is_recorded_once() -> None:
     agent = person()
     plan_with_steps(agent, "short_term", ["work", "work"], estimated=5)
     stale = Agent.objects.get(pk=agent.pk)  # what a runner that died mid-cycle had read
-    needs = list(Need.objects.filter(agent=agent).select_related("agent"))
+    rows = persona_rows(agent.pk)
     cycle(agent)
     before = (list(Need.objects.filter(agent=agent).values_list("satisfaction", flat=True)),
               list(PlanStep.objects.filter(plan__agent=agent).values_list("actual_cycles", flat=True)),
               PlanEvent.objects.count())
-    assert persona_cycle(agent=stale, need_rows=needs, runner="runner-old") == "cycle already done"
+    assert persona_cycle(agent=stale, rows=rows, runner="runner-old") == "cycle already done"
     after = (list(Need.objects.filter(agent=agent).values_list("satisfaction", flat=True)),
              list(PlanStep.objects.filter(plan__agent=agent).values_list("actual_cycles", flat=True)),
              PlanEvent.objects.count())
@@ -332,16 +332,109 @@ def test_a_cycle_run_twice_is_recorded_once() -> None:
     assert Agent.objects.get(pk=agent.pk).cycle_count == 1
 
 
-def test_common_cycle_costs_at_most_eight_queries() -> None:
+def stale_cycle(agent: Agent, meanwhile: Any) -> str:
+    """A cycle that read its rows, then `meanwhile` happened (an operator decided), then it wrote."""
+    rows = persona_rows(agent.pk)
+    assert rows.agent is not None
+    meanwhile()
+    return persona_cycle(agent=rows.agent, rows=rows, runner="runner-test")
+
+
+def test_an_operators_cancel_racing_a_completing_cycle_wins(operator: Any) -> None:
+    agent = person()
+    plan = plan_with_steps(agent, "short_term", ["go to the store"], source="hunger")
+    stale_cycle(agent, lambda: services.plan_cancel(plan=plan, user=operator, reason="not now"))
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.CANCELLED
+    assert plan.steps.get().status == PlanStep.Status.SKIPPED
+    assert list(plan.events.values_list("kind", flat=True)) == [PlanEvent.Kind.PLAN_CANCELLED]
+    experience = Experience.objects.get(agent=agent)  # the person still lived the cycle, off the plan
+    assert experience.step is None and experience.action == "go to the store"
+
+
+def test_an_operators_skip_completing_the_plan_first_completes_it_once(operator: Any) -> None:
+    agent = person()
+    plan = plan_with_steps(agent, "short_term", ["go to the store"], source="hunger")
+    stale_cycle(agent, lambda: services.step_skip(step=plan.steps.get(), user=operator))
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.COMPLETED
+    assert plan.steps.get().status == PlanStep.Status.SKIPPED
+    completed = plan.events.get(kind=PlanEvent.Kind.PLAN_COMPLETED)
+    assert completed.actor_label == operator.username
+    assert not plan.events.filter(kind__in=[PlanEvent.Kind.STEP_STARTED, PlanEvent.Kind.STEP_COMPLETED]).exists()
+
+
+def test_an_operators_cancel_racing_a_replan_wins(operator: Any) -> None:
+    agent = person({**CALM, "money": 0.0})
+    plan = plan_with_steps(agent, "short_term", ["eat"], source="hunger", estimated=1)  # stuck: no money
+    cycle(agent)
+    cycle(agent)
+    stale_cycle(agent, lambda: services.plan_cancel(plan=plan, user=operator))  # the third fails the step
+    plan.refresh_from_db()
+    assert (plan.status, plan.replan_reason) == (Plan.Status.CANCELLED, "")
+    assert plan.steps.get().status == PlanStep.Status.SKIPPED
+    assert not plan.events.filter(kind=PlanEvent.Kind.STEP_FAILED).exists()
+
+
+def test_an_operators_cancel_racing_an_abandoning_cycle_is_the_only_close(operator: Any) -> None:
+    agent = person()
+    plan = plan_with_steps(agent, "short_term", ["work", "work"], source="money", estimated=5)
+    Goal.objects.filter(pk=plan.goal_id).update(confidence=0.11)
+    stale_cycle(agent, lambda: services.plan_cancel(plan=plan, user=operator, reason="enough"))
+    cancelled = plan.events.get(kind=PlanEvent.Kind.PLAN_CANCELLED)
+    assert cancelled.actor_label == operator.username and cancelled.reason == "enough"
+    assert set(plan.steps.values_list("status", flat=True)) == {PlanStep.Status.SKIPPED}
+    assert not plan.events.filter(kind=PlanEvent.Kind.STEP_STARTED).exists()
+
+
+@pytest.mark.parametrize("money, hint, before", [(0.7, "go to the store", 0), (0.0, "eat", 2)],
+                         ids=["completing", "replanning"])
+def test_a_step_changed_under_a_cycle_leaves_its_plan_as_it_was(money: float, hint: str, before: int) -> None:
+    """The cycle writes the plan first (lock order); when the step's own write then finds the step changed by
+    someone else, the plan gets back what it had: neither completed nor asking for a replan. (Eating out with
+    no money is stuck: the third cycle fails the step.)"""
+    agent = person({**CALM, "money": money})
+    plan = plan_with_steps(agent, "short_term", [hint], source="hunger", estimated=1)
+    for _ in range(before):
+        cycle(agent)
+    events = plan.events.count()
+    stale_cycle(agent, lambda: PlanStep.objects.filter(plan=plan).update(status=PlanStep.Status.SKIPPED))
+    fresh = Plan.objects.get(pk=plan.pk)
+    assert (fresh.status, fresh.replan_reason) == (Plan.Status.ACTIVE, "")
+    assert plan.steps.get().status == PlanStep.Status.SKIPPED
+    assert plan.events.count() == events
+
+
+def cycle_statements(agent: Agent) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        agent_cycle(agent_id=agent.pk, runner="runner-test")
+    return [q["sql"] for q in queries.captured_queries
+            if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
+
+
+def test_common_cycle_costs_at_most_six_queries() -> None:
+    """One read; the agent, its needs, the experience, the goals, the step: the runner's pace needs no more."""
     agent = person()
     for horizon in ("short_term", "mid_term", "long_term"):
         plan_with_steps(agent, horizon, ["work", "work"], source="money", estimated=5)
     cycle(agent)  # the steps start
-    with CaptureQueriesContext(connection) as queries:
-        agent_cycle(agent_id=agent.pk, runner="runner-test")
-    statements = [q["sql"] for q in queries.captured_queries
-                  if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
-    assert len(statements) <= 8, "\n".join(statements)
+    statements = cycle_statements(agent)
+    assert len(statements) <= 6, "\n".join(statements)
+
+
+def test_a_step_starting_or_ending_adds_one_statement_and_a_plan_completing_one_more() -> None:
+    """The demo's steps last a cycle or two: these paths are most cycles. Events go in one INSERT; a plan
+    completes with one UPDATE (no lock read first)."""
+    agent = person()
+    plan = plan_with_steps(agent, "short_term", ["work", "work"], source="money", estimated=2)
+    starting = cycle_statements(agent)
+    assert len(starting) <= 7, "\n".join(starting)
+    ending = cycle_statements(agent)
+    assert len(ending) <= 7, "\n".join(ending)
+    assert plan.steps.get(key="1").status == PlanStep.Status.COMPLETED
+    cycle(agent)
+    completing = cycle_statements(agent)
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.COMPLETED
+    assert len(completing) <= 8, "\n".join(completing)
+    assert sum(s.startswith('INSERT INTO "planning_planevent"') for s in completing) == 1
 
 
 def test_with_nothing_to_do_the_person_passes_the_time_until_a_need_calls() -> None:
@@ -402,3 +495,16 @@ def test_a_finished_goal_is_on_the_agents_timeline_with_why(operator_client: Any
     assert abandoned.detail["goal"] == left.pk and abandoned.reason.startswith("Call Ana back")
     html = operator_client.get("/audit/", {"agent": agent.pk}).content.decode()
     assert "Goal completed" in html and "Goal abandoned" in html
+
+
+def test_a_failed_action_teaches_its_lesson_once_in_one_statement() -> None:
+    agent = person({**CALM, "money": 0.0})
+    plan_with_steps(agent, "short_term", ["eat"], source="hunger", estimated=5)  # eating out needs money
+    cycle(agent)
+    lesson = Lesson.objects.get(agent=agent)
+    assert "money" in lesson.description and lesson.source_experience == Experience.objects.get(agent=agent)
+    statements = cycle_statements(agent)
+    assert Lesson.objects.filter(agent=agent).count() == 1
+    assert Experience.objects.get(agent=agent, cycle=2).outcome.startswith("could not eat")
+    assert sum("agents_lesson" in s for s in statements) == 1
+    assert len(statements) <= 7, "\n".join(statements)  # the common six and the lesson
