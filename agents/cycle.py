@@ -427,18 +427,22 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
         change = StepChange(step=step, plan=plan, verdict=verdict, followed=followed, override_reason=override_reason,
                             result=outcome.outcome, plan_completed=verdict.completed and others_done)
     bonus_goal = change.plan.goal_id if change is not None and change.plan_completed else None
-    goals = [(goal, goal_after_experience(
-        state=GoalState(progress=goal.progress, confidence=goal.confidence, times_advanced=goal.times_advanced,
-                        times_regressed=goal.times_regressed),
-        horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=changes, hours=hours,
-        bonus=PLAN_COMPLETION_BONUS if goal.pk == bonus_goal else 0.0,
-    )) for goal in state.goals]
+
+    def goal_after(goal: Goal, bonus: float) -> GoalState:
+        return goal_after_experience(
+            state=GoalState(progress=goal.progress, confidence=goal.confidence, times_advanced=goal.times_advanced,
+                            times_regressed=goal.times_regressed),
+            horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=changes, hours=hours, bonus=bonus)
+
+    goals = [(goal, goal_after(goal, PLAN_COMPLETION_BONUS if goal.pk == bonus_goal else 0.0)) for goal in state.goals]
+    # Should an operator's decision meanwhile keep the plan from completing, its goal gets no bonus.
+    unrewarded = next((goal_after(g, 0.0) for g in state.goals if g.pk == bonus_goal), None)
     abandoned = {g.pk for g, s in goals if s.abandoned}
     record = CycleRecord(
         agent=agent, expected_cycle=expected, runner=runner, action=outcome.action, outcome=outcome.outcome,
         succeeded=outcome.succeeded, hours=hours, need_deltas=outcome.need_deltas, need_changes=changes,
         needs_after=after, followed=followed, override_reason=override_reason if not followed else "",
-        step_change=change, goals=goals,
+        step_change=change, goals=goals, goal_unrewarded=unrewarded,
         plans_to_close=[(p, "goal abandoned: its confidence decayed below the threshold") for p in state.plans
                         if p.goal_id in abandoned and not (change is not None and change.plan_completed and p == plan)],
         emotions=emotions_update(agent.emotions, needs=after, succeeded=outcome.succeeded, followed_plan=followed),

@@ -65,6 +65,7 @@ class CycleRecord:
     plans_to_close: list[tuple[Plan, str]] = field(default_factory=list)  # open plans of finished goals, and why
     emotions: dict[str, float] = field(default_factory=dict)
     lesson: str | None = None
+    goal_unrewarded: GoalState | None = None  # the completing plan's goal without the completion bonus
 
 
 @transaction.atomic
@@ -103,17 +104,23 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in record.goals},
     )
     statements.insert([experience])
-    goals_apply(goals=record.goals, now=now)
-    events: list[PlanEvent] = [
-        PlanEvent(agent_id=agent.pk, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=record.runner,
-                  reason=f"{goal.description}: confidence {state.confidence:.0%} fell below its horizon's line",
-                  detail={"goal": goal.pk, "horizon": goal.horizon, "experience": experience.pk})
-        for goal, state in record.goals if state.abandoned]
+    events: list[PlanEvent] = []
     pushed: set[int] = set()
     if change is not None:
         events += step_apply(change=change, runner=record.runner, experience_id=experience.pk, now=now,
                              plan_written=plan_written)
         pushed.add(change.plan.pk)
+    goals = record.goals
+    if record.goal_unrewarded is not None and not any(e.kind == PlanEvent.Kind.PLAN_COMPLETED for e in events):
+        # The plan did not complete after all (an operator cancelled it or changed its step meanwhile).
+        rewarded = record.step_change.plan.goal_id if record.step_change else None
+        goals = [(g, record.goal_unrewarded if g.pk == rewarded else s) for g, s in goals]
+    abandoned = goals_apply(goals=goals, now=now)
+    events += [
+        PlanEvent(agent_id=agent.pk, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=record.runner,
+                  reason=f"{goal.description}: confidence {state.confidence:.0%} fell below its horizon's line",
+                  detail={"goal": goal.pk, "horizon": goal.horizon, "experience": experience.pk})
+        for goal, state in goals if goal.pk in abandoned]
     for plan, why in plans_to_close:
         events += plan_closed_steps(plan=plan, runner=record.runner, reason=why, now=now)
         pushed.add(plan.pk)
@@ -174,9 +181,15 @@ def needs_apply(*, agent_id: int, changes: Mapping[str, float]) -> None:
             [(delta, delta, delta, now, agent_id, name) for name, delta in moving])
 
 
-def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> None:
-    """Progress, confidence and counters of every active goal after the experience, in one UPDATE."""
+def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
+    """Progress, confidence and counters of every active goal after the experience, in one UPDATE; only of
+    goals still active (one an operator completed or abandoned meanwhile stays so). Returns the goals this
+    cycle abandoned: each its own UPDATE, so that only a goal it really abandoned gets the event."""
     rows = []
+    abandoned: set[int] = set()
+    table = connection.ops.quote_name(Goal._meta.db_table)
+    sql = (f"UPDATE {table} SET progress = %s, confidence = %s, times_advanced = %s, times_regressed = %s, "  # noqa: S608
+           "last_progressed = %s, status = %s WHERE id = %s AND status = %s")
     for goal, state in goals:
         goal.progress = state.progress
         goal.confidence = state.confidence
@@ -186,16 +199,22 @@ def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> None:
             goal.last_progressed = now
         if state.abandoned:
             goal.status = Goal.Status.ABANDONED
-        rows.append((goal.progress, goal.confidence, goal.times_advanced, goal.times_regressed,
-                     connection.ops.adapt_datetimefield_value(goal.last_progressed), goal.status, goal.pk))
+        row = (goal.progress, goal.confidence, goal.times_advanced, goal.times_regressed,
+               connection.ops.adapt_datetimefield_value(goal.last_progressed), goal.status, goal.pk,
+               Goal.Status.ACTIVE)
+        if state.abandoned:
+            with connection.cursor() as cursor:
+                cursor.execute(sql, row)
+                if cursor.rowcount:
+                    abandoned.add(goal.pk)
+        else:
+            rows.append(row)
     if rows:
         # One statement for every active goal. bulk_update would build a CASE per field and goal, which costs
         # more Python than the whole rest of the cycle.
-        table = connection.ops.quote_name(Goal._meta.db_table)
         with connection.cursor() as cursor:
-            cursor.executemany(
-                f"UPDATE {table} SET progress = %s, confidence = %s, times_advanced = %s, times_regressed = %s, "  # noqa: S608
-                "last_progressed = %s, status = %s WHERE id = %s", rows)
+            cursor.executemany(sql, rows)
+    return abandoned
 
 
 def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,

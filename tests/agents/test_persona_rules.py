@@ -349,6 +349,20 @@ def test_an_operators_cancel_racing_a_completing_cycle_wins(operator: Any) -> No
     assert list(plan.events.values_list("kind", flat=True)) == [PlanEvent.Kind.PLAN_CANCELLED]
     experience = Experience.objects.get(agent=agent)  # the person still lived the cycle, off the plan
     assert experience.step is None and experience.action == "go to the store"
+    goal = Goal.objects.get(pk=plan.goal_id)  # the cancel gave up the goal: the cycle does not revive it
+    assert (goal.status, goal.progress) == (Goal.Status.ABANDONED, 0.0)
+
+
+def test_a_plan_kept_from_completing_gives_its_goal_no_bonus() -> None:
+    """The step the plan's completion hung on was changed meanwhile (here: skipped behind the services'
+    back, so the plan stays open): the goal moves by the experience alone, without the +0.3."""
+    agent = person()
+    plan = plan_with_steps(agent, "short_term", ["go to the store"], source="hunger")
+    stale_cycle(agent, lambda: PlanStep.objects.filter(plan=plan).update(status=PlanStep.Status.SKIPPED))
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.ACTIVE
+    goal = Goal.objects.get(pk=plan.goal_id)
+    assert goal.status == Goal.Status.ACTIVE and goal.progress < PLAN_COMPLETION_BONUS
+    assert not PlanEvent.objects.filter(kind=PlanEvent.Kind.PLAN_COMPLETED).exists()
 
 
 def test_an_operators_skip_completing_the_plan_first_completes_it_once(operator: Any) -> None:
