@@ -35,7 +35,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Min, Q
 from django.utils import timezone
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
@@ -92,6 +92,28 @@ def agents_claim(*, runner: str, limit: int, exclude: set[int], release: set[int
             Agent.objects.filter(pk__in=ids).update(lease_owner=runner, lease_expires_at=lease_end(now))
             plans_interrupted_fail(agent_ids=ids, runner=runner)  # planning cut off by a runner that died
     return ids
+
+
+def agents_next_due(*, runner: str, exclude: set[int]) -> datetime | None:
+    """When the earliest running agent this runner could claim (its own or a free one, not under way here)
+    falls due; None when none is waiting for a time."""
+    now = timezone.now()
+    mine_or_free = Q(lease_owner=runner) | Q(lease_owner="") | Q(lease_expires_at__lt=now)
+    due: datetime | None = Agent.objects.filter(DRIVEN & mine_or_free).exclude(pk__in=exclude).aggregate(
+        due=Min("next_cycle_at"))["due"]
+    return due
+
+
+def agents_claim_next(*, runner: str, limit: int, exclude: set[int], release: set[int],
+                      share: int | None) -> tuple[list[int], dict[int, float], datetime | None]:
+    """A claim (agents_claim), the cycle interval of each agent claimed (when its cycle ends, it is due again
+    after that), and when the claim left slots free, when the next agent falls due: until then a freed slot
+    has nothing to take, and the runner need not ask again."""
+    claimed = agents_claim(runner=runner, limit=limit, exclude=exclude, release=release, share=share)
+    intervals = dict(Agent.objects.filter(pk__in=claimed).values_list("pk", "cycle_interval")) if claimed else {}
+    if len(claimed) >= limit:
+        return claimed, intervals, None
+    return claimed, intervals, agents_next_due(runner=runner, exclude=exclude | set(claimed))
 
 
 def plans_orphaned_fail(*, runner: str) -> int:
@@ -214,6 +236,13 @@ class Runner:
         self.ended: set[int] = set()  # agents done with (--cycles reached); their leases go back with the next claim
         self.stopping = asyncio.Event()
         self.wake = asyncio.Event()  # a slot freed, or a stop: claim or leave now, not on the next tick
+        # Whether the last claim filled every free slot (agents were waiting, so a freed slot is refilled at
+        # once), and if not, when the next agent it could take falls due (time.monotonic()): a slot freed
+        # before then has nothing to take, and asking would cost a write transaction each time.
+        self.backlog = True
+        self.next_due: float | None = None
+        self.ticked = True  # the last wait ended on the tick (or there was none yet), not on a wake
+        self.intervals: dict[int, float] = {}  # the cycle interval of each agent claimed, in seconds
         self.leases = asyncio.Lock()  # a claim and a heartbeat never interleave (see beat)
         self.failures = 0
         self.outage_since: float | None = None
@@ -272,22 +301,49 @@ class Runner:
             if counted:
                 self.done[agent_id] += 1
                 self.cycles_total += 1
+                if agent_id not in self.finished:  # (--cycles) an agent done with is never due again here
+                    self.due_after(self.intervals.get(agent_id, 0.0))
             self.inflight.pop(agent_id, None)
             if agent_id in self.finished:
                 self.ended.add(agent_id)
             self.wake.set()
 
+    def claim_due(self) -> bool:
+        """Whether to ask the database for agents now: on the tick, when the last claim left agents waiting,
+        once the next one falls due (an agent whose cycle ended is due again after its interval), or when
+        the last cycle under way ended with agents done (--cycles: give them back, or stop). A freed slot
+        otherwise waits for one of those."""
+        due = self.next_due is not None and time.monotonic() >= self.next_due
+        return self.ticked or self.backlog or due or bool(self.ended and not self.inflight)
+
+    def due_after(self, seconds: float) -> None:
+        """An agent this runner knows of falls due in `seconds`."""
+        at = time.monotonic() + seconds
+        self.next_due = at if self.next_due is None else min(self.next_due, at)
+
+    def wait_seconds(self) -> float:
+        if self.next_due is None:
+            return self.tick
+        return max(0.0, min(self.tick, self.next_due - time.monotonic()))
+
     async def claim(self) -> list[int]:
         async with self.leases:
             release, self.ended = self.ended, set()
+            limit = self.concurrency - len(self.inflight)
             try:
-                claimed: list[int] = await self.db(
-                    agents_claim, runner=self.id, limit=self.concurrency - len(self.inflight),
-                    exclude=set(self.inflight) | self.finished, release=release, share=self.share,
+                claimed, intervals, next_due = await self.db(
+                    agents_claim_next, runner=self.id, limit=limit, exclude=set(self.inflight) | self.finished,
+                    release=release, share=self.share,
                 )
             except BaseException:
                 self.ended |= release
                 raise
+            self.backlog = limit > 0 and len(claimed) >= limit
+            # An agent already due that this claim did not take (over this runner's share, or being claimed
+            # by another runner) is no reason to ask again before the tick.
+            wait = None if next_due is None else (next_due - timezone.now()).total_seconds()
+            self.next_due = time.monotonic() + wait if wait is not None and wait > 0 else None
+            self.intervals.update(intervals)
             for agent_id in claimed:
                 self.inflight[agent_id] = asyncio.create_task(self.drive(agent_id))
         return claimed
@@ -346,17 +402,22 @@ class Runner:
         try:
             while not self.stopping.is_set():
                 self.wake.clear()
+                if self.claim_due():
+                    try:
+                        claimed = await self.claim()
+                        idle = self.cycles is not None and not claimed and not self.inflight
+                        if idle and not await self.db(agents_remaining, finished=self.finished):
+                            break
+                    except CONNECTION_ERRORS as exc:
+                        self.ticked = True  # try again after the wait, whatever wakes the loop meanwhile
+                        await self.db_trouble(exc)
+                        continue
+                    self.db_back()
                 try:
-                    claimed = await self.claim()
-                    idle = self.cycles is not None and not claimed and not self.inflight
-                    if idle and not await self.db(agents_remaining, finished=self.finished):
-                        break
-                except CONNECTION_ERRORS as exc:
-                    await self.db_trouble(exc)
-                    continue
-                self.db_back()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), timeout=self.tick)
+                    await asyncio.wait_for(self.wake.wait(), timeout=self.wait_seconds())
+                    self.ticked = False
+                except TimeoutError:
+                    self.ticked = True
         finally:
             self.stopping.set()
             await self.shutdown(background)

@@ -165,6 +165,26 @@ async def test_a_freed_slot_is_refilled_at_once_not_on_the_next_tick() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_an_agent_due_later_is_claimed_when_it_falls_due_not_on_the_tick() -> None:
+    """With nothing waiting, a freed slot does not send the runner to the database: it asks again when the
+    next agent falls due (here 0.3 s after each cycle), however long the tick."""
+    await database_sync_to_async(lambda: AgentFactory(kind="tool", cycle_interval=0.3))()
+    claims = 0
+    real = runner_module.agents_claim_next
+
+    def counted(**kwargs: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        return real(**kwargs)
+
+    runner = Runner(runner_id="timely", cycles=3, tick=3600)
+    with mock.patch.object(runner_module, "agents_claim_next", counted):
+        await asyncio.wait_for(runner.run(), timeout=30)
+    assert runner.done[next(iter(runner.done))] == 3
+    assert claims <= 4  # one per cycle, and the one that finds the run done
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_runner_waits_out_database_errors_and_carries_on(caplog: pytest.LogCaptureFixture) -> None:
     await database_sync_to_async(lambda: AgentFactory.create_batch(2, kind="tool", cycle_interval=0))()
     real_claim = runner_module.agents_claim
