@@ -80,14 +80,16 @@ LESSONS_IN_DECISION_PROMPT = 5
 GOALS_IN_DECISION_PROMPT = 5
 
 
-def agent_cycle(*, agent_id: int, runner: str) -> str:
-    """Drive one cycle; returns a short description of what happened (for logs and tests)."""
-    rows = persona_rows(agent_id)
-    agent = rows.agent or agent_read(agent_id)  # a tool agent has no needs to read its row with
+def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
+    """Drive one cycle; returns a short description of what happened (for logs and tests). `kind`: what the
+    caller knows of the agent's kind (the runner, from its claim): a tool agent's cycle then reads only its
+    row, not the persona read as well; a wrong guess costs that one read."""
+    rows = persona_rows(agent_id) if kind != Agent.Kind.TOOL else None
+    agent = rows.agent if rows is not None and rows.agent else agent_read(agent_id)  # a tool agent has no needs
     if agent.status != Agent.Status.RUNNING:
         return "not running"
     if agent.kind == Agent.Kind.PERSONA:
-        return persona_cycle(agent=agent, rows=rows, runner=runner)
+        return persona_cycle(agent=agent, rows=rows or persona_rows(agent_id), runner=runner)
     try:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
         plan = tool_open_plan(agent)

@@ -105,15 +105,16 @@ def agents_next_due(*, runner: str, exclude: set[int]) -> datetime | None:
 
 
 def agents_claim_next(*, runner: str, limit: int, exclude: set[int], release: set[int],
-                      share: int | None) -> tuple[list[int], dict[int, float], datetime | None]:
-    """A claim (agents_claim), the cycle interval of each agent claimed (when its cycle ends, it is due again
-    after that), and when the claim left slots free, when the next agent falls due: until then a freed slot
+                      share: int | None) -> tuple[list[int], dict[int, tuple[float, str]], datetime | None]:
+    """A claim (agents_claim), the cycle interval and kind of each agent claimed (when its cycle ends, it is
+    due again after that; its kind tells the cycle what to read), and when the claim left slots free, when the next agent falls due: until then a freed slot
     has nothing to take, and the runner need not ask again."""
     claimed = agents_claim(runner=runner, limit=limit, exclude=exclude, release=release, share=share)
-    intervals = dict(Agent.objects.filter(pk__in=claimed).values_list("pk", "cycle_interval")) if claimed else {}
+    facts = {pk: (interval, kind) for pk, interval, kind in Agent.objects.filter(pk__in=claimed).values_list(
+        "pk", "cycle_interval", "kind")} if claimed else {}
     if len(claimed) >= limit:
-        return claimed, intervals, None
-    return claimed, intervals, agents_next_due(runner=runner, exclude=exclude | set(claimed))
+        return claimed, facts, None
+    return claimed, facts, agents_next_due(runner=runner, exclude=exclude | set(claimed))
 
 
 def plans_orphaned_fail(*, runner: str) -> int:
@@ -200,9 +201,9 @@ def db_call(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
         connection_release()
 
 
-def cycle_run(agent_id: int, runner: str) -> str:
+def cycle_run(agent_id: int, runner: str, kind: str = "") -> str:
     try:
-        return agent_cycle(agent_id=agent_id, runner=runner)
+        return agent_cycle(agent_id=agent_id, runner=runner, kind=kind)
     except CONNECTION_ERRORS:
         connection_recover()
         raise
@@ -242,7 +243,7 @@ class Runner:
         self.backlog = True
         self.next_due: float | None = None
         self.ticked = True  # the last wait ended on the tick (or there was none yet), not on a wake
-        self.intervals: dict[int, float] = {}  # the cycle interval of each agent claimed, in seconds
+        self.agent_facts: dict[int, tuple[float, str]] = {}  # each agent claimed: its cycle interval (s), its kind
         self.leases = asyncio.Lock()  # a claim and a heartbeat never interleave (see beat)
         self.failures = 0
         self.outage_since: float | None = None
@@ -288,7 +289,7 @@ class Runner:
         counted = True
         try:
             assert self.cycles_pool is not None
-            what = await self.cycles_pool.submit(cycle_run, agent_id, self.id)
+            what = await self.cycles_pool.submit(cycle_run, agent_id, self.id, self.agent_facts.get(agent_id, (0.0, ""))[1])
             logger.debug("agent %s: %s", agent_id, what)
         except CONNECTION_ERRORS as exc:
             # Not a cycle that happened: the agent is due again and runs once the database is back.
@@ -302,7 +303,7 @@ class Runner:
                 self.done[agent_id] += 1
                 self.cycles_total += 1
                 if agent_id not in self.finished:  # (--cycles) an agent done with is never due again here
-                    self.due_after(self.intervals.get(agent_id, 0.0))
+                    self.due_after(self.agent_facts.get(agent_id, (0.0, ""))[0])
             self.inflight.pop(agent_id, None)
             if agent_id in self.finished:
                 self.ended.add(agent_id)
@@ -331,7 +332,7 @@ class Runner:
             release, self.ended = self.ended, set()
             limit = self.concurrency - len(self.inflight)
             try:
-                claimed, intervals, next_due = await self.db(
+                claimed, facts, next_due = await self.db(
                     agents_claim_next, runner=self.id, limit=limit, exclude=set(self.inflight) | self.finished,
                     release=release, share=self.share,
                 )
@@ -343,7 +344,7 @@ class Runner:
             # by another runner) is no reason to ask again before the tick.
             wait = None if next_due is None else (next_due - timezone.now()).total_seconds()
             self.next_due = time.monotonic() + wait if wait is not None and wait > 0 else None
-            self.intervals.update(intervals)
+            self.agent_facts.update(facts)
             for agent_id in claimed:
                 self.inflight[agent_id] = asyncio.create_task(self.drive(agent_id))
         return claimed

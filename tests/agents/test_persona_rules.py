@@ -522,3 +522,13 @@ def test_a_failed_action_teaches_its_lesson_once_in_one_statement() -> None:
     assert Experience.objects.get(agent=agent, cycle=2).outcome.startswith("could not eat")
     assert sum("agents_lesson" in s for s in statements) == 1
     assert len(statements) <= 7, "\n".join(statements)  # the common six and the lesson
+
+
+def test_a_cycle_told_the_wrong_kind_still_runs_the_persona() -> None:
+    """The runner tells the cycle each agent's kind from its claim; an agent whose kind an operator changed
+    since is still driven by its own rules (one read more)."""
+    agent = person()
+    plan = plan_with_steps(agent, "short_term", ["work", "work"], source="money", estimated=5)
+    agent_cycle(agent_id=agent.pk, runner="runner-test", kind=Agent.Kind.TOOL)
+    experience = Experience.objects.get(agent=agent)
+    assert experience.step is not None and experience.step.plan_id == plan.pk and experience.followed_plan
