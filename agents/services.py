@@ -13,7 +13,6 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from agents.models import Agent, Experience, Lesson, Need
@@ -72,9 +71,14 @@ class CycleRecord:
 def agent_cycle_count(*, agent: Agent) -> None:
     """A tool agent's cycle ended (whatever it did, recorded by its own services): count it and set the next
     one's time. No event: the cycle's work has its own, and an idle cycle is no news for the timeline."""
-    Agent.objects.filter(pk=agent.pk).update(
-        cycle_count=F("cycle_count") + 1, next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval),
-    )
+    # Every cycle of every tool agent ends here: SQL written once (building the ORM's F() update cost more
+    # than the database's work), the count still moved by the database, not from the value read.
+    next_at = connection.ops.adapt_datetimefield_value(timezone.now() + timedelta(seconds=agent.cycle_interval))
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {statements.table(Agent)} SET {statements.column(Agent, 'cycle_count')} = "  # noqa: S608
+                       f"{statements.column(Agent, 'cycle_count')} + 1, "
+                       f"{statements.column(Agent, 'next_cycle_at')} = %s WHERE {statements.column(Agent, 'id')} = %s",
+                       [next_at, agent.pk])
     publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
 
 
