@@ -204,8 +204,9 @@ async def openai_acomplete(
         else:
             # Each attempt may wait at most what remains, and so may all of them together.
             attempt = min(timeout, float(settings.LLM_TIMEOUT_SECONDS))
-            completion = await asyncio.wait_for(
-                client.post(CHAT_PATH, cast_to=ChatCompletion, body=body, options={"timeout": attempt}), timeout)
+            async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
+                completion = await client.post(CHAT_PATH, cast_to=ChatCompletion, body=body,
+                                               options={"timeout": attempt})
     except TimeoutError:
         raise ProviderTimeout(f"no answer within the {timeout:.1f} s left") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
