@@ -190,6 +190,18 @@ def runner_gone(*, runner: str, keep: set[int]) -> None:
         RunnerHeartbeat.objects.filter(name=runner).delete()
 
 
+POOL_KEPT_FOR_LOOP = 2  # connections of the pool left to the loop's own database thread and the pruning thread
+
+
+def threads_fitting_pool() -> int:
+    """How many cycle threads the process's connection pool serves without making one wait: each holds at
+    most one connection at a time (none while its cycles wait for models). No bound without a pool."""
+    pool = settings.DATABASES["default"].get("OPTIONS", {}).get("pool")
+    if not isinstance(pool, dict) or "max_size" not in pool:
+        return 1_000_000
+    return max(1, int(pool["max_size"]) - POOL_KEPT_FOR_LOOP)
+
+
 def db_call(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
     """Run one of the loop's database operations in its thread, then hand the connection back."""
     try:
@@ -251,7 +263,7 @@ class Runner:
         # free for the work the async LLM client and DNS lookups hand to it. A few threads carry all the
         # cycles, since a cycle waiting for a model is parked, not a thread. The loop's own database work
         # (claims, heartbeats) runs on one more thread, pruning on another.
-        self.threads = max(1, min(self.concurrency, threads or settings.RUNNER_THREADS))
+        self.threads = max(1, min(self.concurrency, threads or settings.RUNNER_THREADS, threads_fitting_pool()))
         self.cycles_pool: CyclePool | None = None
         self.db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-db")
         self.prune_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-prune")

@@ -264,7 +264,8 @@ RUNNER_TICK_SECONDS = float(os.environ.get("RUNNER_TICK_SECONDS", "0.5"))
 RUNNER_LEASE_SECONDS = float(os.environ.get("RUNNER_LEASE_SECONDS", "10"))
 RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "100"))
 # The threads that carry a runner's cycles: a cycle waiting for a model is parked and holds none, so a few
-# suffice; each holds at most one database connection at a time (keep it below DB_POOL_MAX_SIZE - 2).
+# suffice; each holds at most one database connection at a time, so a runner uses at most DB_POOL_MAX_SIZE - 2
+# of them (the loop's own database work and pruning keep one each).
 RUNNER_THREADS = int(os.environ.get("RUNNER_THREADS", "8"))
 RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
 RUNNER_DB_RETRY_MAX_SECONDS = float(os.environ.get("RUNNER_DB_RETRY_MAX_SECONDS", "10"))  # backoff ceiling

@@ -291,3 +291,17 @@ def test_a_beat_landing_after_a_clean_stop_does_not_bring_the_runner_back() -> N
     assert not RunnerHeartbeat.objects.filter(name="stopping").exists()
     runner_heartbeat(runner="starting", in_flight=set(), cycles=0)  # a runner's first beat creates its row
     assert RunnerHeartbeat.objects.live().filter(name="starting").exists()
+
+
+def test_cycle_threads_fit_the_connection_pool(settings: Any) -> None:
+    """Each cycle thread may hold a connection: a runner never has more of them than its process's pool
+    serves beside the loop's own database thread and pruning."""
+    settings.RUNNER_THREADS = 8
+    options = settings.DATABASES["default"].setdefault("OPTIONS", {})
+    with mock.patch.dict(options, {"pool": {"max_size": 5}}):
+        assert Runner(runner_id="small-pool").threads == 3
+    with mock.patch.dict(options, {"pool": {"max_size": 2}}):
+        assert Runner(runner_id="tiny-pool").threads == 1
+    without = {k: v for k, v in options.items() if k != "pool"}
+    with mock.patch.dict(options, without, clear=True):
+        assert Runner(runner_id="no-pool").threads == 8
