@@ -67,8 +67,6 @@ class CyclePool:
         self.loop = loop
         self.inboxes: list[queue.SimpleQueue[_Start | _Resume | None]] = [queue.SimpleQueue() for _ in range(threads)]
         self.live = [0] * threads  # cycles started on each thread and not yet ended (parked ones included)
-        self.parked = 0  # cycles waiting on the loop right now (for tests and logs)
-        self._parked_lock = threading.Lock()
         self.threads = [threading.Thread(target=self._serve, args=(index,), name=f"{name}-{index}", daemon=True)
                         for index in range(threads)]
         for thread in self.threads:
@@ -132,16 +130,8 @@ class CyclePool:
         assert hub is not None and inbox is not None
         answer = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
         answer.add_done_callback(lambda f: inbox.put(_Resume(cycle, f)))
-        self._count(1)
-        try:
-            resumed: Future[Any] = hub.switch()
-        finally:
-            self._count(-1)
+        resumed: Future[Any] = hub.switch()  # the thread goes on with other cycles; the answer comes back here
         return resumed.result()
-
-    def _count(self, step: int) -> None:
-        with self._parked_lock:
-            self.parked += step
 
 
 def loop_await[T](call: Callable[..., Coroutine[Any, Any, T]], /, **kwargs: Any) -> T:

@@ -106,9 +106,9 @@ def agents_next_due(*, runner: str, exclude: set[int]) -> datetime | None:
 
 def agents_claim_next(*, runner: str, limit: int, exclude: set[int], release: set[int],
                       share: int | None) -> tuple[list[int], dict[int, tuple[float, str]], datetime | None]:
-    """A claim (agents_claim), the cycle interval and kind of each agent claimed (when its cycle ends, it is
-    due again after that; its kind tells the cycle what to read), and when the claim left slots free, when the next agent falls due: until then a freed slot
-    has nothing to take, and the runner need not ask again."""
+    """A claim (agents_claim); the cycle interval and kind of each agent claimed (when its cycle ends, it is
+    due again after that; its kind tells the cycle what to read); and, when the claim left slots free, when
+    the next agent falls due: until then a freed slot has nothing to take, and the runner need not ask."""
     claimed = agents_claim(runner=runner, limit=limit, exclude=exclude, release=release, share=share)
     facts = {pk: (interval, kind) for pk, interval, kind in Agent.objects.filter(pk__in=claimed).values_list(
         "pk", "cycle_interval", "kind")} if claimed else {}
@@ -301,7 +301,8 @@ class Runner:
         counted = True
         try:
             assert self.cycles_pool is not None
-            what = await self.cycles_pool.submit(cycle_run, agent_id, self.id, self.agent_facts.get(agent_id, (0.0, ""))[1])
+            _interval, kind = self.agent_facts.get(agent_id, (0.0, ""))
+            what = await self.cycles_pool.submit(cycle_run, agent_id, self.id, kind)
             logger.debug("agent %s: %s", agent_id, what)
         except CONNECTION_ERRORS as exc:
             # Not a cycle that happened: the agent is due again and runs once the database is back.
