@@ -6,24 +6,27 @@ taken oldest first in primary-key order, which follows creation time, so a pass 
 batch; the tables it scans are themselves bounded by these very limits.
 
 Kept always: the events operators made (the audit of what people decided) and every event of a plan
-that is still open (its page shows the whole story). The curves on the agent page are drawn from the
+that is still open (its page shows the whole story), and the undo copies of an open plan's steps. The curves on the agent page are drawn from the
 newest experiences, so they need nothing kept apart.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents.models import Experience, LLMCall
-from planning.models import Plan, PlanEvent
+from agents.tools import UNDO_FOLDER
+from planning.models import Plan, PlanEvent, PlanStep
 
 logger = logging.getLogger("planner.retention")
 
@@ -76,6 +79,30 @@ def llm_bodies_prune(*, now: datetime, batch: int) -> int:
     return len(ids)
 
 
+UNDO_IDS_PER_QUERY = 500  # step ids asked about in one query (well within every database's parameter limit)
+
+
+def undo_copies_prune(*, now: datetime, batch: int) -> int:
+    """The undo copies of steps (files kept so an operator can roll a step back, agents/tools.py) whose plan
+    closed RETAIN_UNDO_HOURS ago or more, or whose step is gone: up to `batch` steps' folders a call. An
+    open plan's steps, and a plan closed since, keep theirs."""
+    moment = cutoff(settings.RETAIN_UNDO_HOURS, now)
+    root = Path(settings.AGENT_WORKSPACES) / UNDO_FOLDER
+    if moment is None or not root.is_dir():
+        return 0
+    folders = {int(step.name): step for agent in root.iterdir() if agent.is_dir()
+               for step in agent.iterdir() if step.is_dir() and step.name.isdigit()}
+    ids = sorted(folders)
+    kept: set[int] = set()
+    for start in range(0, len(ids), UNDO_IDS_PER_QUERY):
+        kept.update(PlanStep.objects.filter(pk__in=ids[start:start + UNDO_IDS_PER_QUERY]).filter(
+            Q(plan__status__in=Plan.OPEN_STATUSES) | Q(plan__updated_at__gte=moment)).values_list("pk", flat=True))
+    gone = [folders[pk] for pk in ids if pk not in kept][:batch]
+    for folder in gone:
+        shutil.rmtree(folder, ignore_errors=True)
+    return len(gone)
+
+
 PRUNERS: dict[str, Callable[..., int]] = {
     "experiences": aged_out("RETAIN_EXPERIENCES_HOURS", lambda m: Experience.objects.filter(created_at__lt=m)),
     "model-call bodies": llm_bodies_prune,
@@ -83,6 +110,7 @@ PRUNERS: dict[str, Callable[..., int]] = {
     # The runner's events of closed plans; operators' events and open plans' events stay.
     "events": aged_out("RETAIN_EVENTS_HOURS", lambda m: PlanEvent.objects.filter(
         created_at__lt=m, actor__isnull=True).exclude(plan__status__in=Plan.OPEN_STATUSES)),
+    "undo copies": undo_copies_prune,
 }
 
 

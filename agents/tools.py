@@ -569,7 +569,8 @@ def tool_rollback(workspace: Path, undo_dir: Path) -> list[str]:
     created go. Returns what was done, one line each; ToolError when there is nothing to roll back."""
     manifest = undo_dir / "manifest.json"
     if not manifest.is_file():
-        raise ToolError("this step kept no undo copies (it changed no files, or ran before undo existed)")
+        raise ToolError("this step kept no undo copies (it changed no files, or its plan closed more than "
+                        "RETAIN_UNDO_HOURS ago and they were pruned)")
     entries = json.loads(manifest.read_text(encoding="utf-8"))["entries"]
     done: list[str] = []
     for entry in reversed(entries):

@@ -280,6 +280,7 @@ RETAIN_EXPERIENCES_HOURS = float(os.environ.get("RETAIN_EXPERIENCES_HOURS", "24"
 RETAIN_LLM_BODIES_HOURS = float(os.environ.get("RETAIN_LLM_BODIES_HOURS", "24"))  # prompt and response text
 RETAIN_LLM_CALLS_HOURS = float(os.environ.get("RETAIN_LLM_CALLS_HOURS", "168"))  # the rows (tokens, cost)
 RETAIN_EVENTS_HOURS = float(os.environ.get("RETAIN_EVENTS_HOURS", "168"))
+RETAIN_UNDO_HOURS = float(os.environ.get("RETAIN_UNDO_HOURS", "168"))  # steps' undo copies, after their plan closed
 RETENTION_PRUNE_SECONDS = float(os.environ.get("RETENTION_PRUNE_SECONDS", "60"))
 RETENTION_BATCH_ROWS = int(os.environ.get("RETENTION_BATCH_ROWS", "2000"))
 

@@ -130,3 +130,33 @@ def test_prune_command_reports_what_it_deleted(windows: Any) -> None:
 def test_prune_command_refuses_a_bad_batch() -> None:
     with pytest.raises(CommandError, match="at least 1. Nothing was changed."):
         call_command("prune", "--batch", "0")
+
+
+def test_undo_copies_go_a_while_after_their_plan_closed(windows: Any, operator: Any) -> None:
+    """An open plan's steps keep theirs (an operator may roll them back); a plan closed RETAIN_UNDO_HOURS ago
+    loses them, and a rollback then says why; copies of a step that no longer exists go too."""
+    from agents.tools import undo_dir_for
+    from planning.models import PlanStep
+    from planning.services import DecisionError, step_rollback
+    from tests.factories import PlanStepFactory
+
+    windows.RETAIN_UNDO_HOURS = 168
+    agent = AgentFactory(kind="tool")
+    steps = {name: PlanStepFactory(plan=PlanFactory(agent=agent, status=status), tool="file.write",
+                                   status=PlanStep.Status.COMPLETED)
+             for name, status in [("open", Plan.Status.ACTIVE), ("closed long ago", Plan.Status.COMPLETED),
+                                  ("closed lately", Plan.Status.COMPLETED)]}
+    aged(Plan, [steps["closed long ago"].plan, steps["open"].plan], 200, field="updated_at")
+    folders = {name: undo_dir_for(agent.workspace, str(step.pk)) for name, step in steps.items()}
+    folders["step gone"] = undo_dir_for(agent.workspace, "999999")
+    for folder in folders.values():
+        folder.mkdir(parents=True)
+        (folder / "manifest.json").write_text('{"tool": "file.write", "entries": []}', encoding="utf-8")
+
+    assert retention_prune().counts["undo copies"] == 2
+    assert {name for name, folder in folders.items() if folder.exists()} == {"open", "closed lately"}
+    with pytest.raises(DecisionError, match="RETAIN_UNDO_HOURS"):
+        step_rollback(step=steps["closed long ago"], user=operator)
+    windows.RETAIN_UNDO_HOURS = 0  # kept forever
+    aged(Plan, [steps["closed lately"].plan], 10_000, field="updated_at")
+    assert retention_prune().counts["undo copies"] == 0 and folders["closed lately"].exists()
