@@ -85,6 +85,15 @@ def test_plan_page_draws_the_graph_with_links_to_steps_and_status_colors(viewer_
     assert 'class="edge"' in html
 
 
+def test_the_graph_escapes_what_a_model_wrote_in_a_step(viewer_client: Client) -> None:
+    plan = PlanFactory()
+    PlanStepFactory(plan=plan, key='k"1', description='<img src=x onerror="alert(1)"> & more')
+    html = viewer_client.get(plan.get_absolute_url()).content.decode()
+    graph = html[html.index('id="plan-graph"'):html.index("</section>", html.index('id="plan-graph"'))]
+    assert "<img" not in graph and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt; &amp; more" in graph
+    assert 'href="#step-k&quot;1"' in graph
+
+
 def test_plan_page_shows_the_cost_of_each_call(viewer_client: Client) -> None:
     plan = PlanFactory()
     LLMCallFactory(plan=plan, agent=plan.agent, cost=Decimal("0.001250"))
