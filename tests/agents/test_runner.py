@@ -243,7 +243,7 @@ async def test_agents_waiting_for_models_hold_no_thread(settings: Any, llm_serve
 
     from planning.models import Plan
 
-    await listing_agents(llm_server, 12, restate_delay=0.6, plan_delay=0.1)
+    await listing_agents(llm_server, 12, restate_delay=1.5, plan_delay=0.1)  # time for all twelve to ask
     settings.LLM_MODELS = {"planner": ["planner"], "fast": ["fast"]}
     settings.LLM_TIMEOUT_SECONDS = 30
     before = {t.ident for t in threading.enumerate()}
