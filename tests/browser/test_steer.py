@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +105,21 @@ print(json.dumps({
 """.replace("SECOND", repr(SECOND_OPERATOR))
 
 
+# The seeded demo's agents keep running in this server: their plans come and go in the inbox, and one that
+# leaves while the keyboard test has moved focus onto it takes the focus with it. This module's operators
+# decide on its own scenario, so the demo sits still meanwhile (and runs on afterwards).
+DEMO_HOLD = ("from agents.models import Agent; ids = list(Agent.objects.filter(status='running')"
+             ".values_list('pk', flat=True)); Agent.objects.filter(pk__in=ids).update(status='paused'); print(ids)")
+DEMO_RESUME = "from agents.models import Agent; Agent.objects.filter(pk__in={ids}).update(status='running')"
+
+
 @pytest.fixture(scope="module")
-def steer(server: Server) -> dict[str, Any]:
-    """This module's agents and plans, added to the running server's database."""
+def steer(server: Server) -> Iterator[dict[str, Any]]:
+    """This module's agents and plans, added to the running server's database, with the demo held still."""
+    held = json.loads(manage(server.env, "shell", "-c", DEMO_HOLD).strip().splitlines()[-1])
     result: dict[str, Any] = json.loads(manage(server.env, "shell", "-c", STEER_SCENARIO).strip().splitlines()[-1])
-    return result
+    yield result
+    manage(server.env, "shell", "-c", DEMO_RESUME.format(ids=held))
 
 
 def screenshot(page: Page, tmp_path: Path, name: str) -> None:
