@@ -231,7 +231,12 @@ PLAN_AT = STEP_AT + len(statements.fields(PlanStep))
 def _agent_rows(name: str, query: Callable[[int], QuerySet[Any, tuple[Any, ...]]], agent_id: int) -> list[tuple[Any, ...]]:
     """The rows of a statement kept under `name`, compiled once from `query(NO_AGENT)`, for this agent."""
     read = statements.statement_kept(name, lambda: query(NO_AGENT))
-    return read.rows([agent_id if p == NO_AGENT else p for p in read.params])
+    return read.rows(_for_agent(read, agent_id))
+
+
+def _for_agent(read: statements.Statement, agent_id: int) -> list[Any]:
+    """A kept statement's parameters with this agent's id where it was compiled with NO_AGENT."""
+    return [agent_id if p == NO_AGENT else p for p in read.params]
 
 
 def _nulls(model: type[Model]) -> list[None]:
@@ -264,7 +269,7 @@ def persona_rows(agent_id: int) -> PersonaRows:
     assert isinstance(read, statements.Stacked)
     rows = PersonaRows(agent=None, needs=[], goals=[], steps=[])
     plans: dict[int, Plan] = {}
-    for part, row in read.part_rows([agent_id if p == NO_AGENT else p for p in read.params]):
+    for part, row in read.part_rows(_for_agent(read, agent_id)):
         if part == NEEDS:
             need = statements.instance(Need, row)
             assert need is not None

@@ -49,10 +49,14 @@ def layer_is_shared() -> bool:
     return bool(backend) and "InMemoryChannelLayer" not in backend
 
 
+def live_relay_address() -> str:
+    """Where the embedded stack's serve process listens for changes made by other processes. A plain string
+    join: Path objects cost more than the datagram itself, and it is sent on every commit."""
+    return os.environ.get("LIVE_RELAY_SOCKET") or os.path.join(settings.VAR_DIR, "live.sock")
+
+
 def live_relay_path() -> Path:
-    """Where the embedded stack's serve process listens for changes made by other processes (relay_send
-    writes the same path as a string)."""
-    return Path(os.environ.get("LIVE_RELAY_SOCKET") or Path(settings.VAR_DIR) / "live.sock")
+    return Path(live_relay_address())
 
 
 def message_parse(raw: Any) -> dict[str, Any] | None:
@@ -172,9 +176,7 @@ class Publisher:
             if self.relay_socket is None:
                 self.relay_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
                 self.relay_socket.setblocking(False)
-            # The path as a plain string join: Path objects cost more than the send (it runs on every commit).
-            address = os.environ.get("LIVE_RELAY_SOCKET") or os.path.join(settings.VAR_DIR, "live.sock")
-            self.relay_socket.sendto(json.dumps(message).encode(), address)
+            self.relay_socket.sendto(json.dumps(message).encode(), live_relay_address())
         except (FileNotFoundError, ConnectionRefusedError):
             pass  # no serve process listens: no page is open, nothing to update
         except OSError as exc:
