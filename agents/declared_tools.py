@@ -1,9 +1,10 @@
 """Tools an external agent declares over the API, as the registry the plan validator checks against.
 
-Plain values in, plain values out. A declaration is `{"name", "description", "input_schema", "risk"}`
-with a small JSON-schema subset for the input (an object whose properties have a type, maybe an enum,
-and a `required` list): enough to reject a plan that calls an unknown tool or passes the wrong input,
-with the same messages the built-in tools get.
+Plain values in, plain values out. A declaration is `{"name", "description", "input_schema", "risk"}`;
+`input_schema` is a JSON Schema (Draft 2020-12) whose top level is an object. Steps' inputs are checked
+against it by the `jsonschema` library, so a declaration means what JSON Schema says it means
+(`{"type": "object"}` accepts any keys; `"additionalProperties": false` refuses unknown ones), and the
+problems read like the built-in tools' ("search input 'limit' must be integer, got str").
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 from agents.tools import ToolSpec
 
@@ -21,48 +25,7 @@ MAX_PROPERTIES = 30
 RISK_CLASSES = ("read", "write", "network", "system")  # ToolSpec.risk_class; only "read" is safe
 # "safe"/"risky" as a plan's steps say it, or one of the built-in risk classes; safe means a read.
 RISK_NAMES = {"safe": "read", "risky": "write", **{name: name for name in RISK_CLASSES}}
-
-
-class _JsonTypeMeta(type):
-    """isinstance() by JSON meaning: `true` is not an integer, an integer is a number."""
-
-    accepts: tuple[type, ...] = ()
-
-    def __instancecheck__(cls, value: object) -> bool:
-        if isinstance(value, bool):
-            return bool in cls.accepts
-        return isinstance(value, cls.accepts)
-
-
-# Named as JSON schema names them, so a problem reads "input 'n' must be integer, got str".
-class string(metaclass=_JsonTypeMeta):  # noqa: N801
-    accepts = (str,)
-
-
-class integer(metaclass=_JsonTypeMeta):  # noqa: N801
-    accepts = (int,)
-
-
-class number(metaclass=_JsonTypeMeta):  # noqa: N801
-    accepts = (int, float)
-
-
-class boolean(metaclass=_JsonTypeMeta):  # noqa: N801
-    accepts = (bool,)
-
-
-class array(metaclass=_JsonTypeMeta):  # noqa: N801
-    accepts = (list,)
-
-
-class object_(metaclass=_JsonTypeMeta):  # noqa: N801
-    accepts = (dict,)
-
-
-object_.__name__ = "object"
-JSON_TYPES: Mapping[str, type] = {
-    "string": string, "integer": integer, "number": number, "boolean": boolean, "array": array, "object": object_,
-}
+JSON_TYPES = ("string", "integer", "number", "boolean", "array", "object", "null")
 
 
 def tools_declaration_problems(tools: object) -> list[str]:
@@ -101,6 +64,7 @@ def tools_declaration_problems(tools: object) -> list[str]:
 
 
 def _schema_problems(schema: object) -> list[str]:
+    """A declared input schema must be a valid Draft 2020-12 schema of an object, small enough to show."""
     if not isinstance(schema, Mapping):
         return ["'input_schema' must be a JSON schema object"]
     if schema.get("type", "object") != "object":
@@ -111,34 +75,39 @@ def _schema_problems(schema: object) -> list[str]:
     if len(properties) > MAX_PROPERTIES:
         return [f"'input_schema' has too many properties: {len(properties)} > {MAX_PROPERTIES}"]
     problems: list[str] = []
+    # Said before the library's own check, whose wording ("'date' is not valid under any of the given
+    # schemas") would not tell an agent's author which property is wrong.
     for key, prop in properties.items():
-        if not isinstance(prop, Mapping):
-            problems.append(f"input property '{key}' must be an object")
-            continue
-        kind = prop.get("type", "string")
-        if kind not in JSON_TYPES:
-            problems.append(f"input property '{key}' has unsupported type {str(kind)[:40]!r} "
+        kind = prop.get("type", "string") if isinstance(prop, Mapping) else None
+        if isinstance(kind, str) and kind not in JSON_TYPES:
+            problems.append(f"input property '{key}' has unsupported type {kind[:40]!r} "
                             f"(allowed: {', '.join(JSON_TYPES)})")
-        enum = prop.get("enum")
-        if enum is not None and (not isinstance(enum, list) or not enum or not all(isinstance(v, str) for v in enum)):
-            problems.append(f"input property '{key}': 'enum' must be a non-empty list of strings")
     required = schema.get("required", [])
+    # JSON Schema allows requiring an undescribed key; in a tool declaration it is always a slip.
     if not isinstance(required, list) or not all(isinstance(r, str) and r in properties for r in required):
         problems.append("'input_schema.required' must list names of its properties")
+    if not problems:
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as error:
+            at = "/".join(str(p) for p in error.path)
+            problems.append(f"'input_schema' is not a valid JSON Schema{f' at {at}' if at else ''}: "
+                            f"{error.message[:200]}")
     return problems
 
 
 def tool_spec(tool: Mapping[str, Any]) -> ToolSpec:
     """One valid declaration as the ToolSpec the validator checks steps against."""
-    schema = tool.get("input_schema") or {}
+    schema = dict(tool.get("input_schema") or {"type": "object"})
     properties: Mapping[str, Mapping[str, Any]] = schema.get("properties", {})
     required = set(schema.get("required", []))
     return ToolSpec(
         name=tool["name"],
         description=tool.get("description", ""),
         risk_class=RISK_NAMES[tool.get("risk", "safe")],
-        schema={key: (JSON_TYPES[prop.get("type", "string")], key in required) for key, prop in properties.items()},
-        choices={key: tuple(prop["enum"]) for key, prop in properties.items() if prop.get("enum")},
+        schema={key: (object, key in required) for key in properties},
+        choices={key: tuple(map(str, prop["enum"])) for key, prop in properties.items() if prop.get("enum")},
+        input_schema=schema,
     )
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jsonschema import Draft202012Validator
+
 MAX_FILE_BYTES = 1_000_000  # reads and writes above this are refused: a runaway plan must not fill the disk
 MAX_LIST_ENTRIES = 200
 RESULT_PREVIEW_CHARS = 2_000  # results are shown on the dashboard and fed back to the planner
@@ -44,6 +46,9 @@ class ToolSpec:
     schema: Mapping[str, tuple[type, bool]]  # input key -> (type, required)
     path_keys: tuple[str, ...] = ()
     choices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # input key -> allowed values
+    # A declared tool's JSON Schema (agents/declared_tools.py): its inputs are checked by the jsonschema
+    # library instead of `schema`, which then only names the keys for prompts.
+    input_schema: Mapping[str, Any] | None = None
 
     @property
     def risky(self) -> bool:
@@ -53,8 +58,14 @@ class ToolSpec:
     def schema_text(self) -> str:
         """The input schema in one line, for prompts: `{path: str, max_sentences?: int}`."""
         parts = []
+        properties = (self.input_schema or {}).get("properties", {})
         for key, (kind, required) in self.schema.items():
-            type_name = " | ".join(f'"{c}"' for c in self.choices[key]) if key in self.choices else kind.__name__
+            if key in self.choices:
+                type_name = " | ".join(f'"{c}"' for c in self.choices[key])
+            elif key in properties:
+                type_name = str(properties[key].get("type", "any"))
+            else:
+                type_name = kind.__name__
             parts.append(f"{key}{'' if required else '?'}: {type_name}")
         return "{" + ", ".join(parts) + "}"
 
@@ -211,6 +222,8 @@ def tool_input_problems(spec: ToolSpec, tool_input: object) -> list[str]:
     """Schema problems of `tool_input` for `spec`: missing or unknown keys, wrong types, bad choices."""
     if not isinstance(tool_input, Mapping):
         return [f"{spec.name} input must be an object, got {type(tool_input).__name__}"]
+    if spec.input_schema is not None:
+        return declared_input_problems(spec, tool_input)
     problems: list[str] = []
     for key in tool_input:
         if key not in spec.schema:
@@ -236,6 +249,40 @@ def tool_input_problems(spec: ToolSpec, tool_input: object) -> list[str]:
         if kind is int and not 1 <= value <= 50:
             problems.append(f"{spec.name} input '{key}' must be between 1 and 50 (got {value})")
     return problems
+
+
+def declared_input_problems(spec: ToolSpec, tool_input: Mapping[str, Any]) -> list[str]:
+    """Problems of an input against a declared tool's JSON Schema, worded as the built-in tools' are."""
+    validator = Draft202012Validator(spec.input_schema or {})
+    problems: list[str] = []
+    for error in sorted(validator.iter_errors(dict(tool_input)), key=lambda e: list(map(str, e.path))):
+        at = "/".join(str(p) for p in error.path)
+        where = f"{spec.name} input '{_shown(at)}'" if at else f"{spec.name} input"
+        if error.validator == "required" and isinstance(error.instance, Mapping):
+            # One error per missing key, each naming the whole required list: said once per key.
+            problems.extend(f"{where} missing required key '{_shown(str(key))}'" for key in error.validator_value
+                            if key not in error.instance and f"{where} missing required key '{_shown(str(key))}'" not in problems)
+        elif error.validator == "additionalProperties" and not at:
+            allowed = ", ".join((spec.input_schema or {}).get("properties", {})) or "none"
+            extra = sorted(set(tool_input) - set((spec.input_schema or {}).get("properties", {})))
+            problems.extend(f"{where} has unknown key '{_shown(str(key))}' (allowed: {allowed})" for key in extra)
+        elif error.validator == "type":
+            problems.append(f"{where} must be {error.validator_value}, got {_json_type(error.instance)}")
+        elif error.validator == "enum":
+            allowed = ", ".join(map(str, error.validator_value))
+            problems.append(f"{where} must be one of: {allowed} (got {_shown(repr(error.instance))})")
+        else:
+            problems.append(f"{where}: {_shown(error.message)}")
+    return problems
+
+
+def _json_type(value: object) -> str:
+    """A value's type as JSON names it, for a problem's wording."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
 # -- execution -----------------------------------------------------------------------------------
