@@ -324,8 +324,8 @@ def test_openai_complete_from_runner_threads_waits_on_the_outer_loop(
     assert llm_server.max_in_flight == agents
     assert elapsed < agents * 0.4 - 0.3  # together, not one after another
     [runner_loop] = {loop for loop, _ in spy.handed_out}
-    clients = {id(c): c for c in spy.clients}.values()  # the loop's few clients, shared by all agents
-    assert 1 <= len(clients) <= min(agents, openai_provider.CLIENT_SHARDS)
+    clients = {id(c): c for c in spy.clients}.values()  # the loop's one client, shared by all agents
+    assert len(clients) == 1
     assert all(client.is_closed() for client in clients)  # closed when asyncio.run shut the runner's loop down
     assert runner_loop not in openai_provider._loops
 
@@ -333,10 +333,8 @@ def test_openai_complete_from_runner_threads_waits_on_the_outer_loop(
 async def test_openai_client_is_per_loop_and_per_settings(
     llm_server: LLMTestServer, settings: Settings
 ) -> None:
-    shards = openai_provider.CLIENT_SHARDS
-    taken = [await openai_client() for _ in range(2 * shards)]
-    assert len({id(c) for c in taken}) == shards  # a few clients, each reused in turn
-    assert taken[:shards] == taken[shards:]
+    taken = [await openai_client() for _ in range(3)]
+    assert len({id(c) for c in taken}) == 1  # one client per loop and settings, reused
     first = taken[0]
 
     settings.LLM_MAX_RETRIES = 0
