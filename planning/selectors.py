@@ -210,6 +210,7 @@ def agent_context(agent_id: int) -> dict[str, Any]:
         "agent": agent,
         "needs": needs,
         "plans": plans,
+        "questions": [p for p in plans if p.status == Plan.Status.CLARIFYING],  # open plans without steps yet
         "experiences": list(Experience.objects.filter(agent=agent).select_related("step").order_by("-cycle")[:15]),
         "lessons": list(agent.lessons.all()[:10]),
     } | persona_page(agent, {n.name: n.satisfaction for n in needs})  # goals short-term first, curves, what the cycle computed
