@@ -717,3 +717,58 @@ def test_offline_replan_after_skip_tuesday_leaves_tuesday_out_of_the_report(oper
     assert second.status == Plan.Status.COMPLETED
     report = (agent.workspace / "report.md").read_text()
     assert "monday" in report and "tuesday" not in report.lower()
+
+
+def persona_declines(plan: Plan, action: str, feedback: str, operator: Any) -> None:
+    """The operator declines the step of `plan` with this action, as in the demo (it awaited approval)."""
+    from planning.services import step_decline
+
+    Plan.objects.filter(pk=plan.pk).update(status=Plan.Status.ACTIVE)
+    step = plan.steps.get(action_hint=action)
+    step.status = PlanStep.Status.AWAITING_APPROVAL
+    step.save()
+    step_decline(step=step, user=operator, feedback=feedback)
+    plan.refresh_from_db()
+
+
+def test_offline_persona_replans_never_bring_back_a_declined_step(operator: Any) -> None:
+    from agents.cycle import plan_feedback
+    from tests.factories import GoalFactory, NeedFactory
+
+    agent = AgentFactory(name="Jenbina")
+    for name, value in {"hunger": 0.3, "money": 0.5, "energy": 0.8, "social": 0.5, "fun": 0.6}.items():
+        NeedFactory(agent=agent, name=name, satisfaction=value, decay_per_hour=0.01)
+    goal = GoalFactory(agent=agent, description="Get something to eat", source_needs=["hunger"])
+    v1 = plan_generate(agent=agent, goal_text=goal.description, goal=goal)
+    assert "Buy some food" in v1.steps.values_list("description", flat=True)
+    persona_declines(v1, "buy food", "Too expensive; cook at home", operator)
+    v2 = plan_generate(agent=agent, goal_text=v1.goal_text, goal=goal, previous=v1, reason=v1.replan_reason,
+                       feedback=plan_feedback(v1))
+    assert v2.status == Plan.Status.ACTIVE  # a persona follows its plans at once
+    assert "buy food" not in v2.steps.values_list("action_hint", flat=True)
+    assert "cook" in v2.steps.values_list("action_hint", flat=True)
+    # v2's eating fails; v3 is planned from the goal again, and buying food stays out.
+    Plan.objects.filter(pk=v2.pk).update(status=Plan.Status.ACTIVE, replan_reason="step failed: could not eat")
+    v2.steps.filter(action_hint="eat").update(status=PlanStep.Status.FAILED, failure_reason="could not eat")
+    v2.refresh_from_db()
+    v3 = plan_generate(agent=agent, goal_text=v2.goal_text, goal=goal, previous=v2, reason=v2.replan_reason,
+                       feedback=plan_feedback(v2))
+    assert v3.status == Plan.Status.ACTIVE
+    assert "buy food" not in v3.steps.values_list("action_hint", flat=True)
+    assert not v3.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).exists()  # the offline model listened
+
+
+def test_offline_persona_replan_after_declining_meeting_the_friend_leaves_it_out(operator: Any) -> None:
+    from agents.cycle import plan_feedback
+    from tests.factories import GoalFactory, NeedFactory
+
+    agent = AgentFactory(name="Marco")
+    NeedFactory(agent=agent, name="social", satisfaction=0.2, decay_per_hour=0.01)
+    goal = GoalFactory(agent=agent, description="Reconnect with a friend this week", source_needs=["social"])
+    v1 = plan_generate(agent=agent, goal_text=goal.description, goal=goal)
+    persona_declines(v1, "meet friend", "Not this week, he is on night shifts", operator)
+    v2 = plan_generate(agent=agent, goal_text=v1.goal_text, goal=goal, previous=v1, reason=v1.replan_reason,
+                       feedback=plan_feedback(v1))
+    assert v2.status == Plan.Status.ACTIVE  # a persona follows its plans at once
+    assert "Meet the friend in person" not in v2.steps.values_list("description", flat=True)
+    assert "meet friend" not in v2.steps.values_list("action_hint", flat=True)
