@@ -746,14 +746,7 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
         elif target is not None:
             revised = _revise_tool_step(target, why, feedback, files)
             remaining[remaining.index(target)] = revised
-            # Later steps that read what the revised step writes follow it to its new place.
-            moved = {
-                old: new for key, old in target.input.items()
-                if isinstance(old, str) and isinstance(new := revised.input.get(key), str) and new != old
-            }
-            for step in remaining:
-                if step is not revised and step.tool in ("file.read", "text.summarize") and step.input.get("path") in moved:
-                    step.input = step.input | {"path": moved[step.input["path"]]}
+            _readers_follow(remaining, target, revised)
 
     remaining = _tool_without_declined(_steps_without_files(remaining, skipped), declined, files)
     if not remaining:
@@ -783,17 +776,32 @@ def _tool_without_declined(steps: list[_ToolStep], declined: Sequence[Mapping[st
                            files: Sequence[str]) -> list[_ToolStep]:
     """A step the operator declined (in this version or an earlier one) never comes back as it was: a step
     they said to skip stays out, any other is revised by everything they said about it."""
-    result = []
+    result = list(steps)
     for step in steps:
         said = [str(d.get("feedback", "")) for d in declined
                 if d.get("tool") == step.tool and (d.get("input") or {}) == step.input]
         same = any(_normal(str(d.get("description", ""))) == _normal(_one_line(step.intent))
                    and d.get("tool") == step.tool and (d.get("input") or {}) == step.input for d in declined)
         if not same:
-            result.append(step)
-        elif not any(w in " ".join(said).lower() for w in _SKIP_WORDS):
-            result.append(_revise_tool_step(step, "", said, files))
+            continue
+        if any(w in " ".join(said).lower() for w in _SKIP_WORDS):
+            result.remove(step)
+        else:
+            revised = _revise_tool_step(step, "", said, files)
+            result[result.index(step)] = revised
+            _readers_follow(result, step, revised)
     return result
+
+
+def _readers_follow(steps: list[_ToolStep], old: _ToolStep, revised: _ToolStep) -> None:
+    """Later steps that read what a revised step writes follow it to its new place."""
+    moved = {
+        before: after for key, before in old.input.items()
+        if isinstance(before, str) and isinstance(after := revised.input.get(key), str) and after != before
+    }
+    for step in steps:
+        if step is not revised and step.tool in ("file.read", "text.summarize") and step.input.get("path") in moved:
+            step.input = step.input | {"path": moved[step.input["path"]]}
 
 
 def _tool_echo(step: Mapping[str, Any], completed_keys: Sequence[str]) -> dict[str, Any]:

@@ -308,6 +308,22 @@ def test_offline_tool_replan_skip_tuesday_drops_tuesday_from_every_step(tmp_path
     assert "tuesday" not in (tmp_path / "report.md").read_text().lower()
 
 
+def test_offline_tool_replan_keeps_honouring_a_decline_of_an_earlier_version(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("a\n1\n")
+    v1 = first_plan("Convert data.csv to JSON", tmp_path)
+    convert = v1.steps[1].as_dict() | {"feedback": "Write it to out/data.json instead"}
+    v2_failed = {"key": "3", "description": "Check the converted file", "tool": "file.read",
+                 "input": {"path": "out/data.json"}, "failure_reason": "the disk was busy"}
+    messages = replan_messages("tool", "Convert data.csv to JSON", [v1.steps[0].as_dict()], v2_failed,
+                               "step 3 failed", ["Write it to out/data.json instead"],
+                               workspace_files=workspace_listing(tmp_path), declined_steps=[convert])
+    v3 = accepted(offline_complete("replan", messages), "tool", tmp_path)
+    assert steps_repeating_declined(v3.steps, [convert]) == []
+    new_convert = next(s for s in v3.steps if s.tool == "file.convert")
+    assert new_convert.input["output"] == "out/data.json"
+    assert all(s.input["path"] != "data.json" for s in v3.steps if s.tool == "file.read")
+
+
 def test_offline_reflect_on_a_repeated_declined_step_says_what_the_operator_wants() -> None:
     reason = ('step 2 repeats the step the operator declined, unchanged ("Buy some food"); the operator said: '
               '"Too expensive; cook at home". Change it, replace it or leave it out.')
