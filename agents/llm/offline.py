@@ -585,21 +585,23 @@ def _steps_without_files(steps: list[_ToolStep], skip: Sequence[str]) -> list[_T
     return kept
 
 
-def _files_named(text: str, files: Sequence[str]) -> list[str]:
-    """Workspace files a sentence names: by path, by name, or by the name without its extension ("tuesday")."""
-    lowered = text.lower()
-    words = set(re.findall(r"[\w.-]+", lowered))
-    return [f for f in files if f.lower() in lowered or PurePosixPath(f).name.lower() in words
-            or (len(PurePosixPath(f).stem) >= 3 and PurePosixPath(f).stem.lower() in words)]
+# "Skip tuesday", "leave out the notes/tuesday.txt file": the word right after says what to leave out.
+_SKIP_WHAT = re.compile(r"\b(?:skip|leave out|drop|exclude|without)\s+(?:the\s+|all\s+)?([\w./-]+)", re.IGNORECASE)
+
+
+def _files_named(word: str, files: Sequence[str]) -> list[str]:
+    """Workspace files one word names: by path, by name, or by the name without its extension ("tuesday")."""
+    word = word.lower().rstrip(".")
+    return [f for f in files if word in (f.lower(), PurePosixPath(f).name.lower())
+            or (len(word) >= 3 and PurePosixPath(f).stem.lower() == word)]
 
 
 def _skipped_files(declined: Sequence[Mapping[str, Any]], files: Sequence[str]) -> list[str]:
     """The files the operator said to skip when declining a step ("Skip tuesday"), in any earlier version."""
     skipped: list[str] = []
     for old in declined:
-        said = str(old.get("feedback", ""))
-        if any(w in said.lower() for w in _SKIP_WORDS):
-            skipped += [f for f in _files_named(said, files) if f not in skipped]
+        for word in _SKIP_WHAT.findall(str(old.get("feedback", ""))):
+            skipped += [f for f in _files_named(word, files) if f not in skipped]
     return skipped
 
 

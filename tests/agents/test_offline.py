@@ -308,6 +308,17 @@ def test_offline_tool_replan_skip_tuesday_drops_tuesday_from_every_step(tmp_path
     assert "tuesday" not in (tmp_path / "report.md").read_text().lower()
 
 
+def test_offline_tool_replan_skips_only_the_file_named_after_skip(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("a\n1\n")
+    old = first_plan("Convert data.csv to JSON", tmp_path)
+    check = old.steps[2].as_dict() | {"feedback": "Skip it, the data is fine"}
+    messages = replan_messages("tool", "Convert data.csv to JSON", [old.steps[0].as_dict()], check, "declined",
+                               ["Skip it, the data is fine"], workspace_files=workspace_listing(tmp_path),
+                               declined_steps=[check])
+    new = accepted(offline_complete("replan", messages), "tool", tmp_path)
+    assert [s.tool for s in new.steps] == ["file.read", "file.convert"]  # only the declined check is left out
+
+
 def test_offline_tool_replan_keeps_honouring_a_decline_of_an_earlier_version(tmp_path: Path) -> None:
     (tmp_path / "data.csv").write_text("a\n1\n")
     v1 = first_plan("Convert data.csv to JSON", tmp_path)
