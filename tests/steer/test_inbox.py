@@ -236,11 +236,16 @@ def test_an_empty_answer_in_the_inbox_changes_nothing(operator_client: Client, v
     assert plan.status == Plan.Status.CLARIFYING and plan.clarification_answer == ""
 
 
-def test_the_agent_page_shows_the_waiting_question_not_no_open_plans(viewer_client: Client) -> None:
+def test_the_agent_page_shows_the_waiting_question_not_no_open_plans(operator: object, viewer_client: Client) -> None:
+    from planning.services import plan_clarify
+
     plan = asking_plan()
     html = viewer_client.get(reverse("agent-detail", args=[plan.agent_id])).content.decode()
     assert "No open plans." not in html
     assert "The planner asks: What should I do for" in html and f"#inbox-question-{plan.pk}" in html
+    plan_clarify(plan=plan, user=operator, answer="convert data.csv to JSON")  # type: ignore[arg-type]
+    html = viewer_client.get(reverse("agent-detail", args=[plan.agent_id])).content.decode()
+    assert "No open plans." not in html and "Replan scheduled: operator answered" in html  # until the runner plans
 
 
 def test_versions_page_lists_the_version_that_asked_then_the_plan(operator: object, operator_client: Client) -> None:
