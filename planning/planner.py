@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
@@ -30,7 +31,7 @@ from goals.models import Goal
 from planning.engine.complexity import should_plan, tool_single_step
 from planning.engine.parse import plan_parse
 from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
-from planning.engine.validate import PlanSpec, plan_validate, step_plan_data
+from planning.engine.validate import PlanSpec, plan_validate, step_plan_data, steps_repeating_declined
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.plan_services import (
     PlanNoLongerValidating,
@@ -102,6 +103,7 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
                   reason: str, feedback: Sequence[str], actor_label: str, deadline: Deadline) -> Plan:
     base = plan_with_steps(previous)
     kept = list(base.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED])) if base else []
+    declined = steps_declined(previous)
 
     direct = plan_direct(agent=agent, goal=goal, goal_text=goal_text) if previous is None else None
     if direct is not None:
@@ -117,7 +119,8 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
         for attempt in range(1, settings.PLAN_ATTEMPTS_PER_MODEL + 1):
             outcome = plan_attempt(agent=agent, plan=plan, model=model, purpose=purpose, goal_text=goal_text,
                                    restatement=restatement, previous=base, kept=kept, reason=reason,
-                                   feedback=feedback, memory=memory, deadline=deadline, actor_label=actor_label)
+                                   feedback=feedback, memory=memory, deadline=deadline, actor_label=actor_label,
+                                   declined=declined)
             if outcome is None and deadline.expired:
                 return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
             if outcome is None:
@@ -132,7 +135,8 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
         # Seed 003's "fallback to a simpler request": one last, smaller ask of the model that last answered.
         outcome = plan_attempt(agent=agent, plan=plan, model=memory.answered_by, purpose=purpose, goal_text=goal_text,
                                restatement=restatement, previous=base, kept=kept, reason=reason, feedback=feedback,
-                               memory=memory, deadline=deadline, actor_label=actor_label, simple=True)
+                               memory=memory, deadline=deadline, actor_label=actor_label, simple=True,
+                               declined=declined)
         if isinstance(outcome, Plan):
             return outcome
     if deadline.expired:
@@ -155,10 +159,11 @@ def deadline_headline(deadline: Deadline, memory: RetryContext) -> str:
 
 def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_text: str, restatement: dict[str, str],
                  previous: Plan | None, kept: list[PlanStep], reason: str, feedback: Sequence[str],
-                 memory: RetryContext, deadline: Deadline, actor_label: str, simple: bool = False) -> Plan | bool | None:
+                 memory: RetryContext, deadline: Deadline, actor_label: str, simple: bool = False,
+                 declined: Sequence[dict[str, Any]] = ()) -> Plan | bool | None:
     """One ask of one model: the accepted (or clarifying) plan, False when rejected, None when it did not answer."""
     messages = plan_messages(agent=agent, goal_text=goal_text, restatement=restatement, previous=previous, kept=kept,
-                             reason=reason, feedback=feedback, memory=memory, simple=simple)
+                             reason=reason, feedback=feedback, memory=memory, simple=simple, declined=declined)
     try:
         answer = llm_complete(purpose=purpose, messages=messages, models=[model], agent_id=agent.pk,
                               plan_id=plan.pk, deadline=deadline)
@@ -170,7 +175,7 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
                        actor_label=actor_label)
         return None
     memory.answered_by = model
-    check = plan_check(agent=agent, text=answer.text, kept=kept)
+    check = plan_check(agent=agent, text=answer.text, kept=kept, declined=declined)
     if check.spec is not None:
         flags = [*check.flags, *(["accepted from a simpler request after rejected answers"] if simple else [])]
         return plan_accept(plan=plan, spec=check.spec, flags=flags, model=model, kept=kept, actor_label=actor_label)
@@ -184,6 +189,22 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
     memory.hints = hints or memory.hints  # a failed reflection keeps the hints we had
     memory.last_output = answer.text
     return False
+
+
+def steps_declined(plan: Plan | None) -> list[dict[str, Any]]:
+    """The steps the operator declined in this version and every earlier one, oldest first, as plain values
+    with the operator's feedback: a replan may propose none of them again unchanged."""
+    ids: list[int] = []
+    cursor = plan.pk if plan is not None else None
+    while cursor is not None and cursor not in ids and len(ids) < 50:
+        ids.append(cursor)
+        cursor = Plan.objects.filter(pk=cursor).values_list("previous_id", flat=True).first()
+    if not ids:
+        return []
+    said = PlanEvent.objects.filter(step=OuterRef("pk"), kind=PlanEvent.Kind.STEP_DECLINED).order_by("-created_at", "-pk")
+    steps = (PlanStep.objects.filter(plan_id__in=ids, status=PlanStep.Status.DECLINED)
+             .annotate(feedback=Subquery(said.values("reason")[:1])).order_by("plan__version", "position"))
+    return [s.as_spec() | {"feedback": s.feedback or s.failure_reason} for s in steps]  # type: ignore[attr-defined]
 
 
 def plan_with_steps(plan: Plan | None) -> Plan | None:
@@ -246,7 +267,7 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline
 
 def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], previous: Plan | None,
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], memory: RetryContext,
-                  simple: bool = False) -> list[dict[str, str]]:
+                  simple: bool = False, declined: Sequence[dict[str, Any]] = ()) -> list[dict[str, str]]:
     kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
     # A tool plan's prompt shows no needs (and tool agents have none): no query for them.
     needs = {n.name: n.satisfaction for n in agent.needs.all()} if kind != Agent.Kind.TOOL else {}
@@ -268,13 +289,14 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
         return prompt_replan(
             **common, completed_steps=[s.as_spec() for s in kept],
             failed_step=failed.as_spec() | {"failure_reason": failed.failure_reason} if failed else None,
-            reason=reason,
+            reason=reason, declined_steps=declined,
         )
     return prompt_plan(**common)
 
 
-def plan_check(*, agent: Agent, text: str, kept: list[PlanStep]) -> Check:
-    """Parse and validate one model answer. Never raises on bad output."""
+def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Sequence[dict[str, Any]] = ()) -> Check:
+    """Parse and validate one model answer. Never raises on bad output. A replan that proposes a step the
+    operator declined, unchanged, is rejected with the operator's words as the reason."""
     try:
         parsed = plan_parse(text)
     except ExtractError as exc:
@@ -306,6 +328,10 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep]) -> Check:
         return Check(result.problems, question=question)
     if not result.ok or result.plan is None:
         return Check(result.problems)
+    kept_keys = {s.key for s in kept}
+    repeats = steps_repeating_declined([s for s in result.plan.steps if s.key not in kept_keys], declined)
+    if repeats:
+        return Check(repeats)
     return Check([], result.plan, [*notes, *result.flags])
 
 

@@ -210,6 +210,9 @@ def agent_context(agent_id: int) -> dict[str, Any]:
         "agent": agent,
         "needs": needs,
         "plans": plans,
+        # Open plans without steps (a question waits, planning runs, a replan is due): the open-plans section,
+        # built from steps, would not show them.
+        "open_without_steps": [p for p in plans if p.is_open and not p.steps_total],  # type: ignore[attr-defined]
         "experiences": list(Experience.objects.filter(agent=agent).select_related("step").order_by("-cycle")[:15]),
         "lessons": list(agent.lessons.all()[:10]),
     } | persona_page(agent, {n.name: n.satisfaction for n in needs})  # goals short-term first, curves, what the cycle computed

@@ -23,10 +23,14 @@ from planning.models import Plan, PlanEvent, PlanStep
 
 # --- the approvals inbox ------------------------------------------------------------------------------------
 
+# A whole plan waits for a person when it awaits approval or its planner asks a question.
+INBOX_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING)
+
 
 @dataclass
 class InboxItem:
-    """One thing that waits for a person: a step of an active plan, or a whole plan awaiting approval."""
+    """One thing that waits for a person: a step of an active plan, a whole plan awaiting approval, or a plan
+    whose planner asks the operator a question (seed 003) before it can plan."""
 
     plan: Plan
     step: PlanStep | None
@@ -36,7 +40,14 @@ class InboxItem:
 
     @property
     def key(self) -> str:
+        if self.question:
+            return f"question-{self.plan.pk}"
         return f"step-{self.step.pk}" if self.step else f"plan-{self.plan.pk}"
+
+    @property
+    def question(self) -> str:
+        """What the planner asks, when this item is a question; its answer resumes planning."""
+        return self.plan.clarification_question if self.plan.status == Plan.Status.CLARIFYING else ""
 
     @property
     def agent(self) -> Agent:
@@ -59,9 +70,10 @@ class InboxItem:
         return max(0, int((timezone.now() - self.waiting_since).total_seconds()))
 
 
-def waiting_since(kind: str, **match: Any) -> Subquery:
-    """When the latest event of this kind happened to the row in OuterRef: when it started to wait."""
-    return Subquery(PlanEvent.objects.filter(kind=kind, **match).order_by("-created_at", "-id").values("created_at")[:1])
+def waiting_since(*kinds: str, **match: Any) -> Subquery:
+    """When the latest event of these kinds happened to the row in OuterRef: when it started to wait."""
+    return Subquery(PlanEvent.objects.filter(kind__in=kinds, **match).order_by("-created_at", "-id")
+                    .values("created_at")[:1])
 
 
 def item_urgent(agent: Agent, since: datetime, now: datetime) -> bool:
@@ -71,10 +83,12 @@ def item_urgent(agent: Agent, since: datetime, now: datetime) -> bool:
 
 
 def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
-    """Everything that waits for a person: urgent first, then oldest first. Three queries."""
+    """Everything that waits for a person (steps, plans, the planner's questions): urgent first, then oldest
+    first. Three queries."""
     now = now or timezone.now()
     agent_fields = ("agent__name", "agent__kind", "agent__escalate_after_minutes")
-    plan_fields = ("goal_text", "version", "status", "risks", "approval_mode", "agent_id", "updated_at")
+    plan_fields = ("goal_text", "version", "status", "risks", "approval_mode", "agent_id", "updated_at",
+                   "clarification_question")
     steps = (
         PlanStep.objects.filter(status=PlanStep.Status.AWAITING_APPROVAL, plan__status=Plan.Status.ACTIVE)
         .select_related("plan", "plan__agent")
@@ -84,9 +98,9 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
         .annotate(since=waiting_since(PlanEvent.Kind.STEP_AWAITING, step=OuterRef("pk")))
     )
     plans = (
-        Plan.objects.filter(status=Plan.Status.AWAITING_APPROVAL)
+        Plan.objects.filter(status__in=INBOX_PLAN_STATUSES)
         .select_related("agent").only(*plan_fields, *agent_fields)
-        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, plan=OuterRef("pk")))
+        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED, plan=OuterRef("pk")))
         .prefetch_related(Prefetch("steps", queryset=PlanStep.objects.only(
             "plan_id", "key", "position", "description", "risk", "requires_permission", "status")))
     )
@@ -106,10 +120,10 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
 def inbox_count_query() -> QuerySet[Plan, tuple[int, int]]:
     # One row over the matching plans: grouped by a constant, which makes no GROUP BY at all.
     return Plan.objects.filter(
-        Q(status=Plan.Status.AWAITING_APPROVAL)
+        Q(status__in=INBOX_PLAN_STATUSES)
         | Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)
     ).order_by().values(everyone=Value(1)).annotate(
-        plans_waiting=Count("pk", filter=Q(status=Plan.Status.AWAITING_APPROVAL), distinct=True),
+        plans_waiting=Count("pk", filter=Q(status__in=INBOX_PLAN_STATUSES), distinct=True),
         steps_waiting=Count("steps", filter=Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)),
     ).values_list("plans_waiting", "steps_waiting")
 
@@ -140,18 +154,32 @@ def goal_queue(goal: Goal) -> tuple[Plan | None, int]:
 
 def plan_chain(plan: Plan) -> list[Plan]:
     """Every version of this plan's lineage, oldest first, with why each was made (`reason`, `made_by`).
-    Two queries: the agent's plans for the goal text, and their "created" events."""
-    candidates = {p.pk: p for p in Plan.objects.filter(agent_id=plan.agent_id, goal_text=plan.goal_text)}
+    Two queries: the agent's plans for the goal (or its text), and their "created" events. An answered
+    question changes the goal text of the versions after it: the links between versions, not the text, make
+    the chain, so a version outside the two is fetched by its link (one query each, only then)."""
+    same_goal = Q(goal_text=plan.goal_text) | (Q(goal_id=plan.goal_id) if plan.goal_id else Q(pk__in=[]))
+    candidates = {p.pk: p for p in Plan.objects.filter(same_goal, agent_id=plan.agent_id)}
     candidates[plan.pk] = candidates.get(plan.pk, plan)
     first = candidates[plan.pk]
     seen = {first.pk}
-    while first.previous_id in candidates and first.previous_id not in seen:
+    while first.previous_id is not None and first.previous_id not in seen:
+        if first.previous_id not in candidates:
+            earlier = Plan.objects.filter(pk=first.previous_id).first()
+            if earlier is None:
+                break
+            candidates[earlier.pk] = earlier
         first = candidates[first.previous_id]
         seen.add(first.pk)
     by_previous = {p.previous_id: p for p in candidates.values() if p.previous_id}
     chain = [first]
-    while chain[-1].pk in by_previous and by_previous[chain[-1].pk].pk not in {p.pk for p in chain}:
-        chain.append(by_previous[chain[-1].pk])
+    while len(chain) < len(candidates) + 50:
+        last = chain[-1]
+        later = by_previous.get(last.pk)
+        if later is None and last.status == Plan.Status.REPLANNED:  # its next version has another goal text
+            later = Plan.objects.filter(previous_id=last.pk).first()
+        if later is None or later.pk in {p.pk for p in chain}:
+            break
+        chain.append(later)
     created = {
         e.plan_id: e for e in PlanEvent.objects.filter(plan__in=[p.pk for p in chain], kind=PlanEvent.Kind.CREATED)
         .order_by("created_at")

@@ -31,6 +31,7 @@ urlpatterns += [
     path("inbox/steps/<int:pk>/decline/", views_inbox.inbox_step_decline, name="inbox-step-decline"),
     path("inbox/plans/<int:pk>/approve/", views_inbox.inbox_plan_approve, name="inbox-plan-approve"),
     path("inbox/plans/<int:pk>/cancel/", views_inbox.inbox_plan_cancel, name="inbox-plan-cancel"),
+    path("inbox/plans/<int:pk>/clarify/", views_inbox.inbox_plan_clarify, name="inbox-plan-clarify"),
 ]
 
 from planning import views_editor  # noqa: E402

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from planner_site.roles import DECIDE_PERMISSION
 from planning import services
-from planning.forms import ApproveplanForm, DeclineForm, ReasonForm
+from planning.forms import ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm
 from planning.models import Plan, PlanStep
 from planning.steer_selectors import inbox_count, inbox_items
 from planning.steer_services import StaleVersion, plan_check_seen
@@ -109,6 +109,22 @@ def inbox_plan_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     return inbox_decide(
         request, plan, f"Plan v{plan.version} of {plan.agent.name} cancelled.",
         lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
+    )
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def inbox_plan_clarify(request: HttpRequest, pk: int) -> HttpResponse:
+    """Answer the planner's question in place; the agent plans again with the answer next cycle."""
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
+    form = ClarifyForm(request.POST)
+    if not form.is_valid():
+        note = "Write an answer to the planner's question. Nothing was changed."
+        context = inbox_context(flash=[("error", note)], announce=note, oob=True)
+        return render(request, "planning/inbox_decided.html", context, status=400)
+    return inbox_decide(
+        request, plan, f"Answer given to {plan.agent.name}; the agent plans again with it next cycle.",
+        lambda: services.plan_clarify(plan=plan, user=operator(request), answer=form.cleaned_data["answer"]),
     )
 
 

@@ -131,6 +131,15 @@ _NEED_WORDS: Mapping[str, tuple[str, ...]] = {
 }
 # The world's own rule for what relieves an urgent need (money is not one: being broke never overrides).
 _URGENT_RELIEF = URGENT_ACTION
+# Another way to the same end, for a step the operator declined without saying what to do instead.
+_INSTEAD: Mapping[str, tuple[str, ...]] = {
+    "buy food": ("cook",),
+    "go to the store": ("cook",),
+    "eat": ("cook",),
+    "meet friend": ("call a friend",),
+    "work": ("look for work",),
+    "sleep": ("relax",),
+}
 
 
 def _normal(text: str) -> str:
@@ -275,8 +284,11 @@ def _persona_replan(ctx: Mapping[str, Any]) -> str:
                     action = _match_action(move.action, allowed)
                     if action and all(_normal(m.action) != _normal(action) for m in remaining[:index]):
                         remaining.insert(index, replace(move, action=action))
+    refused = {_normal(str(s.get("action_hint", ""))) for s in _steps(ctx, "declined_steps")}
+    remaining = _persona_without_declined(remaining, _steps(ctx, "declined_steps"), allowed)
     if not remaining:
-        remaining = [_Move(_closest_to_goal(goal, allowed), _one_line(f"Finish: {goal}", 200), "goal reached")]
+        open_actions = [a for a in allowed if _normal(a) not in refused] or allowed
+        remaining = [_Move(_closest_to_goal(goal, open_actions), _one_line(f"Finish: {goal}", 200), "goal reached")]
     keep = [_persona_echo(step) for step in completed]
     room = max(_max_steps(ctx) - len(keep), 0)
     keys = _fresh_keys([s["id"] for s in keep], len(remaining[:room]))
@@ -290,6 +302,31 @@ def _persona_replan(ctx: Mapping[str, Any]) -> str:
         "steps": keep + [_persona_step(m, k) for m, k in zip(remaining[:room], keys, strict=True)],
     }
     return _reply("Replanning from where I am.", data)
+
+
+def _persona_without_declined(moves: list[_Move], declined: Sequence[Mapping[str, Any]],
+                              allowed: Sequence[str]) -> list[_Move]:
+    """The operator said no to these actions (in this version or an earlier one): each declined one is replaced
+    by the action its feedback names, else by another way to the same end the world has, else left out."""
+    refused = {_normal(str(s.get("action_hint", ""))) for s in declined}
+    result = list(moves)
+    for old in declined:
+        action = _normal(str(old.get("action_hint", "")))
+        if not any(_normal(m.action) == action for m in result):
+            continue
+        named = [a for a in _actions_named(str(old.get("feedback", "")), allowed) if _normal(a) not in refused]
+        usual = [a for a in (_match_action(w, allowed) for w in _INSTEAD.get(action, ())) if a is not None]
+        other = [a for a in usual if _normal(a) not in refused and all(_normal(m.action) != _normal(a) for m in result)]
+        instead: str | None = next(iter(named or other), None)
+        replaced: list[_Move] = []
+        for move in result:
+            if _normal(move.action) != action:
+                replaced.append(move)
+            elif instead is not None:
+                replaced.append(_Move(instead, f"{instead.capitalize()} instead", ""))
+                instead = None  # one replacement; the declined action's other steps go
+        result = replaced
+    return result
 
 
 def _persona_echo(step: Mapping[str, Any]) -> dict[str, Any]:
@@ -392,8 +429,8 @@ def _template_sort(goal: str, files: Sequence[str], max_steps: int) -> _Template
     return _Template(summary, steps, risks)
 
 
-def _text_sources(goal: str, files: Sequence[str]) -> list[str]:
-    mentioned = [f for f in _mentioned_files(goal) if _ext(f) in TEXT_EXTENSIONS]
+def _text_sources(goal: str, files: Sequence[str], skip: Sequence[str] = ()) -> list[str]:
+    mentioned = [f for f in _mentioned_files(goal) if _ext(f) in TEXT_EXTENSIONS and f not in skip]
     if mentioned:
         return mentioned[:5]
     report_like = ("report", "summary", "summaries")
@@ -401,8 +438,9 @@ def _text_sources(goal: str, files: Sequence[str]) -> list[str]:
     return known[:5] or ["notes.txt"]
 
 
-def _template_summaries(goal: str, files: Sequence[str], *, output: str, listing: bool) -> _Template:
-    sources = _text_sources(goal, files)
+def _template_summaries(goal: str, files: Sequence[str], *, output: str, listing: bool,
+                        skip: Sequence[str] = ()) -> _Template:
+    sources = _text_sources(goal, files, skip)
     written = next((f for f in _mentioned_files(goal) if _ext(f) == "md"), output)
     steps = [_ToolStep("list", "file.list", "List the workspace to find the files", {"path": "."})] if listing else []
     for number, path in enumerate(sources, start=1):
@@ -498,8 +536,10 @@ _TEMPLATE_WORDS = frozenset((
 ))
 
 
-def _tool_template(goal: str, files: Sequence[str], max_steps: int) -> _Template:
-    """The plan template for a goal, chosen by its words."""
+def _tool_template(goal: str, files: Sequence[str], max_steps: int, skip: Sequence[str] = ()) -> _Template:
+    """The plan template for a goal, chosen by its words; files the operator said to skip are left out of
+    every step."""
+    files = [f for f in files if f not in skip]
     url = _URL.search(goal)
     text = _URL.sub(" ", goal).lower()  # "https://x/report.csv" asks for a fetch, not a report
     words = set(re.findall(r"[a-z]+", text))
@@ -515,18 +555,54 @@ def _tool_template(goal: str, files: Sequence[str], max_steps: int) -> _Template
             each := _template_each(goal, files)) is not None:
         template = each
     elif "report" in words:
-        template = _template_summaries(goal, files, output="report.md", listing=True)
+        template = _template_summaries(goal, files, output="report.md", listing=True, skip=skip)
     elif any(w.startswith(("summar", "summir")) for w in words):
-        template = _template_summaries(goal, files, output="summaries.md", listing=False)
+        template = _template_summaries(goal, files, output="summaries.md", listing=False, skip=skip)
     elif words & {"write", "note", "save", "create"}:
         template = _template_write(goal)
     else:
         template = _template_list(goal)
-    template.steps = template.steps[:max_steps]
+    template.steps = _steps_without_files(template.steps, skip)[:max_steps]
     kept = {s.ref for s in template.steps}
     for step in template.steps:
         step.depends = [d for d in step.depends if d in kept]
     return template
+
+
+def _steps_without_files(steps: list[_ToolStep], skip: Sequence[str]) -> list[_ToolStep]:
+    """Steps with the skipped files taken out of every input: a step on one of them goes, a list loses them
+    (and goes when nothing is left of it)."""
+    if not skip:
+        return steps
+    kept = []
+    for step in steps:
+        if any(value in skip for value in step.input.values() if isinstance(value, str)):
+            continue
+        lists = {k: [v for v in value if v not in skip] for k, value in step.input.items() if isinstance(value, list)}
+        if any(not value for value in lists.values()):
+            continue
+        kept.append(replace(step, input=step.input | lists) if lists != {k: step.input[k] for k in lists} else step)
+    return kept
+
+
+# "Skip tuesday", "leave out the notes/tuesday.txt file": the word right after says what to leave out.
+_SKIP_WHAT = re.compile(r"\b(?:skip|leave out|drop|exclude|without)\s+(?:the\s+|all\s+)?([\w./-]+)", re.IGNORECASE)
+
+
+def _files_named(word: str, files: Sequence[str]) -> list[str]:
+    """Workspace files one word names: by path, by name, or by the name without its extension ("tuesday")."""
+    word = word.lower().rstrip(".")
+    return [f for f in files if word in (f.lower(), PurePosixPath(f).name.lower())
+            or (len(word) >= 3 and PurePosixPath(f).stem.lower() == word)]
+
+
+def _skipped_files(declined: Sequence[Mapping[str, Any]], files: Sequence[str]) -> list[str]:
+    """The files the operator said to skip when declining a step ("Skip tuesday"), in any earlier version."""
+    skipped: list[str] = []
+    for old in declined:
+        for word in _SKIP_WHAT.findall(str(old.get("feedback", ""))):
+            skipped += [f for f in _files_named(word, files) if f not in skipped]
+    return skipped
 
 
 def _tool_step_out(step: _ToolStep, key: str, depends_on: list[str]) -> dict[str, Any]:
@@ -627,7 +703,9 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
     failed = ctx.get("failed_step") if isinstance(ctx.get("failed_step"), dict) else None
     reason = _failure_reason(ctx, failed)
     feedback = _texts(ctx, "feedback")
-    template = _tool_template(goal, files, max_steps)
+    declined = _steps(ctx, "declined_steps")
+    skipped = _skipped_files(declined, files)
+    template = _tool_template(goal, files, max_steps, skipped)
 
     # Template steps already done map to the completed step's key; the rest remain to be done.
     key_of: dict[str, str] = {}
@@ -665,19 +743,14 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
                 expects="fetch-notes.md explains what is needed",
             ))
         elif target is not None and any(w in spoken for w in _SKIP_WORDS):
-            remaining.remove(target)
+            if not skipped:  # "skip this step": the step goes; "skip tuesday": tuesday is out of every step
+                remaining.remove(target)
         elif target is not None:
             revised = _revise_tool_step(target, why, feedback, files)
             remaining[remaining.index(target)] = revised
-            # Later steps that read what the revised step writes follow it to its new place.
-            moved = {
-                old: new for key, old in target.input.items()
-                if isinstance(old, str) and isinstance(new := revised.input.get(key), str) and new != old
-            }
-            for step in remaining:
-                if step is not revised and step.tool in ("file.read", "text.summarize") and step.input.get("path") in moved:
-                    step.input = step.input | {"path": moved[step.input["path"]]}
+            _readers_follow(remaining, target, revised)
 
+    remaining = _tool_without_declined(_steps_without_files(remaining, skipped), declined, files)
     if not remaining:
         remaining = [_ToolStep("list", "file.list", "List the workspace to confirm the result", {"path": "."})]
     keep = [_tool_echo(step, [str(c.get("key")) for c in completed]) for step in completed]
@@ -699,6 +772,38 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
         "steps": steps,
     }
     return _reply("Replanning: completed steps stay as they are.", data)
+
+
+def _tool_without_declined(steps: list[_ToolStep], declined: Sequence[Mapping[str, Any]],
+                           files: Sequence[str]) -> list[_ToolStep]:
+    """A step the operator declined (in this version or an earlier one) never comes back as it was: a step
+    they said to skip stays out, any other is revised by everything they said about it."""
+    result = list(steps)
+    for step in steps:
+        said = [str(d.get("feedback", "")) for d in declined
+                if d.get("tool") == step.tool and (d.get("input") or {}) == step.input]
+        same = any(_normal(str(d.get("description", ""))) == _normal(_one_line(step.intent))
+                   and d.get("tool") == step.tool and (d.get("input") or {}) == step.input for d in declined)
+        if not same:
+            continue
+        if any(w in " ".join(said).lower() for w in _SKIP_WORDS):
+            result.remove(step)
+        else:
+            revised = _revise_tool_step(step, "", said, files)
+            result[result.index(step)] = revised
+            _readers_follow(result, step, revised)
+    return result
+
+
+def _readers_follow(steps: list[_ToolStep], old: _ToolStep, revised: _ToolStep) -> None:
+    """Later steps that read what a revised step writes follow it to its new place."""
+    moved = {
+        before: after for key, before in old.input.items()
+        if isinstance(before, str) and isinstance(after := revised.input.get(key), str) and after != before
+    }
+    for step in steps:
+        if step is not revised and step.tool in ("file.read", "text.summarize") and step.input.get("path") in moved:
+            step.input = step.input | {"path": moved[step.input["path"]]}
 
 
 def _tool_echo(step: Mapping[str, Any], completed_keys: Sequence[str]) -> dict[str, Any]:
@@ -728,6 +833,8 @@ def _answer_replan(ctx: Mapping[str, Any]) -> str:
 # -- the fast purposes -----------------------------------------------------------------------------
 
 _HINTS: list[tuple[str, Callable[[str], str]]] = [
+    ("operator declined", lambda r: f"Do what the operator said{_operator_said(r)}: change the declined step, "
+     "replace it or leave it out."),
     ("unknown tool", lambda r: "Use only the listed tools" + _suggestion(r) + "."),
     ("unknown action", lambda r: "Use exactly one of the allowed actions as action_hint" + _suggestion(r) + "."),
     ("dependency cycle", lambda r: "Remove the dependency cycle: dependsOn may only name steps that come earlier."),
@@ -752,6 +859,11 @@ _HINTS: list[tuple[str, Callable[[str], str]]] = [
     ("output too large", lambda r: "Answer briefly: only the JSON plan inside <json>...</json>."),
     ("not ready", lambda r: 'Give a complete plan and set "ready": true, or leave "ready" out.'),
 ]
+
+
+def _operator_said(reason: str) -> str:
+    match = re.search(r'the operator said: "(.*)"', reason)
+    return f' ("{match.group(1)}")' if match else ""
 
 
 def _suggestion(reason: str) -> str:

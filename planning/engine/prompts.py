@@ -273,8 +273,12 @@ def prompt_replan(
     last_rejected_output: str = "",
     retry_hints: Sequence[str] = (),
     simple: bool = False,
+    declined_steps: Sequence[Mapping[str, Any]] = (),
 ) -> Messages:
     """Seed 000/004 replanning: keep what is done, replace what failed, in the light of the feedback.
+
+    `declined_steps` are the steps the operator declined in this version and every earlier one, each with
+    its "feedback": none may come back unchanged (the planner rejects an answer that repeats one).
 
     The restatement and the retry context (rejection reasons, the last rejected output, the hints) are
     the same as for a first plan: a replan's own rejected attempts teach it as much."""
@@ -301,12 +305,23 @@ def prompt_replan(
         lines.append(f"FAILED STEP: id {failed['key']}: {failed['description']}{why_failed}")
     if reason.strip():
         lines.append(f"WHY: {' '.join(reason.split())}")
+    declined = [_step_record(s) | {"feedback": " ".join(str(s.get("feedback", "")).split())} for s in declined_steps]
+    if declined:
+        lines.append(
+            "DECLINED BY THE OPERATOR (never propose these again unchanged; do what the operator said):\n"
+            + bullets([
+                f"{s['description']}" + (f" [{s['tool']} {json.dumps(s['input'])}]" if s["tool"] else "")
+                + (f" [action: {s['action_hint']}]" if s["action_hint"] else "") + f" - operator: {s['feedback']}"
+                for s in declined
+            ])
+        )
     lines.append(
         "Keep completed steps as they are; give the remaining steps. Do not repeat the failed step unchanged: "
         "change it, replace it or leave it out."
     )
     context = prompt_context(messages)
-    context |= {"purpose": "replan", "completed_steps": completed, "failed_step": failed, "reason": reason}
+    context |= {"purpose": "replan", "completed_steps": completed, "failed_step": failed, "reason": reason,
+                "declined_steps": declined}
     body = messages[-1]["content"].rsplit("\n", 1)[0]  # drop the plan CONTEXT line; a replan one follows
     messages[-1]["content"] = "\n\n".join(lines) + "\n\n" + body + "\n" + context_line(context)
     return messages

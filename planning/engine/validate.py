@@ -740,3 +740,28 @@ def plan_validate_edit(
     result = plan_validate({"steps": rows}, kind=kind, workspace=workspace, max_steps=max_steps,
                            allowed_actions=allowed_actions, tools=tools)
     return result.problems, result.flags
+
+
+def steps_repeating_declined(steps: Sequence[StepSpec], declined: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Seed 002: a declined step never comes back unchanged. A proposed step with the description of a step the
+    operator declined (in any earlier version) and the same action, or the same tool and input, is a problem
+    whose reason quotes the operator's feedback, so the planner's retry, reflection and fallback work on it.
+    `declined`: the declined steps as plain values (PlanStep.as_spec()) with their "feedback"."""
+    problems = []
+    for step in steps:
+        for old in declined:
+            if _normal(step.description) != _normal(str(old.get("description", ""))):
+                continue
+            if step.tool or old.get("tool"):
+                same = step.tool == old.get("tool") and step.input == (old.get("input") or {})
+            else:
+                same = _normal(step.action_hint) == _normal(str(old.get("action_hint", "")))
+            if same:
+                feedback = " ".join(str(old.get("feedback", "")).split())
+                problems.append(
+                    f"step {_clip(step.key, 32)} repeats the step the operator declined, unchanged "
+                    f"(\"{_clip(step.description)}\"); the operator said: \"{_clip(feedback, 300)}\". "
+                    "Change it, replace it or leave it out."
+                )
+                break
+    return problems

@@ -27,7 +27,7 @@ from planning.engine.prompts import (
     prompt_restate,
 )
 from planning.engine.schedule import steps_runnable
-from planning.engine.validate import PlanSpec, plan_validate
+from planning.engine.validate import PlanSpec, plan_validate, steps_repeating_declined
 
 ACTIONS = ["look for work", "work", "go to the store", "buy food", "eat", "cook", "go home", "sleep",
            "call a friend", "meet friend", "relax", "idle"]
@@ -260,6 +260,87 @@ def test_offline_persona_replan_takes_the_operators_action() -> None:
     assert [s.action_hint for s in new.steps] == ["call a friend", "call a friend"]
     assert new.steps[1].description == "Call a friend instead"  # step text does not grow by the feedback
     assert "too expensive" in new.thinking_summary
+
+
+def test_offline_persona_replan_never_brings_back_a_declined_step_of_an_earlier_version() -> None:
+    needs = {"hunger": 0.2, "money": 0.5}
+    v1 = accepted(offline_complete("plan", persona_messages("Get something to eat", needs)), "persona")
+    buy = v1.steps[1].as_dict() | {"feedback": "Too expensive; cook at home"}
+    assert buy["action_hint"] == "buy food"
+    # v2 cooks instead; then a later step of v2 fails and v3 is planned from the goal again.
+    v2_failed = {"key": "3", "description": "Eat a meal", "action_hint": "eat", "failure_reason": "not enough money"}
+    messages = replan_messages("persona", "Get something to eat", [v1.steps[0].as_dict()], v2_failed, "step 3 failed",
+                               ["Too expensive; cook at home"], needs=needs, declined_steps=[buy])
+    v3 = accepted(offline_complete("replan", messages), "persona")
+    assert "buy food" not in [s.action_hint for s in v3.steps]
+    assert "cook" in [s.action_hint for s in v3.steps]  # the operator's way, from the feedback
+    assert steps_repeating_declined(v3.steps, [buy]) == []
+
+
+def test_offline_persona_replan_leaves_out_a_declined_step_with_no_other_way() -> None:
+    v1 = accepted(offline_complete("plan", persona_messages("Reconnect with a friend", {"social": 0.2})), "persona")
+    meet = v1.steps[1].as_dict() | {"feedback": "Not this week"}
+    assert meet["description"] == "Meet the friend in person"
+    messages = replan_messages("persona", "Reconnect with a friend", [v1.steps[0].as_dict()], meet,
+                               "step 2 declined: Not this week", ["Not this week"], needs={"social": 0.3},
+                               declined_steps=[meet])
+    v2 = accepted(offline_complete("replan", messages), "persona")
+    assert v2.steps[0].as_dict() == v1.steps[0].as_dict()
+    assert "meet friend" not in [s.action_hint for s in v2.steps]
+    assert steps_repeating_declined(v2.steps[1:], [meet]) == []
+
+
+def test_offline_tool_replan_skip_tuesday_drops_tuesday_from_every_step(tmp_path: Path) -> None:
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "monday.txt").write_text("The deploy went out on time. Two alerts fired overnight.")
+    (tmp_path / "notes" / "tuesday.txt").write_text("Customers asked for CSV export. Latency is stable.")
+    old = first_plan("Write a report from the notes", tmp_path)
+    tuesday = next(s for s in old.steps if s.input.get("path") == "notes/tuesday.txt")
+    declined = tuesday.as_dict() | {"feedback": "Skip tuesday"}
+    messages = replan_messages("tool", "Write a report from the notes", [old.steps[0].as_dict()], declined,
+                               f"step {tuesday.key} declined: Skip tuesday", ["Skip tuesday"],
+                               workspace_files=workspace_listing(tmp_path), declined_steps=[declined])
+    new = accepted(offline_complete("replan", messages), "tool", tmp_path)
+    assert not any("tuesday" in json.dumps(s.as_dict()) for s in new.steps)
+    report = next(s for s in new.steps if s.tool == "report.write")
+    assert report.input["paths"] == ["notes/monday.txt"] and "1 file(s)" in report.description
+    run_plan(new, tmp_path)
+    assert "tuesday" not in (tmp_path / "report.md").read_text().lower()
+
+
+def test_offline_tool_replan_skips_only_the_file_named_after_skip(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("a\n1\n")
+    old = first_plan("Convert data.csv to JSON", tmp_path)
+    check = old.steps[2].as_dict() | {"feedback": "Skip it, the data is fine"}
+    messages = replan_messages("tool", "Convert data.csv to JSON", [old.steps[0].as_dict()], check, "declined",
+                               ["Skip it, the data is fine"], workspace_files=workspace_listing(tmp_path),
+                               declined_steps=[check])
+    new = accepted(offline_complete("replan", messages), "tool", tmp_path)
+    assert [s.tool for s in new.steps] == ["file.read", "file.convert"]  # only the declined check is left out
+
+
+def test_offline_tool_replan_keeps_honouring_a_decline_of_an_earlier_version(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("a\n1\n")
+    v1 = first_plan("Convert data.csv to JSON", tmp_path)
+    convert = v1.steps[1].as_dict() | {"feedback": "Write it to out/data.json instead"}
+    v2_failed = {"key": "3", "description": "Check the converted file", "tool": "file.read",
+                 "input": {"path": "out/data.json"}, "failure_reason": "the disk was busy"}
+    messages = replan_messages("tool", "Convert data.csv to JSON", [v1.steps[0].as_dict()], v2_failed,
+                               "step 3 failed", ["Write it to out/data.json instead"],
+                               workspace_files=workspace_listing(tmp_path), declined_steps=[convert])
+    v3 = accepted(offline_complete("replan", messages), "tool", tmp_path)
+    assert steps_repeating_declined(v3.steps, [convert]) == []
+    new_convert = next(s for s in v3.steps if s.tool == "file.convert")
+    assert new_convert.input["output"] == "out/data.json"
+    assert all(s.input["path"] != "data.json" for s in v3.steps if s.tool == "file.read")
+
+
+def test_offline_reflect_on_a_repeated_declined_step_says_what_the_operator_wants() -> None:
+    reason = ('step 2 repeats the step the operator declined, unchanged ("Buy some food"); the operator said: '
+              '"Too expensive; cook at home". Change it, replace it or leave it out.')
+    hints = answer("reflect", prompt_reflect(output="{}", reasons=[reason]))["hints"]
+    assert hints == ['Do what the operator said ("Too expensive; cook at home"): change the declined step, '
+                     "replace it or leave it out."]
 
 
 # -- the fast purposes -----------------------------------------------------------------------------

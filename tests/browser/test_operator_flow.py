@@ -19,7 +19,9 @@ from tests.browser.conftest import OPERATOR, ROOT, VIEWER, Login, Server
 pytestmark = pytest.mark.browser
 
 LIVE = 20_000  # ms: the runner cycles every second; generous for a loaded CI machine
-FEEDBACK = "Not from that shop, it is too pricey"  # names no action, so the offline replan retries the step
+# A declined step never comes back unchanged: the offline replan takes the action the feedback names instead
+# (meeting a friend, which also needs permission, so version 2 waits for an approval too).
+FEEDBACK = "Too pricey; meet friend Sam instead, he has dinner ready"
 
 
 def open_live(page: Page, path: str) -> None:
@@ -108,9 +110,11 @@ def test_operator_watches_declines_and_approves(login: Login, server: Server) ->
     expect(page.locator("#live-status")).to_have_class(re.compile(r"\bon\b"))
     mark(page)
 
-    # The new buy-food step waits for approval again; this time the operator approves it.
+    # The operator's choice replaced buying food; it waits for approval too, and this time the operator approves it.
     waiting = page.locator("li.step[data-status='awaiting_approval']")
     expect(waiting).to_have_count(1, timeout=LIVE)
+    expect(waiting).to_contain_text("Meet friend instead")
+    expect(page.locator("#plan-steps")).not_to_contain_text("Buy some food")
     key = waiting.locator(".key").inner_text()
     waiting.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("#flash")).to_contain_text(f"Step {key} approved.")
@@ -118,7 +122,7 @@ def test_operator_watches_declines_and_approves(login: Login, server: Server) ->
     expect(badge(page, key)).not_to_have_text("Awaiting approval")
     expect(page.locator(f"#step-{key}")).to_contain_text("approved by olga")
     expect(badge(page, key)).to_have_text("Completed", timeout=LIVE)
-    expect(page.locator(f"#step-{key}")).to_contain_text("bought groceries")
+    expect(page.locator(f"#step-{key}")).to_contain_text("spent time with a friend")
     expect(page.locator("#plan-status")).to_have_text("Completed", timeout=LIVE)
     expect(page.locator("#plan-timeline")).to_contain_text("Plan completed")
     expect(page.locator("li.step .decide")).to_have_count(0)

@@ -625,3 +625,150 @@ def test_a_steps_declared_tools_are_kept_and_shown(chain: LLMTestServer, viewer_
     plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
     assert plan.steps.get().tools_needed == ["file.list", "file.read"]
     assert "tools needed: file.list, file.read" in viewer_client.get(plan.get_absolute_url()).content.decode()
+
+
+# -- replans honour the operator: a declined step never comes back unchanged ----------------------
+
+TWO_STEPS = (
+    "<json>{\"steps\": [{\"id\": \"1\", \"tool\": \"file.list\", \"intent\": \"List the files\", \"input\": {\"path\": \".\"}, "
+    "\"requiresPermission\": false}, {\"id\": \"2\", \"tool\": \"file.read\", \"intent\": \"Read data.csv\", "
+    "\"input\": {\"path\": \"data.csv\"}, \"requiresPermission\": false, \"dependsOn\": [\"1\"]}]}</json>"
+)
+
+
+def test_replan_repeating_a_declined_step_is_rejected_with_the_operators_words(chain: LLMTestServer,
+                                                                                operator: Any) -> None:
+    from planning.services import plan_approve, step_decline
+
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer(TWO_STEPS))
+    agent = tool_agent()
+    first = plan_generate(agent=agent, goal_text="List the workspace and read data.csv")
+    plan_approve(plan=first, user=operator, mode=Plan.ApprovalMode.STEP)
+    step = first.steps.get(key="2")
+    step.status = PlanStep.Status.AWAITING_APPROVAL
+    step.save()
+    step_decline(step=step, user=operator, feedback="Do not read data.csv, it is private")
+    first.refresh_from_db()
+
+    chain.script("fast-model", answer(HINTS))
+    chain.script("big-model", answer(TWO_STEPS), answer(GOOD))
+    second = plan_generate(agent=agent, goal_text=first.goal_text, previous=first, reason=first.replan_reason,
+                           feedback=["Do not read data.csv, it is private"])
+
+    assert second.status == Plan.Status.AWAITING_APPROVAL
+    assert list(second.steps.values_list("tool", flat=True)) == ["file.list"]
+    rejected = second.events.get(kind=PlanEvent.Kind.ATTEMPT_REJECTED)
+    assert "repeats the step the operator declined" in rejected.reason
+    assert 'the operator said: "Do not read data.csv, it is private"' in rejected.reason
+    assert rejected.detail["hints"] == ["Use only tools from the list", "Keep paths relative to the workspace"]
+    # Every prompt of the replan names the declined step; the retry carries the rejection reason too.
+    prompts = [json.dumps(r.messages) for r in chain.requests_for("big-model")[1:]]
+    assert all("DECLINED BY THE OPERATOR" in p for p in prompts)
+    assert "repeats the step the operator declined" in prompts[1]
+
+
+def test_steps_declined_in_any_earlier_version_count(operator: Any) -> None:
+    from planning.planner import plan_check, steps_declined
+    from tests.factories import PlanFactory, PlanStepFactory
+
+    agent = tool_agent()
+    v1 = PlanFactory(agent=agent, version=1, status=Plan.Status.REPLANNED)
+    PlanStepFactory(plan=v1, key="2", description="Read data.csv", tool="file.read", tool_input={"path": "data.csv"},
+                    status=PlanStep.Status.DECLINED, failure_reason="declined by olga: not that file")
+    v2 = PlanFactory(agent=agent, version=2, previous=v1, status=Plan.Status.REPLANNED)
+    PlanStepFactory(plan=v2, key="1", description="List the files", tool="file.list", tool_input={"path": "."},
+                    status=PlanStep.Status.FAILED)
+    declined = steps_declined(v2)
+    assert [(d["description"], d["feedback"]) for d in declined] == [("Read data.csv", "declined by olga: not that file")]
+    check = plan_check(agent=agent, text=TWO_STEPS, kept=[], declined=declined)
+    assert check.spec is None and 'the operator said: "declined by olga: not that file"' in check.problems[0]
+    changed = TWO_STEPS.replace("Read data.csv", "Read the first rows of data.csv")
+    assert plan_check(agent=agent, text=changed, kept=[], declined=declined).spec is not None
+
+
+def test_offline_replan_after_skip_tuesday_leaves_tuesday_out_of_the_report(operator: Any) -> None:
+    from planning.services import plan_approve, step_approve, step_decline
+
+    agent = AgentFactory(name="Reporter", kind=Agent.Kind.TOOL)
+    (agent.workspace / "notes").mkdir(parents=True)
+    (agent.workspace / "notes" / "monday.txt").write_text("The deploy went out on time. Two alerts fired overnight.")
+    (agent.workspace / "notes" / "tuesday.txt").write_text("Customers asked for CSV export. Latency is stable.")
+    first = plan_generate(agent=agent, goal_text="Write a report from the notes")
+    plan_approve(plan=first, user=operator, mode=Plan.ApprovalMode.STEP)
+    for _ in range(8):
+        run_cycles(agent, 1)
+        waiting = first.steps.filter(status=PlanStep.Status.AWAITING_APPROVAL).first()
+        if waiting is not None and "tuesday" in waiting.description:
+            step_decline(step=waiting, user=operator, feedback="Skip tuesday")
+            break
+        if waiting is not None:
+            step_approve(step=waiting, user=operator)
+    run_cycles(agent, 1)
+    second = Plan.objects.get(previous=first)
+    assert second.status == Plan.Status.AWAITING_APPROVAL
+    assert not any("tuesday" in f"{s.description} {s.tool_input}" for s in second.steps.all())
+    assert second.steps.get(tool="report.write").tool_input["paths"] == ["notes/monday.txt"]
+
+    plan_approve(plan=second, user=operator, mode=Plan.ApprovalMode.ALL)
+    second.steps.filter(requires_permission=True).update(approved_by=operator)
+    run_cycles(agent)
+    second.refresh_from_db()
+    assert second.status == Plan.Status.COMPLETED
+    report = (agent.workspace / "report.md").read_text()
+    assert "monday" in report and "tuesday" not in report.lower()
+
+
+def persona_declines(plan: Plan, action: str, feedback: str, operator: Any) -> None:
+    """The operator declines the step of `plan` with this action, as in the demo (it awaited approval)."""
+    from planning.services import step_decline
+
+    Plan.objects.filter(pk=plan.pk).update(status=Plan.Status.ACTIVE)
+    step = plan.steps.get(action_hint=action)
+    step.status = PlanStep.Status.AWAITING_APPROVAL
+    step.save()
+    step_decline(step=step, user=operator, feedback=feedback)
+    plan.refresh_from_db()
+
+
+def test_offline_persona_replans_never_bring_back_a_declined_step(operator: Any) -> None:
+    from agents.cycle import plan_feedback
+    from tests.factories import GoalFactory, NeedFactory
+
+    agent = AgentFactory(name="Jenbina")
+    for name, value in {"hunger": 0.3, "money": 0.5, "energy": 0.8, "social": 0.5, "fun": 0.6}.items():
+        NeedFactory(agent=agent, name=name, satisfaction=value, decay_per_hour=0.01)
+    goal = GoalFactory(agent=agent, description="Get something to eat", source_needs=["hunger"])
+    v1 = plan_generate(agent=agent, goal_text=goal.description, goal=goal)
+    assert "Buy some food" in v1.steps.values_list("description", flat=True)
+    persona_declines(v1, "buy food", "Too expensive; cook at home", operator)
+    v2 = plan_generate(agent=agent, goal_text=v1.goal_text, goal=goal, previous=v1, reason=v1.replan_reason,
+                       feedback=plan_feedback(v1))
+    assert v2.status == Plan.Status.ACTIVE  # a persona follows its plans at once
+    assert "buy food" not in v2.steps.values_list("action_hint", flat=True)
+    assert "cook" in v2.steps.values_list("action_hint", flat=True)
+    # v2's eating fails; v3 is planned from the goal again, and buying food stays out.
+    Plan.objects.filter(pk=v2.pk).update(status=Plan.Status.ACTIVE, replan_reason="step failed: could not eat")
+    v2.steps.filter(action_hint="eat").update(status=PlanStep.Status.FAILED, failure_reason="could not eat")
+    v2.refresh_from_db()
+    v3 = plan_generate(agent=agent, goal_text=v2.goal_text, goal=goal, previous=v2, reason=v2.replan_reason,
+                       feedback=plan_feedback(v2))
+    assert v3.status == Plan.Status.ACTIVE
+    assert "buy food" not in v3.steps.values_list("action_hint", flat=True)
+    assert not v3.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).exists()  # the offline model listened
+
+
+def test_offline_persona_replan_after_declining_meeting_the_friend_leaves_it_out(operator: Any) -> None:
+    from agents.cycle import plan_feedback
+    from tests.factories import GoalFactory, NeedFactory
+
+    agent = AgentFactory(name="Marco")
+    NeedFactory(agent=agent, name="social", satisfaction=0.2, decay_per_hour=0.01)
+    goal = GoalFactory(agent=agent, description="Reconnect with a friend this week", source_needs=["social"])
+    v1 = plan_generate(agent=agent, goal_text=goal.description, goal=goal)
+    persona_declines(v1, "meet friend", "Not this week, he is on night shifts", operator)
+    v2 = plan_generate(agent=agent, goal_text=v1.goal_text, goal=goal, previous=v1, reason=v1.replan_reason,
+                       feedback=plan_feedback(v1))
+    assert v2.status == Plan.Status.ACTIVE  # a persona follows its plans at once
+    assert "Meet the friend in person" not in v2.steps.values_list("description", flat=True)
+    assert "meet friend" not in v2.steps.values_list("action_hint", flat=True)

@@ -169,3 +169,95 @@ def test_inbox_query_count_with_a_thousand_items(viewer_client: Client, django_a
     with django_assert_max_num_queries(10):
         response = viewer_client.get(reverse("inbox"))
     assert response.content.decode().count('<li id="inbox-') == 1000
+
+
+# -- the planner's questions are inbox items --------------------------------------------------------
+
+
+def asking_plan(name: str = "Archivist") -> Plan:
+    """A tool agent whose unclear goal made the planner ask (the offline model asks for "Do the thing")."""
+    from planning.planner import plan_generate
+    from tests.factories import GoalFactory
+
+    agent = AgentFactory(name=name, kind=Agent.Kind.TOOL)
+    agent.workspace.mkdir(parents=True, exist_ok=True)
+    (agent.workspace / "data.csv").write_text("a,b\n1,2\n")
+    goal = GoalFactory(agent=agent, description="Do the thing", source_needs=[])
+    plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal)
+    assert plan.status == Plan.Status.CLARIFYING
+    return plan
+
+
+def test_a_question_of_the_planner_is_in_the_inbox_ordered_and_counted(viewer_client: Client) -> None:
+    plan = asking_plan()
+    PlanEvent.objects.filter(plan=plan).update(created_at=timezone.now() - timedelta(minutes=20))
+    waiting_step(plan__agent__name="Bob", description="Meet Sam for dinner")
+    html = viewer_client.get(reverse("inbox")).content.decode()
+    assert f'id="inbox-question-{plan.pk}"' in html
+    assert "Planner asks a question" in html and "The planner asks: What should I do for" in html
+    assert html.index("Do the thing") < html.index("Meet Sam for dinner")  # asked 20 min ago: older first
+    assert "waiting 20 min" in html
+    assert "<title>Inbox 2 · Agent planner</title>" in html and 'data-count="2"' in html
+    assert viewer_client.get(reverse("inbox-count")).content == b"2"
+    assert 'name="answer"' not in html  # a viewer reads the question but cannot answer it
+
+
+def test_answering_in_the_inbox_resumes_planning_and_the_question_leaves(operator_client: Client) -> None:
+    from agents.cycle import agent_cycle
+
+    plan = asking_plan()
+    html = operator_client.get(reverse("inbox")).content.decode()
+    assert f'hx-post="{reverse("inbox-plan-clarify", args=[plan.pk])}"' in html and 'name="answer"' in html
+    response = operator_client.post(reverse("inbox-plan-clarify", args=[plan.pk]),
+                                    {"answer": "convert data.csv to JSON", "version": 1}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "Answer given to Archivist; the agent plans again with it next cycle." in html
+    assert f'id="inbox-question-{plan.pk}"' not in html and "Nothing waits for you" in html
+    plan.refresh_from_db()
+    assert plan.clarification_answer == "convert data.csv to JSON"
+    assert plan.events.get(kind=PlanEvent.Kind.CLARIFIED).actor.get_username() == "olga"  # type: ignore[union-attr]
+
+    agent_cycle(agent_id=plan.agent_id, runner="r")
+    resumed = Plan.objects.get(previous=plan)
+    assert resumed.status == Plan.Status.AWAITING_APPROVAL and resumed.steps.filter(tool="file.convert").exists()
+    html = operator_client.get(reverse("inbox")).content.decode()
+    assert f'id="inbox-plan-{resumed.pk}"' in html and f'id="inbox-question-{plan.pk}"' not in html
+
+
+def test_an_empty_answer_in_the_inbox_changes_nothing(operator_client: Client, viewer_client: Client) -> None:
+    plan = asking_plan()
+    url = reverse("inbox-plan-clarify", args=[plan.pk])
+    response = operator_client.post(url, {"answer": "  ", "version": 1}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 400
+    assert "Write an answer to the planner&#x27;s question. Nothing was changed." in response.content.decode()
+    assert viewer_client.post(url, {"answer": "convert it", "version": 1}).status_code == 403
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.CLARIFYING and plan.clarification_answer == ""
+
+
+def test_the_agent_page_shows_the_waiting_question_not_no_open_plans(operator: object, viewer_client: Client) -> None:
+    from planning.services import plan_clarify
+
+    plan = asking_plan()
+    html = viewer_client.get(reverse("agent-detail", args=[plan.agent_id])).content.decode()
+    assert "No open plans." not in html
+    assert "The planner asks: What should I do for" in html and f"#inbox-question-{plan.pk}" in html
+    plan_clarify(plan=plan, user=operator, answer="convert data.csv to JSON")  # type: ignore[arg-type]
+    html = viewer_client.get(reverse("agent-detail", args=[plan.agent_id])).content.decode()
+    assert "No open plans." not in html and "Replan scheduled: operator answered" in html  # until the runner plans
+
+
+def test_versions_page_lists_the_version_that_asked_then_the_plan(operator: object, operator_client: Client) -> None:
+    from agents.cycle import agent_cycle
+    from planning.services import plan_clarify
+
+    plan = asking_plan()
+    plan_clarify(plan=plan, user=operator, answer="convert data.csv to JSON")  # type: ignore[arg-type]
+    agent_cycle(agent_id=plan.agent_id, runner="r")
+    resumed = Plan.objects.get(previous=plan)
+    for shown in (plan, resumed):
+        html = operator_client.get(reverse("plan-versions", args=[shown.pk])).content.decode()
+        assert "only one version so far" not in html
+        assert html.index(">version 1<") < html.index(">version 2<")
+        assert "The planner asked: What should I do for" in html and "answer: convert data.csv to JSON" in html

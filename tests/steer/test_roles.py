@@ -29,6 +29,7 @@ def decisions(plan: Plan, step: PlanStep) -> list[tuple[str, dict[str, Any]]]:
             (reverse("inbox-step-decline", args=[step.pk]), {"feedback": "no"}),
             (reverse("inbox-plan-approve", args=[plan.pk]), {"mode": "all"}),
             (reverse("inbox-plan-cancel", args=[plan.pk]), {}),
+            (reverse("inbox-plan-clarify", args=[plan.pk]), {"answer": "yes"}),
             (reverse("plan-editor", args=[plan.pk]), {"op": "add", "version": "1"})]
 
 
@@ -169,6 +170,28 @@ async def test_nav_count_socket_pushes_the_new_count_after_a_decision() -> None:
     await database_sync_to_async(services.step_approve)(step=step, user=operator)
     assert 'data-count="0"' in await comm.receive_from(timeout=5)
     await comm.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_nav_count_socket_counts_a_question_of_the_planner() -> None:
+    await database_sync_to_async(PlanStepFactory)(status=PlanStep.Status.AWAITING_APPROVAL)
+    operator = await database_sync_to_async(UserFactory)(username="olga", role="operators")
+    comm = communicator(steer_consumers.InboxCountConsumer, "/ws/inbox/count/", operator)
+    connected, _ = await comm.connect()
+    assert connected
+    assert 'data-count="1"' in await comm.receive_from(timeout=5)
+    agent = await database_sync_to_async(AgentFactory)(kind="tool")
+    await database_sync_to_async(asking)(agent)
+    assert 'data-count="2"' in await comm.receive_from(timeout=5)  # pushed as the planner asks
+    await comm.disconnect()
+
+
+def asking(agent: Any) -> Plan:
+    from planning.plan_services import plan_ask, plan_start
+
+    plan = plan_start(agent=agent, goal_text="Do the thing", goal=None, previous=None, reason="", actor_label="r")
+    return plan_ask(plan=plan, question="What should I do?", model="offline-rules", actor_label="r")
 
 
 def presence_communicator(plan_id: int, user: Any) -> WebsocketCommunicator:
