@@ -57,6 +57,7 @@ from planning.selectors import (
     plan_context,
     plan_steps,
     plan_versions,
+    step_rollback_possible,
 )
 from planning.templatetags.steer import GRAPH_FIELDS, plan_graph_svg
 
@@ -311,7 +312,9 @@ class PlanLivePage(LivePage):
             if whole_steps:
                 parts.append(render_for("planning/plan_detail.html#steps", context | {"steps": steps}, audience))
             else:
-                parts.extend(render_for("planning/plan_detail.html#step", context | {"step": s}, audience) for s in steps)
+                parts.extend(render_for("planning/plan_detail.html#step", context | {
+                    "step": s, "rollback": audience == OPERATOR and step_rollback_possible(s, agent_id=plan.agent_id),
+                }, audience) for s in steps)
             if planning and self.changed(audience, "versions", tuple((v.pk, v.status) for v in self.versions)):
                 parts.append(render_for("planning/plan_detail.html#versions", context, audience))
             if "attempts" in context:
