@@ -50,9 +50,9 @@ from planning.selectors import (
     AgentRow,
     DashboardFilter,
     agent_context,
-    dashboard_counts,
     dashboard_page,
     dashboard_rows,
+    dashboard_totals,
     plan_calls_page,
     plan_context,
     plan_steps,
@@ -136,7 +136,7 @@ class DashboardLivePage(LivePage):
             self.row_states.pop(pk, None)
         context: dict[str, Any] = {"rows": rows, "removed": removed}
         if moved:
-            context["counts"] = dashboard_counts()
+            context["counts"] = dashboard_totals()
         html = render_to_string("planning/dashboard_live.html", context)
         return dict.fromkeys(audiences, html)
 
@@ -754,7 +754,7 @@ class DashboardConsumer(LiveConsumer):
 
     def render_all(self) -> str:
         rows, _ = dashboard_page(DashboardFilter.from_query(self.query))
-        return self.render("planning/dashboard_full.html", {"rows": rows, "counts": dashboard_counts(),
+        return self.render("planning/dashboard_full.html", {"rows": rows, "counts": dashboard_totals(),
                                                             "filters": DashboardFilter.from_query(self.query)})
 
 

@@ -207,12 +207,19 @@ def dashboard_counts_query() -> QuerySet[Agent, tuple[int, ...]]:
 
 
 def dashboard_counts() -> dict[str, int]:
-    """The counts above the table (and the filter badges): one query, compiled once per process; and the items in
-    the inbox, counted as the navigation's "Inbox N" counts them."""
-    from planning.steer_selectors import inbox_count  # the inbox's own count, so the two never disagree
-
+    """The counts above the table (and the filter badges): one query, compiled once per process."""
     row = statement_kept("dashboard_counts", dashboard_counts_query).rows()[0]
-    return dict(zip(COUNT_NAMES, row, strict=True)) | {"inbox": inbox_count()}
+    return dict(zip(COUNT_NAMES, row, strict=True))
+
+
+def dashboard_totals() -> dict[str, int]:
+    """What the dashboard counts: its agents (dashboard_counts), and the items in the inbox counted as the
+    navigation's "Inbox N" counts them, so the two never disagree."""
+    from planning.steer_selectors import (
+        inbox_count,  # steer_selectors reads plans; it imports nothing from here
+    )
+
+    return dashboard_counts() | {"inbox": inbox_count()}
 
 
 def step_rollback_possible(step: PlanStep, *, agent_id: int) -> bool:

@@ -30,7 +30,7 @@ from planning.forms import (
     StepEditForm,
 )
 from planning.models import Plan, PlanStep
-from planning.selectors import DashboardFilter, agent_context, dashboard_counts, dashboard_page, plan_context
+from planning.selectors import DashboardFilter, agent_context, dashboard_page, dashboard_totals, plan_context
 from planning.steer_selectors import goal_queue
 
 
@@ -39,7 +39,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     filters = DashboardFilter.from_query(request.GET)
     rows, page = dashboard_page(filters)
     return render(request, "planning/dashboard.html", {
-        "rows": rows, "page": page, "counts": dashboard_counts(), "filters": filters,
+        "rows": rows, "page": page, "counts": dashboard_totals(), "filters": filters,
         "live_query": filters.query(page=page.number),
         "prev_query": filters.query(page=page.number - 1) if page.has_previous() else "",
         "next_query": filters.query(page=page.number + 1) if page.has_next() else "",
