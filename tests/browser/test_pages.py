@@ -192,3 +192,16 @@ def test_a_lost_connection_is_said_in_a_banner_until_it_is_back(login: Login, pa
     state["down"] = False
     expect(page.locator("#live-status")).to_have_class(re.compile(r"\bon\b"), timeout=20_000)
     expect(banner).to_have_count(0)
+
+
+def test_reordering_in_the_editor_asks_about_dependencies(login: Login, pages: dict[str, Any]) -> None:
+    page = login(OPERATOR)
+    page.goto(f"/plans/{pages['rita']['v2']}/editor/")
+    page.get_by_role("button", name="Move step 2 up").click()
+    question = page.get_by_role("group", name=re.compile("The steps were reordered"))
+    expect(question).to_contain_text("Keep them, or update them to follow the new order?")
+    expect(page.locator("#editor-rows > li").first).to_have_attribute("aria-label", "Step 2")
+    question.get_by_role("button", name="Update dependencies to the new order").click()
+    expect(question).to_have_count(0)
+    expect(page.get_by_role("listitem", name="Step 2").get_by_label("Depends on")).to_have_value("")
+    expect(page.get_by_role("listitem", name="Step 1").get_by_label("Depends on")).to_have_value("2")
