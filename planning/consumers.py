@@ -50,13 +50,14 @@ from planning.selectors import (
     AgentRow,
     DashboardFilter,
     agent_context,
-    dashboard_counts,
     dashboard_page,
     dashboard_rows,
+    dashboard_totals,
     plan_calls_page,
     plan_context,
     plan_steps,
     plan_versions,
+    step_rollback_possible,
 )
 from planning.templatetags.steer import GRAPH_FIELDS, plan_graph_svg
 
@@ -135,7 +136,7 @@ class DashboardLivePage(LivePage):
             self.row_states.pop(pk, None)
         context: dict[str, Any] = {"rows": rows, "removed": removed}
         if moved:
-            context["counts"] = dashboard_counts()
+            context["counts"] = dashboard_totals()
         html = render_to_string("planning/dashboard_live.html", context)
         return dict.fromkeys(audiences, html)
 
@@ -311,7 +312,9 @@ class PlanLivePage(LivePage):
             if whole_steps:
                 parts.append(render_for("planning/plan_detail.html#steps", context | {"steps": steps}, audience))
             else:
-                parts.extend(render_for("planning/plan_detail.html#step", context | {"step": s}, audience) for s in steps)
+                parts.extend(render_for("planning/plan_detail.html#step", context | {
+                    "step": s, "rollback": audience == OPERATOR and step_rollback_possible(s, agent_id=plan.agent_id),
+                }, audience) for s in steps)
             if planning and self.changed(audience, "versions", tuple((v.pk, v.status) for v in self.versions)):
                 parts.append(render_for("planning/plan_detail.html#versions", context, audience))
             if "attempts" in context:
@@ -751,7 +754,7 @@ class DashboardConsumer(LiveConsumer):
 
     def render_all(self) -> str:
         rows, _ = dashboard_page(DashboardFilter.from_query(self.query))
-        return self.render("planning/dashboard_full.html", {"rows": rows, "counts": dashboard_counts(),
+        return self.render("planning/dashboard_full.html", {"rows": rows, "counts": dashboard_totals(),
                                                             "filters": DashboardFilter.from_query(self.query)})
 
 

@@ -55,6 +55,8 @@ class Plan(models.Model):
     approval_mode = models.CharField(max_length=8, choices=ApprovalMode, default=ApprovalMode.PENDING)
     times_replanned = models.PositiveIntegerField(default=0)
     model = models.CharField(max_length=200, blank=True, help_text="The model whose plan was accepted")
+    edited_by = models.CharField(max_length=150, blank=True,
+                                 help_text="The operator who wrote this version in the plan editor; empty when planned")
     retry_hints = models.JSONField(default=list, blank=True)
     failure_reason = models.TextField(blank=True)
     replan_reason = models.TextField(blank=True, help_text="Set when a replan is due; the runner replans next cycle")

@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from agents.models import Agent, Experience, LLMCall, Need
 from agents.selectors import persona_page
+from agents.tools import undo_dir_for
 from planner_site.statements import columns, statement_kept
 from planning.models import Plan, PlanEvent, PlanStep, steps_done, steps_done_q
 
@@ -30,7 +33,7 @@ class AgentRow:
     done: int = 0
     total: int = 0
     needs: list[Need] = field(default_factory=list)
-    steps: list[PlanStep] = field(default_factory=list)  # the latest plan's
+    steps: list[PlanStep] = field(default_factory=list)  # the row plan's (see agents_row_plan)
 
     @property
     def percent(self) -> int:
@@ -59,13 +62,13 @@ def rows_by_ids(name: str, build: Callable[[list[int]], QuerySet[Any, Any]], ids
 
 
 def dashboard_rows(*, agent_ids: list[int]) -> list[AgentRow]:
-    """One row per agent (in the order asked for; gone ones left out) with its latest plan, current step and
-    progress: four queries in all, each compiled once per number of rows."""
+    """One row per agent (in the order asked for; gone ones left out) with the plan it works on or waits on
+    (agents_row_plan), its current step and progress: four queries in all, each compiled once per number of rows."""
     ids = list(dict.fromkeys(agent_ids))
     if not ids:
         return []
-    agents = {row[0]: row for row in rows_by_ids(
-        "dashboard_agents", lambda ids: agents_latest_plan().filter(pk__in=ids).values_list(*ROW_AGENT_FIELDS, "latest_plan_id"), ids)}
+    # A plain QuerySet: the row plan's ranking takes parameters of its own, so it is not a kept statement by ids.
+    agents = {row[0]: row for row in agents_row_plan().filter(pk__in=ids).values_list(*ROW_AGENT_FIELDS, "row_plan_id")}
     needs: dict[int, list[Need]] = defaultdict(list)
     for row in rows_by_ids("dashboard_needs", lambda ids: Need.objects.filter(agent_id__in=ids).order_by("name")
                            .values_list(*ROW_NEED_FIELDS), ids):
@@ -96,10 +99,20 @@ def dashboard_rows(*, agent_ids: list[int]) -> list[AgentRow]:
     return rows
 
 
-def agents_latest_plan() -> QuerySet[Agent]:
-    """Agents annotated with the id of their latest plan (served by plan_agent_latest_idx)."""
-    latest = Plan.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-pk").values("pk")[:1]
-    return Agent.objects.annotate(latest_plan_id=Subquery(latest))
+def agents_row_plan() -> QuerySet[Agent]:
+    """Agents annotated with the plan their dashboard row shows (`row_plan_id`): the plan that waits for an
+    operator (the one "Waiting: ..." is about), else the open plan the agent works on, else its latest plan.
+    A later plan that was cancelled or failed does not hide the plan still waiting or under way."""
+    awaiting_step = PlanStep.objects.filter(plan=OuterRef("pk"), status=PlanStep.Status.AWAITING_APPROVAL)
+    rank = Case(
+        When(Q(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
+             | (Q(status=Plan.Status.ACTIVE) & Q(Exists(awaiting_step))), then=Value(0)),
+        When(status__in=Plan.OPEN_STATUSES, then=Value(1)),
+        default=Value(2),
+    )
+    shown = (Plan.objects.filter(agent=OuterRef("pk")).annotate(rank=rank)
+             .order_by("rank", "-created_at", "-pk").values("pk")[:1])
+    return Agent.objects.annotate(row_plan_id=Subquery(shown))
 
 
 def failing_q() -> Q:
@@ -158,7 +171,7 @@ class DashboardFilter:
 
 
 def dashboard_agents(filters: DashboardFilter) -> QuerySet[Agent]:
-    agents = agents_latest_plan().order_by("name", "pk")
+    agents = Agent.objects.order_by("name", "pk")
     if filters.status:
         agents = agents.filter(status=filters.status)
     if filters.kind:
@@ -197,6 +210,25 @@ def dashboard_counts() -> dict[str, int]:
     """The counts above the table (and the filter badges): one query, compiled once per process."""
     row = statement_kept("dashboard_counts", dashboard_counts_query).rows()[0]
     return dict(zip(COUNT_NAMES, row, strict=True))
+
+
+def dashboard_totals() -> dict[str, int]:
+    """What the dashboard counts: its agents (dashboard_counts), and the items in the inbox counted as the
+    navigation's "Inbox N" counts them, so the two never disagree."""
+    from planning.steer_selectors import (
+        inbox_count,  # steer_selectors reads plans; it imports nothing from here
+    )
+
+    return dashboard_counts() | {"inbox": inbox_count()}
+
+
+def step_rollback_possible(step: PlanStep, *, agent_id: int) -> bool:
+    """Whether "Roll back" has something to undo: a completed tool step that kept undo copies (the runner keeps
+    them for the steps it ran; an external agent's step, run elsewhere, kept nothing)."""
+    if step.status != PlanStep.Status.COMPLETED or not step.tool:
+        return False
+    workspace = Path(settings.AGENT_WORKSPACES) / str(agent_id)
+    return (undo_dir_for(workspace, str(step.pk)) / "manifest.json").is_file()
 
 
 def agent_context(agent_id: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from agents.models import Agent, LLMCall
 from goals.models import Goal
 from goals.system import goal_priority
 from planner_site.statements import statement_kept
-from planning.engine.diff import plan_diff
+from planning.engine.diff import field_changes_shown, plan_diff
 from planning.models import Plan, PlanEvent, PlanStep
 
 # --- the approvals inbox ------------------------------------------------------------------------------------
@@ -218,7 +218,37 @@ def plans_compare(old: Plan, new: Plan) -> dict[str, Any]:
                                      sum(bool(s["requires_permission"]) for s in new_steps)],
         "steps": [len(old_steps), len(new_steps)],
     }
-    return {"diff": diff, "plan_fields": plan_fields, "totals": totals}
+    return {"diff": diff, "plan_fields": plan_fields, "totals": totals, "steps": compare_steps(diff, new_steps)}
+
+
+@dataclass
+class ComparedStep:
+    """One step of the compare view, marked: added, removed, changed (with its changes in words) or unchanged."""
+
+    mark: str
+    key: str
+    description: str
+    tool: str = ""
+    changes: list[tuple[str, str, str]] = field(default_factory=list)
+
+    @property
+    def mark_label(self) -> str:
+        return self.mark.capitalize()
+
+
+def compare_steps(diff: dict[str, Any], new_steps: list[dict[str, Any]]) -> list[ComparedStep]:
+    """The newer version's steps in their order, each marked, then the steps it removed."""
+    added = {str(s["key"]) for s in diff["added"]}
+    changed = {c["key"]: c["fields"] for c in diff["changed"]}
+    steps = []
+    for spec in new_steps:
+        key = str(spec["key"])
+        mark = "added" if key in added else "changed" if key in changed else "unchanged"
+        steps.append(ComparedStep(mark=mark, key=key, description=str(spec["description"]), tool=str(spec.get("tool") or ""),
+                                  changes=field_changes_shown(changed.get(key, {}))))
+    steps.extend(ComparedStep(mark="removed", key=str(s["key"]), description=str(s["description"]),
+                              tool=str(s.get("tool") or "")) for s in diff["removed"])
+    return steps
 
 
 GRAPH_COLUMN = 190

@@ -113,7 +113,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
         status=plan.status, approval_mode=plan.approval_mode, times_replanned=plan.times_replanned,
         who=plan.who, what=plan.what, when=plan.when, where=plan.where, why=plan.why,
         thinking_summary=plan.thinking_summary, confidence=plan.confidence, risks=list(plan.risks),
-        model=plan.model,
+        model=plan.model, edited_by=user.get_username(),
     )
     for position, spec in enumerate(result.plan.steps, start=1):
         carried = old_by_key.get(spec.key) if spec.key in kept_keys else None

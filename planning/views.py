@@ -30,7 +30,7 @@ from planning.forms import (
     StepEditForm,
 )
 from planning.models import Plan, PlanStep
-from planning.selectors import DashboardFilter, agent_context, dashboard_counts, dashboard_page, plan_context
+from planning.selectors import DashboardFilter, agent_context, dashboard_page, dashboard_totals, plan_context
 from planning.steer_selectors import goal_queue
 
 
@@ -39,7 +39,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     filters = DashboardFilter.from_query(request.GET)
     rows, page = dashboard_page(filters)
     return render(request, "planning/dashboard.html", {
-        "rows": rows, "page": page, "counts": dashboard_counts(), "filters": filters,
+        "rows": rows, "page": page, "counts": dashboard_totals(), "filters": filters,
         "live_query": filters.query(page=page.number),
         "prev_query": filters.query(page=page.number - 1) if page.has_previous() else "",
         "next_query": filters.query(page=page.number + 1) if page.has_next() else "",
@@ -87,6 +87,19 @@ def decision_apply(request: HttpRequest, plan: Plan, note: str, decide: Callable
     return plan_sections(request, plan, note)
 
 
+def plan_named(plan: Plan) -> str:
+    """How a confirmation names a plan: whose, which goal, which version."""
+    return f"{plan.agent.name}'s plan “{plan.goal_text}” (v{plan.version})"
+
+
+def approval_note(plan: Plan, mode: str) -> str:
+    how = "every step approved" if mode == Plan.ApprovalMode.ALL else "you approve it step by step"
+    return f"Approved {plan_named(plan)}: {how}."
+
+
+AGENT_STATUS_VERBS = {Agent.Status.RUNNING: "Resumed", Agent.Status.PAUSED: "Paused", Agent.Status.STOPPED: "Stopped"}
+
+
 def operator(request: HttpRequest) -> User:
     """The signed-in operator (login and the decide permission are checked before any view runs)."""
     return cast(User, request.user)
@@ -99,12 +112,12 @@ def form_errors(form: Any) -> str:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
-    plan = get_object_or_404(Plan, pk=pk)
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ApproveplanForm(request.POST)
     if not form.is_valid():
         return decision_refused(request, form_errors(form), status=400)
     return decision_apply(
-        request, plan, f"Plan v{plan.version} approved.",
+        request, plan, approval_note(plan, form.cleaned_data["mode"]),
         lambda: services.plan_approve(plan=plan, user=operator(request), mode=form.cleaned_data["mode"]),
     )
 
@@ -112,12 +125,12 @@ def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def plan_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
-    plan = get_object_or_404(Plan, pk=pk)
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
-        request, plan, f"Plan v{plan.version} cancelled.",
+        request, plan, f"Cancelled {plan_named(plan)}.",
         lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
     )
 
@@ -125,12 +138,12 @@ def plan_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def plan_replan_view(request: HttpRequest, pk: int) -> HttpResponse:
-    plan = get_object_or_404(Plan, pk=pk)
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ReplanForm(request.POST)
     if not form.is_valid():
         return decision_refused(request, form_errors(form), status=400)
     return decision_apply(
-        request, plan, "Replan requested; the agent makes a new version next cycle.",
+        request, plan, f"Replan requested for {plan_named(plan)}; the agent makes a new version next cycle.",
         lambda: services.plan_replan_request(plan=plan, user=operator(request), reason=form.cleaned_data["reason"]),
     )
 
@@ -138,9 +151,9 @@ def plan_replan_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def step_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
-    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     return decision_apply(
-        request, step.plan, f"Step {step.key} approved.",
+        request, step.plan, f"Approved step {step.key} of {plan_named(step.plan)}.",
         lambda: services.step_approve(step=step, user=operator(request)),
     )
 
@@ -148,13 +161,13 @@ def step_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
-    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     form = DeclineForm(request.POST)
     if not form.is_valid():
         message = form_errors(form) if form.data.get("feedback", "").strip() else "Feedback is required to decline a step."
         return decision_refused(request, message + " Nothing was changed.", status=400)
     return decision_apply(
-        request, step.plan, f"Step {step.key} declined; the agent replans with your feedback.",
+        request, step.plan, f"Declined step {step.key} of {plan_named(step.plan)}; the agent replans with your feedback.",
         lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
     )
 
@@ -162,12 +175,12 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def step_skip_view(request: HttpRequest, pk: int) -> HttpResponse:
-    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     form = ReasonForm(request.POST)
     if not form.is_valid():
         return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
-        request, step.plan, f"Step {step.key} skipped.",
+        request, step.plan, f"Skipped step {step.key} of {plan_named(step.plan)}.",
         lambda: services.step_skip(step=step, user=operator(request), reason=form.cleaned_data.get("reason", "")),
     )
 
@@ -212,7 +225,7 @@ def agent_status_view(request: HttpRequest, pk: int) -> HttpResponse:
         services.agent_set_status(agent=agent, user=operator(request), status=form.cleaned_data["status"])
     except services.DecisionError as exc:
         return decision_refused(request, str(exc))
-    note = f"{agent.name} is now {form.cleaned_data['status']}."
+    note = f"{AGENT_STATUS_VERBS.get(form.cleaned_data['status'], 'Changed')} {agent.name}."
     if getattr(request, "htmx", False):
         return render(request, "partials/flash_oob.html", {"flash": [("success", note)]})
     messages.success(request, note)
@@ -250,12 +263,12 @@ def goal_given_note(goal: Goal) -> str:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
-    plan = get_object_or_404(Plan, pk=pk)
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ClarifyForm(request.POST)
     if not form.is_valid():
         return decision_refused(request, "Write an answer to the planner's question. Nothing was changed.", status=400)
     return decision_apply(
-        request, plan, "Answer given; the agent plans again with it next cycle.",
+        request, plan, f"Answered the planner's question on {plan_named(plan)}; the agent plans again with it next cycle.",
         lambda: services.plan_clarify(plan=plan, user=operator(request), answer=form.cleaned_data["answer"]),
     )
 
@@ -263,8 +276,8 @@ def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def step_rollback_view(request: HttpRequest, pk: int) -> HttpResponse:
-    step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=pk)
+    step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     return decision_apply(
-        request, step.plan, f"Step {step.key} rolled back.",
+        request, step.plan, f"Rolled back step {step.key} of {plan_named(step.plan)}.",
         lambda: services.step_rollback(step=step, user=operator(request)),
     )

@@ -119,6 +119,24 @@ def row_apply(rows: list[EditorRow], op: str, used_keys: set[str]) -> list[Edito
     return rows
 
 
+def dependencies_follow_order(rows: list[EditorRow], *, before: list[str], kept: list[str]) -> list[EditorRow]:
+    """After a reorder the operator chose "update": each step whose dependencies followed the old order (it waited
+    for the step just before it, or, first, for none) waits for the step now just before it. Other dependencies,
+    chosen by hand, stay as they are. `before` is the order of the rows before the moves; kept steps come first."""
+    old = kept + before
+    new = kept + [r.key for r in rows]
+    for row in rows:
+        if row.key not in old:
+            continue  # added since: its dependencies are the operator's own
+        at = old.index(row.key)
+        followed = [old[at - 1]] if at > 0 else []
+        if [d.strip() for d in row.depends_on.split(",") if d.strip()] != followed:
+            continue
+        now = new.index(row.key)
+        row.depends_on = new[now - 1] if now > 0 else ""
+    return rows
+
+
 def rows_parse(rows: list[EditorRow]) -> list[StepSpec]:
     """The rows as steps; what cannot even be read (JSON, numbers) is marked on its row's field."""
     steps = []
@@ -183,9 +201,19 @@ def plan_editor(request: HttpRequest, pk: int) -> HttpResponse:
     rows = rows_from_post(request.POST)
     op = request.POST.get("op", "")
     kept_keys = {s.key for s in steps if s.status in KEPT_STEP_STATUSES}
+    # The order before moves the operator has not yet said what to do about (keep or update dependencies).
+    reordered_from = [k for k in request.POST.get("reordered_from", "").split(",") if k][:100]
+    if op in ("deps-keep", "deps-update"):
+        if op == "deps-update" and reordered_from:
+            kept_order = [s.key for s in steps if s.status in KEPT_STEP_STATUSES]
+            dependencies_follow_order(rows, before=reordered_from, kept=kept_order)
+        return render(request, "planning/plan_editor.html#editor", editor_context(plan, rows))
     if op != "save":  # a new step never reuses the id of one of this version's steps, so diffs stay truthful
-        context = editor_context(plan, row_apply(rows, op, {s.key for s in steps}))
-        return render(request, "planning/plan_editor.html#editor", context)
+        order = reordered_from or [r.key for r in rows]
+        rows = row_apply(rows, op, {s.key for s in steps})
+        moved = op.startswith(("up-", "down-")) or bool(reordered_from)
+        asked = order if moved and order != [r.key for r in rows] else []
+        return render(request, "planning/plan_editor.html#editor", editor_context(plan, rows, reordered_from=asked))
     edited = rows_parse(rows)
     general: list[str] = []
     status = 400

@@ -15,7 +15,7 @@ from planning.forms import ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm
 from planning.models import Plan, PlanStep
 from planning.steer_selectors import inbox_count, inbox_items
 from planning.steer_services import StaleVersion, plan_check_seen
-from planning.views import operator
+from planning.views import approval_note, operator, plan_named
 
 
 def inbox_context(**extra: object) -> dict[str, object]:
@@ -67,7 +67,7 @@ def inbox_decide(request: HttpRequest, plan: Plan, note: str, decide: Callable[[
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def inbox_step_approve(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
-    return inbox_decide(request, step.plan, f"Step {step.key} of {step.plan.agent.name} approved.",
+    return inbox_decide(request, step.plan, f"Approved step {step.key} of {plan_named(step.plan)}.",
                         lambda: services.step_approve(step=step, user=operator(request)))
 
 
@@ -81,7 +81,7 @@ def inbox_step_decline(request: HttpRequest, pk: int) -> HttpResponse:
                                 announce="Feedback is required to decline a step.", oob=True)
         return render(request, "planning/inbox_decided.html", context, status=400)
     return inbox_decide(
-        request, step.plan, f"Step {step.key} of {step.plan.agent.name} declined; the agent replans with your feedback.",
+        request, step.plan, f"Declined step {step.key} of {plan_named(step.plan)}; the agent replans with your feedback.",
         lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
     )
 
@@ -95,8 +95,7 @@ def inbox_plan_approve(request: HttpRequest, pk: int) -> HttpResponse:
         context = inbox_context(flash=[("error", "Choose Approve all or Step by step. Nothing was changed.")], oob=True)
         return render(request, "planning/inbox_decided.html", context, status=400)
     mode = form.cleaned_data["mode"]
-    how = "every step approved" if mode == Plan.ApprovalMode.ALL else "you approve it step by step"
-    return inbox_decide(request, plan, f"Plan v{plan.version} of {plan.agent.name} approved: {how}.",
+    return inbox_decide(request, plan, approval_note(plan, mode),
                         lambda: services.plan_approve(plan=plan, user=operator(request), mode=mode))
 
 
@@ -107,7 +106,7 @@ def inbox_plan_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     form = ReasonForm(request.POST)
     form.is_valid()
     return inbox_decide(
-        request, plan, f"Plan v{plan.version} of {plan.agent.name} cancelled.",
+        request, plan, f"Cancelled {plan_named(plan)}.",
         lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
     )
 

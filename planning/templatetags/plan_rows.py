@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString, mark_safe
 from agents.persona import MAX_OVERRIDES
 from planner_site.kept import Kept
 from planning.models import PlanStep
+from planning.selectors import step_rollback_possible
 
 register = template.Library()
 
@@ -34,19 +35,20 @@ class Drawn(Kept[str]):
 _rows = Drawn(ROWS_KEPT)
 
 
-def row_key(step: PlanStep, can_decide: bool, plan_status: str) -> tuple[Any, ...]:
+def row_key(step: PlanStep, can_decide: bool, plan_status: str, rollback: bool = False) -> tuple[Any, ...]:
     return (step.pk, step.updated_at, step.status, step.actual_cycles, step.retries, step.overrides,
-            step.approved_by_id, step.description, can_decide, plan_status)
+            step.approved_by_id, step.description, can_decide, plan_status, rollback)
 
 
 @register.simple_tag(takes_context=True)
 def step_row(context: template.Context, step: PlanStep) -> SafeString:
     plan = context.get("plan")
     can_decide = bool(context.get("can_decide"))
+    rollback = can_decide and plan is not None and step_rollback_possible(step, agent_id=plan.agent_id)
     # Drawn from the key's values only, so the kept row depends on nothing else on the page.
-    return _rows.get(row_key(step, can_decide, getattr(plan, "status", "")),
+    return _rows.get(row_key(step, can_decide, getattr(plan, "status", ""), rollback),
                      lambda: get_template("planning/plan_detail.html#step").render(
-                         {"step": step, "plan": plan, "can_decide": can_decide}))
+                         {"step": step, "plan": plan, "can_decide": can_decide, "rollback": rollback}))
 
 
 @register.simple_tag

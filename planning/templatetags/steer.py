@@ -11,6 +11,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
+from planning.engine.diff import field_changes_shown
 from planning.steer_selectors import PlanGraph, plan_graph
 from planning.steer_selectors import inbox_count as inbox_count_query
 from planning.templatetags.plan_rows import Drawn
@@ -106,3 +107,9 @@ def as_json(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False)
     return "" if value is None else str(value)
+
+
+@register.filter
+def field_changes(fields: Any) -> list[tuple[str, str, str]]:
+    """A changed step's fields as (label, before, after), in words (see planning/engine/diff.py)."""
+    return field_changes_shown(fields) if isinstance(fields, dict) else []

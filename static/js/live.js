@@ -11,7 +11,16 @@
 (function () {
   "use strict";
   var dot = document.getElementById("live-status");
+  var banner = document.getElementById("live-banner");
   var root = document.querySelector("[data-live]");
+  var DISCONNECTED = "Disconnected, retrying: what you see may be out of date";
+
+  // Said in words, not only by the dot's colour: the page may be out of date until the connection is back.
+  function warn(text) {
+    if (!banner) return;
+    if (text) { if (banner.textContent !== text) banner.textContent = text; banner.hidden = false; }
+    else { banner.hidden = true; banner.textContent = ""; }
+  }
 
   function status(state, title) {
     if (!dot) return;
@@ -135,9 +144,10 @@
 
   window.live = { apply: apply };
 
-  document.addEventListener("htmx:afterRequest", function (evt) {
-    var form = evt.detail.elt;
-    if (form && form.classList && form.classList.contains("stale") && !typingIn(form)) form.remove();
+  document.addEventListener("htmx:afterRequest", function () {
+    Array.prototype.forEach.call(document.querySelectorAll("form.stale"), function (form) {
+      if (!typingIn(form)) form.remove();
+    });
   });
 
   // Responses to the operator's own decisions carry sections too (hx-swap-oob): merged the same way.
@@ -167,17 +177,18 @@
     socket.onopen = function () { opened = true; };
     socket.onmessage = function (evt) {
       if (typeof evt.data !== "string") return;
-      if (opened && failures >= 0) { failures = 0; status("on", "Live"); }
+      if (opened && failures >= 0) { failures = 0; status("on", "Live"); warn(""); }
       apply(evt.data);
     };
     socket.onclose = function (evt) {
       if (evt.code === 4000) { status("off", "Catching up…"); retry(0); return; }
-      if (evt.code === 4401) { status("off", "Logged out: reload the page to log in again"); return; }
-      if (evt.code === 4404) { status("off", "This page no longer exists"); return; }
+      if (evt.code === 4401) { status("off", "Logged out: reload the page to log in again"); warn("Logged out: reload the page to log in again"); return; }
+      if (evt.code === 4404) { status("off", "This page no longer exists"); warn("This page no longer exists"); return; }
       failures++;
       // 0.5 s, 1 s, 2 s … up to 10 s, with jitter so many pages do not come back all at once.
       var delay = Math.min(10000, 500 * Math.pow(2, Math.min(failures - 1, 5))) * (0.75 + Math.random() / 2);
       status("off", evt.code === 4503 ? "Live updates unavailable; retrying…" : "Reconnecting…");
+      warn(DISCONNECTED);
       retry(delay);
     };
   }

@@ -84,18 +84,22 @@
         }, 300);
       });
     }
-    // Inbox decisions are sent from the page, not from their form: a push may remove the decided item (and its
-    // form) before the answer arrives, and htmx would then find no place for the answer's flash and list.
+    // Decisions (every hx-post form whose answer is swapped by id: inbox, plan page, agent page) are sent from the
+    // page, not from their form: a push may remove the decided item (and its form) before the answer arrives, and
+    // htmx, looking for the answer's targets from a form no longer in the page, would find none (no confirmation,
+    // and an htmx:oobErrorNoTarget per section).
     document.addEventListener("submit", function (e) {
       var form = e.target;
-      if (!window.htmx || !form.closest || !form.closest("#inbox-list") || !form.getAttribute("hx-post")) return;
+      if (!window.htmx || !form.getAttribute || !form.getAttribute("hx-post") || form.getAttribute("hx-swap") !== "none") return;
       e.preventDefault();
       e.stopPropagation();  // capture phase: htmx's own listener on the form never sees it
       var question = form.getAttribute("hx-confirm");
       if (question && !window.confirm(question)) return;
-      var buttons = Array.prototype.slice.call(form.querySelectorAll("button"));
+      var values = window.htmx.values(form);
+      if (e.submitter && e.submitter.name) values[e.submitter.name] = e.submitter.value;
+      var buttons = Array.prototype.slice.call(form.querySelectorAll("button:not([disabled])"));
       buttons.forEach(function (b) { b.disabled = true; });
-      window.htmx.ajax("POST", form.getAttribute("hx-post"), { source: document.body, values: window.htmx.values(form), swap: "none" })
+      window.htmx.ajax("POST", form.getAttribute("hx-post"), { source: document.body, values: values, swap: "none" })
         .finally(function () { buttons.forEach(function (b) { b.disabled = false; }); setTimeout(refocus, 0); });
     }, true);
     // Every htmx form on every page: its buttons are disabled while its request is in flight (no double decisions).

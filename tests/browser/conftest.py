@@ -104,6 +104,41 @@ print(json.dumps({"alice": {"agent": alice.pk, "plan": alice_plan.pk, "steps": a
 
 Login = Callable[[tuple[str, str]], Page]
 
+# Every htmx error event (htmx:oobErrorNoTarget, htmx:responseError, htmx:sendError, htmx:swapError,
+# htmx:targetError...) is also dispatched as `htmx:error`: said on the console, where the listener below finds it.
+HTMX_ERRORS_REPORTED = """
+document.addEventListener("htmx:error", function (evt) {
+  var info = (evt.detail && evt.detail.errorInfo) || {};
+  console.error("htmx error event " + (info.error || "htmx:error"));
+}, true);
+"""
+
+
+@dataclass
+class PageErrors:
+    """Console errors, uncaught exceptions and htmx error events of every page a test opens; any fails the test.
+
+    A test that provokes an error on purpose says so with `allow(text)` (e.g. the browser's note of a 409)."""
+
+    seen: list[str] = field(default_factory=list)
+    allowed: list[str] = field(default_factory=list)
+
+    def watch(self, page: Page) -> None:
+        page.on("console", lambda m: self.seen.append(f"{page.url}: console {m.type}: {m.text}")
+                if m.type == "error" else None)
+        page.on("pageerror", lambda exc: self.seen.append(f"{page.url}: uncaught {exc}"))
+
+    def allow(self, text: str) -> None:
+        self.allowed.append(text)
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.seen if not any(a in e for a in self.allowed)]
+
+
+@pytest.fixture
+def page_errors() -> PageErrors:
+    return PageErrors()
+
 
 @dataclass
 class Server:
@@ -255,13 +290,16 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def login(browser: Browser, server: Server) -> Iterator[Login]:
-    """Log in through the login page, in a fresh browser context (own cookies) per user."""
+def login(browser: Browser, server: Server, page_errors: PageErrors) -> Iterator[Login]:
+    """Log in through the login page, in a fresh browser context (own cookies) per user. Any console error or
+    htmx error event on any of its pages fails the test (see PageErrors)."""
     contexts: list[BrowserContext] = []
 
     def log_in(user: tuple[str, str]) -> Page:
         context = browser.new_context(base_url=server.url, viewport={"width": 1280, "height": 860})
         context.set_default_timeout(10_000)
+        context.add_init_script(HTMX_ERRORS_REPORTED)
+        context.on("page", page_errors.watch)
         contexts.append(context)
         page = context.new_page()
         page.goto("/accounts/login/")
@@ -275,6 +313,8 @@ def login(browser: Browser, server: Server) -> Iterator[Login]:
     yield log_in
     for context in contexts:
         context.close()
+    if page_errors.unexpected():
+        pytest.fail("errors in the browser:\n" + "\n".join(page_errors.unexpected()))
 
 
 @pytest.hookimpl(hookwrapper=True)

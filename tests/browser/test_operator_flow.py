@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import APIResponse, Locator, Page, expect
 
-from tests.browser.conftest import OPERATOR, ROOT, VIEWER, Login, Server
+from tests.browser.conftest import OPERATOR, ROOT, VIEWER, Login, PageErrors, Server
 
 pytestmark = pytest.mark.browser
 
@@ -86,7 +86,8 @@ def test_operator_watches_declines_and_approves(login: Login, server: Server) ->
     # Decline with feedback: the step is declined and, next cycle, version 2 appears, still without a reload.
     step2.get_by_label("Feedback").fill(FEEDBACK)
     step2.get_by_role("button", name="Decline", exact=True).click()
-    expect(page.locator("#flash")).to_contain_text("Step 2 declined; the agent replans with your feedback.")
+    expect(page.locator("#flash [role=status]")).to_have_text(
+        "Declined step 2 of Alice's plan “Have a meal” (v1); the agent replans with your feedback.")
     expect(badge(page, "2")).to_have_text("Declined")
     expect(page.locator("#plan-timeline")).to_contain_text(f"Step declined · step 2 · by olga — {FEEDBACK}")
     expect(page.locator("#plan-header")).to_contain_text("Superseded by version 2", timeout=LIVE)
@@ -117,7 +118,7 @@ def test_operator_watches_declines_and_approves(login: Login, server: Server) ->
     expect(page.locator("#plan-steps")).not_to_contain_text("Buy some food")
     key = waiting.locator(".key").inner_text()
     waiting.get_by_role("button", name="Approve", exact=True).click()
-    expect(page.locator("#flash")).to_contain_text(f"Step {key} approved.")
+    expect(page.locator("#flash [role=status]")).to_have_text(f"Approved step {key} of Alice's plan “Have a meal” (v2).")
     expect(page.locator("#plan-timeline")).to_contain_text(f"Step approved · step {key} · by olga")
     expect(badge(page, key)).not_to_have_text("Awaiting approval")
     expect(page.locator(f"#step-{key}")).to_contain_text("approved by olga")
@@ -155,9 +156,10 @@ def test_viewer_sees_no_decisions_and_cannot_post_them(login: Login, server: Ser
     expect(page.locator("#plan-timeline")).not_to_contain_text("Step declined")
 
 
-def test_decline_without_feedback_is_refused(login: Login, server: Server) -> None:
+def test_decline_without_feedback_is_refused(login: Login, server: Server, page_errors: PageErrors) -> None:
     """Declining needs feedback: the browser, then the server, refuse without it; the step still waits."""
     bob = server.scenario["bob"]
+    page_errors.allow("the server responded with a status of 400 (Bad Request)")  # the refusal, on purpose
     page = login(OPERATOR)
     open_live(page, f"/plans/{bob['plan']}/")
     step2 = page.locator("#step-2")

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.browser.conftest import OPERATOR, ROOT, Login, Server, manage
+from tests.browser.conftest import OPERATOR, ROOT, Login, PageErrors, Server, manage
 
 pytestmark = pytest.mark.browser
 
@@ -157,17 +157,18 @@ def test_inbox_decides_in_place_and_from_the_keyboard(login: Login, steer: dict[
     # Approve all, with the mouse: the item leaves the list, the count follows, the page is not reloaded.
     before = int(page.locator("#inbox-count").get_attribute("data-count") or "0")
     clerk.get_by_role("button", name="Approve all").click()
-    expect(page.locator("#flash")).to_contain_text("Plan v1 of Clerk approved: every step approved.")
+    expect(page.locator("#flash [role=status]")).to_have_text(
+        "Approved Clerk's plan “Convert data.csv to JSON” (v1): every step approved.")
     expect(clerk).to_have_count(0)
     announce = page.locator("#inbox-announce")  # said politely; new arrivals may follow it
     expect(announce).to_have_attribute("aria-live", "polite")
-    expect(announce).to_contain_text(re.compile("Clerk approved|new in the inbox"))
+    expect(announce).to_contain_text(re.compile("Approved Clerk's plan|new in the inbox"))
     assert int(page.locator("#inbox-count").get_attribute("data-count") or "0") <= before - 1
 
     # The keyboard: focus Carol's item, "a" approves it; focus stays in the list.
     carol.focus()
     page.keyboard.press("a")
-    expect(page.locator("#flash")).to_contain_text("of Carol approved.")
+    expect(page.locator("#flash [role=status]")).to_contain_text("Approved step 1 of Carol's plan")
     expect(carol).to_have_count(0)
     assert page.evaluate("document.activeElement.closest('#inbox-list') !== null")
 
@@ -182,7 +183,8 @@ def test_inbox_decides_in_place_and_from_the_keyboard(login: Login, steer: dict[
     expect(feedback).to_be_focused()
     feedback.fill("Too pricey; cook at home")
     feedback.press("Enter")
-    expect(page.locator("#flash")).to_contain_text("of Dana declined; the agent replans with your feedback.")
+    expect(page.locator("#flash [role=status]")).to_contain_text(
+        "Declined step 1 of Dana's plan “Go out for dinner” (v1); the agent replans with your feedback.")
     expect(dora).to_have_count(0)
     assert page.evaluate("window.__marker") == 1, "the inbox was reloaded"
 
@@ -195,7 +197,9 @@ def test_inbox_decides_in_place_and_from_the_keyboard(login: Login, steer: dict[
     screenshot(page, tmp_path, "audit.png")
 
 
-def test_two_operators_decide_the_same_plan_at_once(login: Login, steer: dict[str, Any]) -> None:
+def test_two_operators_decide_the_same_plan_at_once(login: Login, steer: dict[str, Any],
+                                                    page_errors: PageErrors) -> None:
+    page_errors.allow("the server responded with a status of 409 (Conflict)")  # the second decision's refusal
     olga, otto = login(OPERATOR), login(SECOND_OPERATOR)
     for page in (olga, otto):
         open_inbox(page)
@@ -217,7 +221,7 @@ def test_two_operators_decide_the_same_plan_at_once(login: Login, steer: dict[st
     for page in (olga, otto):
         expect(page.locator("#flash .flash")).to_have_count(1)
     texts = [p.locator("#flash").inner_text() for p in (olga, otto)]
-    assert sum("Courier approved" in t for t in texts) == 1, texts
+    assert sum("Approved Courier's plan" in t for t in texts) == 1, texts
     assert sum("no longer awaiting approval" in t and "Nothing was changed." in t for t in texts) == 1, texts
     for page in (olga, otto):
         expect(item(page, "Courier")).to_have_count(0)
@@ -232,7 +236,8 @@ def test_two_operators_decide_the_same_plan_at_once(login: Login, steer: dict[st
 
 
 def test_editor_refuses_an_invalid_plan_then_saves_version_two(login: Login, steer: dict[str, Any],
-                                                                tmp_path: Path) -> None:
+                                                                tmp_path: Path, page_errors: PageErrors) -> None:
+    page_errors.allow("the server responded with a status of 400 (Bad Request)")  # the invalid save, on purpose
     page = login(OPERATOR)
     page.goto(f"/plans/{steer['editor']}/")
     page.get_by_role("link", name="Edit plan").click()

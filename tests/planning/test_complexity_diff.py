@@ -91,3 +91,25 @@ def test_tool_single_step_for_one_read_on_a_named_file(goal: str, step: tuple[st
 @pytest.mark.parametrize("goal", ["List the workspace", "Read the notes", "Write notes.txt", "Read a.txt and b.txt"])
 def test_tool_single_step_leaves_everything_else_to_the_model(goal: str) -> None:
     assert tool_single_step(goal) is None
+
+
+def test_plan_diff_matches_a_renumbered_step_to_itself() -> None:
+    old = [
+        {"key": "1", "description": "Go to the store", "action_hint": "go to the store", "depends_on": []},
+        {"key": "2", "description": "Buy some food", "action_hint": "buy food", "depends_on": ["1"]},
+        {"key": "3", "description": "Eat a meal", "action_hint": "eat", "depends_on": ["2"]},
+    ]
+    new = [
+        old[0],
+        {"key": "2", "description": "Earn some money", "action_hint": "work", "depends_on": ["1"]},
+        {**old[1], "key": "3", "depends_on": ["2"]},
+        {**old[2], "key": "4", "depends_on": ["3"]},
+    ]
+    diff = plan_diff(old, new)
+    assert [s["key"] for s in diff["added"]] == ["2"]  # the one new step, and only it
+    assert diff["removed"] == []
+    assert diff["changed"] == [
+        {"key": "3", "fields": {"key": ["2", "3"], "depends_on": [["1"], ["2"]]}},
+        {"key": "4", "fields": {"key": ["3", "4"], "depends_on": [["2"], ["3"]]}},
+    ]
+    assert diff["kept"] == ["1"]

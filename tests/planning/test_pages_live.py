@@ -63,7 +63,7 @@ def test_dashboard_filters_by_status_kind_waiting_and_failing(viewer_client: Cli
     assert "No agent matches these filters" in viewer_client.get("/", {"kind": "tool", "status": "paused"}).content.decode()
     assert len(names(status="nonsense")) == 7  # an unknown value filters nothing
     html = viewer_client.get("/").content.decode()
-    assert "<b>2</b> failing" in html and "<b>1</b> waiting for an operator" in html
+    assert "<b>2</b> failing" in html and "<b>1</b> agent waiting for an operator" in html
     assert failed.agent.name == "Faller" and retrying.retries == 1
 
 

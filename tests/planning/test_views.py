@@ -77,12 +77,26 @@ def test_viewer_decision_is_forbidden_and_changes_nothing(viewer_client: Client)
 
 
 def test_operator_approves_step_over_htmx_and_sees_it(operator_client: Client) -> None:
-    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL, description="Buy food")
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL, description="Buy food", plan__agent__name="Ann",
+                           plan__goal_text="Have a meal")
     response = operator_client.post(reverse("step-approve", args=[step.pk]), HTTP_HX_REQUEST="true")
     assert response.status_code == 200
-    assert "Step 1 approved" in response.content.decode() or f"Step {step.key} approved" in response.content.decode()
+    assert (f'<p class="flash success" role="status">Approved step {step.key} of Ann&#x27;s plan “Have a meal” (v1).</p>'
+            in response.content.decode())
     step.refresh_from_db()
     assert step.status == PlanStep.Status.PENDING
+
+
+def test_plan_and_agent_decisions_confirm_what_happened(operator_client: Client) -> None:
+    step = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL, plan__agent__name="Ann", plan__goal_text="Have a meal")
+    plan, agent = step.plan, step.plan.agent
+    cancelled = operator_client.post(reverse("plan-cancel", args=[plan.pk]), HTTP_HX_REQUEST="true").content.decode()
+    assert '<p class="flash success" role="status">Cancelled Ann&#x27;s plan “Have a meal” (v1).</p>' in cancelled
+    paused = operator_client.post(reverse("agent-status", args=[agent.pk]), {"status": "paused"}, HTTP_HX_REQUEST="true")
+    assert '<p class="flash success" role="status">Paused Ann.</p>' in paused.content.decode()
+    # Without htmx the confirmation comes after the redirect, said the same way.
+    page = operator_client.post(reverse("agent-status", args=[agent.pk]), {"status": "running"}, follow=True)
+    assert '<p class="flash success" role="status">Resumed Ann.</p>' in page.content.decode()
 
 
 def test_second_decision_on_same_step_is_refused_with_message(operator_client: Client) -> None:

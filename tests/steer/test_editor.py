@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -158,3 +159,70 @@ def test_dependency_cycle_is_refused(operator) -> None:  # type: ignore[no-untyp
         ])
     assert any("cycle" in p for p in refused.value.problems)
     assert Plan.objects.count() == 1
+
+
+def three_read_plan() -> Plan:
+    """A tool plan of three reads in a chain: 1 -> 2 -> 3."""
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, agent__kind=Agent.Kind.TOOL,
+                       approval_mode=Plan.ApprovalMode.PENDING)
+    for key, path in (("1", "a.csv"), ("2", "b.csv"), ("3", "c.csv")):
+        PlanStepFactory(plan=plan, key=key, position=int(key), description=f"Read {path}", tool="file.read",
+                        tool_input={"path": path}, action_hint="file.read",
+                        depends_on=[str(int(key) - 1)] if key != "1" else [])
+    return plan
+
+
+def row_deps(html: str) -> dict[str, str]:
+    """Each row's step id and its "Depends on" field, in the order the editor shows them."""
+    keys = re.findall(r'name="(\d+)-key" value="([^"]*)"', html)
+    deps = dict(re.findall(r'name="(\d+)-depends_on" value="([^"]*)"', html))
+    return {key: deps[index] for index, key in keys}
+
+
+def test_reorder_asks_whether_to_keep_or_update_dependencies(operator_client: Client) -> None:
+    plan = three_read_plan()
+    url = reverse("plan-editor", args=[plan.pk])
+    html = operator_client.post(url, form(plan, rows_of(plan), op="up-2"), HTTP_HX_REQUEST="true").content.decode()
+    assert list(row_deps(html)) == ["1", "3", "2"]
+    assert row_deps(html) == {"1": "", "3": "2", "2": "1"}  # moved, not yet rewired: the operator is asked
+    assert "Keep them, or update them to follow the new order?" in html
+    assert 'name="reordered_from" value="1,2,3"' in html
+
+    moved = [dict(r) for r in rows_of(plan)]
+    moved = [moved[0], moved[2], moved[1]]
+    kept = operator_client.post(url, form(plan, moved, op="deps-keep", reordered_from="1,2,3"),
+                                HTTP_HX_REQUEST="true").content.decode()
+    assert row_deps(kept) == {"1": "", "3": "2", "2": "1"} and "reordered_from" not in kept
+
+    updated = operator_client.post(url, form(plan, moved, op="deps-update", reordered_from="1,2,3"),
+                                   HTTP_HX_REQUEST="true").content.decode()
+    assert row_deps(updated) == {"1": "", "3": "1", "2": "3"} and "reordered_from" not in updated
+
+
+def test_updated_dependencies_are_saved_and_hand_made_ones_kept(operator_client: Client) -> None:
+    plan = three_read_plan()
+    PlanStep.objects.filter(plan=plan, key="3").update(depends_on=["1"])  # chosen by hand: not the old order
+    rows = rows_of(plan)
+    moved = [rows[1], rows[0], rows[2]]  # 2 before 1
+    url = reverse("plan-editor", args=[plan.pk])
+    updated = operator_client.post(url, form(plan, moved, op="deps-update", reordered_from="1,2,3"),
+                                   HTTP_HX_REQUEST="true").content.decode()
+    assert row_deps(updated) == {"2": "", "1": "2", "3": "1"}
+    rows_now = [dict(r, depends_on=row_deps(updated)[r["key"]]) for r in moved]
+    operator_client.post(url, form(plan, rows_now), HTTP_HX_REQUEST="true")
+    new = Plan.objects.get(previous=plan)
+    assert [(s.key, s.depends_on) for s in new.steps.order_by("position")] == [("2", []), ("1", ["2"]), ("3", ["1"])]
+
+
+def test_an_edited_version_says_who_edited_it(operator_client: Client) -> None:
+    plan = tool_plan()
+    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label="runner")
+    Plan.objects.filter(pk=plan.pk).update(model="offline-rules")
+    operator_client.post(reverse("plan-editor", args=[plan.pk]), form(plan, rows_of(plan), reason="tidy"),
+                         HTTP_HX_REQUEST="true")
+    new = Plan.objects.get(previous=plan)
+    html = operator_client.get(new.get_absolute_url()).content.decode()
+    assert "edited by olga in the plan editor" in html
+    assert "Written by olga in the plan editor and checked by the validator" in html
+    assert "planned by <code>offline-rules</code>" not in html and "Accepted at the first attempt" not in html
+    assert "planned by <code>offline-rules</code>" in operator_client.get(plan.get_absolute_url()).content.decode()

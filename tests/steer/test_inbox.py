@@ -79,7 +79,7 @@ def test_operator_approves_a_step_in_place(operator_client: Client) -> None:
                                     HTTP_HX_REQUEST="true")
     html = response.content.decode()
     assert response.status_code == 200
-    assert f"Step {step.key} of Bob approved." in html
+    assert f"Approved step {step.key} of Bob&#x27;s plan “{step.plan.goal_text}” (v1)." in html
     assert "Nothing waits for you" in html and 'id="inbox-announce"' in html
     step.refresh_from_db()
     assert step.status == PlanStep.Status.PENDING and step.approved_by is not None

@@ -45,11 +45,33 @@ def test_compare_shows_added_removed_changed_and_estimates(viewer_client: Client
     PlanStep.objects.filter(plan=v2, key="1").update(description="Walk to the store")
     html = viewer_client.get(reverse("plan-compare") + f"?a={v2.pk}&b={v1.pk}").content.decode()
     assert "version 1</a> → <a" in html
-    assert "+ <span class=\"key\">3</span> Cook at home" in html
-    assert "− <span class=\"key\">2</span> Buy food" in html
-    assert "<code>Go to the store</code></td><td class=\"new\"><code>Walk to the store</code>" in html
+    assert '<span class="tag mark added">Added</span> <span class="key">3</span> Cook at home' in html
+    assert '<span class="tag mark removed">Removed</span> <span class="key">2</span> Buy food' in html
+    assert '<span class="tag mark changed">Changed</span> <span class="key">1</span> Walk to the store' in html
+    assert 'Description: <span class="old">Go to the store</span> → <span class="new">Walk to the store</span>' in html
     assert '<th scope="row">estimated cycles</th><td>3</td><td>4</td>' in html
     assert '<th scope="row">risky steps</th><td>0</td><td>1</td>' in html
+
+
+def test_compare_names_fields_in_words(viewer_client: Client) -> None:
+    v1, v2 = two_versions()
+    PlanStep.objects.filter(plan=v1, key="1").update(requires_permission=True)
+    PlanStep.objects.filter(plan=v2, key="1").update(action_hint="walk to the store")
+    html = viewer_client.get(reverse("plan-compare") + f"?a={v1.pk}&b={v2.pk}").content.decode()
+    assert 'Action: <span class="old">work</span> → <span class="new">walk to the store</span>' in html
+    assert 'Requires permission: <span class="old">yes</span> → <span class="new">no</span>' in html
+    assert "action_hint" not in html and "requires_permission" not in html and "True" not in html
+
+
+def test_compare_matches_a_renumbered_step_to_itself(viewer_client: Client) -> None:
+    v1, v2 = two_versions()
+    PlanStep.objects.filter(plan=v2, key="3").update(description="Earn some money", key="2")
+    PlanStepFactory(plan=v2, key="3", position=3, description="Buy food", estimated_cycles=2, depends_on=["2"])
+    html = viewer_client.get(reverse("plan-compare") + f"?a={v1.pk}&b={v2.pk}").content.decode()
+    assert '<span class="tag mark added">Added</span> <span class="key">2</span> Earn some money' in html
+    assert '<span class="tag mark changed">Changed</span> <span class="key">3</span> Buy food' in html
+    assert 'Step id: <span class="old">2</span> → <span class="new">3</span>' in html
+    assert "Removed</span>" not in html
 
 
 def test_compare_refuses_bad_input_clearly(viewer_client: Client) -> None:

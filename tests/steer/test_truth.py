@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import Client
 from django.urls import reverse
 
 from agents.cycle import step_needs_approval
 from agents.models import Agent
+from agents.tools import undo_dir_for
 from goals.models import Goal
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
-from tests.factories import AgentFactory, GoalFactory, PlanFactory, PlanStepFactory
+from tests.factories import AgentFactory, GoalFactory, PlanEventFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -109,3 +112,50 @@ def test_a_step_the_operator_skipped_counts_as_done_on_load_as_in_pushes(viewer_
     assert "1/2 steps done" in html  # what the live header says after the skip (tests/browser/test_live.py)
     assert "1/2 steps" in viewer_client.get("/").content.decode()
     assert "1/2" in viewer_client.get(reverse("agent-detail", args=[plan.agent_id])).content.decode()
+
+
+# --- the dashboard says what is true ---------------------------------------------------------------------------
+
+
+def agent_row(html: str, agent: Agent) -> str:
+    start = html.index(f'id="agent-row-{agent.pk}"')
+    return html[start:html.index("</tr>", start)]
+
+
+def test_dashboard_row_shows_the_plan_waited_on_not_a_later_cancelled_one(viewer_client: Client) -> None:
+    waited = PlanStepFactory(status=PlanStep.Status.AWAITING_APPROVAL, key="2", plan__goal_text="Catch up with Sam").plan
+    agent = waited.agent
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason="step 2 awaits approval")
+    later = PlanFactory(agent=agent, goal_text="Buy a new phone", status=Plan.Status.CANCELLED)
+    assert later.created_at >= waited.created_at
+    row = agent_row(viewer_client.get(reverse("dashboard")).content.decode(), agent)
+    assert f'<a href="{waited.get_absolute_url()}">Catch up with Sam</a>' in row
+    assert f'Waiting: <a href="{waited.get_absolute_url()}">step 2 awaits approval</a>' in row
+    assert "Buy a new phone" not in row
+
+
+def test_dashboard_counts_agree_with_the_inbox(viewer_client: Client) -> None:
+    agent = AgentFactory(kind=Agent.Kind.TOOL, waiting_reason="plan v1 awaits approval")
+    asking = PlanFactory(agent=agent, status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING)
+    PlanEventFactory(plan=asking, kind=PlanEvent.Kind.VALIDATED)
+    step = PlanStepFactory(plan__agent=agent, status=PlanStep.Status.AWAITING_APPROVAL, requires_permission=True)
+    PlanEventFactory(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING)
+    html = viewer_client.get(reverse("dashboard")).content.decode()
+    inbox = re.search(r'id="inbox-count"[^>]*data-count="(\d+)"', html)
+    assert inbox is not None and inbox.group(1) == "2"  # the navigation's "Inbox 2"
+    assert "<b>2</b> items in the inbox" in html  # the dashboard counts the same items
+    assert "<b>1</b> agent waiting for an operator" in html  # and says that it counts agents here
+
+
+def test_roll_back_is_offered_only_where_undo_copies_were_kept(operator_client: Client) -> None:
+    external = PlanStepFactory(plan__agent__kind=Agent.Kind.EXTERNAL, status=PlanStep.Status.COMPLETED,
+                               tool="file.write", risk="risky")  # run by the external agent: the server kept nothing
+    html = operator_client.get(external.plan.get_absolute_url()).content.decode()
+    assert "Roll back" not in html
+    ran = PlanStepFactory(plan__agent__kind=Agent.Kind.TOOL, status=PlanStep.Status.COMPLETED, tool="file.write",
+                          risk="risky")
+    undo = undo_dir_for(ran.plan.agent.workspace, str(ran.pk))
+    undo.mkdir(parents=True)
+    (undo / "manifest.json").write_text('{"entries": []}', encoding="utf-8")
+    html = operator_client.get(ran.plan.get_absolute_url()).content.decode()
+    assert f"Roll back step {ran.key}?" in html
