@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db.models import BooleanField, Exists, Model, OuterRef, QuerySet
+from django.db.models import BooleanField, Exists, IntegerField, Model, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent, Need
-from agents.persona import goal_plannable, step_evaluate
+from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
 from agents.services import (
     CycleAlreadyDone,
     CycleRecord,
@@ -220,11 +220,12 @@ class PersonaRows:
 HELD_STATUSES = [*Plan.OPEN_STATUSES, Plan.Status.FAILED]  # a goal with such a plan is planned
 NO_AGENT = -1  # the agent id the statement is compiled with; each run gives its own in its place
 NEEDS, GOALS, STEPS = range(3)  # the parts of the read
-# Where each model's columns start in a row of the read: Need, Agent, Goal, planned, PlanStep, Plan.
+# Where each model's columns start in a row of the read: Need, Agent, Goal, planned, open plan, PlanStep, Plan.
 AGENT_AT = len(statements.fields(Need))
 GOAL_AT = AGENT_AT + len(statements.fields(Agent))
 PLANNED_AT = GOAL_AT + len(statements.fields(Goal))
-STEP_AT = PLANNED_AT + 1
+OPEN_PLAN_AT = PLANNED_AT + 1
+STEP_AT = OPEN_PLAN_AT + 1
 PLAN_AT = STEP_AT + len(statements.fields(PlanStep))
 
 
@@ -247,18 +248,21 @@ def _persona_read(agent_id: int) -> statements.Stacked:
     """Needs with their agent; a persona's active goals; a persona's open plans' steps (a tool agent's cycle
     reads its plans itself)."""
     held = Plan.objects.filter(goal=OuterRef("pk"), status__in=HELD_STATUSES)
+    # The goal's open plan, steps or not: a plan still planning, or retrying a failed planning, has none yet.
+    open_plan = Plan.objects.filter(goal=OuterRef("pk"), status__in=Plan.OPEN_STATUSES).order_by("-pk").values("pk")[:1]
     layout = [*statements.fields(Need), *statements.fields(Agent), *statements.fields(Goal), BooleanField(),
-              *statements.fields(PlanStep), *statements.fields(Plan)]
+              IntegerField(), *statements.fields(PlanStep), *statements.fields(Plan)]
     needs = Need.objects.filter(agent_id=agent_id)
     goals = Goal.objects.filter(agent_id=agent_id, agent__kind=Agent.Kind.PERSONA, status=Goal.Status.ACTIVE)
     steps = PlanStep.objects.filter(plan__agent_id=agent_id, plan__agent__kind=Agent.Kind.PERSONA,
                                     plan__status__in=Plan.OPEN_STATUSES)
     return statements.Stacked(layout, [
         (needs, [*statements.all_columns(Need), *statements.all_columns(Agent, "agent__"), *_nulls(Goal), None,
-                 *_nulls(PlanStep), *_nulls(Plan)]),
-        (goals.annotate(planned=Exists(held)),
-         [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal), "planned", *_nulls(PlanStep), *_nulls(Plan)]),
-        (steps, [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal, "plan__goal__"), None,
+                 None, *_nulls(PlanStep), *_nulls(Plan)]),
+        (goals.annotate(planned=Exists(held), open_plan=Subquery(open_plan)),
+         [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal), "planned", "open_plan", *_nulls(PlanStep),
+          *_nulls(Plan)]),
+        (steps, [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal, "plan__goal__"), None, None,
                  *statements.all_columns(PlanStep), *statements.all_columns(Plan, "plan__")]),
     ])
 
@@ -280,6 +284,7 @@ def persona_rows(agent_id: int) -> PersonaRows:
             goal = statements.instance(Goal, row, GOAL_AT)
             assert goal is not None
             goal.planned = bool(row[PLANNED_AT])  # type: ignore[attr-defined]
+            goal.open_plan_id = row[OPEN_PLAN_AT]  # type: ignore[attr-defined]
             rows.goals.append(goal)
         else:
             step = statements.instance(PlanStep, row, STEP_AT)
@@ -306,6 +311,12 @@ def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
     for step in rows.steps:
         plans[step.plan_id] = step.plan
         state.steps.setdefault(step.plan_id, []).append(step)
+    # An open plan without steps (planning, or a failed planning whose retry is due) holds its horizon and must
+    # be replanned like any other: read only when there is one, so the common cycle costs no query for it.
+    stepless = {g.open_plan_id for g in goals if g.open_plan_id is not None} - set(plans)  # type: ignore[attr-defined]
+    if stepless:
+        plans.update({p.pk: p for p in Plan.objects.filter(pk__in=stepless, status__in=Plan.OPEN_STATUSES)
+                      .select_related("goal")})
     state.plans = sorted(plans.values(), key=plan_order)
     return state
 
@@ -359,9 +370,15 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         if recurred or generated:
             changed = True
             state = persona_reload(agent)
-    open_horizons = {p.goal.horizon for p in state.plans if p.goal is not None}
-    open_horizons |= set(Plan.objects.filter(agent=agent, status__in=[Plan.Status.DRAFT, Plan.Status.VALIDATING])
-                         .values_list("goal__horizon", flat=True)) if changed else set()
+    # Seed 000: at most MAX_ACTIVE_PLANS open plans, one per horizon; a plan without steps (still planning, or
+    # retrying a failed planning) holds its horizon like any other.
+    held = {p.pk: p.goal.horizon if p.goal else None for p in state.plans if p not in finished}
+    if changed:  # a plan begun since the read (this cycle's replan, another runner's planning)
+        held |= dict(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).exclude(
+            pk__in=[p.pk for p in finished]).values_list("pk", "goal__horizon"))
+    if len(held) >= MAX_ACTIVE_PLANS:
+        return changed
+    open_horizons = set(held.values())
     for goal in state.goals:
         if goal.planned or goal.horizon in open_horizons:  # type: ignore[attr-defined]
             continue
@@ -405,6 +422,7 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     retry = agent.plan_retry_at is not None and agent.plan_retry_at <= timezone.now()
     if retry:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
+        state = persona_reload(agent)  # the retried plan is open now: this cycle replans it
     if persona_prepare(state=state, runner=runner) or retry:
         state = persona_reload(agent)
         if state.agent.cycle_count != expected or state.agent.status != Agent.Status.RUNNING:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agents.cycle import agent_cycle, persona_cycle, persona_rows
 from agents.models import Agent, Experience, Lesson, LLMCall, Need
+from agents.persona import MAX_ACTIVE_PLANS
 from goals.models import Goal
 from goals.system import (
     DECAY_PER_HOUR,
@@ -532,3 +535,36 @@ def test_a_cycle_told_the_wrong_kind_still_runs_the_persona() -> None:
     agent_cycle(agent_id=agent.pk, runner="runner-test", kind=Agent.Kind.TOOL)
     experience = Experience.objects.get(agent=agent)
     assert experience.step is not None and experience.step.plan_id == plan.pk and experience.followed_plan
+
+
+def test_a_persona_whose_planning_failed_plans_again_when_its_retry_is_due() -> None:
+    agent = person({**CALM, "social": 0.3})
+    goal = GoalFactory(agent=agent, horizon="short_term", source_needs=["social"], description="Spend time with a friend")
+    failed = PlanFactory(agent=agent, goal=goal, status=Plan.Status.FAILED, failure_reason="no model answered",
+                         retry_at=timezone.now() - timedelta(seconds=1))
+    Agent.objects.filter(pk=agent.pk).update(plan_retry_at=failed.retry_at)
+    experience = cycle(agent)
+    retried = Plan.objects.get(previous=failed)
+    assert retried.status == Plan.Status.ACTIVE and retried.steps.exists()
+    assert experience.step is not None and experience.step.plan == retried and experience.followed_plan
+
+
+def test_a_plan_still_without_steps_holds_its_horizon() -> None:
+    agent = person({**CALM, "social": 0.3, "fun": 0.3})
+    planning = GoalFactory(agent=agent, horizon="short_term", source_needs=["fun"], description="Do something fun")
+    PlanFactory(agent=agent, goal=planning, status=Plan.Status.VALIDATING)  # another runner is planning it
+    other = GoalFactory(agent=agent, horizon="short_term", source_needs=["social"], description="Call a friend today")
+    cycle(agent)
+    assert not Plan.objects.filter(goal=other).exists()
+    assert Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).count() == 1
+
+
+def test_no_more_than_max_active_plans_are_open_at_once() -> None:
+    agent = person({**CALM, "social": 0.3, "fun": 0.3})
+    for horizon in ("short_term", "mid_term", "long_term"):
+        plan_with_steps(agent, horizon, ["relax"], source="fun", estimated=3)
+    Plan.objects.filter(agent=agent, goal__horizon="long_term").update(goal=None)  # a plan of no horizon
+    waiting = GoalFactory(agent=agent, horizon="long_term", source_needs=["social"], description="Make a friend")
+    cycle(agent)
+    assert not Plan.objects.filter(goal=waiting).exists()
+    assert Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).count() == MAX_ACTIVE_PLANS
