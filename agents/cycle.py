@@ -12,13 +12,15 @@ execute in the agent's workspace, respecting dependencies.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.core.cache import cache
 from django.db.models import BooleanField, Exists, IntegerField, Model, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
@@ -358,7 +360,9 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             plan_replan(agent=agent, plan=plan, runner=runner)
             changed = True
             break  # one replan per cycle: a model call each
-    served = [n for g in state.goals for n in g.source_needs]
+    # A need whose goal waits for a person is room for another goal: the person finds another way meanwhile.
+    waiting = plans_waiting(state)
+    served = [n for g in state.goals if g.pk not in waiting for n in g.source_needs]
     room = goals_room(needs=state.needs, served=served, active=len(state.goals)) if goals_reevaluation_due(
         agent.cycle_count) else []
     if room:
@@ -366,16 +370,21 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         served_now = {n for g in recurred for n in g.source_needs}
         generated = []
         if any(n not in served_now for n in room) and len(state.goals) + len(recurred) < MAX_GOALS:
-            generated = goals_generate(agent=agent, needs=state.needs)
+            generated = goals_generate(agent=agent, needs=state.needs,
+                                       waiting=[g.description for g in state.goals if g.pk in waiting])
         if recurred or generated:
             changed = True
             state = persona_reload(agent)
     # Seed 000: at most MAX_ACTIVE_PLANS open plans, one per horizon; a plan without steps (still planning, or
-    # retrying a failed planning) holds its horizon like any other.
-    held = {p.pk: p.goal.horizon if p.goal else None for p in state.plans if p not in finished}
+    # retrying a failed planning) holds its horizon like any other. A plan that waits for a person is parked in
+    # the inbox: it keeps its goal, but the person goes on with the next goal of its horizon meanwhile.
+    held = {p.pk: p.goal.horizon if p.goal else None for p in state.plans
+            if p not in finished and not plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
     if changed:  # a plan begun since the read (this cycle's replan, another runner's planning)
-        held |= dict(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).exclude(
-            pk__in=[p.pk for p in finished]).values_list("pk", "goal__horizon"))
+        held |= dict(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES)
+                     .exclude(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
+                     .exclude(steps__status=PlanStep.Status.AWAITING_APPROVAL)
+                     .exclude(pk__in=[p.pk for p in finished]).values_list("pk", "goal__horizon"))
     if len(held) >= MAX_ACTIVE_PLANS:
         return changed
     open_horizons = set(held.values())
@@ -400,6 +409,18 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     return changed
 
 
+def plan_waits_for_a_person(plan: Plan, steps: list[PlanStep]) -> bool:
+    """A step awaiting approval, or the plan itself awaiting approval or an answer."""
+    return plan.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING) or any(
+        s.status == PlanStep.Status.AWAITING_APPROVAL for s in steps)
+
+
+def plans_waiting(state: PersonaState) -> set[int | None]:
+    """The goals whose plan waits for a person. Such a goal is being pursued: it is held until the person
+    answers (goal_after_experience), and its plan stays in the inbox."""
+    return {p.goal_id for p in state.plans if plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
+
+
 def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, PlanStep | None]:
     """Seed 000's get_current_step: the current step of the highest-priority plan that can act now
     (short-term first, then mid, then long). A step that waits for an operator lets the next plan act."""
@@ -411,6 +432,7 @@ def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, 
             continue
         if step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
             step_request_approval(step=step, runner=runner)
+            step.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
             continue
         return plan, step
     return None, None
@@ -447,17 +469,21 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     if plan is not None and step is not None:
         verdict = step_evaluate(key=step.key, actual_cycles=step.actual_cycles, estimated_cycles=step.estimated_cycles,
                                 overrides=step.overrides, followed=followed, succeeded=outcome.succeeded,
+                                improved=any(delta > 0 for delta in outcome.need_deltas.values()),
                                 override_reason=override_reason, outcome=outcome.outcome)
         others_done = all(s.is_done for s in state.steps.get(plan.pk, []) if s.pk != step.pk)
         change = StepChange(step=step, plan=plan, verdict=verdict, followed=followed, override_reason=override_reason,
                             result=outcome.outcome, plan_completed=verdict.completed and others_done)
     bonus_goal = change.plan.goal_id if change is not None and change.plan_completed else None
+    waiting = plans_waiting(state)
 
     def goal_after(goal: Goal, bonus: float) -> GoalState:
+        # Seed 001: progress from what the action did to the source needs, not from their passive decay.
         return goal_after_experience(
             state=GoalState(progress=goal.progress, confidence=goal.confidence, times_advanced=goal.times_advanced,
                             times_regressed=goal.times_regressed),
-            horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=changes, hours=hours, bonus=bonus)
+            horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=outcome.need_deltas, hours=hours,
+            bonus=bonus, waiting=goal.pk in waiting)
 
     goals = [(goal, goal_after(goal, PLAN_COMPLETION_BONUS if goal.pk == bonus_goal else 0.0)) for goal in state.goals]
     # Should an operator's decision meanwhile keep the plan from completing, its goal gets no bonus.
@@ -483,10 +509,39 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     return f"{outcome.action}: {outcome.outcome}"
 
 
+DECISION_KEPT_SECONDS = 6 * 3600  # a decision stands for its situation this long
+
+
+def decision_situation(*, agent: Agent, needs: Mapping[str, float], step: PlanStep | None) -> str:
+    """The cache key of an urgent decision: what it depends on. The urgent need, the step's action, and which
+    actions cannot work now (what the person's lessons say); the levels of the needs only through these."""
+    blocked = ",".join(sorted(name for name in ACTIONS if not action_apply(name, needs).succeeded))
+    situation = (f"{agent.pk}:{agent.created_at.isoformat()}:{urgent_need(needs)}:"
+                 f"{step.action_hint if step is not None else ''}:{blocked}")
+    return "persona-decision:" + hashlib.sha256(situation.encode()).hexdigest()
+
+
 def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | None,
                   fallback: tuple[str, str]) -> tuple[str, str]:
     """Seed 000's action decision by the fast model: the plan step is a strong suggestion, urgent needs may
-    override. An unusable answer (no JSON, an unknown action) falls back to the world's rules."""
+    override. An unusable answer (no JSON, an unknown action) falls back to the world's rules. A decision taken
+    for a situation stands: the same situation again is not asked of the model (decision_situation)."""
+    key = decision_situation(agent=state.agent, needs=state.needs, step=step)
+    kept = cache.get(key)
+    if kept is not None:
+        return kept[0], kept[1]
+    try:
+        decision = action_decide_asked(state=state, plan=plan, step=step, fallback=fallback)
+    except LLMError as exc:  # no answer: nothing was decided, the next cycle asks again
+        logger.info("action decision for %s fell back to rules: %s", state.agent, exc)
+        return fallback
+    cache.set(key, list(decision), DECISION_KEPT_SECONDS)
+    return decision
+
+
+def action_decide_asked(*, state: PersonaState, plan: Plan | None, step: PlanStep | None,
+                        fallback: tuple[str, str]) -> tuple[str, str]:
+    """The model's decision, checked; raises LLMError when no model answered."""
     agent = state.agent
     directive = ""
     if plan is not None and step is not None:
@@ -501,7 +556,7 @@ def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | No
                                                             current_step=directive, goals=goals, lessons=lessons,
                                                             actions=list(ACTIONS)))
         data = json_extract(answer.text).value
-    except (LLMError, ExtractError) as exc:
+    except ExtractError as exc:
         logger.info("action decision for %s fell back to rules: %s", agent, exc)
         return fallback
     action = str(data.get("action", "")).strip().lower() if isinstance(data, dict) else ""

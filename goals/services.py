@@ -27,14 +27,16 @@ ACTIONS_PER_GOAL = 5
 RECENT_EXPERIENCES = 5
 
 
-def goals_generate(*, agent: Agent, needs: Mapping[str, float]) -> list[Goal]:
+def goals_generate(*, agent: Agent, needs: Mapping[str, float], waiting: Sequence[str] = ()) -> list[Goal]:
     """Ask the fast model for up to 3 new goals from needs, personality, emotions and lessons (seed 001).
-    Duplicates of active goals, unknown horizons and goals beyond MAX_GOALS are dropped."""
+    Duplicates of active goals, unknown horizons and goals beyond MAX_GOALS are dropped. `waiting`: active
+    goals whose plan waits for an operator, so the model may propose another way to their needs."""
     existing = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", flat=True))
     lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_PROMPT])
     try:
         answer = llm_complete(purpose="goals", agent_id=agent.pk, messages=prompt_goals(
-            needs=needs, personality=agent.personality, emotions=agent.emotions, lessons=lessons, existing=existing))
+            needs=needs, personality=agent.personality, emotions=agent.emotions, lessons=lessons, existing=existing,
+            waiting=[w for w in waiting if w in existing]))
         proposals = goal_proposals(answer.text)
     except (LLMError, AnswerUnreadable) as exc:
         logger.info("goal generation for %s failed: %s", agent, exc)
@@ -118,7 +120,8 @@ def goal_milestone_check(*, goal: Goal) -> bool:
         locked = Goal.objects.select_for_update().get(pk=goal.pk)
         if locked.status != Goal.Status.ACTIVE:
             return False
-        locked.progress, completed = milestone_after(progress=locked.progress, achieved=achieved)
+        level = sum(needs.values()) / len(needs) if needs else None
+        locked.progress, completed = milestone_after(progress=locked.progress, achieved=achieved, needs_level=level)
         if completed:
             locked.status = Goal.Status.COMPLETED
         locked.milestone_explanation = explanation

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Confidence lost per simulated hour, by horizon: short-term goals die fast if not pursued.
 DECAY_PER_HOUR = {"short_term": 0.03, "mid_term": 0.008, "long_term": 0.002}
@@ -58,12 +58,17 @@ class GoalState:
 
 
 def goal_after_experience(*, state: GoalState, horizon: str, source_needs: Iterable[str],
-                          need_deltas: Mapping[str, float], hours: float, bonus: float = 0.0) -> GoalState:
+                          need_deltas: Mapping[str, float], hours: float, bonus: float = 0.0,
+                          waiting: bool = False) -> GoalState:
     """Seed 001's update_progress and decay_all_goals for one experience.
 
-    Progress moves by the source needs' deltas (positive advances, negative regresses) plus `bonus` (a plan
-    of this goal completed); confidence decays by the simulated hours that passed, for every goal, also
-    one that advanced; below its horizon's threshold the goal is abandoned."""
+    Progress moves by the source needs' deltas from the action (positive advances, negative regresses; the
+    passive decay of needs is no regression) plus `bonus` (a plan of this goal completed); confidence decays
+    by the simulated hours that passed, for every goal, also one that advanced; below its horizon's
+    threshold the goal is abandoned. A goal whose plan waits for a person (`waiting`) is being pursued: it
+    is held as it is, neither decayed toward abandonment nor completed, until the person answers."""
+    if waiting:
+        return replace(state, abandoned=False, progressed=False, crossed_milestone=False)
     delta = goal_progress_delta(source_needs=source_needs, need_deltas=need_deltas) + bonus
     progress = clamp_unit(state.progress + delta)
     confidence, abandoned = goal_decay(confidence=state.confidence, horizon=horizon, hours=hours)
@@ -93,8 +98,11 @@ def goals_reevaluation_due(experiences: int) -> bool:
     return experiences % GENERATION_INTERVAL == 0
 
 
-def milestone_after(*, progress: float, achieved: bool) -> tuple[float, bool]:
-    """The milestone check's verdict applied: (progress, completed)."""
+def milestone_after(*, progress: float, achieved: bool, needs_level: float | None = None) -> tuple[float, bool]:
+    """The milestone check's verdict applied: (progress, completed). "Not yet" takes MILESTONE_SETBACK back,
+    and at least down to where the source needs really are (`needs_level`, their mean satisfaction): progress
+    counts what the actions did, and a "not yet" says that was not enough."""
     if achieved:
         return 1.0, True
-    return clamp_unit(progress - MILESTONE_SETBACK), False
+    back = progress - MILESTONE_SETBACK
+    return clamp_unit(back if needs_level is None else min(back, needs_level)), False
