@@ -6,9 +6,11 @@ Model calls happen outside transactions; each write is its own short transaction
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -103,19 +105,38 @@ def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], nee
     return created
 
 
+MILESTONE_KEPT_SECONDS = 6 * 3600  # a verdict stands for its situation this long
+
+
+def milestone_situation(*, goal: Goal, needs: Mapping[str, float]) -> str:
+    """The cache key of a milestone verdict: the agent, the goal in its words, its source needs to the 10%.
+    A goal that recurs (goals_recur) reaches its milestone again and again at the same levels."""
+    levels = ",".join(f"{name}={round(value, 1)}" for name, value in sorted(needs.items()))
+    words = " ".join(goal.description.lower().split())
+    situation = f"{goal.agent_id}:{goal.agent.created_at.isoformat()}:{words}:{levels}"
+    return "goal-milestone:" + hashlib.sha256(situation.encode()).hexdigest()
+
+
 def goal_milestone_check(*, goal: Goal) -> bool:
     """Progress reached MILESTONE_CHECK_THRESHOLD: ask whether the goal is achieved. Yes completes it (the
-    caller closes its open plans); no takes MILESTONE_SETBACK of progress back. The explanation is kept."""
+    caller closes its open plans); no takes progress back (milestone_after). The explanation is kept. The
+    verdict for a situation stands: the same goal at the same levels is not asked of the model again."""
     agent = goal.agent
     needs = {n.name: n.satisfaction for n in agent.needs.filter(name__in=goal.source_needs)}
-    experiences = [f"{e.action}: {e.outcome}" for e in agent.experiences.order_by("-cycle")[:RECENT_EXPERIENCES]]
-    try:
-        answer = llm_complete(purpose="milestone", agent_id=agent.pk, messages=prompt_milestone(
-            goal=goal.description, experiences=list(reversed(experiences)), needs=needs))
-        achieved, explanation = milestone_verdict(answer.text)
-    except (LLMError, AnswerUnreadable) as exc:
-        logger.info("milestone check of %s failed: %s", goal, exc)
-        return False
+    key = milestone_situation(goal=goal, needs=needs)
+    kept = cache.get(key)
+    if kept is not None:
+        achieved, explanation = bool(kept[0]), str(kept[1])
+    else:
+        experiences = [f"{e.action}: {e.outcome}" for e in agent.experiences.order_by("-cycle")[:RECENT_EXPERIENCES]]
+        try:
+            answer = llm_complete(purpose="milestone", agent_id=agent.pk, messages=prompt_milestone(
+                goal=goal.description, experiences=list(reversed(experiences)), needs=needs))
+            achieved, explanation = milestone_verdict(answer.text)
+        except (LLMError, AnswerUnreadable) as exc:
+            logger.info("milestone check of %s failed: %s", goal, exc)
+            return False
+        cache.set(key, [achieved, explanation], MILESTONE_KEPT_SECONDS)
     with transaction.atomic():
         locked = Goal.objects.select_for_update().get(pk=goal.pk)
         if locked.status != Goal.Status.ACTIVE:

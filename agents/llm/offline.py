@@ -22,7 +22,7 @@ from agents.tools import TOOLS
 from agents.world import URGENT_ACTION, URGENT_BELOW
 
 OFFLINE_MODEL = "offline-rules"
-MILESTONE_MEAN = 0.5  # achieved: its source needs average above the line below which a need calls for a goal
+MILESTONE_MEAN = 0.6  # a goal counts as achieved when its source needs average above this
 MAX_HINTS = 5
 TEXT_EXTENSIONS = ("txt", "md", "markdown", "log", "rst")
 _FILE_EXTENSIONS = (

@@ -15,6 +15,7 @@ from agents.cycle import agent_cycle, persona_cycle, persona_rows
 from agents.models import Agent, Experience, Lesson, LLMCall, Need
 from agents.persona import MAX_ACTIVE_PLANS
 from goals.models import Goal
+from goals.services import goal_milestone_check
 from goals.system import (
     DECAY_PER_HOUR,
     MILESTONE_CHECK_THRESHOLD,
@@ -640,3 +641,17 @@ def test_a_followed_step_whose_action_improved_no_need_does_not_complete() -> No
     Need.objects.filter(agent=agent, name="fun").update(satisfaction=0.5)
     cycle(agent)
     assert plan.steps.get().status == PlanStep.Status.COMPLETED
+
+
+def test_a_milestone_verdict_for_the_same_goal_at_the_same_levels_is_not_asked_again() -> None:
+    agent = person({**CALM, "fun": 0.3})
+    goal = GoalFactory(agent=agent, horizon="long_term", source_needs=["fun"], description="Enjoy life", progress=0.9)
+    assert goal_milestone_check(goal=goal) is False  # fun at 30%: not yet
+    first = Goal.objects.get(pk=goal.pk)
+    Goal.objects.filter(pk=goal.pk).update(progress=0.9)
+    assert goal_milestone_check(goal=Goal.objects.get(pk=goal.pk)) is False  # the same situation: the same verdict
+    assert LLMCall.objects.filter(purpose="milestone").count() == 1
+    assert Goal.objects.get(pk=goal.pk).milestone_explanation == first.milestone_explanation
+    Need.objects.filter(agent=agent, name="fun").update(satisfaction=0.8)  # another situation: asked
+    assert goal_milestone_check(goal=Goal.objects.get(pk=goal.pk)) is True
+    assert LLMCall.objects.filter(purpose="milestone").count() == 2
