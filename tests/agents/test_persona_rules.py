@@ -655,3 +655,18 @@ def test_a_milestone_verdict_for_the_same_goal_at_the_same_levels_is_not_asked_a
     Need.objects.filter(agent=agent, name="fun").update(satisfaction=0.8)  # another situation: asked
     assert goal_milestone_check(goal=Goal.objects.get(pk=goal.pk)) is True
     assert LLMCall.objects.filter(purpose="milestone").count() == 2
+
+
+def test_a_request_that_leaves_the_inbox_undecided_says_why_in_the_audit_and_on_the_plan_page(
+        viewer_client: Any) -> None:
+    agent = person()
+    plan = waiting_plan(agent)
+    Goal.objects.filter(pk=plan.goal_id).update(status=Goal.Status.ABANDONED)  # an operator gave the goal up
+    cycle(agent)
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.CANCELLED
+    event = plan.events.get(kind=PlanEvent.Kind.PLAN_CANCELLED)
+    assert event.detail["withdrawn"] == ["1"] and event.actor_label == "runner-test"
+    assert event.reason == "goal abandoned; step 1 left the inbox with nobody's decision"
+    page = viewer_client.get(plan.get_absolute_url()).content.decode()
+    assert ('id="plan-withdrawn">Left the inbox with nobody\'s decision (runner-test): goal abandoned; '
+            "step 1 left the inbox with nobody&#x27;s decision</p>") in page
