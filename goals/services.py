@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from django.core.cache import cache
@@ -18,7 +19,13 @@ from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
-from goals.system import GOALS_PER_GENERATION, MAX_GOALS, RECUR_SHORT_BELOW, milestone_after
+from goals.system import (
+    GOALS_PER_GENERATION,
+    MAX_GOALS,
+    RECUR_SHORT_BELOW,
+    goal_horizon_placed,
+    milestone_after,
+)
 from planner_site.events import publish_changed_on_commit
 
 logger = logging.getLogger("planner.goals")
@@ -77,15 +84,20 @@ def goals_recur(*, agent: Agent, needs: Mapping[str, float], room: Sequence[str]
 def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], needs: Mapping[str, float],
                  lessons: Sequence[str]) -> list[Goal]:
     Agent.objects.select_for_update().filter(pk=agent.pk).first()  # one generation at a time per agent
-    active = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", flat=True))
-    seen = {" ".join(d.lower().split()) for d in active}
+    active = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", "horizon"))
+    seen = {" ".join(d.lower().split()) for d, _ in active}
     room = MAX_GOALS - len(active)
+    mix = Counter(h for _, h in active)
     created: list[Goal] = []
     for item in proposals:
         description = " ".join(str(item.get("description", "")).split())[:500]
-        horizon = str(item.get("horizon", Goal.Horizon.SHORT))
-        if room <= 0 or not description or description.lower() in seen or horizon not in Goal.Horizon.values:
+        proposed = str(item.get("horizon", Goal.Horizon.SHORT))
+        if room <= 0 or not description or description.lower() in seen or proposed not in Goal.Horizon.values:
             continue
+        horizon = goal_horizon_placed(horizon=proposed, active=mix)  # seed 001's mix: ~3 short, ~4 mid, ~3 long
+        if horizon is None:
+            continue
+        mix[horizon] += 1
         source = item.get("source_needs")
         actions = item.get("recommended_actions")
         known = item.get("source_lessons")  # a recurring goal keeps its own lessons
@@ -153,3 +165,4 @@ def goal_milestone_check(*, goal: Goal) -> bool:
     for name in fields:  # the caller's goal says what was stored (its plans' closing quotes the explanation)
         setattr(goal, name, getattr(locked, name))
     return completed
+

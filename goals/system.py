@@ -10,6 +10,11 @@ DECAY_PER_HOUR = {"short_term": 0.03, "mid_term": 0.008, "long_term": 0.002}
 # Below this confidence a goal is abandoned.
 ABANDON_BELOW = {"short_term": 0.1, "mid_term": 0.05, "long_term": 0.05}
 MAX_GOALS = 10  # across all horizons
+# Seed 001's mix of active goals: ~3 short-term, ~4 mid-term, ~3 long-term (MAX_GOALS in all).
+HORIZON_MIX = {"short_term": 3, "mid_term": 4, "long_term": 3}
+# Where a generated goal goes when its own horizon has its share: the nearest horizon with room.
+HORIZON_NEAREST = {"short_term": ("mid_term", "long_term"), "mid_term": ("short_term", "long_term"),
+                   "long_term": ("mid_term", "short_term")}
 GENERATION_INTERVAL = 5  # experiences between goal re-evaluations
 GOALS_PER_GENERATION = 3  # the model proposes up to this many new goals
 MILESTONE_CHECK_THRESHOLD = 0.85  # progress that asks the model whether the goal is achieved
@@ -106,3 +111,40 @@ def milestone_after(*, progress: float, achieved: bool, needs_level: float | Non
         return 1.0, True
     back = progress - MILESTONE_SETBACK
     return clamp_unit(back if needs_level is None else min(back, needs_level)), False
+
+
+def goal_horizon_placed(*, horizon: str, active: Mapping[str, int]) -> str | None:
+    """Seed 001's horizon mix for a generated goal: its own horizon while that holds fewer active goals than its
+    share of HORIZON_MIX, else the nearest horizon with room; None when every horizon has its share."""
+    for candidate in (horizon, *HORIZON_NEAREST.get(horizon, ())):
+        if active.get(candidate, 0) < HORIZON_MIX.get(candidate, 0):
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class GoalStats:
+    """Seed 001's get_goal_stats: how a person's goals stand."""
+
+    active: int
+    completed: int
+    abandoned: int
+    active_by_horizon: dict[str, int]
+    mean_progress: float  # of the active goals
+    times_advanced: int  # over all goals
+    times_regressed: int
+
+
+def goal_stats(goals: Iterable[tuple[str, str, float, int, int]]) -> GoalStats:
+    """Stats from (status, horizon, progress, times_advanced, times_regressed) of every goal."""
+    rows = list(goals)
+    active = [(horizon, progress) for status, horizon, progress, _, _ in rows if status == "active"]
+    return GoalStats(
+        active=len(active),
+        completed=sum(1 for row in rows if row[0] == "completed"),
+        abandoned=sum(1 for row in rows if row[0] == "abandoned"),
+        active_by_horizon={h: sum(1 for horizon, _ in active if horizon == h) for h in HORIZON_ORDER},
+        mean_progress=round(sum(p for _, p in active) / len(active), 4) if active else 0.0,
+        times_advanced=sum(row[3] for row in rows),
+        times_regressed=sum(row[4] for row in rows),
+    )

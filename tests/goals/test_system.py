@@ -17,6 +17,7 @@ from goals.system import (
     DECAY_PER_HOUR,
     GENERATION_INTERVAL,
     GOAL_NEED_BELOW,
+    HORIZON_MIX,
     MAX_GOALS,
     MILESTONE_CHECK_THRESHOLD,
     MILESTONE_SETBACK,
@@ -25,7 +26,9 @@ from goals.system import (
     GoalState,
     goal_after_experience,
     goal_decay,
+    goal_horizon_placed,
     goal_priority,
+    goal_stats,
     goals_reevaluation_due,
     goals_room,
     milestone_after,
@@ -202,3 +205,26 @@ def test_three_overrides_in_a_row_replan_and_following_resets_the_count() -> Non
     assert third.replan and "overridden 3 cycles in a row: energy is urgent" in third.failure
     reset = step_evaluate(key="1", actual_cycles=2, estimated_cycles=9, overrides=2, followed=True, succeeded=False, improved=True)
     assert reset.overrides == 0 and not reset.replan
+
+
+def test_horizon_mix_is_three_short_four_mid_three_long_of_max_goals() -> None:
+    assert HORIZON_MIX == {"short_term": 3, "mid_term": 4, "long_term": 3}
+    assert sum(HORIZON_MIX.values()) == MAX_GOALS
+
+
+def test_a_generated_goal_goes_to_the_nearest_horizon_with_room() -> None:
+    assert goal_horizon_placed(horizon="short_term", active={"short_term": 2}) == "short_term"
+    assert goal_horizon_placed(horizon="short_term", active={"short_term": 3}) == "mid_term"
+    assert goal_horizon_placed(horizon="long_term", active={"long_term": 3, "mid_term": 4}) == "short_term"
+    assert goal_horizon_placed(horizon="mid_term", active={"mid_term": 4, "short_term": 3}) == "long_term"
+    assert goal_horizon_placed(horizon="mid_term", active=HORIZON_MIX) is None
+
+
+def test_goal_stats_count_by_status_and_horizon_with_mean_progress() -> None:
+    stats = goal_stats([("active", "short_term", 0.2, 3, 1), ("active", "long_term", 0.6, 0, 2),
+                        ("completed", "short_term", 1.0, 5, 0), ("abandoned", "mid_term", 0.1, 0, 4)])
+    assert (stats.active, stats.completed, stats.abandoned) == (2, 1, 1)
+    assert stats.active_by_horizon == {"short_term": 1, "mid_term": 0, "long_term": 1}
+    assert stats.mean_progress == pytest.approx(0.4)
+    assert (stats.times_advanced, stats.times_regressed) == (8, 7)
+    assert goal_stats([]).mean_progress == 0.0
