@@ -28,6 +28,7 @@ from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent, Need
 from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
+from agents.selectors import plan_waits_for_a_person
 from agents.services import (
     CycleAlreadyDone,
     CycleRecord,
@@ -407,12 +408,6 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             persona_state_add(state, goal=goal, plan=routine[0], steps=routine[1])
             return False  # the state in hand is current: no need to read it again
     return changed
-
-
-def plan_waits_for_a_person(plan: Plan, steps: list[PlanStep]) -> bool:
-    """A step awaiting approval, or the plan itself awaiting approval or an answer."""
-    return plan.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING) or any(
-        s.status == PlanStep.Status.AWAITING_APPROVAL for s in steps)
 
 
 def plans_waiting(state: PersonaState) -> set[int | None]:
