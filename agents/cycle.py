@@ -1,8 +1,10 @@
 """One cycle of one agent: what the runner does each time an agent's turn comes.
 
-Persona agents (seeds 000, 001): up to three open plans, one per horizon, carry the person. Each cycle the
+Persona agents (seeds 000, 001): up to three open plans, one per horizon, carry the person. A plan whose step
+waits for a person is parked: it stays in the inbox and its goal is held (no decay) until someone answers, while
+the person goes on with the next plan, even of the same horizon. Each cycle the
 current step (short-term plan first, then mid, then long) gives the action without a model call, unless a
-need is urgent and the rules would override it; the world applies the action, needs and goals decay by the
+need is urgent and the rules would override it (a decision taken for the same situation is not asked again); the world applies the action, needs and goals decay by the
 hours it took, and the experience advances or stalls the step, the plan and the goals. The model is asked
 only on the uncommon paths: a goal to plan, a plan to replan, a goal re-evaluation that found room, a goal
 whose progress crossed the milestone line, an urgent need.
