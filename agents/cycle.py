@@ -1,8 +1,10 @@
 """One cycle of one agent: what the runner does each time an agent's turn comes.
 
-Persona agents (seeds 000, 001): up to three open plans, one per horizon, carry the person. Each cycle the
+Persona agents (seeds 000, 001): up to three open plans, one per horizon, carry the person. A plan whose step
+waits for a person is parked: it stays in the inbox and its goal is held (no decay) until someone answers, while
+the person goes on with the next plan, even of the same horizon. Each cycle the
 current step (short-term plan first, then mid, then long) gives the action without a model call, unless a
-need is urgent and the rules would override it; the world applies the action, needs and goals decay by the
+need is urgent and the rules would override it (a decision taken for the same situation is not asked again); the world applies the action, needs and goals decay by the
 hours it took, and the experience advances or stalls the step, the plan and the goals. The model is asked
 only on the uncommon paths: a goal to plan, a plan to replan, a goal re-evaluation that found room, a goal
 whose progress crossed the milestone line, an urgent need.
@@ -12,20 +14,23 @@ execute in the agent's workspace, respecting dependencies.
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db.models import BooleanField, Exists, Model, OuterRef, QuerySet
+from django.core.cache import cache
+from django.db.models import BooleanField, Exists, IntegerField, Model, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent, Need
-from agents.persona import goal_plannable, step_evaluate
+from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
+from agents.selectors import plan_waits_for_a_person
 from agents.services import (
     CycleAlreadyDone,
     CycleRecord,
@@ -220,11 +225,12 @@ class PersonaRows:
 HELD_STATUSES = [*Plan.OPEN_STATUSES, Plan.Status.FAILED]  # a goal with such a plan is planned
 NO_AGENT = -1  # the agent id the statement is compiled with; each run gives its own in its place
 NEEDS, GOALS, STEPS = range(3)  # the parts of the read
-# Where each model's columns start in a row of the read: Need, Agent, Goal, planned, PlanStep, Plan.
+# Where each model's columns start in a row of the read: Need, Agent, Goal, planned, open plan, PlanStep, Plan.
 AGENT_AT = len(statements.fields(Need))
 GOAL_AT = AGENT_AT + len(statements.fields(Agent))
 PLANNED_AT = GOAL_AT + len(statements.fields(Goal))
-STEP_AT = PLANNED_AT + 1
+OPEN_PLAN_AT = PLANNED_AT + 1
+STEP_AT = OPEN_PLAN_AT + 1
 PLAN_AT = STEP_AT + len(statements.fields(PlanStep))
 
 
@@ -247,18 +253,21 @@ def _persona_read(agent_id: int) -> statements.Stacked:
     """Needs with their agent; a persona's active goals; a persona's open plans' steps (a tool agent's cycle
     reads its plans itself)."""
     held = Plan.objects.filter(goal=OuterRef("pk"), status__in=HELD_STATUSES)
+    # The goal's open plan, steps or not: a plan still planning, or retrying a failed planning, has none yet.
+    open_plan = Plan.objects.filter(goal=OuterRef("pk"), status__in=Plan.OPEN_STATUSES).order_by("-pk").values("pk")[:1]
     layout = [*statements.fields(Need), *statements.fields(Agent), *statements.fields(Goal), BooleanField(),
-              *statements.fields(PlanStep), *statements.fields(Plan)]
+              IntegerField(), *statements.fields(PlanStep), *statements.fields(Plan)]
     needs = Need.objects.filter(agent_id=agent_id)
     goals = Goal.objects.filter(agent_id=agent_id, agent__kind=Agent.Kind.PERSONA, status=Goal.Status.ACTIVE)
     steps = PlanStep.objects.filter(plan__agent_id=agent_id, plan__agent__kind=Agent.Kind.PERSONA,
                                     plan__status__in=Plan.OPEN_STATUSES)
     return statements.Stacked(layout, [
         (needs, [*statements.all_columns(Need), *statements.all_columns(Agent, "agent__"), *_nulls(Goal), None,
-                 *_nulls(PlanStep), *_nulls(Plan)]),
-        (goals.annotate(planned=Exists(held)),
-         [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal), "planned", *_nulls(PlanStep), *_nulls(Plan)]),
-        (steps, [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal, "plan__goal__"), None,
+                 None, *_nulls(PlanStep), *_nulls(Plan)]),
+        (goals.annotate(planned=Exists(held), open_plan=Subquery(open_plan)),
+         [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal), "planned", "open_plan", *_nulls(PlanStep),
+          *_nulls(Plan)]),
+        (steps, [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal, "plan__goal__"), None, None,
                  *statements.all_columns(PlanStep), *statements.all_columns(Plan, "plan__")]),
     ])
 
@@ -280,6 +289,7 @@ def persona_rows(agent_id: int) -> PersonaRows:
             goal = statements.instance(Goal, row, GOAL_AT)
             assert goal is not None
             goal.planned = bool(row[PLANNED_AT])  # type: ignore[attr-defined]
+            goal.open_plan_id = row[OPEN_PLAN_AT]  # type: ignore[attr-defined]
             rows.goals.append(goal)
         else:
             step = statements.instance(PlanStep, row, STEP_AT)
@@ -306,6 +316,12 @@ def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
     for step in rows.steps:
         plans[step.plan_id] = step.plan
         state.steps.setdefault(step.plan_id, []).append(step)
+    # An open plan without steps (planning, or a failed planning whose retry is due) holds its horizon and must
+    # be replanned like any other: read only when there is one, so the common cycle costs no query for it.
+    stepless = {g.open_plan_id for g in goals if g.open_plan_id is not None} - set(plans)  # type: ignore[attr-defined]
+    if stepless:
+        plans.update({p.pk: p for p in Plan.objects.filter(pk__in=stepless, status__in=Plan.OPEN_STATUSES)
+                      .select_related("goal")})
     state.plans = sorted(plans.values(), key=plan_order)
     return state
 
@@ -347,7 +363,9 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             plan_replan(agent=agent, plan=plan, runner=runner)
             changed = True
             break  # one replan per cycle: a model call each
-    served = [n for g in state.goals for n in g.source_needs]
+    # A need whose goal waits for a person is room for another goal: the person finds another way meanwhile.
+    waiting = plans_waiting(state)
+    served = [n for g in state.goals if g.pk not in waiting for n in g.source_needs]
     room = goals_room(needs=state.needs, served=served, active=len(state.goals)) if goals_reevaluation_due(
         agent.cycle_count) else []
     if room:
@@ -355,13 +373,24 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         served_now = {n for g in recurred for n in g.source_needs}
         generated = []
         if any(n not in served_now for n in room) and len(state.goals) + len(recurred) < MAX_GOALS:
-            generated = goals_generate(agent=agent, needs=state.needs)
+            generated = goals_generate(agent=agent, needs=state.needs,
+                                       waiting=[g.description for g in state.goals if g.pk in waiting])
         if recurred or generated:
             changed = True
             state = persona_reload(agent)
-    open_horizons = {p.goal.horizon for p in state.plans if p.goal is not None}
-    open_horizons |= set(Plan.objects.filter(agent=agent, status__in=[Plan.Status.DRAFT, Plan.Status.VALIDATING])
-                         .values_list("goal__horizon", flat=True)) if changed else set()
+    # Seed 000: at most MAX_ACTIVE_PLANS open plans, one per horizon; a plan without steps (still planning, or
+    # retrying a failed planning) holds its horizon like any other. A plan that waits for a person is parked in
+    # the inbox: it keeps its goal, but the person goes on with the next goal of its horizon meanwhile.
+    held = {p.pk: p.goal.horizon if p.goal else None for p in state.plans
+            if p not in finished and not plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
+    if changed:  # a plan begun since the read (this cycle's replan, another runner's planning)
+        held |= dict(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES)
+                     .exclude(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
+                     .exclude(steps__status=PlanStep.Status.AWAITING_APPROVAL)
+                     .exclude(pk__in=[p.pk for p in finished]).values_list("pk", "goal__horizon"))
+    if len(held) >= MAX_ACTIVE_PLANS:
+        return changed
+    open_horizons = set(held.values())
     for goal in state.goals:
         if goal.planned or goal.horizon in open_horizons:  # type: ignore[attr-defined]
             continue
@@ -383,6 +412,12 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     return changed
 
 
+def plans_waiting(state: PersonaState) -> set[int | None]:
+    """The goals whose plan waits for a person. Such a goal is being pursued: it is held until the person
+    answers (goal_after_experience), and its plan stays in the inbox."""
+    return {p.goal_id for p in state.plans if plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
+
+
 def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, PlanStep | None]:
     """Seed 000's get_current_step: the current step of the highest-priority plan that can act now
     (short-term first, then mid, then long). A step that waits for an operator lets the next plan act."""
@@ -394,6 +429,7 @@ def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, 
             continue
         if step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
             step_request_approval(step=step, runner=runner)
+            step.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
             continue
         return plan, step
     return None, None
@@ -405,6 +441,7 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     retry = agent.plan_retry_at is not None and agent.plan_retry_at <= timezone.now()
     if retry:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
+        state = persona_reload(agent)  # the retried plan is open now: this cycle replans it
     if persona_prepare(state=state, runner=runner) or retry:
         state = persona_reload(agent)
         if state.agent.cycle_count != expected or state.agent.status != Agent.Status.RUNNING:
@@ -429,17 +466,21 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     if plan is not None and step is not None:
         verdict = step_evaluate(key=step.key, actual_cycles=step.actual_cycles, estimated_cycles=step.estimated_cycles,
                                 overrides=step.overrides, followed=followed, succeeded=outcome.succeeded,
+                                improved=any(delta > 0 for delta in outcome.need_deltas.values()),
                                 override_reason=override_reason, outcome=outcome.outcome)
         others_done = all(s.is_done for s in state.steps.get(plan.pk, []) if s.pk != step.pk)
         change = StepChange(step=step, plan=plan, verdict=verdict, followed=followed, override_reason=override_reason,
                             result=outcome.outcome, plan_completed=verdict.completed and others_done)
     bonus_goal = change.plan.goal_id if change is not None and change.plan_completed else None
+    waiting = plans_waiting(state)
 
     def goal_after(goal: Goal, bonus: float) -> GoalState:
+        # Seed 001: progress from what the action did to the source needs, not from their passive decay.
         return goal_after_experience(
             state=GoalState(progress=goal.progress, confidence=goal.confidence, times_advanced=goal.times_advanced,
                             times_regressed=goal.times_regressed),
-            horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=changes, hours=hours, bonus=bonus)
+            horizon=goal.horizon, source_needs=goal.source_needs, need_deltas=outcome.need_deltas, hours=hours,
+            bonus=bonus, waiting=goal.pk in waiting)
 
     goals = [(goal, goal_after(goal, PLAN_COMPLETION_BONUS if goal.pk == bonus_goal else 0.0)) for goal in state.goals]
     # Should an operator's decision meanwhile keep the plan from completing, its goal gets no bonus.
@@ -465,10 +506,39 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     return f"{outcome.action}: {outcome.outcome}"
 
 
+DECISION_KEPT_SECONDS = 6 * 3600  # a decision stands for its situation this long
+
+
+def decision_situation(*, agent: Agent, needs: Mapping[str, float], step: PlanStep | None) -> str:
+    """The cache key of an urgent decision: what it depends on. The urgent need, the step's action, and which
+    actions cannot work now (what the person's lessons say); the levels of the needs only through these."""
+    blocked = ",".join(sorted(name for name in ACTIONS if not action_apply(name, needs).succeeded))
+    situation = (f"{agent.pk}:{agent.created_at.isoformat()}:{urgent_need(needs)}:"
+                 f"{step.action_hint if step is not None else ''}:{blocked}")
+    return "persona-decision:" + hashlib.sha256(situation.encode()).hexdigest()
+
+
 def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | None,
                   fallback: tuple[str, str]) -> tuple[str, str]:
     """Seed 000's action decision by the fast model: the plan step is a strong suggestion, urgent needs may
-    override. An unusable answer (no JSON, an unknown action) falls back to the world's rules."""
+    override. An unusable answer (no JSON, an unknown action) falls back to the world's rules. A decision taken
+    for a situation stands: the same situation again is not asked of the model (decision_situation)."""
+    key = decision_situation(agent=state.agent, needs=state.needs, step=step)
+    kept = cache.get(key)
+    if kept is not None:
+        return kept[0], kept[1]
+    try:
+        decision = action_decide_asked(state=state, plan=plan, step=step, fallback=fallback)
+    except LLMError as exc:  # no answer: nothing was decided, the next cycle asks again
+        logger.info("action decision for %s fell back to rules: %s", state.agent, exc)
+        return fallback
+    cache.set(key, list(decision), DECISION_KEPT_SECONDS)
+    return decision
+
+
+def action_decide_asked(*, state: PersonaState, plan: Plan | None, step: PlanStep | None,
+                        fallback: tuple[str, str]) -> tuple[str, str]:
+    """The model's decision, checked; raises LLMError when no model answered."""
     agent = state.agent
     directive = ""
     if plan is not None and step is not None:
@@ -483,7 +553,7 @@ def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | No
                                                             current_step=directive, goals=goals, lessons=lessons,
                                                             actions=list(ACTIONS)))
         data = json_extract(answer.text).value
-    except (LLMError, ExtractError) as exc:
+    except ExtractError as exc:
         logger.info("action decision for %s fell back to rules: %s", agent, exc)
         return fallback
     action = str(data.get("action", "")).strip().lower() if isinstance(data, dict) else ""

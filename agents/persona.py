@@ -45,17 +45,18 @@ class StepVerdict:
 
 
 def step_evaluate(*, key: str, actual_cycles: int, estimated_cycles: int, overrides: int, followed: bool,
-                  succeeded: bool, override_reason: str = "", outcome: str = "") -> StepVerdict:
+                  succeeded: bool, improved: bool, override_reason: str = "", outcome: str = "") -> StepVerdict:
     """Seed 000's evaluate_step and check_for_replan for one experience.
 
-    Every cycle the step is current counts in actual_cycles. Followed and succeeded completes it once the
-    step has run for its estimated cycles (the estimate is how long the step takes: "work a shift, 3
-    cycles"). Otherwise an override adds to the consecutive-override counter (following resets it);
-    MAX_OVERRIDES in a row, or more than STUCK_MULTIPLIER times the estimate, fails the step so the plan is
-    replanned."""
+    Every cycle the step is current counts in actual_cycles. Seed 000's completion: the action was the
+    step's action_hint (`followed`), it worked (`succeeded`) and satisfaction improved (`improved`: the
+    action raised some need), once the step has run for its estimated cycles (the estimate is how long the
+    step takes: "work a shift, 3 cycles"). Otherwise an override adds to the consecutive-override counter
+    (following resets it); MAX_OVERRIDES in a row, or more than STUCK_MULTIPLIER times the estimate, fails
+    the step so the plan is replanned."""
     cycles = actual_cycles + 1
     in_a_row = 0 if followed else overrides + 1
-    if followed and succeeded and cycles >= estimated_cycles:
+    if followed and succeeded and improved and cycles >= estimated_cycles:
         return StepVerdict(actual_cycles=cycles, overrides=in_a_row, completed=True)
     if in_a_row >= MAX_OVERRIDES:
         why = f"step {key} overridden {in_a_row} cycles in a row" + (f": {override_reason}" if override_reason else "")

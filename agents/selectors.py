@@ -56,6 +56,13 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def plan_waits_for_a_person(plan: Plan, steps: list[PlanStep]) -> bool:
+    """A plan that waits for a person: a step awaiting approval, or the plan itself awaiting approval or an
+    answer. A persona's plan that waits is parked: it keeps its goal, not its horizon (agents/cycle.py)."""
+    return plan.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING) or any(
+        s.status == PlanStep.Status.AWAITING_APPROVAL for s in steps)
+
+
 def goals_plan_waits(*, goals: list[Goal], needs: Mapping[str, float], open_horizons: set[str]) -> None:
     """Why each active goal without a plan has none yet, and its place in the line (the persona cycle's rule:
     goals in priority order; a horizon with an open plan takes no second one; mid- and long-term goals wait
@@ -106,8 +113,11 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
                       and e.current is not None and e.current.status != PlanStep.Status.AWAITING_APPROVAL), None)
     current_goal_id = following.plan.goal_id if following else None
     if agent.kind == Agent.Kind.PERSONA:
-        open_horizons = {g.horizon for g in active if g.plan_open}  # type: ignore[attr-defined]
-        open_horizons |= {e.plan.goal.horizon for e in plans if e.plan.goal is not None}
+        # A plan with steps holds its horizon unless it waits for a person (parked); one without steps holds it.
+        with_steps = {e.plan.goal_id for e in plans}
+        open_horizons = {g.horizon for g in active if g.plan_open and g.pk not in with_steps}  # type: ignore[attr-defined]
+        open_horizons |= {e.plan.goal.horizon for e in plans
+                          if e.plan.goal is not None and not plan_waits_for_a_person(e.plan, e.steps)}
         goals_plan_waits(goals=active, needs=need_levels, open_horizons=open_horizons)
 
     history = list(reversed(Experience.objects.filter(agent=agent).order_by("-cycle")

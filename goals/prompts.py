@@ -22,8 +22,9 @@ class AnswerUnreadable(ValueError):
 
 
 def prompt_goals(*, needs: Mapping[str, float], personality: Mapping[str, Any], emotions: Mapping[str, float],
-                 lessons: Sequence[str], existing: Sequence[str]) -> Messages:
-    """Seed 001 goal generation: up to 3 new goals from needs, personality, emotions and lessons."""
+                 lessons: Sequence[str], existing: Sequence[str], waiting: Sequence[str] = ()) -> Messages:
+    """Seed 001 goal generation: up to 3 new goals from needs, personality, emotions and lessons. `waiting`: the
+    existing goals whose plan waits for an operator's decision (another way to their needs is welcome)."""
     context = {
         "purpose": "goals",
         "needs": {name: round(float(value), 4) for name, value in needs.items()},
@@ -31,7 +32,10 @@ def prompt_goals(*, needs: Mapping[str, float], personality: Mapping[str, Any], 
         "emotions": {name: round(float(value), 4) for name, value in emotions.items()},
         "lessons": [str(lesson) for lesson in lessons],
         "existing": [str(goal) for goal in existing],
+        "waiting": [str(goal) for goal in waiting],
     }
+    existing = [f"{goal} (its plan waits for an operator's decision)" if goal in waiting else str(goal)
+                for goal in existing]
     personality_text = ", ".join(f"{k}: {v}" for k, v in personality.items()) or "(none)"
     emotions_text = ", ".join(f"{k}: {percent(v)}" for k, v in emotions.items()) or "(none)"
     user = (

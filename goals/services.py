@@ -6,9 +6,12 @@ Model calls happen outside transactions; each write is its own short transaction
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -16,7 +19,13 @@ from agents.llm.gateway import LLMError, llm_complete
 from agents.models import Agent
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
-from goals.system import GOALS_PER_GENERATION, MAX_GOALS, RECUR_SHORT_BELOW, milestone_after
+from goals.system import (
+    GOALS_PER_GENERATION,
+    MAX_GOALS,
+    RECUR_SHORT_BELOW,
+    goal_horizon_placed,
+    milestone_after,
+)
 from planner_site.events import publish_changed_on_commit
 
 logger = logging.getLogger("planner.goals")
@@ -27,14 +36,16 @@ ACTIONS_PER_GOAL = 5
 RECENT_EXPERIENCES = 5
 
 
-def goals_generate(*, agent: Agent, needs: Mapping[str, float]) -> list[Goal]:
+def goals_generate(*, agent: Agent, needs: Mapping[str, float], waiting: Sequence[str] = ()) -> list[Goal]:
     """Ask the fast model for up to 3 new goals from needs, personality, emotions and lessons (seed 001).
-    Duplicates of active goals, unknown horizons and goals beyond MAX_GOALS are dropped."""
+    Duplicates of active goals, unknown horizons and goals beyond MAX_GOALS are dropped. `waiting`: active
+    goals whose plan waits for an operator, so the model may propose another way to their needs."""
     existing = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", flat=True))
     lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_PROMPT])
     try:
         answer = llm_complete(purpose="goals", agent_id=agent.pk, messages=prompt_goals(
-            needs=needs, personality=agent.personality, emotions=agent.emotions, lessons=lessons, existing=existing))
+            needs=needs, personality=agent.personality, emotions=agent.emotions, lessons=lessons, existing=existing,
+            waiting=[w for w in waiting if w in existing]))
         proposals = goal_proposals(answer.text)
     except (LLMError, AnswerUnreadable) as exc:
         logger.info("goal generation for %s failed: %s", agent, exc)
@@ -73,15 +84,20 @@ def goals_recur(*, agent: Agent, needs: Mapping[str, float], room: Sequence[str]
 def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], needs: Mapping[str, float],
                  lessons: Sequence[str]) -> list[Goal]:
     Agent.objects.select_for_update().filter(pk=agent.pk).first()  # one generation at a time per agent
-    active = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", flat=True))
-    seen = {" ".join(d.lower().split()) for d in active}
+    active = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", "horizon"))
+    seen = {" ".join(d.lower().split()) for d, _ in active}
     room = MAX_GOALS - len(active)
+    mix = Counter(h for _, h in active)
     created: list[Goal] = []
     for item in proposals:
         description = " ".join(str(item.get("description", "")).split())[:500]
-        horizon = str(item.get("horizon", Goal.Horizon.SHORT))
-        if room <= 0 or not description or description.lower() in seen or horizon not in Goal.Horizon.values:
+        proposed = str(item.get("horizon", Goal.Horizon.SHORT))
+        if room <= 0 or not description or description.lower() in seen or proposed not in Goal.Horizon.values:
             continue
+        horizon = goal_horizon_placed(horizon=proposed, active=mix)  # seed 001's mix: ~3 short, ~4 mid, ~3 long
+        if horizon is None:
+            continue
+        mix[horizon] += 1
         source = item.get("source_needs")
         actions = item.get("recommended_actions")
         known = item.get("source_lessons")  # a recurring goal keeps its own lessons
@@ -101,24 +117,44 @@ def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], nee
     return created
 
 
+MILESTONE_KEPT_SECONDS = 6 * 3600  # a verdict stands for its situation this long
+
+
+def milestone_situation(*, goal: Goal, needs: Mapping[str, float]) -> str:
+    """The cache key of a milestone verdict: the agent, the goal in its words, its source needs to the 10%.
+    A goal that recurs (goals_recur) reaches its milestone again and again at the same levels."""
+    levels = ",".join(f"{name}={round(value, 1)}" for name, value in sorted(needs.items()))
+    words = " ".join(goal.description.lower().split())
+    situation = f"{goal.agent_id}:{goal.agent.created_at.isoformat()}:{words}:{levels}"
+    return "goal-milestone:" + hashlib.sha256(situation.encode()).hexdigest()
+
+
 def goal_milestone_check(*, goal: Goal) -> bool:
     """Progress reached MILESTONE_CHECK_THRESHOLD: ask whether the goal is achieved. Yes completes it (the
-    caller closes its open plans); no takes MILESTONE_SETBACK of progress back. The explanation is kept."""
+    caller closes its open plans); no takes progress back (milestone_after). The explanation is kept. The
+    verdict for a situation stands: the same goal at the same levels is not asked of the model again."""
     agent = goal.agent
     needs = {n.name: n.satisfaction for n in agent.needs.filter(name__in=goal.source_needs)}
-    experiences = [f"{e.action}: {e.outcome}" for e in agent.experiences.order_by("-cycle")[:RECENT_EXPERIENCES]]
-    try:
-        answer = llm_complete(purpose="milestone", agent_id=agent.pk, messages=prompt_milestone(
-            goal=goal.description, experiences=list(reversed(experiences)), needs=needs))
-        achieved, explanation = milestone_verdict(answer.text)
-    except (LLMError, AnswerUnreadable) as exc:
-        logger.info("milestone check of %s failed: %s", goal, exc)
-        return False
+    key = milestone_situation(goal=goal, needs=needs)
+    kept = cache.get(key)
+    if kept is not None:
+        achieved, explanation = bool(kept[0]), str(kept[1])
+    else:
+        experiences = [f"{e.action}: {e.outcome}" for e in agent.experiences.order_by("-cycle")[:RECENT_EXPERIENCES]]
+        try:
+            answer = llm_complete(purpose="milestone", agent_id=agent.pk, messages=prompt_milestone(
+                goal=goal.description, experiences=list(reversed(experiences)), needs=needs))
+            achieved, explanation = milestone_verdict(answer.text)
+        except (LLMError, AnswerUnreadable) as exc:
+            logger.info("milestone check of %s failed: %s", goal, exc)
+            return False
+        cache.set(key, [achieved, explanation], MILESTONE_KEPT_SECONDS)
     with transaction.atomic():
         locked = Goal.objects.select_for_update().get(pk=goal.pk)
         if locked.status != Goal.Status.ACTIVE:
             return False
-        locked.progress, completed = milestone_after(progress=locked.progress, achieved=achieved)
+        level = sum(needs.values()) / len(needs) if needs else None
+        locked.progress, completed = milestone_after(progress=locked.progress, achieved=achieved, needs_level=level)
         if completed:
             locked.status = Goal.Status.COMPLETED
         locked.milestone_explanation = explanation
@@ -129,3 +165,4 @@ def goal_milestone_check(*, goal: Goal) -> bool:
     for name in fields:  # the caller's goal says what was stored (its plans' closing quotes the explanation)
         setattr(goal, name, getattr(locked, name))
     return completed
+

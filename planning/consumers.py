@@ -57,6 +57,7 @@ from planning.selectors import (
     plan_context,
     plan_steps,
     plan_versions,
+    plan_withdrawn,
     step_rollback_possible,
 )
 from planning.templatetags.steer import GRAPH_FIELDS, plan_graph_svg
@@ -274,7 +275,8 @@ class PlanLivePage(LivePage):
         header_key = (plan_row, done, len(rows), tuple(self.flags), self.next_version.pk if self.next_version else None)
         if planning or any(self.sections.get((a, "header")) != header_key for a in audiences):
             plan = Plan.objects.select_related("agent", "goal", "previous").get(pk=self.plan_id)
-        context: dict[str, Any] = {"plan": plan, "flags": self.flags, "diff": self.diff, "done": done, "total": len(rows)}
+        context: dict[str, Any] = {"plan": plan, "flags": self.flags, "diff": self.diff, "done": done, "total": len(rows),
+                                   "withdrawn": plan_withdrawn(plan)}
         if planning:
             attempts = list(plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).order_by("-created_at", "-id")[:20])
             context["attempts"] = list(reversed(attempts))

@@ -316,4 +316,14 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "next_version": later[0] if later else None,
         "done": steps_done((s.status for s in steps), plan_status=plan.status),
         "total": len(steps),
+        "withdrawn": plan_withdrawn(plan),
     }
+
+
+def plan_withdrawn(plan: Plan) -> PlanEvent | None:
+    """The event saying why a request of this plan left the inbox with nobody's decision on it (the runner
+    closed the plan: its goal finished meanwhile); None for any other plan (no query unless cancelled)."""
+    if plan.status != Plan.Status.CANCELLED:
+        return None
+    return (plan.events.filter(kind=PlanEvent.Kind.PLAN_CANCELLED, detail__has_key="withdrawn")
+            .order_by("-created_at", "-id").first())

@@ -19,7 +19,7 @@ from agents.models import Agent
 from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
 from goals.models import Goal
-from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
+from goals.system import MAX_GOALS, PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
 from planner_site import statements
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
@@ -363,8 +363,12 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
     if agent.kind == Agent.Kind.EXTERNAL:
         raise DecisionError(f"{agent.name} runs elsewhere and submits its own plans over the API; it cannot be "
                             "given a goal here. Nothing was changed.")
-    if Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, description__iexact=description).exists():
+    active = Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE)
+    if active.filter(description__iexact=description).exists():
         raise DecisionError(f"{agent.name} already has this goal.")
+    if active.count() >= MAX_GOALS:  # seed 001's cap holds for an operator's goals too
+        raise DecisionError(f"{agent.name} already has {MAX_GOALS} active goals, the most an agent pursues at once; "
+                            "finish or abandon one first. Nothing was changed.")
     goal = Goal.objects.create(agent=agent, description=description[:500], horizon=horizon, confidence=1.0)
     event_agent_record(agent=agent, kind=PlanEvent.Kind.GOAL_GIVEN, actor=user, reason=goal.description,
                        detail={"goal": goal.pk, "horizon": horizon})

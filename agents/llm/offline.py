@@ -174,7 +174,8 @@ def _goal_need(goal: str, needs: Mapping[str, float]) -> str:
 
 def _persona_moves(goal: str, needs: Mapping[str, float], allowed: Sequence[str]) -> list[_Move]:
     need = _goal_need(goal, needs)
-    moves = list(_CHAINS[need])
+    other = next((alt for alt in _GOAL_OTHER_WAYS.values() if _normal(alt[0]) == _normal(goal)), None)
+    moves = list(other[2] if other is not None else _CHAINS[need])
     if need == "hunger" and needs.get("money", 1.0) < 0.3:
         moves = list(_CHAINS["money"]) + moves  # "to eat I need food, so money, so first I need to work"
     mapped = []
@@ -922,14 +923,26 @@ _GOALS: Mapping[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# Another way to a need when its usual goal is already active (its plan waits for an operator's yes): one
+# that needs nobody's permission. The goal's words and the plan's steps.
+_GOAL_OTHER_WAYS: Mapping[str, tuple[str, tuple[str, ...], tuple[_Move, ...]]] = {
+    "hunger": ("Cook a meal at home", ("cook",), (_Move("cook", "Cook a meal at home", "a home-cooked meal"),)),
+    "social": ("Catch up with a friend on the phone", ("call a friend",),
+               (_Move("call a friend", "Call a friend to catch up", "feel less lonely"),)),
+}
+
+
 def _answer_goals(ctx: Mapping[str, Any]) -> str:
     needs = _needs(ctx)
     existing = {_normal(e) for e in _texts(ctx, "existing")}
+    waiting = {_normal(e) for e in _texts(ctx, "waiting")}
     goals: list[dict[str, Any]] = []
     for name, value in sorted(needs.items(), key=lambda kv: (kv[1], kv[0])):
         if value >= 0.6 or len(goals) >= 3:
             break
         description, actions = _GOALS.get(name, (f"Improve my {name}", ()))
+        if _normal(description) in waiting and name in _GOAL_OTHER_WAYS:
+            description, actions, _ = _GOAL_OTHER_WAYS[name]
         if _normal(description) in existing:
             continue
         horizon = "short_term" if value < 0.3 else "mid_term" if value < 0.5 else "long_term"

@@ -148,6 +148,22 @@ def test_urgent_need_asks_the_model_which_overrides_the_step() -> None:
     assert latest.override_reason
 
 
+def test_an_urgent_decision_for_an_unchanged_situation_is_not_asked_again() -> None:
+    agent = hungry_persona()
+    agent_cycle(agent_id=agent.pk, runner="runner-test")  # plans; the step is followed without a model call
+    for _ in range(3):  # the same urgent need, the same step, the same actions out of reach
+        agent.needs.filter(name="energy").update(satisfaction=0.05)
+        agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert LLMCall.objects.filter(agent=agent, purpose="decide").count() == 1
+    latest = Experience.objects.filter(agent=agent).order_by("-cycle")[:3]
+    assert [(e.action, e.followed_plan) for e in latest] == [("sleep", False)] * 3
+    assert len({e.override_reason for e in latest}) == 1  # the decision taken, with its reason
+    agent.needs.filter(name="energy").update(satisfaction=1.0)
+    agent.needs.filter(name="fun").update(satisfaction=0.05)  # another situation: asked
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert LLMCall.objects.filter(agent=agent, purpose="decide").count() == 2
+
+
 def test_unusable_decision_falls_back_to_the_world_rules(settings: object, llm_server: object) -> None:
     from tests.llm_server import answer
 

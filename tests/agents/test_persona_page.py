@@ -111,6 +111,17 @@ def test_agent_page_says_a_goal_waits_for_the_open_plan_of_its_horizon(viewer_cl
     assert "Plan: waits: the open mid term plan comes first (one plan per horizon); 1st in line" in goal_block(html, waiting)
 
 
+def test_agent_page_says_a_goal_is_planned_next_while_its_horizons_plan_waits_for_the_operator(
+        viewer_client: Client) -> None:
+    agent = person(hunger=0.2)
+    parked = GoalFactory(agent=agent, horizon="mid_term", source_needs=["hunger"], description="Eat better")
+    PlanStepFactory(plan=PlanFactory(agent=agent, goal=parked), action_hint="buy food", requires_permission=True,
+                    status="awaiting_approval")
+    next_goal = GoalFactory(agent=agent, horizon="mid_term", source_needs=["hunger"], description="Cook at home")
+    html = viewer_client.get(reverse("agent-detail", args=[agent.pk])).content.decode()
+    assert "Plan: to be planned next cycle; 1st in line" in goal_block(html, next_goal)
+
+
 def test_plan_page_shows_each_steps_override_counter_and_pushes_keep_it_current(viewer_client: Client) -> None:
     agent = person(energy=0.05)  # urgent: sleep overrides the step
     goal = GoalFactory(agent=agent, horizon="short_term", source_needs=["social"], description="See friends")

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from agents.cycle import agent_cycle, persona_cycle, persona_rows
 from agents.models import Agent, Experience, Lesson, LLMCall, Need
+from agents.persona import MAX_ACTIVE_PLANS
 from goals.models import Goal
+from goals.services import goal_milestone_check
 from goals.system import (
     DECAY_PER_HOUR,
     MILESTONE_CHECK_THRESHOLD,
@@ -437,8 +441,9 @@ def test_common_cycle_costs_at_most_six_queries() -> None:
 def test_a_step_starting_or_ending_adds_one_statement_and_a_plan_completing_one_more() -> None:
     """The demo's steps last a cycle or two: these paths are most cycles. Events go in one INSERT; a plan
     completes with one UPDATE (no lock read first)."""
-    agent = person()
-    plan = plan_with_steps(agent, "short_term", ["work", "work"], source="money", estimated=2)
+    agent = person({**CALM, "money": 0.5})  # work improves money every cycle: each step completes
+    # The goal serves another need: its progress stays short of the milestone check, which is not counted here.
+    plan = plan_with_steps(agent, "short_term", ["work", "work"], source="social", estimated=2)
     starting = cycle_statements(agent)
     assert len(starting) <= 7, "\n".join(starting)
     ending = cycle_statements(agent)
@@ -532,3 +537,136 @@ def test_a_cycle_told_the_wrong_kind_still_runs_the_persona() -> None:
     agent_cycle(agent_id=agent.pk, runner="runner-test", kind=Agent.Kind.TOOL)
     experience = Experience.objects.get(agent=agent)
     assert experience.step is not None and experience.step.plan_id == plan.pk and experience.followed_plan
+
+
+def test_a_persona_whose_planning_failed_plans_again_when_its_retry_is_due() -> None:
+    agent = person({**CALM, "social": 0.3})
+    goal = GoalFactory(agent=agent, horizon="short_term", source_needs=["social"], description="Spend time with a friend")
+    failed = PlanFactory(agent=agent, goal=goal, status=Plan.Status.FAILED, failure_reason="no model answered",
+                         retry_at=timezone.now() - timedelta(seconds=1))
+    Agent.objects.filter(pk=agent.pk).update(plan_retry_at=failed.retry_at)
+    experience = cycle(agent)
+    retried = Plan.objects.get(previous=failed)
+    assert retried.status == Plan.Status.ACTIVE and retried.steps.exists()
+    assert experience.step is not None and experience.step.plan == retried and experience.followed_plan
+
+
+def test_a_plan_still_without_steps_holds_its_horizon() -> None:
+    agent = person({**CALM, "social": 0.3, "fun": 0.3})
+    planning = GoalFactory(agent=agent, horizon="short_term", source_needs=["fun"], description="Do something fun")
+    PlanFactory(agent=agent, goal=planning, status=Plan.Status.VALIDATING)  # another runner is planning it
+    other = GoalFactory(agent=agent, horizon="short_term", source_needs=["social"], description="Call a friend today")
+    cycle(agent)
+    assert not Plan.objects.filter(goal=other).exists()
+    assert Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).count() == 1
+
+
+def test_no_more_than_max_active_plans_are_open_at_once() -> None:
+    agent = person({**CALM, "social": 0.3, "fun": 0.3})
+    for horizon in ("short_term", "mid_term", "long_term"):
+        plan_with_steps(agent, horizon, ["relax"], source="fun", estimated=3)
+    Plan.objects.filter(agent=agent, goal__horizon="long_term").update(goal=None)  # a plan of no horizon
+    waiting = GoalFactory(agent=agent, horizon="long_term", source_needs=["social"], description="Make a friend")
+    cycle(agent)
+    assert not Plan.objects.filter(goal=waiting).exists()
+    assert Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).count() == MAX_ACTIVE_PLANS
+
+
+def waiting_plan(agent: Agent, *, confidence: float = 1.0) -> Plan:
+    """A short-term plan for hunger whose "buy food" step waits for an operator's yes."""
+    goal = GoalFactory(agent=agent, horizon="short_term", source_needs=["hunger"], description="Get something to eat",
+                       confidence=confidence)
+    plan = PlanFactory(agent=agent, goal=goal)
+    PlanStepFactory(plan=plan, key="1", position=1, action_hint="buy food", requires_permission=True,
+                    status=PlanStep.Status.AWAITING_APPROVAL)
+    PlanStepFactory(plan=plan, key="2", position=2, action_hint="eat", depends_on=["1"])
+    return plan
+
+
+def test_a_goal_whose_plan_waits_for_the_operator_is_held_and_its_request_stays() -> None:
+    agent = person({**CALM, "energy": 0.3})
+    plan = waiting_plan(agent, confidence=0.15)  # 0.03 an hour from abandonment at 0.1: two hours without the hold
+    plan_with_steps(agent, "mid_term", ["sleep"], source="energy", estimated=6)
+    for _ in range(6):
+        assert cycle(agent).followed_plan  # the person goes on with the next plan meanwhile
+    goal = Goal.objects.get(pk=plan.goal_id)
+    assert (goal.status, goal.confidence, goal.progress) == (Goal.Status.ACTIVE, 0.15, 0.0)
+    assert plan.steps.get(key="1").status == PlanStep.Status.AWAITING_APPROVAL
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.ACTIVE
+    assert not PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED).exists()
+
+
+def test_while_a_plan_waits_a_penniless_person_plans_and_follows_another_goal_of_its_horizon() -> None:
+    agent = person({**CALM, "money": 0.0})
+    waiting = waiting_plan(agent)
+    earn = GoalFactory(agent=agent, horizon="short_term", source_needs=["money"], description="Earn some money")
+    first, second = cycle(agent), cycle(agent)
+    plan = Plan.objects.get(goal=earn)
+    assert [first.action, second.action] == ["look for work", "look for work"] and second.followed_plan
+    assert first.step.plan == plan  # type: ignore[union-attr]
+    assert waiting.steps.get(key="1").status == PlanStep.Status.AWAITING_APPROVAL
+
+
+def test_a_need_whose_goal_waits_gets_another_way_that_needs_nobodys_yes() -> None:
+    agent = person({**CALM, "hunger": 0.2})
+    waiting_plan(agent)
+    experience = cycle(agent)  # the first cycle re-evaluates goals: hunger is low and its goal waits
+    cook = Goal.objects.get(agent=agent, description="Cook a meal at home")
+    assert cook.source_needs == ["hunger"]
+    assert experience.action == "cook" and experience.followed_plan
+    assert experience.step.plan.goal == cook  # type: ignore[union-attr]
+
+
+def test_goal_progress_counts_what_the_action_did_not_the_needs_passive_decay() -> None:
+    agent = person({**CALM, "hunger": 0.62})
+    Need.objects.filter(agent=agent, name="hunger").update(decay_per_hour=0.03)
+    goal = GoalFactory(agent=agent, horizon="long_term", source_needs=["hunger"], description="Eat well", progress=0.2)
+    idle = cycle(agent)  # nothing to do: hunger decays while the person passes the time
+    assert idle.action == "idle"
+    goal.refresh_from_db()
+    assert (goal.progress, goal.times_advanced, goal.times_regressed) == (0.2, 0, 0)
+    plan = plan_with_steps(agent, "short_term", ["cook"], source="social")
+    cooked = cycle(agent)
+    assert cooked.step is not None and cooked.step.plan == plan
+    goal.refresh_from_db()
+    assert goal.progress == pytest.approx(0.2 + cooked.need_deltas["hunger"]) and goal.times_advanced == 1
+
+
+def test_a_followed_step_whose_action_improved_no_need_does_not_complete() -> None:
+    agent = person({**CALM, "fun": 1.0, "energy": 1.0})
+    plan = plan_with_steps(agent, "short_term", ["relax"], source="fun")
+    experience = cycle(agent)
+    assert experience.followed_plan and experience.need_deltas == {}
+    assert plan.steps.get().status == PlanStep.Status.RUNNING
+    Need.objects.filter(agent=agent, name="fun").update(satisfaction=0.5)
+    cycle(agent)
+    assert plan.steps.get().status == PlanStep.Status.COMPLETED
+
+
+def test_a_milestone_verdict_for_the_same_goal_at_the_same_levels_is_not_asked_again() -> None:
+    agent = person({**CALM, "fun": 0.3})
+    goal = GoalFactory(agent=agent, horizon="long_term", source_needs=["fun"], description="Enjoy life", progress=0.9)
+    assert goal_milestone_check(goal=goal) is False  # fun at 30%: not yet
+    first = Goal.objects.get(pk=goal.pk)
+    Goal.objects.filter(pk=goal.pk).update(progress=0.9)
+    assert goal_milestone_check(goal=Goal.objects.get(pk=goal.pk)) is False  # the same situation: the same verdict
+    assert LLMCall.objects.filter(purpose="milestone").count() == 1
+    assert Goal.objects.get(pk=goal.pk).milestone_explanation == first.milestone_explanation
+    Need.objects.filter(agent=agent, name="fun").update(satisfaction=0.8)  # another situation: asked
+    assert goal_milestone_check(goal=Goal.objects.get(pk=goal.pk)) is True
+    assert LLMCall.objects.filter(purpose="milestone").count() == 2
+
+
+def test_a_request_that_leaves_the_inbox_undecided_says_why_in_the_audit_and_on_the_plan_page(
+        viewer_client: Any) -> None:
+    agent = person()
+    plan = waiting_plan(agent)
+    Goal.objects.filter(pk=plan.goal_id).update(status=Goal.Status.ABANDONED)  # an operator gave the goal up
+    cycle(agent)
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.CANCELLED
+    event = plan.events.get(kind=PlanEvent.Kind.PLAN_CANCELLED)
+    assert event.detail["withdrawn"] == ["1"] and event.actor_label == "runner-test"
+    assert event.reason == "goal abandoned; step 1 left the inbox with nobody's decision"
+    page = viewer_client.get(plan.get_absolute_url()).content.decode()
+    assert ('id="plan-withdrawn">Left the inbox with nobody\'s decision (runner-test): goal abandoned; '
+            "step 1 left the inbox with nobody&#x27;s decision</p>") in page

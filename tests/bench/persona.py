@@ -1,9 +1,14 @@
-"""Persona agents following their plans (issue 6): model calls per cycle, share of plan-following actions,
-and what one cycle costs, from a run of the demo personas with the offline model.
+"""Persona agents following their plans (issues 6 and 16): model calls per cycle, share of plan-following
+actions, idle cycles, waiting requests withdrawn, and what one cycle costs, from runs of the demo personas with
+the offline model.
 
-An operator approves every step that waits for one (as a watching operator would), so plans that spend
-money go on. Calls and plan-following are counted over the second half of the run (steady state), all
-purposes together. A cycle's time is compared with a one-row UPDATE transaction measured in the same run.
+Three runs of the demo (seed_demo), each counted over its second half (steady state), all purposes together:
+- an operator approves every step that waits for one at once (as a watching operator would): calls,
+  plan-following, a cycle's time against a one-row UPDATE transaction measured in the same run, queries;
+- nobody decides (issue 16): calls, plan-following, idle cycles, and waiting steps the runner withdrew
+  (a step that waited for a person and left the inbox with nobody's decision);
+- an operator approves within 10 s: what waits is approved once it has waited APPROVE_AFTER_CYCLES cycles
+  (the demo's agents cycle every 3 s).
 """
 
 from __future__ import annotations
@@ -11,12 +16,17 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from dataclasses import dataclass
 
 from tests.bench.common import figure
 
 CYCLES = int(os.environ.get("BENCH_PERSONA_CYCLES", "800"))
 MAX_CALLS_PER_CYCLE = 0.2
 MIN_FOLLOWING = 0.7
+MIN_FOLLOWING_UNATTENDED = 0.6
+MAX_IDLE_UNATTENDED = 0.25
+DEMO_CYCLE_SECONDS = 3.0  # seed_demo's interval between an agent's cycles
+APPROVE_AFTER_CYCLES = int(10 // DEMO_CYCLE_SECONDS)  # an operator who answers within 10 s
 MAX_CYCLE_RATIO = 5.0
 MAX_QUERIES = 8
 QUERY_SAMPLE_EVERY = 7  # coprime with the goal re-evaluation interval (5), so the sample is not biased
@@ -36,6 +46,57 @@ def update_baseline_ms(agent_id: int, rounds: int = 200) -> float:
             Agent.objects.filter(pk=agent_id).update(cycle_interval=F("cycle_interval"))
         times.append((time.perf_counter() - started) * 1000)
     return statistics.median(times)
+
+
+@dataclass
+class DemoRun:
+    calls: float  # model calls per cycle
+    following: float  # share of cycles that followed a plan step
+    idle: float  # share of idle cycles
+    waited: int  # steps that waited for a person
+    withdrawn: int  # of which left the inbox with nobody's decision
+
+
+def demo_run(*, approve_after: int | None) -> DemoRun:
+    """The demo's personas for CYCLES cycles, from a fresh seed_demo; an operator approves what has waited
+    `approve_after` cycles (None: nobody decides). Counted over the second half, but withdrawn steps over all."""
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from agents.cycle import agent_cycle
+    from agents.models import Agent, Experience, LLMCall
+    from planning import services
+    from planning.models import PlanEvent, PlanStep
+
+    Agent.objects.all().delete()
+    with open(os.devnull, "w") as quiet:
+        call_command("seed_demo", no_users=True, interval=0, stdout=quiet)
+    operator = User.objects.filter(is_superuser=True).first() or User.objects.create_superuser("bench-operator", "", "x")
+    personas = list(Agent.objects.filter(kind=Agent.Kind.PERSONA).order_by("name"))
+    steady = CYCLES // 2
+    calls_at_steady = 0
+    seen: dict[int, int] = {}  # step -> the cycle it was first seen waiting
+    for n in range(1, CYCLES + 1):
+        if n == steady + 1:
+            calls_at_steady = LLMCall.objects.filter(agent__in=personas).count()
+        for agent in personas:
+            agent_cycle(agent_id=agent.pk, runner="bench")
+        if approve_after is None:
+            continue
+        for step in PlanStep.objects.filter(plan__agent__in=personas, status=PlanStep.Status.AWAITING_APPROVAL):
+            if n - seen.setdefault(step.pk, n) >= approve_after:
+                services.step_approve(step=step, user=operator)
+    late = Experience.objects.filter(agent__in=personas, cycle__gt=steady)
+    counted = max(late.count(), 1)
+    waited = PlanStep.objects.filter(plan__agent__in=personas, events__kind=PlanEvent.Kind.STEP_AWAITING).distinct()
+    decided = PlanEvent.objects.filter(step__in=waited, actor__isnull=False).values("step_id")
+    return DemoRun(
+        calls=(LLMCall.objects.filter(agent__in=personas).count() - calls_at_steady) / (steady * len(personas)),
+        following=late.filter(followed_plan=True).count() / counted,
+        idle=late.filter(action="idle").count() / counted,
+        waited=waited.count(),
+        withdrawn=waited.exclude(status=PlanStep.Status.AWAITING_APPROVAL).exclude(pk__in=decided).count(),
+    )
 
 
 def figures() -> list[dict]:
@@ -81,11 +142,28 @@ def figures() -> list[dict]:
     cycle_ms = statistics.median(times)
     median_queries = statistics.median(queries)
     note = f"{len(personas)} demo personas x {CYCLES} cycles, second half counted"
+    unattended = demo_run(approve_after=None)
+    attended = demo_run(approve_after=APPROVE_AFTER_CYCLES)
+    alone = f"nobody deciding; {note}"
     return [
         figure("persona_model_calls_per_cycle", calls / cycles, "calls", baseline=None,
                goal=f"<= {MAX_CALLS_PER_CYCLE}", passed=calls / cycles <= MAX_CALLS_PER_CYCLE, note=note),
         figure("persona_plan_following", following * 100, "%", baseline=None, goal=f">= {MIN_FOLLOWING:.0%}",
                passed=following >= MIN_FOLLOWING, note=note),
+        figure("persona_unattended_calls_per_cycle", unattended.calls, "calls", baseline=None,
+               goal=f"<= {MAX_CALLS_PER_CYCLE}", passed=unattended.calls <= MAX_CALLS_PER_CYCLE, note=alone),
+        figure("persona_unattended_following", unattended.following * 100, "%", baseline=None,
+               goal=f">= {MIN_FOLLOWING_UNATTENDED:.0%}", passed=unattended.following >= MIN_FOLLOWING_UNATTENDED,
+               note=alone),
+        figure("persona_unattended_idle", unattended.idle * 100, "%", baseline=None,
+               goal=f"<= {MAX_IDLE_UNATTENDED:.0%}", passed=unattended.idle <= MAX_IDLE_UNATTENDED, note=alone),
+        figure("persona_unattended_withdrawn", unattended.withdrawn, "steps", baseline=None, goal="0",
+               passed=unattended.withdrawn == 0,
+               note=f"waiting steps that left the inbox with nobody's decision, of {unattended.waited} that waited; "
+                    f"whole run; {alone}"),
+        figure("persona_approved_in_10s_following", attended.following * 100, "%", baseline=None,
+               goal=f">= {MIN_FOLLOWING:.0%}", passed=attended.following >= MIN_FOLLOWING,
+               note=f"what waits approved after {APPROVE_AFTER_CYCLES} cycles of {DEMO_CYCLE_SECONDS:g} s; {note}"),
         figure("persona_cycle", cycle_ms, "ms", baseline=baseline, baseline_name="one-row UPDATE transaction",
                goal=f"<= {MAX_CYCLE_RATIO:g}x baseline", passed=cycle_ms <= MAX_CYCLE_RATIO * baseline,
                note=f"median; p90 {statistics.quantiles(times, n=10)[-1]:.1f} ms"),

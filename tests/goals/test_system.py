@@ -17,6 +17,7 @@ from goals.system import (
     DECAY_PER_HOUR,
     GENERATION_INTERVAL,
     GOAL_NEED_BELOW,
+    HORIZON_MIX,
     MAX_GOALS,
     MILESTONE_CHECK_THRESHOLD,
     MILESTONE_SETBACK,
@@ -25,7 +26,9 @@ from goals.system import (
     GoalState,
     goal_after_experience,
     goal_decay,
+    goal_horizon_placed,
     goal_priority,
+    goal_stats,
     goals_reevaluation_due,
     goals_room,
     milestone_after,
@@ -120,6 +123,21 @@ def test_milestone_yes_completes_and_no_takes_progress_back() -> None:
     assert progress < MILESTONE_CHECK_THRESHOLD  # it must be crossed again before the next check
 
 
+def test_milestone_not_yet_takes_progress_back_to_where_the_source_needs_are() -> None:
+    assert milestone_after(progress=0.9, achieved=False, needs_level=0.4) == (pytest.approx(0.4), False)
+    assert milestone_after(progress=0.9, achieved=False, needs_level=0.8) == (pytest.approx(0.6), False)
+
+
+def test_a_goal_waiting_for_a_person_is_held_as_it_is() -> None:
+    before = GoalState(progress=0.84, confidence=0.11, times_advanced=2, times_regressed=1)
+    held = goal_after_experience(state=before, horizon="short_term", source_needs=["fun"], need_deltas={"fun": 0.2},
+                                 hours=8, bonus=0.3, waiting=True)
+    assert held == before  # not abandoned (0.11 - 8 x 0.03), not advanced, no milestone asked
+    moved = goal_after_experience(state=before, horizon="short_term", source_needs=["fun"], need_deltas={"fun": 0.2},
+                                  hours=8)
+    assert moved.abandoned and moved.crossed_milestone is False and moved.times_advanced == 3
+
+
 def test_goals_are_re_evaluated_every_fifth_experience() -> None:
     assert [n for n in range(16) if goals_reevaluation_due(n)] == [0, 5, 10, 15]
 
@@ -152,32 +170,61 @@ def test_short_term_goals_are_planned_at_once_mid_and_long_below_half() -> None:
 
 
 def test_step_followed_and_succeeded_completes_after_its_estimate() -> None:
-    one = step_evaluate(key="1", actual_cycles=0, estimated_cycles=1, overrides=0, followed=True, succeeded=True)
+    one = step_evaluate(key="1", actual_cycles=0, estimated_cycles=1, overrides=0, followed=True, succeeded=True, improved=True)
     assert one.completed and one.actual_cycles == 1
-    first = step_evaluate(key="2", actual_cycles=0, estimated_cycles=2, overrides=0, followed=True, succeeded=True)
+    first = step_evaluate(key="2", actual_cycles=0, estimated_cycles=2, overrides=0, followed=True, succeeded=True, improved=True)
     assert not first.completed and not first.replan
-    second = step_evaluate(key="2", actual_cycles=1, estimated_cycles=2, overrides=0, followed=True, succeeded=True)
+    second = step_evaluate(key="2", actual_cycles=1, estimated_cycles=2, overrides=0, followed=True, succeeded=True, improved=True)
     assert second.completed and second.actual_cycles == 2
 
 
+def test_step_whose_action_improved_no_need_does_not_complete() -> None:
+    verdict = step_evaluate(key="1", actual_cycles=0, estimated_cycles=1, overrides=0, followed=True, succeeded=True,
+                            improved=False)
+    assert not verdict.completed and not verdict.replan and verdict.actual_cycles == 1
+
+
 def test_step_that_failed_its_action_does_not_complete() -> None:
-    verdict = step_evaluate(key="1", actual_cycles=0, estimated_cycles=1, overrides=0, followed=True, succeeded=False)
+    verdict = step_evaluate(key="1", actual_cycles=0, estimated_cycles=1, overrides=0, followed=True, succeeded=False, improved=True)
     assert not verdict.completed and verdict.actual_cycles == 1
 
 
 def test_step_stuck_beyond_twice_its_estimate_is_replanned() -> None:
-    at_limit = step_evaluate(key="1", actual_cycles=3, estimated_cycles=2, overrides=0, followed=True, succeeded=False)
+    at_limit = step_evaluate(key="1", actual_cycles=3, estimated_cycles=2, overrides=0, followed=True, succeeded=False, improved=True)
     assert not at_limit.replan  # 4 cycles = 2 x 2: not yet
-    beyond = step_evaluate(key="1", actual_cycles=4, estimated_cycles=2, overrides=0, followed=True, succeeded=False)
+    beyond = step_evaluate(key="1", actual_cycles=4, estimated_cycles=2, overrides=0, followed=True, succeeded=False, improved=True)
     assert beyond.replan and "stuck: 5 cycles, estimate 2" in beyond.failure
 
 
 def test_three_overrides_in_a_row_replan_and_following_resets_the_count() -> None:
-    second = step_evaluate(key="1", actual_cycles=1, estimated_cycles=9, overrides=1, followed=False, succeeded=True,
+    second = step_evaluate(key="1", actual_cycles=1, estimated_cycles=9, overrides=1, followed=False, succeeded=True, improved=True,
                            override_reason="energy is urgent")
     assert second.overrides == 2 and not second.replan
-    third = step_evaluate(key="1", actual_cycles=2, estimated_cycles=9, overrides=2, followed=False, succeeded=True,
+    third = step_evaluate(key="1", actual_cycles=2, estimated_cycles=9, overrides=2, followed=False, succeeded=True, improved=True,
                           override_reason="energy is urgent")
     assert third.replan and "overridden 3 cycles in a row: energy is urgent" in third.failure
-    reset = step_evaluate(key="1", actual_cycles=2, estimated_cycles=9, overrides=2, followed=True, succeeded=False)
+    reset = step_evaluate(key="1", actual_cycles=2, estimated_cycles=9, overrides=2, followed=True, succeeded=False, improved=True)
     assert reset.overrides == 0 and not reset.replan
+
+
+def test_horizon_mix_is_three_short_four_mid_three_long_of_max_goals() -> None:
+    assert HORIZON_MIX == {"short_term": 3, "mid_term": 4, "long_term": 3}
+    assert sum(HORIZON_MIX.values()) == MAX_GOALS
+
+
+def test_a_generated_goal_goes_to_the_nearest_horizon_with_room() -> None:
+    assert goal_horizon_placed(horizon="short_term", active={"short_term": 2}) == "short_term"
+    assert goal_horizon_placed(horizon="short_term", active={"short_term": 3}) == "mid_term"
+    assert goal_horizon_placed(horizon="long_term", active={"long_term": 3, "mid_term": 4}) == "short_term"
+    assert goal_horizon_placed(horizon="mid_term", active={"mid_term": 4, "short_term": 3}) == "long_term"
+    assert goal_horizon_placed(horizon="mid_term", active=HORIZON_MIX) is None
+
+
+def test_goal_stats_count_by_status_and_horizon_with_mean_progress() -> None:
+    stats = goal_stats([("active", "short_term", 0.2, 3, 1), ("active", "long_term", 0.6, 0, 2),
+                        ("completed", "short_term", 1.0, 5, 0), ("abandoned", "mid_term", 0.1, 0, 4)])
+    assert (stats.active, stats.completed, stats.abandoned) == (2, 1, 1)
+    assert stats.active_by_horizon == {"short_term": 1, "mid_term": 0, "long_term": 1}
+    assert stats.mean_progress == pytest.approx(0.4)
+    assert (stats.times_advanced, stats.times_regressed) == (8, 7)
+    assert goal_stats([]).mean_progress == 0.0

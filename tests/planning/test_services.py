@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
+from goals.models import Goal
+from goals.system import MAX_GOALS
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
-from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
+from tests.factories import AgentFactory, GoalFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -110,6 +112,17 @@ def test_agent_give_goal_refuses_empty_and_duplicate(operator: object) -> None:
     with pytest.raises(services.DecisionError, match="already has this goal"):
         services.agent_give_goal(agent=agent, user=operator, description="convert data.csv to json")
     assert agent.goals.count() == 1
+
+
+def test_agent_give_goal_refuses_an_eleventh_active_goal(operator: object) -> None:
+    agent = AgentFactory(kind="persona")
+    for n in range(MAX_GOALS):
+        GoalFactory(agent=agent, description=f"Goal {n}")
+    GoalFactory(agent=agent, description="Done before", status=Goal.Status.COMPLETED)  # not active: not counted
+    with pytest.raises(services.DecisionError, match=r"already has 10 active goals.*Nothing was changed\.$"):
+        services.agent_give_goal(agent=agent, user=operator, description="Learn to cook")
+    assert agent.goals.filter(status=Goal.Status.ACTIVE).count() == MAX_GOALS
+    assert not PlanEvent.objects.filter(kind=PlanEvent.Kind.GOAL_GIVEN).exists()
 
 
 def test_step_finish_retries_then_fails_and_asks_for_replan() -> None:
