@@ -32,19 +32,28 @@ def test_the_planning_engine_builds_prompts_and_parses_but_never_reaches_a_model
     assert reached == []
 
 
-def test_the_offline_planner_reads_before_it_writes(tmp_path: Path) -> None:
-    """Seed 003: prefer read-only first. The prompt says so and the offline model's plans do it: each plan
-    starts with a read-only step."""
+def offline_plan_tools(goal: str, workspace: Path) -> list[str]:
+    messages = prompt_plan(kind="tool", goal=goal, restatement=None, agent_name="Acta", backstory="",
+                           tools=list(TOOLS.values()), allowed_actions=(), needs={}, rejection_reasons=(),
+                           last_rejected_output="", feedback=(), retry_hints=(), max_steps=20,
+                           workspace_files=workspace_listing(workspace))
+    rules = messages[-1]["content"]
+    assert "read-only steps come first" in rules
+    assert "add a file.read step that checks the result (verification)" in rules
+    return [step["tool"] for step in plan_parse(offline_complete("plan", messages)).data["steps"]]
+
+
+def test_the_offline_planner_reads_first_and_verifies_what_it_wrote(tmp_path: Path) -> None:
+    """Seed 003's strategies, read-only first and verification steps: the prompt asks for both; the offline
+    model's plans on existing files start by reading them, and a converted, counted or written file is read back."""
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "monday.txt").write_text("Met the team. Planned the week.")
     (tmp_path / "data.csv").write_text("a,b\n1,2\n3,4\n")
-    goals = ["Summarize the notes folder into report.md", "Convert data.csv to JSON",
-             "Count the rows of data.csv into count.txt", "Sort the notes folder by extension"]
-    for goal in goals:
-        messages = prompt_plan(kind="tool", goal=goal, restatement=None, agent_name="Acta", backstory="",
-                               tools=list(TOOLS.values()), allowed_actions=(), needs={}, rejection_reasons=(),
-                               last_rejected_output="", feedback=(), retry_hints=(), max_steps=20,
-                               workspace_files=workspace_listing(tmp_path))
-        assert "read-only steps come first" in messages[-1]["content"]
-        steps = plan_parse(offline_complete("plan", messages)).data["steps"]
-        assert not TOOLS[steps[0]["tool"]].risky, (goal, [s["tool"] for s in steps])  # it starts by reading
+    for goal in ("Summarize the notes folder into report.md", "Convert data.csv to JSON",
+                 "Count the rows of data.csv into count.txt", "Sort the notes folder by extension"):
+        tools = offline_plan_tools(goal, tmp_path)
+        assert not TOOLS[tools[0]].risky, (goal, tools)  # it starts by reading
+    for goal in ("Convert data.csv to JSON", "Count the rows of data.csv into count.txt",
+                 'Write a note called shopping.txt saying "milk, bread"'):
+        tools = offline_plan_tools(goal, tmp_path)
+        assert TOOLS[tools[-2]].risky and tools[-1] == "file.read", (goal, tools)  # then checks what it wrote

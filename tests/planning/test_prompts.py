@@ -48,3 +48,27 @@ def test_replan_prompt_lists_the_completed_steps_and_the_failed_step_with_its_re
     assert 'id 1: Read the CSV [file.read {"path": "data.csv"}]' in prompt.split("COMPLETED STEPS", 1)[1]
     assert "FAILED STEP: id 2: Convert it (failed: disk full)" in prompt
     assert "WHY: step 2 failed after 2 retries" in prompt
+
+
+def test_persona_planner_prompt_asks_for_2_to_6_steps_with_action_hints_and_cycle_estimates() -> None:
+    messages = prompt_plan(kind="persona", goal="Get something to eat", restatement=None, agent_name="Jenbina",
+                           backstory="", tools=None, allowed_actions=["work", "buy food", "eat"], needs={"hunger": 0.2},
+                           rejection_reasons=(), last_rejected_output="", feedback=(), retry_hints=(), max_steps=20)
+    assert "You decompose your goal into 2-6 ordered steps" in messages[0]["content"]
+    prompt = messages[-1]["content"]
+    assert "- Give 2-6 ordered steps. Each step has only: description, action_hint, expected_outcome, " \
+           "estimated_cycles." in prompt
+    assert "hunger: 20%" in prompt
+
+
+def test_persona_replan_prompt_carries_the_needs_as_they_are_now() -> None:
+    messages = prompt_replan(
+        kind="persona", goal="Get something to eat", agent_name="Jenbina", backstory="", tools=None,
+        allowed_actions=["work", "buy food", "eat", "cook"], needs={"hunger": 0.15, "money": 0.05}, feedback=(),
+        max_steps=20, reason="step 2 declined: cook at home",
+        completed_steps=[{"key": "1", "description": "Work a shift", "action_hint": "work"}],
+        failed_step={"key": "2", "description": "Buy food", "action_hint": "buy food"},
+    )
+    prompt = messages[-1]["content"]
+    assert "id 1: Work a shift" in prompt and "FAILED STEP: id 2: Buy food" in prompt
+    assert "CURRENT NEEDS (satisfaction, lowest first): money: 5%, hunger: 15%" in prompt
