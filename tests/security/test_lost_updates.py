@@ -184,3 +184,30 @@ def test_admin_shows_runner_fields_read_only(admin_client: Client) -> None:
     goal_form = admin_form(admin_client, reverse("admin:goals_goal_change", args=[goal.pk]))
     assert not {"waiting_reason", "cycle_count", "lease_owner", "lease_expires_at", "emotions"} & set(agent_form)
     assert not {"progress", "confidence", "times_advanced", "times_regressed"} & set(goal_form)
+
+
+def test_admin_stale_plan_form_keeps_the_steps_the_runner_moved_on(admin_client: Client) -> None:
+    plan = PlanFactory(agent=AgentFactory(kind="tool"), thinking_summary="Read, then convert.")
+    step = plan.steps.create(key="1", position=1, description="Read data.csv", tool="file.read",
+                             tool_input={"path": "data.csv"})
+    url = reverse("admin:planning_plan_change", args=[plan.pk])
+    data = admin_form(admin_client, url)
+    # The runner starts the step while the form is open.
+    PlanStep.objects.filter(pk=step.pk).update(status=PlanStep.Status.RUNNING, actual_cycles=1)
+    data["thinking_summary"] = "Read it first."
+    assert admin_client.post(url, data).status_code == 302
+    plan.refresh_from_db()
+    step.refresh_from_db()
+    assert plan.thinking_summary == "Read it first."
+    assert (step.status, step.actual_cycles) == (PlanStep.Status.RUNNING, 1)
+    event = PlanEvent.objects.get(kind=PlanEvent.Kind.ADMIN_EDIT)
+    assert list(event.detail["diff"]) == ["thinking_summary"]
+
+    data = admin_form(admin_client, url)  # an operator skips the step from a form loaded before it completed
+    PlanStep.objects.filter(pk=step.pk).update(status=PlanStep.Status.COMPLETED)
+    data["steps-0-status"] = PlanStep.Status.SKIPPED
+    response = admin_client.post(url, data)
+    assert "Status was changed by someone else since you opened this form (it is now completed)" in \
+        response.content.decode()
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.COMPLETED
