@@ -10,7 +10,6 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from agents.llm.gateway import LLMError, llm_complete
@@ -107,9 +106,7 @@ def goal_milestone_check(*, goal: Goal) -> bool:
     caller closes its open plans); no takes MILESTONE_SETBACK of progress back. The explanation is kept."""
     agent = goal.agent
     needs = {n.name: n.satisfaction for n in agent.needs.filter(name__in=goal.source_needs)}
-    # Seed 001: the recent *related* experiences: those that moved one of its source needs or followed its plans.
-    related = agent.experiences.filter(Q(need_deltas__has_any_keys=goal.source_needs) | Q(step__plan__goal=goal))
-    experiences = [f"{e.action}: {e.outcome}" for e in related.order_by("-cycle")[:RECENT_EXPERIENCES]]
+    experiences = [f"{e.action}: {e.outcome}" for e in agent.experiences.order_by("-cycle")[:RECENT_EXPERIENCES]]
     try:
         answer = llm_complete(purpose="milestone", agent_id=agent.pk, messages=prompt_milestone(
             goal=goal.description, experiences=list(reversed(experiences)), needs=needs))
