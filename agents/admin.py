@@ -13,8 +13,8 @@ from planner_site.admin_audit import AuditedAdmin, LoadedValuesForm
 
 class NeedInline(admin.TabularInline):
     model = Need
-    form = LoadedValuesForm  # a need the runner moved on since the form loaded is not put back
     extra = 0
+    form = LoadedValuesForm  # a need the runner moved on since the form loaded is not put back
 
 
 @admin.register(Agent)

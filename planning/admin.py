@@ -11,6 +11,10 @@ from planning.engine.schedule import IllegalTransition, step_transition_check
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import EDITABLE_STEP_FIELDS, PLAN_FINAL, UNSTARTED, step_changes_problems
 
+# Written by the runner as a step runs: shown, never saved back from a form loaded earlier.
+STEP_RUNNER_FIELDS = ["actual_cycles", "overrides", "retries", "result", "error", "failure_reason", "elapsed_ms",
+                      "precheck", "carried_over"]
+
 
 class PlanStepAdminForm(LoadedValuesForm):
     """The admin obeys the rules the services obey: the step state machine (a completed step never runs
@@ -52,11 +56,6 @@ class PlanAdminForm(LoadedValuesForm):
             raise forms.ValidationError(
                 f"A {old} plan is final and cannot become {new}; ask for a replan instead. {NOTHING_SAVED}")
         return str(new)
-
-
-# Written by the runner as a step runs: shown, never saved back from a form loaded earlier.
-STEP_RUNNER_FIELDS = ["actual_cycles", "overrides", "retries", "result", "error", "failure_reason", "elapsed_ms",
-                      "precheck", "carried_over"]
 
 
 class PlanStepInline(admin.StackedInline):
