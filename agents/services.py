@@ -377,4 +377,3 @@ def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float],
                              detail={"repeats": source.pk, "version": plan.version})
     publish_changed_on_commit(agent_id=goal.agent_id, plan_id=plan.pk, kind="plan_created")
     return plan, made
-
