@@ -18,6 +18,7 @@ from django.db import models, transaction
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest
 
+from planner_site.events import publish_changed_on_commit
 from planner_site.formfields import JSONValueField
 
 # Every JSON field of the admin refuses what the services refuse (too deep, too big, NUL...) with a message.
@@ -159,8 +160,6 @@ class AuditedAdmin(admin.ModelAdmin):
 
     @transaction.atomic
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        from planner_site.events import publish_changed_on_commit
-
         agent_id = self.audit_agent_id(obj)
         super().delete_model(request, obj)
         publish_changed_on_commit(agent_id=agent_id, kind="admin_delete")
