@@ -35,14 +35,6 @@ def form_diff(form: ModelForm) -> dict[str, list[str]]:
     }
 
 
-def plan_lock_first(plan_id: int | None) -> None:
-    """Lock the plan before its steps are written, in the one lock order of the services (plan, then steps)."""
-    from planning.models import Plan
-
-    if plan_id is not None:
-        list(Plan.objects.select_for_update(no_key=True).filter(pk=plan_id).values_list("pk", flat=True))
-
-
 class LoadedValuesForm(forms.ModelForm):
     """An admin form that knows what it loaded. `changed_data` is what the operator changed since the form was
     loaded (not what differs from the row now, which the runner may have moved on: that is never written back),
@@ -108,6 +100,14 @@ class LoadedValuesForm(forms.ModelForm):
                 self.add_error(None, f"{label} was changed by someone else since you opened this form (it is now "
                                      f"{now[name].value()!s:.200}). Reload the page to see the current values. "
                                      f"{NOTHING_SAVED}")
+
+
+def plan_lock_first(plan_id: int | None) -> None:
+    """Lock the plan before its steps are written, in the one lock order of the services (plan, then steps)."""
+    from planning.models import Plan
+
+    if plan_id is not None:
+        list(Plan.objects.select_for_update(no_key=True).filter(pk=plan_id).values_list("pk", flat=True))
 
 
 class AuditedAdmin(admin.ModelAdmin):
