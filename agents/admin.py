@@ -8,12 +8,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken, ApiRequest, Experience, Lesson, LLMCall, Need
-from planner_site.admin_audit import AuditedAdmin
+from planner_site.admin_audit import AuditedAdmin, LoadedValuesForm
 
 
 class NeedInline(admin.TabularInline):
     model = Need
     extra = 0
+    form = LoadedValuesForm  # a need the runner moved on since the form loaded is not put back
 
 
 @admin.register(Agent)
@@ -21,7 +22,9 @@ class AgentAdmin(AuditedAdmin):
     list_display = ["name", "kind", "status", "cycle_count", "waiting_reason", "lease_owner"]
     list_filter = ["kind", "status"]
     search_fields = ["name", "backstory"]
-    readonly_fields = ["cycle_count", "lease_owner", "lease_expires_at", "created_at"]
+    # Written by the runner every cycle: shown, never saved back from a form loaded earlier.
+    readonly_fields = ["cycle_count", "waiting_reason", "emotions", "next_cycle_at", "plan_retry_at", "lease_owner",
+                       "lease_expires_at", "created_at"]
     inlines = [NeedInline]
 
     def audit_agent_id(self, obj: Any) -> int:

@@ -7,7 +7,7 @@ experience n + 1, so a cycle re-run after a runner died (or driven twice) change
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -307,6 +307,53 @@ def goal_plans_close(*, goal: Goal, runner: str, reason: str, completed: bool = 
         publish_changed_on_commit(agent_id=goal.agent_id, kind="goal_completed")
     for plan in plans:
         publish_changed_on_commit(agent_id=goal.agent_id, plan_id=plan.pk, kind="plan_closed")
+
+
+# --- the Django admin -----------------------------------------------------------------------------------------
+
+
+def admin_event_record(*, user: Any, agent_id: int, plan_id: int | None, what: str, diff: dict[str, Any]) -> PlanEvent:
+    """An ADMIN_EDIT event naming the operator and the diff, on the agent's open plan when it has one (else on
+    the agent alone), pushed after commit."""
+    if plan_id is None:
+        plan_id = (Plan.objects.filter(agent_id=agent_id, status__in=Plan.OPEN_STATUSES).order_by("-created_at")
+                   .values_list("pk", flat=True).first())
+    event = PlanEvent.objects.create(
+        plan_id=plan_id, agent_id=agent_id, kind=PlanEvent.Kind.ADMIN_EDIT,
+        actor=user if user.is_authenticated else None, actor_label=user.get_username(), reason=what,
+        detail={"diff": diff},
+    )
+    publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_edit")
+    return event
+
+
+@transaction.atomic
+def admin_rows_save(*, user: Any, agent_id: int, plan_id: int | None, what: str,
+                    rows: Sequence[tuple[Any, Sequence[str]]], diff: dict[str, Any]) -> PlanEvent | None:
+    """An operator's change made in the Django admin: each row writes only the fields the operator changed, so
+    what the runner moved on since the form loaded (needs, counters, the waiting reason) stays as it is now.
+    The plan is locked first (the services' lock order). One event names the operator and the diff.
+    Nothing changed: nothing is written or recorded (None)."""
+    changed = [(row, list(fields)) for row, fields in rows if fields]
+    if not changed:
+        return None
+    if plan_id is not None:
+        list(Plan.objects.select_for_update(no_key=True).filter(pk=plan_id).values_list("pk", flat=True))
+    for row, fields in changed:
+        if any(f.name == "updated_at" for f in row._meta.concrete_fields):
+            fields.append("updated_at")
+        row.save(update_fields=fields)
+    return admin_event_record(user=user, agent_id=agent_id, plan_id=plan_id, what=what, diff=diff)
+
+
+@transaction.atomic
+def admin_row_create(*, user: Any, obj: Any, what: str,
+                     audit: Callable[[Any], tuple[int, int | None]]) -> PlanEvent:
+    """A row added in the Django admin, recorded with the operator's name."""
+    obj.save()
+    agent_id, plan_id = audit(obj)
+    return admin_event_record(user=user, agent_id=agent_id, plan_id=plan_id, what=what,
+                              diff={"created": ["", str(obj)]})
 
 
 @transaction.atomic

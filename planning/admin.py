@@ -6,15 +6,17 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from planner_site.admin_audit import VALIDATED_FORMFIELDS, AuditedAdmin
+from planner_site.admin_audit import NOTHING_SAVED, VALIDATED_FORMFIELDS, AuditedAdmin, LoadedValuesForm
 from planning.engine.schedule import IllegalTransition, step_transition_check
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import EDITABLE_STEP_FIELDS, PLAN_FINAL, UNSTARTED, step_changes_problems
 
-NOTHING_SAVED = "Nothing was saved."
+# Written by the runner as a step runs: shown, never saved back from a form loaded earlier.
+STEP_RUNNER_FIELDS = ["actual_cycles", "overrides", "retries", "result", "error", "failure_reason", "elapsed_ms",
+                      "precheck", "carried_over"]
 
 
-class PlanStepAdminForm(forms.ModelForm):
+class PlanStepAdminForm(LoadedValuesForm):
     """The admin obeys the rules the services obey: the step state machine (a completed step never runs
     again), only steps not yet started change their content, and the whole plan is validated again
     (a path outside the workspace is refused when saved, not when run)."""
@@ -47,7 +49,7 @@ class PlanStepAdminForm(forms.ModelForm):
         return cleaned
 
 
-class PlanAdminForm(forms.ModelForm):
+class PlanAdminForm(LoadedValuesForm):
     def clean_status(self) -> str:
         old, new = self.initial.get("status"), self.cleaned_data["status"]
         if self.instance.pk and old in PLAN_FINAL and new != old:
@@ -66,6 +68,7 @@ class PlanStepInline(admin.StackedInline):
         ("estimated_cycles", "actual_cycles"), "depends_on", ("requires_permission", "risk"),
         ("retries", "max_retries"), "result", "error", "failure_reason",
     ]})]
+    readonly_fields = STEP_RUNNER_FIELDS
 
 
 class PlanEventInline(admin.TabularInline):
@@ -88,6 +91,7 @@ class PlanAdmin(AuditedAdmin):
     search_fields = ["goal_text", "thinking_summary"]
     list_select_related = ["agent"]
     raw_id_fields = ["goal", "previous"]
+    readonly_fields = ["times_replanned", "planning_retry", "retry_at", "retry_hints", "model", "created_at"]
     inlines = [PlanStepInline, PlanEventInline]
 
     def audit_agent_id(self, obj: Any) -> int:
@@ -104,6 +108,7 @@ class PlanStepAdmin(AuditedAdmin):
     list_filter = ["status", "risk", "requires_permission", "plan__agent"]
     search_fields = ["description", "key"]
     list_select_related = ["plan"]
+    readonly_fields = STEP_RUNNER_FIELDS
 
     def audit_agent_id(self, obj: Any) -> int:
         return obj.plan.agent_id

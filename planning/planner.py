@@ -217,8 +217,8 @@ def plan_with_steps(plan: Plan | None) -> Plan | None:
 
 
 def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[PlanSpec, list[str]] | None:
-    """Seed 004's should_plan: a simple goal becomes one step without a planning call, for personas (a
-    recommended action that works now) and tool agents (one read-only call on a named file or folder)."""
+    """Seed 004's should_plan: a tool agent's simple goal (one read-only call on a named file or folder) becomes
+    one step without a planning call. Personas never get one: seed 000 decomposes every goal into steps."""
     # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (agents/cycle.py).
     if should_plan(goal_text) or agent.kind != Agent.Kind.TOOL:
         return None

@@ -171,12 +171,22 @@ def plan_approve(*, plan: Plan, user: User, mode: str) -> PlanEvent:
 
 
 @atomic_retried
-def plan_cancel(*, plan: Plan, user: User, reason: str = "") -> PlanEvent:
-    """Cancel an open plan; its pending steps are skipped and the agent stops pursuing it."""
+def plan_cancel(*, plan: Plan, user: User, reason: str = "", seen_status: str | None = None) -> PlanEvent:
+    """Cancel an open plan; its pending steps are skipped and the agent stops pursuing it.
+
+    `seen_status` is the status the operator saw when they chose to cancel (None: not known): a plan that moved on
+    since (approved by another operator meanwhile, an answered question) is not cancelled: of two opposite
+    decisions at once, the first wins and the second is refused."""
     reason = reason_clean(reason)
     plan = plan_lock(plan.pk)
     if not plan.is_open:
         raise DecisionError(f"Plan v{plan.version} is already {plan.get_status_display().lower()}. Nothing was changed.")
+    if seen_status and plan.status != seen_status:
+        if seen_status == Plan.Status.AWAITING_APPROVAL:
+            raise PlanNotAwaitingApproval(plan)
+        raise DecisionError(f"Plan v{plan.version} is now {plan.get_status_display().lower()}, no longer "
+                            f"{Plan.Status(seen_status).label.lower() if seen_status in Plan.Status.values else seen_status}; "
+                            "look at it again before cancelling. Nothing was changed.")
     plan.status = Plan.Status.CANCELLED
     plan.save(update_fields=["status", "updated_at"])
     unfinished = plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.FAILED,
@@ -252,7 +262,8 @@ def plan_replan_request(*, plan: Plan, user: User, reason: str) -> PlanEvent:
     reason = reason_clean(reason)
     plan = plan_lock(plan.pk)
     if plan.status not in (Plan.Status.ACTIVE, Plan.Status.AWAITING_APPROVAL, Plan.Status.FAILED):
-        raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it cannot be replanned.")
+        raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it cannot be replanned. "
+                            "Nothing was changed.")
     if plan.status == Plan.Status.FAILED:
         plan.status = Plan.Status.ACTIVE
     plan.replan_reason = f"operator: {reason}"

@@ -131,7 +131,8 @@ def plan_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
         return decision_refused(request, form_errors(form) + " Nothing was changed.", status=400)
     return decision_apply(
         request, plan, f"Cancelled {plan_named(plan)}.",
-        lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
+        lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", ""),
+                                     seen_status=request.POST.get("seen_status") or None),
     )
 
 

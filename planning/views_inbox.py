@@ -107,7 +107,8 @@ def inbox_plan_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     form.is_valid()
     return inbox_decide(
         request, plan, f"Cancelled {plan_named(plan)}.",
-        lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", "")),
+        lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", ""),
+                                     seen_status=request.POST.get("seen_status") or None),
     )
 
 

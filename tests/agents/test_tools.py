@@ -338,3 +338,22 @@ def test_precheck_says_what_a_step_reads_creates_and_overwrites(sandbox: tuple[P
         "reads data.csv (8 bytes); will overwrite count.txt")
     assert tool_precheck("file.read", {"path": "nope.txt"}, workspace) == "nope.txt does not exist yet"
     assert tool_precheck("file.write", {"path": "new.txt", "content": "x"}, workspace) == "will create new.txt"
+
+
+def test_a_declared_system_tool_is_risky_and_its_steps_require_permission() -> None:
+    """Seed 003: writes, network access and system changes are risky; only reads are safe."""
+    from agents.declared_tools import tool_registry
+    from planning.engine.validate import plan_validate
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    tools = tool_registry([
+        {"name": "service.restart", "description": "Restart a service", "input_schema": schema, "risk": "system"},
+        {"name": "service.status", "description": "Read a service's status", "input_schema": schema, "risk": "read"},
+    ])
+    assert tools["service.restart"].risky and not tools["service.status"].risky
+    result = plan_validate({"steps": [
+        {"id": "1", "tool": "service.status", "intent": "Check web", "input": {"name": "web"}, "requiresPermission": False},
+        {"id": "2", "tool": "service.restart", "intent": "Restart web", "input": {"name": "web"}, "requiresPermission": False},
+    ]}, kind="tool", tools=tools)
+    assert result.plan is not None
+    assert [(s.requires_permission, s.risk) for s in result.plan.steps] == [(False, "safe"), (True, "risky")]

@@ -35,6 +35,17 @@ def test_should_plan_threshold_is_respected() -> None:
     assert not should_plan(goal, threshold=score + 0.01)
 
 
+@pytest.mark.parametrize(("goal", "expected"), [
+    (" ".join(["lorem"] * 40), 0.25),  # length alone, saturated: 25%
+    ("read write sort count", 0.25 * 4 / 40 + 0.30),  # four action verbs: 30% (and a little length)
+    ("x and then after", 0.25 * 4 / 40 + 0.30),  # three sequencing words: 30%
+    ("x, y, z, w, v", 0.25 * 5 / 40 + 0.15),  # four commas of structure: 15%
+])
+def test_goal_complexity_weighs_length_25_verbs_30_multi_action_30_structure_15(goal: str, expected: float) -> None:
+    assert goal_complexity(goal) == round(expected, 3)
+
+
+
 @given(st.text(max_size=500))
 def test_goal_complexity_is_between_0_and_1(goal: str) -> None:
     assert 0.0 <= goal_complexity(goal) <= 1.0

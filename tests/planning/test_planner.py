@@ -359,6 +359,19 @@ def test_simple_tool_goal_is_one_step_without_any_model_call() -> None:
     assert "simple goal: one step, no planning call" in plan.events.get(kind=PlanEvent.Kind.VALIDATED).detail["flags"]
 
 
+def test_a_one_step_plan_without_a_planning_call_is_for_tool_agents_only() -> None:
+    """Seed 004's create_single_step_plan: a tool agent's one read on a named file; a persona's goal is always
+    decomposed by the planner (seed 000), however simple it sounds."""
+    from planning.planner import plan_direct
+
+    tool = tool_agent()
+    persona = AgentFactory(kind=Agent.Kind.PERSONA)
+    assert plan_direct(agent=tool, goal=None, goal_text="Read data.csv") is not None
+    assert plan_direct(agent=persona, goal=None, goal_text="Read data.csv") is None
+    assert plan_direct(agent=tool, goal=None, goal_text="Read data.csv, then convert it and write a report") is None
+
+
+
 def test_answer_without_json_tags_is_used_and_flagged(chain: LLMTestServer) -> None:
     untagged = GOOD.replace("<json>", "").replace("</json>", "")
     chain.script("fast-model", answer(RESTATE))

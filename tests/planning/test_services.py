@@ -229,3 +229,14 @@ def test_step_lock_takes_the_plan_first() -> None:
     tables = [q["sql"].split(" FROM ")[1].split()[0].strip('"') for q in queries.captured_queries if " FROM " in q["sql"]]
     # The step's plan id (no lock), then the plan locked, then the step locked.
     assert tables == ["planning_planstep", "planning_plan", "planning_planstep"]
+
+
+def test_a_failed_or_declined_step_keeps_why_in_its_failure_reason(operator: object) -> None:
+    step = PlanStepFactory(status=PlanStep.Status.RUNNING, max_retries=0)
+    step = services.step_finish(step=step, runner="r", succeeded=False, error="disk full")
+    step.refresh_from_db()
+    assert (step.status, step.failure_reason) == (PlanStep.Status.FAILED, "disk full")
+    declined = awaiting_step()
+    services.step_decline(step=declined, user=operator, feedback="Too expensive")
+    declined.refresh_from_db()
+    assert declined.failure_reason == f"declined by {operator.get_username()}: Too expensive"  # type: ignore[attr-defined]

@@ -148,6 +148,20 @@ def test_plan_approve_buttons_and_modes(operator_client: Client) -> None:
     assert plan.status == Plan.Status.AWAITING_APPROVAL
 
 
+def test_plan_awaiting_approval_shows_the_planners_confidence_with_steps_summary_and_restatement(
+        operator_client: Client) -> None:
+    """Seed 002 step 7: before approving, the operator sees the steps, the thinking summary, the restatement
+    and the planner's confidence."""
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING, confidence=0.73,
+                       thinking_summary="Work first, then buy food.", who="Jen", what="Get food", why="She is hungry")
+    PlanStepFactory(plan=plan, key="1", position=1, description="Work a shift")
+    html = operator_client.get(reverse("plan-detail", args=[plan.pk])).content.decode()
+    assert "confidence 73%" in html
+    assert "Work first, then buy food." in html and "Work a shift" in html
+    assert "She is hungry" in html and "Approve all" in html
+
+
+
 def test_agent_page_shows_needs_goals_and_give_goal_form(operator_client: Client) -> None:
     agent = AgentFactory(name="Jen")
     NeedFactory(agent=agent, name="hunger", satisfaction=0.1)

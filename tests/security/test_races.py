@@ -89,3 +89,62 @@ def test_step_decision_racing_plan_cancel_never_500(decision: str) -> None:
             assert step.status in (PlanStep.Status.SKIPPED, PlanStep.Status.DECLINED)
     assert statuses[500] == 0, statuses
     assert set(statuses) <= {200, 302, 409}, statuses
+
+
+# --- opposite plan decisions: "Approve all" by one operator, "Cancel plan" by another ---------------------------
+
+
+def awaiting_plan() -> Plan:
+    plan = PlanFactory(agent=AgentFactory(kind="tool"), status=Plan.Status.AWAITING_APPROVAL,
+                       approval_mode=Plan.ApprovalMode.PENDING)
+    PlanStepFactory(plan=plan, key="1", position=1, requires_permission=True)
+    return plan
+
+
+def approve_all(client: Client, plan: Plan, where: str) -> Any:
+    return client.post(reverse(f"{where}plan-approve", args=[plan.pk]),
+                       {"mode": "all", "version": plan.version})
+
+
+def cancel_as_seen(client: Client, plan: Plan, where: str) -> Any:
+    """Cancel plan, pressed on the page that showed the plan awaiting approval."""
+    return client.post(reverse(f"{where}plan-cancel", args=[plan.pk]),
+                       {"version": plan.version, "seen_status": Plan.Status.AWAITING_APPROVAL})
+
+
+@pytest.mark.parametrize("where", ["", "inbox-"])
+def test_approve_all_racing_cancel_plan_exactly_one_wins(where: str) -> None:
+    approving, cancelling = (logged_in(UserFactory(role="operators")) for _ in range(2))
+    for _ in range(ROUNDS):
+        plan = awaiting_plan()
+        codes = parallel(lambda: approve_all(approving, plan, where).status_code,  # noqa: B023
+                         lambda: cancel_as_seen(cancelling, plan, where).status_code)  # noqa: B023
+        assert sorted(code == 409 for code in codes) == [False, True], codes  # one applied, the other refused
+        plan.refresh_from_db()
+        approved = PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED).count()
+        cancelled = PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED).count()
+        if codes[0] != 409:
+            assert (plan.status, approved, cancelled) == (Plan.Status.ACTIVE, 1, 0)
+        else:
+            assert (plan.status, approved, cancelled) == (Plan.Status.CANCELLED, 0, 1)
+
+
+@pytest.mark.parametrize("where", ["", "inbox-"])
+@pytest.mark.parametrize("first", ["approve", "cancel"])
+def test_approve_all_and_cancel_plan_the_second_is_told_nothing_was_changed(first: str, where: str) -> None:
+    approving, cancelling = (logged_in(UserFactory(role="operators")) for _ in range(2))
+    plan = awaiting_plan()
+    page = cancelling.get(reverse("inbox" if where else "plan-detail", args=[] if where else [plan.pk]))
+    assert 'name="seen_status" value="awaiting_approval"' in page.content.decode()  # the cancel form says what it saw
+    decisions = [lambda: approve_all(approving, plan, where), lambda: cancel_as_seen(cancelling, plan, where)]
+    if first == "cancel":
+        decisions.reverse()
+    assert decisions[0]().status_code in (200, 302)
+    refused = decisions[1]()
+    assert refused.status_code == 409
+    text = refused.content.decode()
+    assert "no longer awaiting approval" in text and "Nothing was changed." in text
+    plan.refresh_from_db()
+    assert plan.status == (Plan.Status.ACTIVE if first == "approve" else Plan.Status.CANCELLED)
+    assert PlanEvent.objects.filter(plan=plan, kind__in=[PlanEvent.Kind.PLAN_APPROVED,
+                                                         PlanEvent.Kind.PLAN_CANCELLED]).count() == 1
