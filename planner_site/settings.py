@@ -125,10 +125,9 @@ if os.environ.get("DATABASE_URL"):
             "check": pool_connection_check,
         }
 else:
-    SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)  # SQLite creates the file, not its folder
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
+            "ENGINE": "planner_site.sqlite",  # Django's SQLite backend, creating the file's folder on connect
             "NAME": SQLITE_PATH,
             "OPTIONS": {
                 # The runner and the web share one file: WAL lets readers go on while one writes, IMMEDIATE
