@@ -18,10 +18,10 @@ class NeedInline(admin.TabularInline):
 
 @admin.register(Agent)
 class AgentAdmin(AuditedAdmin):
-    list_display = ["name", "kind", "status", "cycle_count", "waiting_reason", "lease_owner"]
+    list_display = ["name", "kind", "status", "cycle_count", "waiting_reason"]
     list_filter = ["kind", "status"]
     search_fields = ["name", "backstory"]
-    readonly_fields = ["cycle_count", "lease_owner", "lease_expires_at", "created_at"]
+    readonly_fields = ["cycle_count", "created_at"]
     inlines = [NeedInline]
 
     def audit_agent_id(self, obj: Any) -> int:

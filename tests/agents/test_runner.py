@@ -10,6 +10,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from agents.runner import Runner, agents_claim, agents_release, runner_gone, runner_heartbeat
 from channels.db import database_sync_to_async
 from django.db import OperationalError
 from django.test import Client
@@ -17,7 +18,6 @@ from django.utils import timezone
 
 from agents import runner as runner_module
 from agents.models import Agent, RunnerHeartbeat
-from agents.runner import Runner, agents_claim, agents_release, runner_gone, runner_heartbeat
 from tests.factories import AgentFactory, GoalFactory
 
 pytestmark = pytest.mark.django_db
@@ -259,6 +259,7 @@ async def test_agents_waiting_for_models_hold_no_thread(settings: Any, llm_serve
 def test_planning_left_by_a_dead_runner_fails_even_for_an_agent_no_runner_claims() -> None:
     """A paused agent is never claimed again: its plan must not stay "validating" past the lease."""
     from agents.runner import plans_orphaned_fail
+
     from planning.models import Plan
     from tests.factories import PlanFactory
 

@@ -6,12 +6,12 @@ import io
 from typing import Any
 
 import pytest
+from agents.runner import agents_claim
 from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
 from agents.models import Agent, AgentToken
-from agents.runner import agents_claim
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
 from tests.api.conftest import PLAN, ApiClient

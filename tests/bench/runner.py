@@ -53,8 +53,9 @@ def tool_agents(n: int, prefix: str) -> list[int]:
 
 def round_seconds(server: object, n: int, prefix: str) -> float:
     """Time one runner (default settings) takes to have `n` fresh tool agents plan once."""
-    from agents.models import Agent
     from agents.runner import Runner
+
+    from agents.models import Agent
     from planning.models import Plan
     from tests.llm_server import answer
 
@@ -126,8 +127,9 @@ def bench_rows() -> list[dict]:
     floor a running demo keeps (e.g. the events of plans still open). Round two adds as many rows again:
     without retention all of them stay (the baseline); with it, the growth over the floor is what the
     product keeps for good per agent-hour (an open plan's events go once it closes)."""
-    from agents.models import Agent, Need
     from agents.runner import Runner
+
+    from agents.models import Agent, Need
 
     for i in range(PERSONA_AGENTS):
         agent = Agent.objects.create(name=f"rows-{i}", kind=Agent.Kind.PERSONA, cycle_interval=0)

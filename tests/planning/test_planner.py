@@ -373,9 +373,8 @@ def test_answer_without_json_tags_is_used_and_flagged(chain: LLMTestServer) -> N
 
 
 def test_claiming_an_agent_fails_its_orphaned_validating_plan() -> None:
-    from django.utils import timezone
-
     from agents.runner import agents_claim
+    from django.utils import timezone
 
     agent = tool_agent()
     plan = plan_start_orphan(agent, runner="runner dead/1")
