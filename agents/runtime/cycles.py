@@ -33,12 +33,12 @@ def agents_driven() -> QuerySet[Agent]:
     return Agent.objects.filter(DRIVEN)
 
 
-def cycle_run(agent_id: int, runner: str, *, recover: bool = False) -> str:
-    """Run one cycle of an agent and give the thread's connection back. With `recover`, first fail the
-    planning a cycle that died left "validating" (the caller knows no other cycle of this agent runs)."""
+def cycle_run(agent_id: int, runner: str) -> str:
+    """Run one cycle of an agent and give the thread's connection back. Both runtimes run one cycle of an
+    agent at a time, so planning found "validating" when a cycle starts was left by a cycle that died (a
+    killed worker, a restarted process): it fails first, with that reason, and the agent plans again."""
     try:
-        if recover:
-            plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
+        plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
         return agent_cycle(agent_id=agent_id, runner=runner)
     except CONNECTION_ERRORS:
         connection_recover()

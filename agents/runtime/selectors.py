@@ -15,7 +15,8 @@ def runners_live() -> int:
         from procrastinate.contrib.django.models import ProcrastinateWorker
 
         since = timezone.now() - timedelta(seconds=settings.RUNNER_STALLED_SECONDS)
-        return ProcrastinateWorker.objects.filter(last_heartbeat__gte=since).count()
+        workers = ProcrastinateWorker.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
+        return int(workers.filter(last_heartbeat__gte=since).count())
     from agents.runtime import embedded
 
     return int(embedded.current is not None)
