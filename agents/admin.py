@@ -19,12 +19,12 @@ class NeedInline(admin.TabularInline):
 
 @admin.register(Agent)
 class AgentAdmin(AuditedAdmin):
-    list_display = ["name", "kind", "status", "cycle_count", "waiting_reason", "lease_owner"]
+    list_display = ["name", "kind", "status", "cycle_count", "waiting_reason"]
     list_filter = ["kind", "status"]
     search_fields = ["name", "backstory"]
     # Written by the runner every cycle: shown, never saved back from a form loaded earlier.
-    readonly_fields = ["cycle_count", "waiting_reason", "emotions", "next_cycle_at", "plan_retry_at", "lease_owner",
-                       "lease_expires_at", "created_at"]
+    readonly_fields = ["cycle_count", "waiting_reason", "emotions", "next_cycle_at", "plan_retry_at",
+                       "created_at"]
     inlines = [NeedInline]
 
     def audit_agent_id(self, obj: Any) -> int:

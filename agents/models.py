@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
-from django.utils import timezone
 
 UNIT = [MinValueValidator(0.0), MaxValueValidator(1.0)]
 
@@ -68,15 +66,13 @@ class Agent(models.Model):
         help_text="Waiting policy: after this many minutes a pending approval is marked urgent and goes to the top "
                   "of the inbox; empty: it keeps waiting. Never approved or declined by itself.",
     )
-    lease_owner = models.CharField(max_length=100, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
         indexes = [
-            # The runner's claim query: running agents whose lease is free or expired.
-            models.Index(fields=["status", "lease_expires_at"], name="agent_claim_idx"),
+            # The embedded scheduler's look for due agents: running ones by the time they fall due.
+            models.Index(fields=["status", "next_cycle_at"], name="agent_due_idx"),
         ]
 
     def __str__(self) -> str:
@@ -89,36 +85,6 @@ class Agent(models.Model):
     def workspace(self) -> Path:
         """The only folder this agent's tools may touch."""
         return Path(settings.AGENT_WORKSPACES) / str(self.pk)
-
-
-class RunnerHeartbeatQuerySet(models.QuerySet["RunnerHeartbeat"]):
-    def live(self) -> RunnerHeartbeatQuerySet:
-        """Runners seen within a lease's length: they beat four times in that span, so one missed beat is
-        no death, and a killed runner drops out as its leases expire."""
-        return self.filter(seen_at__gte=timezone.now() - timedelta(seconds=settings.RUNNER_LEASE_SECONDS))
-
-
-class RunnerHeartbeat(models.Model):
-    """A runner process that is alive: it refreshes `seen_at` every few seconds and deletes its row when it
-    stops cleanly. A killed runner's row goes stale; /healthz counts only fresh rows, and runners share the
-    agents among the live ones."""
-
-    name = models.CharField(max_length=100, unique=True, help_text="The runner id written into leases")
-    host = models.CharField(max_length=255, blank=True)
-    pid = models.PositiveIntegerField(default=0)
-    started_at = models.DateTimeField(auto_now_add=True)
-    seen_at = models.DateTimeField()
-    in_flight = models.PositiveIntegerField(default=0, help_text="Cycles under way when last seen")
-    cycles = models.PositiveBigIntegerField(default=0, help_text="Cycles driven since it started")
-
-    objects = RunnerHeartbeatQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["name"]
-        indexes = [models.Index(fields=["seen_at"], name="runner_seen_idx")]  # /healthz and fair shares: live runners
-
-    def __str__(self) -> str:
-        return self.name
 
 
 class Need(models.Model):

@@ -1,9 +1,9 @@
 """A health check for load balancers and orchestrators: the database answers, and how many runners live.
 
 Anyone may ask, so the answer says nothing about the deployment: no host, port, database name or driver
-message (those go to the server's log), only "ok" or "unreachable" and a count of live runners, those
-whose heartbeat is younger than a lease (a killed runner drops out within RUNNER_LEASE_SECONDS, a
-stopped one at once).
+message (those go to the server's log), only "ok" or "unreachable" and a count of live runners: on the
+scale-out stack the job engine's workers whose heartbeat is younger than RUNNER_STALLED_SECONDS (a killed
+one drops out within that, a stopped one at once); on the embedded stack, this process's own scheduler.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from agents.models import RunnerHeartbeat
+from agents.runtime.selectors import runners_live
 
 logger = logging.getLogger("planner.health")
 
@@ -24,7 +24,7 @@ logger = logging.getLogger("planner.health")
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     try:
-        runners = RunnerHeartbeat.objects.live().count()
+        runners = runners_live()
     except DatabaseError as exc:
         logger.warning("health check: the database did not answer: %s", exc)
         return JsonResponse({"status": "error", "database": "unreachable"}, status=503)

@@ -143,6 +143,15 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Scale-out runs agents' cycles as jobs of Procrastinate, a PostgreSQL job engine (agents/runtime/tasks.py);
+# its Django app brings its tables (migrations) and admin pages to watch the jobs. The embedded stack has no
+# use for it (SQLite, one process).
+SCALE_OUT = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+if SCALE_OUT:
+    INSTALLED_APPS.append("procrastinate.contrib.django")
+PROCRASTINATE_AUTODISCOVER_MODULE_NAME = ""
+PROCRASTINATE_ON_APP_READY = "agents.runtime.tasks.on_app_ready"
+
 if os.environ.get("REDIS_URL"):
     CHANNEL_LAYERS = {
         "default": {
@@ -257,16 +266,16 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 # Agents' sandboxed workspaces: tools may touch nothing outside AGENT_WORKSPACES/<agent id>/.
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
 
-# The runner. A lease is renewed every quarter of its length; a killed runner's agents go on elsewhere once
-# it expires. Cycles wait for models without a database connection, so the concurrency is not bounded by
-# PostgreSQL's connections but by LLM_CONCURRENCY_PER_MODEL and what the model servers take.
+# The runtime (agents/runtime/). Embedded: one process drives every agent, up to RUNNER_CONCURRENCY cycles at
+# once, looking for due agents every RUNNER_TICK_SECONDS at least. Scale-out: Procrastinate workers, each
+# running up to RUNNER_CONCURRENCY cycle jobs at once; a worker beats every RUNNER_HEARTBEAT_SECONDS, and one
+# silent for RUNNER_STALLED_SECONDS is dead: its jobs are retried by the others. RUNNER_SWEEP_SECONDS: how
+# often a chain of cycles is started for agents that have none (new, resumed, or left by a failure).
 RUNNER_TICK_SECONDS = float(os.environ.get("RUNNER_TICK_SECONDS", "0.5"))
-RUNNER_LEASE_SECONDS = float(os.environ.get("RUNNER_LEASE_SECONDS", "10"))
 RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "100"))
-# The threads that carry a runner's cycles: a cycle waiting for a model is parked and holds none, so a few
-# suffice; each holds at most one database connection at a time, so a runner uses at most DB_POOL_MAX_SIZE - 2
-# of them (the loop's own database work and pruning keep one each).
-RUNNER_THREADS = int(os.environ.get("RUNNER_THREADS", "8"))
+RUNNER_HEARTBEAT_SECONDS = float(os.environ.get("RUNNER_HEARTBEAT_SECONDS", "2"))
+RUNNER_STALLED_SECONDS = float(os.environ.get("RUNNER_STALLED_SECONDS", "10"))
+RUNNER_SWEEP_SECONDS = int(os.environ.get("RUNNER_SWEEP_SECONDS", "2"))
 RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
 RUNNER_DB_RETRY_MAX_SECONDS = float(os.environ.get("RUNNER_DB_RETRY_MAX_SECONDS", "10"))  # backoff ceiling
 RUNNER_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("RUNNER_SHUTDOWN_GRACE_SECONDS", "30"))

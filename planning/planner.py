@@ -7,7 +7,7 @@ shows "validating" and every rejected attempt while the planner works.
 One deadline (PLAN_DEADLINE_SECONDS) covers the whole of one plan: the restatement, every attempt,
 every reflection, every model of the chain; each call may wait only for what remains. A plan that
 fails is tried again later by the agent's retry policy, or waits for an operator; a plan left in
-"validating" by a runner that died is failed with that reason when its lease expires.
+"validating" by a runner that died is failed with that reason when the agent's next cycle starts.
 """
 
 from __future__ import annotations
@@ -360,15 +360,15 @@ def plan_retry_due(*, agent: Agent, runner: str) -> None:
 
 
 def plans_interrupted_fail(*, agent_ids: Sequence[int], runner: str) -> int:
-    """For agents a runner has just claimed: a plan still "validating" lost its planner (only the lease
-    holder plans, and this runner is not planning them yet), so it fails, saying which runner stopped."""
+    """For agents whose cycle is about to start: a plan still "validating" lost its planner (an agent runs one
+    cycle at a time, and this one is not planning yet), so it fails, saying which runner stopped."""
     failed = 0
     for plan in Plan.objects.filter(agent_id__in=list(agent_ids), status=Plan.Status.VALIDATING):
         started_by = plan.events.filter(kind=PlanEvent.Kind.CREATED).values_list("actor_label", flat=True).first()
         if started_by == runner:  # this runner's own planning cycle broke off (its log says why)
             headline = f"planning interrupted: the cycle of {runner} ended before planning finished"
         else:
-            headline = f"planning interrupted: {started_by or 'a runner'} stopped before it finished (its lease expired)"
+            headline = f"planning interrupted: {started_by or 'a runner'} stopped before it finished"
         try:
             plan_fail(plan=plan, headline=headline, actor_label=runner)
         except PlanNoLongerValidating:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +41,22 @@ def viewer_client(viewer: Any) -> Client:
     client.force_login(viewer)
     return client
 
+
+
+@pytest.fixture(autouse=True)
+def engine_jobs_cleared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The job engine's tables are not Django's to flush between transactional tests (its models are
+    unmanaged): cycles of one test's agents must not run in the next. Scale-out stack only."""
+    from django.conf import settings
+
+    marker = request.node.get_closest_marker("django_db")
+    if not settings.SCALE_OUT or marker is None or not marker.kwargs.get("transaction"):
+        yield
+        return
+    request.getfixturevalue("transactional_db")  # cleared before the database is flushed
+    yield
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM procrastinate_jobs")
+        cursor.execute("DELETE FROM procrastinate_workers")

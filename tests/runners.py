@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def runner_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a runner process on this test's database (SQLite file or PostgreSQL)."""
     env = {**os.environ, "PLANNER_VAR_DIR": str(tmp_path / "var"), "AGENT_WORKSPACES": str(tmp_path / "ws"),
-           "RUNNER_TICK_SECONDS": "0.05", "LOG_LEVEL": "WARNING", "RETENTION_PRUNE_SECONDS": "0", **extra}
+           "RUNNER_TICK_SECONDS": "0.05", "LOG_LEVEL": "WARNING", "RETENTION_PRUNE_SECONDS": "0",
+           # A killed worker is found dead within seconds, and chains are started within one.
+           "RUNNER_HEARTBEAT_SECONDS": "0.5", "RUNNER_STALLED_SECONDS": "3", "RUNNER_SWEEP_SECONDS": "1", **extra}
     db = connection.settings_dict
     if connection.vendor == "sqlite":
         env["SQLITE_PATH"] = str(db["NAME"])

@@ -1,9 +1,9 @@
 """The OpenAI-compatible provider: any server speaking `POST /v1/chat/completions`, through the `openai` SDK.
 
-The SDK's async client is used so that a model's answer is awaited on an event loop: the runner's cycles call
-`openai_complete` from their worker threads, and `loop_await` hands the request to the runner's loop and parks
-the cycle (agents/parking.py), so many agents wait for their models at once without holding a thread each.
-Elsewhere (a web request, the shell) it runs as `async_to_sync` would.
+The SDK's async client is used so that a model's answer is awaited on an event loop: the runtime's cycles call
+`openai_complete` from their threads, and `async_to_sync` hands the request to the loop that started the thread
+(the runtime's), where one client per loop serves every agent. Elsewhere (a web request, the shell) it runs on
+a loop of its own.
 Retries (exponential backoff on 429, 5xx, timeouts and connection errors) are the SDK's own, set by
 LLM_MAX_RETRIES; LLM_TIMEOUT_SECONDS bounds each attempt.
 
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import openai
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from openai.types.chat import ChatCompletion
 
 from agents.connections import connection_release
 from agents.llm.gateway import ProviderAnswer
 from agents.llm.limits import model_call_bounded
-from agents.parking import loop_await
 
 
 class ProviderResponseError(Exception):
@@ -206,6 +206,5 @@ def openai_complete(
 ) -> ProviderAnswer:
     """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one."""
     connection_release()  # the wait for the model holds no database connection (agents/connections.py)
-    # In a runner's cycle the wait parks the cycle, not its thread (agents/parking.py).
-    return loop_await(functools.partial(model_call_bounded, openai_acomplete), model=model, messages=messages,
-                      ends_at=ends_at)
+    return async_to_sync(functools.partial(model_call_bounded, openai_acomplete))(
+        model=model, messages=messages, ends_at=ends_at)

@@ -11,7 +11,6 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.models import Agent, AgentToken
-from agents.runner import agents_claim
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
 from tests.api.conftest import PLAN, ApiClient
@@ -68,12 +67,14 @@ def test_admin_issues_a_token_once_and_revokes_it() -> None:
 
 
 @pytest.mark.django_db
-def test_the_runner_never_claims_an_external_agent() -> None:
+def test_the_runner_never_drives_an_external_agent() -> None:
+    from agents.runtime.embedded import agents_due
+
     external = Agent.objects.create(name="Outside", kind=Agent.Kind.EXTERNAL, cycle_interval=0)
     persona = AgentFactory()
-    claimed = agents_claim(runner="r1", limit=10, exclude=set())
-    assert persona.pk in claimed
-    assert external.pk not in claimed
+    due = [pk for pk, _interval in agents_due(exclude=set(), limit=10)[0]]
+    assert persona.pk in due
+    assert external.pk not in due
 
 
 def test_external_plan_on_the_dashboard_and_plan_page(tooled: ApiClient, operator_client: Client) -> None:

@@ -54,14 +54,14 @@ def tool_agents(n: int, prefix: str) -> list[int]:
 def round_seconds(server: object, n: int, prefix: str) -> float:
     """Time one runner (default settings) takes to have `n` fresh tool agents plan once."""
     from agents.models import Agent
-    from agents.runner import Runner
+    from agents.runtime.embedded import Scheduler
     from planning.models import Plan
     from tests.llm_server import answer
 
     ids = tool_agents(n, prefix)
     server.script("bench-fast", *[answer(RESTATE, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
     server.script("bench-planner", *[answer(PLAN, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
-    runner = Runner(runner_id=f"bench-{prefix}", cycles=1, prune_seconds=0)
+    runner = Scheduler(runner_id=f"bench-{prefix}", cycles=1, prune_seconds=0)
     started, cpu = time.perf_counter(), time.process_time()
     asyncio.run(runner.run())
     elapsed = time.perf_counter() - started
@@ -92,7 +92,7 @@ def bench_round() -> list[dict]:
         "round_100_agents", hundred, "s", baseline=alone, baseline_name="one agent alone, same run",
         goal="<= 1.5x (the ideal is 0.6 s)", passed=hundred <= 1.5 * alone,
         note=f"{hundred / IDEAL_ROUND_SECONDS:.2f}x the ideal 0.6 s; {overlap} model calls at once at most; "
-             f"CPU {cpu:.2f} s ({cpu * 1000 / 100:.1f} ms an agent); threads {settings.RUNNER_THREADS}; "
+             f"CPU {cpu:.2f} s ({cpu * 1000 / 100:.1f} ms an agent); "
              f"RUNNER_CONCURRENCY={settings.RUNNER_CONCURRENCY}, DB {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}",
     )]
 
@@ -127,15 +127,15 @@ def bench_rows() -> list[dict]:
     without retention all of them stay (the baseline); with it, the growth over the floor is what the
     product keeps for good per agent-hour (an open plan's events go once it closes)."""
     from agents.models import Agent, Need
-    from agents.runner import Runner
+    from agents.runtime.embedded import Scheduler
 
     for i in range(PERSONA_AGENTS):
         agent = Agent.objects.create(name=f"rows-{i}", kind=Agent.Kind.PERSONA, cycle_interval=0)
         Need.objects.bulk_create([Need(agent=agent, name=n, satisfaction=0.5, decay_per_hour=0.05)
                                   for n in ("hunger", "energy", "social", "money", "fun")])
-    asyncio.run(Runner(runner_id="bench-rows-1", cycles=PERSONA_CYCLES, prune_seconds=0).run())
+    asyncio.run(Scheduler(runner_id="bench-rows-1", cycles=PERSONA_CYCLES, prune_seconds=0).run())
     floor = rows_age_and_prune()
-    second = Runner(runner_id="bench-rows-2", cycles=PERSONA_CYCLES, prune_seconds=0)
+    second = Scheduler(runner_id="bench-rows-2", cycles=PERSONA_CYCLES, prune_seconds=0)
     asyncio.run(second.run())
     added = {k: n - floor[k] for k, n in table_rows().items()}
     kept = {k: n - floor[k] for k, n in rows_age_and_prune().items()}

@@ -385,16 +385,12 @@ def test_answer_without_json_tags_is_used_and_flagged(chain: LLMTestServer) -> N
 # -- recovery: planning cut off by a runner that died ------------------------------------------------
 
 
-def test_claiming_an_agent_fails_its_orphaned_validating_plan() -> None:
-    from django.utils import timezone
-
-    from agents.runner import agents_claim
+def test_the_next_cycle_fails_a_validating_plan_left_by_a_dead_one() -> None:
+    from agents.runtime.cycles import cycle_run
 
     agent = tool_agent()
     plan = plan_start_orphan(agent, runner="runner dead/1")
-    Agent.objects.filter(pk=agent.pk).update(lease_owner="runner dead/1",
-                                             lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert agents_claim(runner="rescuer", limit=5, exclude=set()) == [agent.pk]
+    cycle_run(agent.pk, "rescuer")
     plan.refresh_from_db()
     assert plan.status == Plan.Status.FAILED
     assert plan.failure_reason.startswith("planning interrupted: runner dead/1 stopped before it finished")
@@ -421,7 +417,7 @@ def test_replan_works_on_a_plan_failed_by_an_interrupted_runner(operator_client:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_runner_killed_while_planning_leaves_no_plan_validating_after_its_lease(tmp_path: Any) -> None:
+def test_runner_killed_while_planning_leaves_no_plan_validating(tmp_path: Any) -> None:
     """A real `runagents` process, SIGKILLed while its model is thinking; another runner takes over."""
     import signal
     import time
@@ -436,7 +432,7 @@ def test_runner_killed_while_planning_leaves_no_plan_validating_after_its_lease(
         server.script("fast", answer(RESTATE))
         server.script("slow-planner", answer(GOOD, delay=60))
         env = runner_env(tmp_path, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="k", PLANNER_MODELS="slow-planner",
-                         FAST_MODELS="fast", RUNNER_LEASE_SECONDS="2", LLM_TIMEOUT_SECONDS="90")
+                         FAST_MODELS="fast", LLM_TIMEOUT_SECONDS="90")
         doomed = runagents(env, "--runner-id", "doomed")
         waited = 0
         while not server.requests_for("slow-planner"):
@@ -447,10 +443,6 @@ def test_runner_killed_while_planning_leaves_no_plan_validating_after_its_lease(
         doomed.communicate(timeout=10)
     plan = Plan.objects.get(agent=agent)
     assert plan.status == Plan.Status.VALIDATING  # what a dead runner leaves behind
-    agent.refresh_from_db()
-    while agent.lease_expires_at is not None and agent.lease_expires_at > timezone_now():
-        time.sleep(0.1)
-        agent.refresh_from_db()
     rescuer = runagents(runner_env(tmp_path), "--cycles", "1", "--runner-id", "rescuer")
     _out, err = rescuer.communicate(timeout=120)
     assert rescuer.returncode == 0, err
@@ -460,12 +452,6 @@ def test_runner_killed_while_planning_leaves_no_plan_validating_after_its_lease(
     assert plan.failure_reason.startswith("planning interrupted: doomed stopped before it finished")
     agent.refresh_from_db()
     assert "next attempt at" in agent.waiting_reason
-
-
-def timezone_now() -> Any:
-    from django.utils import timezone
-
-    return timezone.now()
 
 
 # -- the offline model plans the demo's goals right, and they run ---------------------------------

@@ -182,7 +182,7 @@ def test_admin_shows_runner_fields_read_only(admin_client: Client) -> None:
     goal = GoalFactory(agent=agent)
     agent_form = admin_form(admin_client, reverse("admin:agents_agent_change", args=[agent.pk]))
     goal_form = admin_form(admin_client, reverse("admin:goals_goal_change", args=[goal.pk]))
-    assert not {"waiting_reason", "cycle_count", "lease_owner", "lease_expires_at", "emotions"} & set(agent_form)
+    assert not {"waiting_reason", "cycle_count", "next_cycle_at", "emotions"} & set(agent_form)
     assert not {"progress", "confidence", "times_advanced", "times_regressed"} & set(goal_form)
 
 

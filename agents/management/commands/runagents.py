@@ -1,4 +1,9 @@
-"""Run the runner alone, for scale-out: any number of these share PostgreSQL and Redis."""
+"""Drive the agents' cycles without a web server.
+
+Scale-out (PostgreSQL): a worker of the job engine (agents/runtime/worker.py); start as many as you like,
+on any machines. Embedded (SQLite): the in-process scheduler, the only driver of the database's agents (run
+the web with `serve --no-runner` beside it, or nothing).
+"""
 
 from __future__ import annotations
 
@@ -11,20 +16,21 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from agents.runner import Runner
+from agents.runtime.cycles import runner_id_new
 
 logger = logging.getLogger("planner.runner")
 
 
 class Command(BaseCommand):
-    help = ("Drive the agents' cycles (the runner alone, without a web server). SIGTERM or Ctrl-C stops it cleanly: "
-            "agents not in a cycle are freed at once, the others when their cycle ends; a second signal stops it now.")
+    help = ("Drive the agents' cycles (without a web server). SIGTERM or Ctrl-C stops it cleanly: no new cycle "
+            "starts and the cycles under way finish; a second signal stops it at once.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--cycles", type=int, default=None, help="Stop after N cycles per agent.")
+        parser.add_argument("--cycles", type=int, default=None,
+                            help="Stop once every running agent has had N more cycles.")
         parser.add_argument("--concurrency", type=int, default=None,
-                            help=f"Agents driven at once (default RUNNER_CONCURRENCY={settings.RUNNER_CONCURRENCY}).")
-        parser.add_argument("--runner-id", default=None, help="Name of this runner in leases and events.")
+                            help=f"Cycles at once (default RUNNER_CONCURRENCY={settings.RUNNER_CONCURRENCY}).")
+        parser.add_argument("--runner-id", default=None, help="Name of this runner in timelines and logs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         for name in ("cycles", "concurrency"):
@@ -37,7 +43,8 @@ class Command(BaseCommand):
         asyncio.run(self.main(options))
 
     async def main(self, options: dict[str, Any]) -> None:
-        runner = Runner(runner_id=options["runner_id"], cycles=options["cycles"], concurrency=options["concurrency"])
+        runner_id = options["runner_id"] or runner_id_new()
+        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = 0
 
@@ -45,20 +52,34 @@ class Command(BaseCommand):
             nonlocal signals
             signals += 1
             if signals == 1:
-                logger.warning("runner %s stopping: freeing its agents, finishing the cycles under way "
-                               "(a second signal stops it at once)", runner.id)
-                runner.stop()
+                logger.warning("%s stopping: no new cycle starts, the cycles under way finish "
+                               "(a second signal stops it at once)", runner_id)
+                stop.set()
             else:
-                logger.warning("runner %s stopped at once; the leases of its cycles under way expire in %.0f s",
-                               runner.id, settings.RUNNER_LEASE_SECONDS)
+                logger.warning("%s stopped at once; its cycles under way are retried elsewhere", runner_id)
                 os._exit(1)
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
-        self.stdout.write(f"runner {runner.id} started")
+        self.stdout.write(f"{runner_id} started")
         self.stdout.flush()
-        if "InMemoryChannelLayer" in settings.CHANNEL_LAYERS["default"]["BACKEND"]:
-            self.stderr.write("note: no REDIS_URL: this runner's changes reach the pages of a `serve` process on this "
-                              "machine through its local socket (var/live.sock); for other machines set REDIS_URL.")
-        await runner.run()
-        self.stdout.write(f"runner {runner.id} stopped after {sum(runner.done.values())} cycles")
+        if settings.SCALE_OUT:
+            from agents.runtime.worker import worker_run
+
+            await worker_run(runner_id=runner_id, stop=stop, cycles=options["cycles"],
+                             concurrency=options["concurrency"])
+        else:
+            from agents.runtime.embedded import Scheduler
+
+            self.stderr.write("note: SQLite: this process drives every agent; run no other runner beside it "
+                              "(`serve --no-runner` for the pages). Several runners need PostgreSQL.")
+            scheduler = Scheduler(runner_id=runner_id, cycles=options["cycles"], concurrency=options["concurrency"])
+            stopper = asyncio.create_task(self.stop_when(stop, scheduler))
+            await scheduler.run()
+            stopper.cancel()
+        self.stdout.write(f"{runner_id} stopped")
+
+    @staticmethod
+    async def stop_when(stop: asyncio.Event, scheduler: Any) -> None:
+        await stop.wait()
+        scheduler.stop()

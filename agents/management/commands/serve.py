@@ -1,4 +1,4 @@
-"""One process: the ASGI server (HTTP + websockets) and the runner on the same event loop."""
+"""One process: the ASGI server (HTTP + websockets) and the agents' runtime on the same event loop."""
 
 from __future__ import annotations
 
@@ -12,25 +12,40 @@ import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from agents.runner import Runner
+from agents.runtime.cycles import runner_id_new
 
 
 class PlannerServer(uvicorn.Server):
-    """uvicorn, stopping the runner (finishing cycles under way, releasing leases) before it shuts down."""
+    """uvicorn, with the runtime started after it and stopped (cycles under way finished) before it."""
 
-    def __init__(self, config: uvicorn.Config, runner: Runner | None) -> None:
+    def __init__(self, config: uvicorn.Config, with_runner: bool) -> None:
         super().__init__(config)
-        self.runner = runner
+        self.with_runner = with_runner
+        self.runner_stop = asyncio.Event()
         self.runner_task: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        if self.runner is not None:
-            self.runner_task = asyncio.create_task(self.runner.run())
+        if self.with_runner:
+            self.runner_task = asyncio.create_task(self.runner())
+
+    async def runner(self) -> None:
+        runner_id = runner_id_new()
+        if settings.SCALE_OUT:
+            from agents.runtime.worker import worker_run
+
+            await worker_run(runner_id=runner_id, stop=self.runner_stop)
+        else:
+            from agents.runtime.embedded import Scheduler
+
+            scheduler = Scheduler(runner_id=runner_id)
+            stopper = asyncio.create_task(self.runner_stop.wait())
+            stopper.add_done_callback(lambda _t: scheduler.stop())
+            await scheduler.run()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        if self.runner is not None and self.runner_task is not None:
-            self.runner.stop()
+        if self.runner_task is not None:
+            self.runner_stop.set()
             await self.runner_task
         await super().shutdown(sockets)
 
@@ -52,10 +67,10 @@ class Command(BaseCommand):
         gc.freeze()
         config = uvicorn.Config(application, host=options["host"], port=options["port"], lifespan="off",
                                 log_level="warning", ws_ping_interval=20)
-        runner = None if options["no_runner"] or not settings.RUNNER_AUTOSTART else Runner()
-        server = PlannerServer(config, runner)
+        with_runner = not options["no_runner"] and settings.RUNNER_AUTOSTART
+        server = PlannerServer(config, with_runner)
         self.stdout.write(f"Serving http://{options['host']}:{options['port']}/ "
-                          f"({'with' if runner else 'without'} the runner). Ctrl-C to stop.")
+                          f"({'with' if with_runner else 'without'} the runner). Ctrl-C to stop.")
         self.stdout.flush()
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the runner was already stopped cleanly
             server.run()

@@ -1,0 +1,65 @@
+"""One cycle of one agent, as both runtimes run it, and the reads they share."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
+from agents.cycle import agent_cycle
+from agents.models import Agent
+from planning.models import Plan
+from planning.planner import plans_interrupted_fail
+
+logger = logging.getLogger("planner.runner")
+
+# The agents runners drive: running ones, but not external agents, which drive themselves over the API.
+DRIVEN = Q(status=Agent.Status.RUNNING) & ~Q(kind=Agent.Kind.EXTERNAL)
+
+
+def runner_id_new() -> str:
+    """A name operators can read in timelines: which machine, which process."""
+    return f"runner {socket.gethostname()}/{os.getpid()}-{uuid.uuid4().hex[:4]}"
+
+
+def agents_driven() -> QuerySet[Agent]:
+    return Agent.objects.filter(DRIVEN)
+
+
+def cycle_run(agent_id: int, runner: str) -> str:
+    """Run one cycle of an agent and give the thread's connection back. Both runtimes run one cycle of an
+    agent at a time, so planning found "validating" when a cycle starts was left by a cycle that died (a
+    killed worker, a restarted process): it fails first, with that reason, and the agent plans again."""
+    try:
+        plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
+        return agent_cycle(agent_id=agent_id, runner=runner)
+    except CONNECTION_ERRORS:
+        connection_recover()
+        raise
+    finally:
+        connection_release()
+
+
+def plans_orphaned_fail(*, runner: str, busy: set[int] | frozenset[int] = frozenset(),
+                        stale_seconds: float | None = None) -> int:
+    """Plans left "validating" by a cycle that died, of agents no cycle is driving now (`busy` are driven; a
+    paused agent is driven no more): failed with their reason, so none waits for good. External agents are
+    left alone: their planning runs in the web process that took the request."""
+    stale = timezone.now() - timedelta(
+        seconds=settings.RUNNER_STALLED_SECONDS if stale_seconds is None else stale_seconds)
+    ids = set(Plan.objects.filter(status=Plan.Status.VALIDATING, updated_at__lt=stale)
+              .exclude(agent__kind=Agent.Kind.EXTERNAL).exclude(agent_id__in=busy)
+              .values_list("agent_id", flat=True))
+    return plans_interrupted_fail(agent_ids=sorted(ids), runner=runner) if ids else 0
+
+
+def error_brief(exc: BaseException) -> str:
+    """One line for the log: the driver's first line, without the SQL or the traceback."""
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]

@@ -1,0 +1,218 @@
+"""The embedded runtime: one process (`make run`, SQLite) drives every agent as it falls due.
+
+The simplest in-process scheduler: nothing is leased or claimed, because no other process drives agents on
+the embedded stack (several processes mean the scale-out stack, agents/runtime/tasks.py). An agent runs at
+most one cycle at a time; up to RUNNER_CONCURRENCY cycles run at once, each in a thread of its own whose
+model calls are awaited on this loop (the thread's database connection is given back meanwhile). The loop
+asks the database for due agents on its tick, when an agent it drives falls due again, or at once while
+agents wait for a free slot. Database errors are logged and waited out with a growing backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import F, Min
+from django.utils import timezone
+
+from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
+from agents.retention import retention_prune
+from agents.runtime.cycles import agents_driven, cycle_run, error_brief, plans_orphaned_fail, runner_id_new
+
+logger = logging.getLogger("planner.runner")
+
+RETRY_FIRST_SECONDS = 0.25  # the first wait after a database error; doubled up to RUNNER_DB_RETRY_MAX_SECONDS
+PRUNE_BUDGET_SECONDS = 5.0
+
+# The running scheduler of this process, if any: /healthz counts it.
+current: Scheduler | None = None
+
+
+def agents_due(*, exclude: set[int], limit: int) -> tuple[list[tuple[int, float]], datetime | None]:
+    """Up to `limit` due agents (never-run ones first, then the longest overdue) with their intervals, and
+    when the earliest of the others falls due."""
+    now = timezone.now()
+    driven = agents_driven().exclude(pk__in=exclude)
+    due = list(driven.filter(next_cycle_at__isnull=True).values_list("pk", "cycle_interval")[:limit])
+    if len(due) < limit:
+        due += driven.filter(next_cycle_at__lte=now).order_by(F("next_cycle_at").asc(), "pk") \
+            .values_list("pk", "cycle_interval")[:limit - len(due)]
+    later = driven.exclude(pk__in=[pk for pk, _ in due]).aggregate(at=Min("next_cycle_at"))["at"]
+    return due, later
+
+
+def agents_remaining(*, finished: set[int]) -> bool:
+    """Whether some driven agent still owes this scheduler cycles (for --cycles)."""
+    return agents_driven().exclude(pk__in=finished).exists()
+
+
+def db_call(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """Run one of the loop's database operations in its thread, then hand the connection back."""
+    try:
+        return fn(**kwargs)
+    except CONNECTION_ERRORS:
+        connection_recover()
+        raise
+    finally:
+        connection_release()
+
+
+class Scheduler:
+    """Drive agents until stopped, or until each has had `cycles` cycles."""
+
+    def __init__(self, *, runner_id: str | None = None, cycles: int | None = None, concurrency: int | None = None,
+                 tick: float | None = None, prune_seconds: float | None = None) -> None:
+        self.id = runner_id or runner_id_new()
+        self.cycles = cycles
+        self.concurrency = concurrency or settings.RUNNER_CONCURRENCY
+        self.tick = settings.RUNNER_TICK_SECONDS if tick is None else tick
+        self.prune_seconds = settings.RETENTION_PRUNE_SECONDS if prune_seconds is None else prune_seconds
+        self.done: Counter[int] = Counter()
+        self.inflight: dict[int, asyncio.Task[None]] = {}
+        self.stopping = asyncio.Event()
+        self.wake = asyncio.Event()  # a cycle ended, or a stop: look again now, not on the next tick
+        self.backlog = True  # the last look filled every free slot: agents may be waiting for one
+        self.next_due: float | None = None  # time.monotonic() when the next known agent falls due
+        self.ticked = True  # the last wait ended on the tick (or there was none yet), not on a wake
+        self.failures = 0
+        self.outage_since: float | None = None
+        # Cycles get threads of their own: the loop's default executor stays free for the work the async LLM
+        # client and DNS lookups hand to it, which the cycles' model calls wait for.
+        self.cycle_threads = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="cycle")
+        self.db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scheduler-db")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+
+    @property
+    def finished(self) -> set[int]:
+        return {a for a, n in self.done.items() if self.cycles is not None and n >= self.cycles}
+
+    async def db(self, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+        return await sync_to_async(db_call, thread_sensitive=False, executor=self.db_thread)(fn, **kwargs)
+
+    async def drive(self, agent_id: int, interval: float) -> None:
+        try:
+            what = await sync_to_async(cycle_run, thread_sensitive=False, executor=self.cycle_threads)(
+                agent_id, self.id)
+            logger.debug("agent %s: %s", agent_id, what)
+            self.done[agent_id] += 1
+        except CONNECTION_ERRORS as exc:  # not a cycle that happened: it runs once the database is back
+            logger.warning("%s: cycle of agent %s cut off by the database (%s)", self.id, agent_id, error_brief(exc))
+        except Exception:  # one agent's broken cycle must never stop the others
+            logger.exception("cycle of agent %s failed", agent_id)
+            self.done[agent_id] += 1
+        finally:
+            self.inflight.pop(agent_id, None)
+            at = time.monotonic() + interval
+            self.next_due = at if self.next_due is None else min(self.next_due, at)
+            self.wake.set()
+
+    async def look(self) -> bool:
+        """Start the due agents' cycles; False when --cycles is reached for every agent."""
+        limit = self.concurrency - len(self.inflight)
+        if limit <= 0:
+            return True
+        due, later = await self.db(agents_due, exclude=set(self.inflight) | self.finished, limit=limit)
+        self.backlog = len(due) >= limit
+        wait = None if later is None else (later - timezone.now()).total_seconds()
+        self.next_due = time.monotonic() + wait if wait is not None and wait > 0 else None
+        for agent_id, interval in due:
+            self.inflight[agent_id] = asyncio.create_task(self.drive(agent_id, interval))
+        if self.cycles is not None and not due and not self.inflight:
+            return bool(await self.db(agents_remaining, finished=self.finished))
+        return True
+
+    def look_due(self) -> bool:
+        """Whether to ask the database now: on the tick, while agents may wait for a slot, or once an agent
+        this process knows of falls due. A cycle's end otherwise waits for one of those."""
+        due = self.next_due is not None and time.monotonic() >= self.next_due
+        return self.ticked or self.backlog or due
+
+    def wait_seconds(self) -> float:
+        if self.next_due is None:
+            return self.tick
+        return max(0.0, min(self.tick, self.next_due - time.monotonic()))
+
+    async def db_trouble(self, exc: BaseException) -> None:
+        """Log a database error and wait before the next try, longer each time, at most the setting."""
+        self.failures += 1
+        if self.outage_since is None:
+            self.outage_since = time.monotonic()
+        delay = min(settings.RUNNER_DB_RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (self.failures - 1))
+        logger.warning("%s: database unreachable (%s); try %d, next in %.2f s", self.id, error_brief(exc),
+                       self.failures, delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stopping.wait(), timeout=delay)
+
+    async def prune_forever(self) -> None:
+        while not self.stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=self.prune_seconds)
+            if self.stopping.is_set():
+                return
+            try:
+                await self.db(retention_prune, budget_seconds=PRUNE_BUDGET_SECONDS)
+            except CONNECTION_ERRORS as exc:
+                logger.warning("%s: pruning failed (%s); next round later", self.id, error_brief(exc))
+            except Exception:
+                logger.exception("%s: pruning failed", self.id)
+
+    async def run(self) -> None:
+        global current
+        current = self
+        logger.info("%s started (up to %d agents at once)", self.id, self.concurrency)
+        background = [asyncio.create_task(self.prune_forever())] if self.prune_seconds > 0 else []
+        try:
+            # This process drives every agent: planning left "validating" was cut off when it last stopped.
+            with contextlib.suppress(*CONNECTION_ERRORS):
+                await self.db(plans_orphaned_fail, runner=self.id, stale_seconds=0)
+            while not self.stopping.is_set():
+                self.wake.clear()
+                if self.look_due():
+                    try:
+                        if not await self.look():
+                            break
+                    except CONNECTION_ERRORS as exc:
+                        await self.db_trouble(exc)
+                        self.ticked = True  # look again after the wait, whatever wakes the loop meanwhile
+                        continue
+                    if self.outage_since is not None:
+                        logger.warning("%s: the database answers again after %.1f s; carrying on", self.id,
+                                       time.monotonic() - self.outage_since)
+                    self.failures, self.outage_since = 0, None
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=self.wait_seconds())
+                    self.ticked = False
+                except TimeoutError:
+                    self.ticked = True
+        finally:
+            self.stopping.set()
+            await self.shutdown(background)
+            if current is self:
+                current = None
+
+    async def shutdown(self, background: list[asyncio.Task[None]]) -> None:
+        """Let the cycles under way finish (within the grace), then stop."""
+        if self.inflight:
+            await asyncio.wait(list(self.inflight.values()), timeout=settings.RUNNER_SHUTDOWN_GRACE_SECONDS)
+        if self.inflight:
+            logger.warning("%s: %d cycles still under way after %.0f s", self.id, len(self.inflight),
+                           settings.RUNNER_SHUTDOWN_GRACE_SECONDS)
+        for task in background:
+            task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
+        for executor in (self.db_thread, self.cycle_threads):
+            executor.shutdown(wait=False, cancel_futures=True)
+        logger.info("%s stopped", self.id)

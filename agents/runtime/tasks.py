@@ -1,0 +1,150 @@
+"""Agent cycles as Procrastinate jobs (the scale-out runtime; PostgreSQL).
+
+Every driven agent has one chain of `agents.cycle` jobs: each cycle, when it ends, defers the next one
+`cycle_interval` seconds later. Every cycle job carries the agent's lock (`agent:<id>`), so the engine never
+starts a cycle of an agent while another runs, on any worker; and its queueing lock (the same string), so an
+agent never has two cycles waiting. A chain breaks when a cycle's worker dies (the engine retries the job
+once the worker's heartbeats stop: `jobs_stalled_retry`) or when an agent is created or resumed; the
+`agents_schedule` sweep, every two seconds, starts a chain for each driven agent that has none.
+
+Every cycle first fails the planning a dead cycle left "validating" (agents/runtime/cycles.py): thanks to
+the lock, no other cycle of this agent runs meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+from procrastinate import Blueprint, JobContext, exceptions
+from procrastinate.jobs import Status
+
+from agents.connections import CONNECTION_ERRORS, connection_release
+from agents.models import Agent
+from agents.retention import retention_prune
+from agents.runtime.cycles import agents_driven, cycle_run, error_brief, plans_orphaned_fail
+
+logger = logging.getLogger("planner.runner")
+
+CYCLES_QUEUE = "cycles"
+CONTROL_QUEUE = "control"  # the sweep, the stalled-job retry and pruning: never behind a backlog of cycles
+LOCK_PREFIX = "agent:"
+PRUNE_BUDGET_SECONDS = 5.0  # one pruning round; a bigger backlog goes on in the next round
+
+blueprint = Blueprint()
+
+
+def agent_lock(agent_id: int) -> str:
+    return f"{LOCK_PREFIX}{agent_id}"
+
+
+def runner_name(context: JobContext) -> str:
+    """The name this worker process goes by in timelines (`runagents --runner-id`)."""
+    return str(context.additional_context.get("runner") or context.worker_name or "a worker")
+
+
+def cycle_defer(agent_id: int, *, after: float = 0.0) -> bool:
+    """Defer the agent's next cycle `after` seconds from now; False when one is already waiting."""
+    try:
+        agent_cycle_job.configure(lock=agent_lock(agent_id), queueing_lock=agent_lock(agent_id),
+                                  schedule_at=timezone.now() + timedelta(seconds=max(after, 0.0))
+                                  ).defer(agent_id=agent_id)
+    except exceptions.AlreadyEnqueued:
+        return False
+    return True
+
+
+@blueprint.task(name="agents.cycle", queue=CYCLES_QUEUE, pass_context=True)
+def agent_cycle_job(context: JobContext, agent_id: int) -> str:
+    """One cycle of one agent, then the next one deferred after its interval (while it is driven)."""
+    try:
+        return cycle_run(agent_id, runner_name(context))
+    except Agent.DoesNotExist:
+        return "agent deleted"  # its chain ends here: it is driven no more
+    except CONNECTION_ERRORS as exc:  # not a cycle that happened: the next one comes all the same
+        logger.warning("cycle of agent %s cut off by the database (%s)", agent_id, error_brief(exc))
+        return "cut off by the database"
+    except Exception:  # one agent's broken cycle must not end its chain: it is logged and the next one comes
+        logger.exception("cycle of agent %s failed", agent_id)
+        return "failed"
+    finally:
+        try:
+            interval = agents_driven().filter(pk=agent_id).values_list("cycle_interval", flat=True).first()
+            if interval is not None:
+                cycle_defer(agent_id, after=interval)
+        finally:
+            connection_release()
+
+
+def agents_with_cycles(*statuses: str) -> set[int]:
+    """Agents with a cycle job in one of these states (the engine's jobs table, through its Django model)."""
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
+    return {int(lock.removeprefix(LOCK_PREFIX)) for lock in jobs.filter(
+        status__in=statuses, lock__startswith=LOCK_PREFIX).values_list("lock", flat=True)}
+
+
+def agents_unscheduled() -> list[int]:
+    """Driven agents with no cycle waiting or under way, overdue by more than a sweep (a chain between two
+    jobs is not one of them)."""
+    held = agents_with_cycles("todo", "doing")
+    overdue = timezone.now() - timedelta(seconds=settings.RUNNER_SWEEP_SECONDS)
+    due = agents_driven().filter(next_cycle_at__isnull=True) | agents_driven().filter(next_cycle_at__lt=overdue)
+    return [pk for pk in due.values_list("pk", flat=True) if pk not in held]
+
+
+@blueprint.periodic(cron=f"* * * * * */{settings.RUNNER_SWEEP_SECONDS}")
+@blueprint.task(name="agents.schedule", queue=CONTROL_QUEUE, pass_context=True)
+def agents_schedule(context: JobContext, timestamp: int) -> int:
+    """Start a chain of cycles for every driven agent without one; fail planning left by dead cycles of
+    agents no cycle drives any more (a paused agent's)."""
+    try:
+        started = sum(cycle_defer(pk) for pk in agents_unscheduled())
+        plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing"))
+        return started
+    finally:
+        connection_release()
+
+
+@blueprint.periodic(cron=f"* * * * * */{settings.RUNNER_SWEEP_SECONDS}")
+# No lock: a worker killed while holding it would keep every later recovery waiting on the recovery of
+# its own job. Two overlapping runs may find the same stalled job; the second is told it ended meanwhile.
+@blueprint.task(name="agents.recover", queue=CONTROL_QUEUE, pass_context=True)
+async def jobs_stalled_retry(context: JobContext, timestamp: int) -> int:
+    """Retry the jobs of workers whose heartbeats stopped (killed, frozen, cut off), so their agents' locks are
+    free again and their cycles run elsewhere (and recover what the dead cycle left). A dead cycle that had
+    already deferred its successor is ended instead: that next cycle is waiting, and does the same."""
+    manager = context.app.job_manager
+    stalled = list(await manager.get_stalled_jobs(seconds_since_heartbeat=settings.RUNNER_STALLED_SECONDS))
+    for job in stalled:
+        try:
+            try:
+                await manager.retry_job(job)
+            except exceptions.UniqueViolation:
+                await manager.finish_job(job, status=Status.ABORTED, delete_job=True)
+        except exceptions.ConnectorException as exc:  # it ended meanwhile (its worker was only slow)
+            logger.info("stalled job %s ended meanwhile (%s)", job.id, error_brief(exc))
+    if stalled:
+        logger.warning("recovered %d jobs of workers whose heartbeat stopped", len(stalled))
+    return len(stalled)
+
+
+if settings.RETENTION_PRUNE_SECONDS > 0:
+    @blueprint.periodic(cron="* * * * *")
+    @blueprint.task(name="agents.prune", queue=CONTROL_QUEUE)
+    def rows_prune(timestamp: int) -> int:
+        """Rows written at machine speed, kept as long as the RETAIN_* settings say (agents/retention.py)."""
+        try:
+            report = retention_prune(budget_seconds=PRUNE_BUDGET_SECONDS)
+            return sum(report.counts.values())
+        finally:
+            connection_release()
+
+
+def on_app_ready(app: object) -> None:
+    """PROCRASTINATE_ON_APP_READY: the contrib app's App gets these tasks."""
+    app.add_tasks_from(blueprint, namespace="runtime")  # type: ignore[attr-defined]
+

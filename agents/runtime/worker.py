@@ -1,0 +1,116 @@
+"""A Procrastinate worker driving agents' cycles (scale-out), as `runagents` and `serve` start it.
+
+The engine's own worker, configured for agents: the cycles queue and the control queue, RUNNER_CONCURRENCY
+jobs at once, heartbeats every RUNNER_HEARTBEAT_SECONDS (a worker silent for RUNNER_STALLED_SECONDS is dead
+and its jobs are retried elsewhere), finished jobs deleted (the jobs table holds what is waiting or under
+way, not history). Cycles are synchronous Django code: the engine runs them on the loop's default executor,
+which is sized here so that cycles waiting for their models never starve the loop's own use of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, cast
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from agents.connections import CONNECTION_ERRORS
+from agents.runtime.cycles import agents_driven, error_brief
+from agents.runtime.tasks import CONTROL_QUEUE, CYCLES_QUEUE
+
+logger = logging.getLogger("planner.runner")
+
+RETRY_FIRST_SECONDS = 0.25  # the first wait after a database error; doubled up to RUNNER_DB_RETRY_MAX_SECONDS
+EXECUTOR_SPARE_THREADS = 8  # the loop's own users of its default executor (DNS lookups, the SDK's setup)
+
+
+class WorkerStopped(Exception):
+    """The engine's worker ended while nobody asked it to."""
+
+
+def driven_cycle_counts() -> dict[int, int]:
+    return dict(agents_driven().values_list("pk", "cycle_count"))
+
+
+async def cycles_reached(cycles: int, poll: float = 0.2) -> None:
+    """Return once every driven agent has had `cycles` more cycles than when this began (by any worker)."""
+    start = await sync_to_async(driven_cycle_counts)()
+    while True:
+        await asyncio.sleep(poll)
+        now = await sync_to_async(driven_cycle_counts)()
+        if all(count >= start.get(pk, 0) + cycles for pk, count in now.items()):
+            return
+
+
+async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None = None,
+                     concurrency: int | None = None) -> None:
+    """Run the engine's worker until `stop` is set (or --cycles is reached), then stop it gracefully: no job
+    is taken any more, and the cycles under way finish (within RUNNER_SHUTDOWN_GRACE_SECONDS).
+
+    A worker outlives its database: when the engine's worker ends on a database error (a terminated
+    connection under its listener, a restart, an outage), it is logged, waited out with a growing backoff
+    (at most RUNNER_DB_RETRY_MAX_SECONDS), and the worker starts again once the database answers; the cycles
+    it had under way are retried as any dead worker's are."""
+    from procrastinate import exceptions
+    from procrastinate.contrib.django import app
+    from procrastinate.contrib.django.django_connector import DjangoConnector
+
+    concurrency = concurrency or settings.RUNNER_CONCURRENCY
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(max_workers=concurrency + EXECUTOR_SPARE_THREADS, thread_name_prefix="cycle"))
+    django_connector = cast(DjangoConnector, app.connector)
+    worker_app = app.with_connector(django_connector.get_worker_connector())  # the Django connector cannot LISTEN
+    database_errors: tuple[type[Exception], ...] = (
+        exceptions.ConnectorException, *CONNECTION_ERRORS, OSError, WorkerStopped)
+    reached = asyncio.create_task(cycles_reached(cycles)) if cycles is not None else None
+    stopped = asyncio.create_task(stop.wait())
+    failures, outage_since = 0, 0.0
+    try:
+        while not stopped.done() and not (reached and reached.done()):
+            try:
+                async with worker_app.open_async():
+                    if failures:
+                        await worker_app.check_connection_async()
+                        logger.warning("%s: the database answers again after %.1f s; carrying on", runner_id,
+                                       time.monotonic() - outage_since)
+                        failures = 0
+                    await worker_until(worker_app, runner_id, concurrency, [t for t in (stopped, reached) if t])
+                if not stopped.done() and not (reached and reached.done()):
+                    # The engine stops its worker when one of its side tasks (the listener, the heartbeat)
+                    # loses the database: that is an outage too.
+                    raise WorkerStopped("the worker stopped on its own")
+            except database_errors as exc:
+                failures += 1
+                outage_since = outage_since if failures > 1 else time.monotonic()
+                delay = min(settings.RUNNER_DB_RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (failures - 1))
+                logger.warning("%s: database unreachable (%s); try %d, next in %.2f s", runner_id,
+                               error_brief(exc), failures, delay)
+                await asyncio.wait([stopped], timeout=delay)
+    finally:
+        for task in (stopped, reached):
+            if task is not None:
+                task.cancel()
+
+
+async def worker_until(worker_app: Any, runner_id: str, concurrency: int, until: list[asyncio.Task[Any]]) -> None:
+    """Run the engine's worker until one of `until` is done (then stop it gracefully), or it ends by itself."""
+    worker = asyncio.create_task(worker_app.run_worker_async(
+        name=runner_id, queues=[CONTROL_QUEUE, CYCLES_QUEUE], concurrency=concurrency,
+        additional_context={"runner": runner_id}, install_signal_handlers=False, delete_jobs="successful",
+        update_heartbeat_interval=settings.RUNNER_HEARTBEAT_SECONDS,
+        stalled_worker_timeout=settings.RUNNER_STALLED_SECONDS,
+        shutdown_graceful_timeout=settings.RUNNER_SHUTDOWN_GRACE_SECONDS,
+        fetch_job_polling_interval=settings.RUNNER_TICK_SECONDS,
+    ))
+    try:
+        await asyncio.wait([worker, *until], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not worker.done():
+            worker.cancel()  # the engine's graceful stop: the cycles under way end first
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker

@@ -1,0 +1,86 @@
+"""The scale-out runtime on the job engine (agents/runtime/tasks.py, worker.py), in this process against the
+test database: each driven agent has one chain of cycles, runs them one at a time, and the chain stops for a
+paused agent and starts again when it runs; /healthz counts the engine's live workers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.db import database_sync_to_async as sync_to_async
+from django.conf import settings
+from django.test import Client
+
+from agents.models import Agent, Experience
+
+pytestmark = [
+    pytest.mark.skipif(not settings.SCALE_OUT, reason="the job engine runs on PostgreSQL: the scale-out pass of "
+                                                       "`make test` runs these"),
+    pytest.mark.django_db(transaction=True),
+]
+
+
+def cycle_jobs() -> list[tuple[str, str]]:
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    return sorted(ProcrastinateJob.objects.filter(lock__startswith="agent:").values_list("lock", "status"))
+
+
+async def run_worker(*, cycles: int, timeout: float = 60) -> None:
+    from agents.runtime.worker import worker_run
+
+    await asyncio.wait_for(worker_run(runner_id="test-worker", stop=asyncio.Event(), cycles=cycles), timeout)
+
+
+async def test_each_agent_runs_its_cycles_once_each_with_one_chain() -> None:
+    from tests.runners import personas
+
+    agents = await sync_to_async(personas)(3)
+    await run_worker(cycles=3)
+
+    def check() -> None:
+        for agent in agents:
+            agent.refresh_from_db()
+            assert agent.cycle_count >= 3
+            cycles = sorted(Experience.objects.filter(agent=agent).values_list("cycle", flat=True))
+            assert cycles == list(range(1, agent.cycle_count + 1))  # none doubled, none lost
+        # One next cycle waiting per agent (the queueing lock), none left "doing" by a clean stop.
+        assert cycle_jobs() == sorted((f"agent:{a.pk}", "todo") for a in agents)
+
+    await sync_to_async(check)()
+
+
+async def test_a_paused_agents_chain_ends_and_a_resumed_one_gets_a_new_chain() -> None:
+    from agents.runtime.tasks import agents_unscheduled, cycle_defer
+    from tests.factories import AgentFactory
+
+    paused = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0, status=Agent.Status.PAUSED)
+    assert await sync_to_async(cycle_defer)(paused.pk)  # e.g. deferred just before the operator paused it
+    await run_worker(cycles=1)  # no driven agent: returns once the paused agent's cycle ran
+    assert await sync_to_async(cycle_jobs)() == []  # "not running": no next cycle
+
+    await sync_to_async(Agent.objects.filter(pk=paused.pk).update)(status=Agent.Status.RUNNING)
+    assert await sync_to_async(agents_unscheduled)() == [paused.pk]
+    assert await sync_to_async(cycle_defer)(paused.pk)
+    assert not await sync_to_async(cycle_defer)(paused.pk)  # one waiting cycle per agent
+    assert await sync_to_async(agents_unscheduled)() == []
+
+
+async def test_healthz_counts_the_engines_live_workers() -> None:
+    from agents.runtime.worker import worker_run
+
+    client = Client()
+    assert (await sync_to_async(client.get)("/healthz")).json()["runners"] == 0
+    stop = asyncio.Event()
+    worker = asyncio.create_task(worker_run(runner_id="healthy", stop=stop))
+    try:
+        for _ in range(100):
+            if (await sync_to_async(client.get)("/healthz")).json()["runners"] == 1:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the worker never counted as live")
+    finally:
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+    assert (await sync_to_async(client.get)("/healthz")).json()["runners"] == 0  # a clean stop leaves at once
