@@ -14,8 +14,12 @@ the lock, no other cycle of this agent runs meanwhile.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from datetime import timedelta
+from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
@@ -34,6 +38,14 @@ LOCK_PREFIX = "agent:"
 PRUNE_BUDGET_SECONDS = 5.0  # one pruning round; a bigger backlog goes on in the next round
 
 blueprint = Blueprint()
+
+# Jobs whose task returned in this process, with when (time.monotonic()). The engine marks a job finished just
+# after its task returns; a job still "doing" a while later lost that write to a cut connection, and would hold
+# its agent's lock for as long as this worker lives (its heartbeat is fine, so it is never found stalled).
+# `jobs_unfinished_settle` finishes such jobs.
+RETURNED_GRACE_SECONDS = 2.0
+_returned: dict[int, float] = {}
+_returned_lock = threading.Lock()
 
 
 def agent_lock(agent_id: int) -> str:
@@ -60,6 +72,15 @@ def cycle_defer(agent_id: int, *, after: float = 0.0) -> bool:
 def agent_cycle_job(context: JobContext, agent_id: int) -> str:
     """One cycle of one agent, then the next one deferred after its interval (while it is driven)."""
     try:
+        return agent_cycle_run(context, agent_id)
+    finally:
+        if context.job is not None and context.job.id is not None:
+            with _returned_lock:
+                _returned[context.job.id] = time.monotonic()
+
+
+def agent_cycle_run(context: JobContext, agent_id: int) -> str:
+    try:
         return cycle_run(agent_id, runner_name(context))
     except Agent.DoesNotExist:
         return "agent deleted"  # its chain ends here: it is driven no more
@@ -76,6 +97,30 @@ def agent_cycle_job(context: JobContext, agent_id: int) -> str:
                 cycle_defer(agent_id, after=interval)
         finally:
             connection_release()
+
+
+async def jobs_unfinished_settle(app: Any) -> int:
+    """Finish the cycle jobs whose task returned here a while ago but which the engine could not mark finished
+    (see `_returned`); the agent's next cycle was deferred by the task, or the sweep starts one."""
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    now = time.monotonic()
+    with _returned_lock:
+        due = [job_id for job_id, at in _returned.items() if now - at >= RETURNED_GRACE_SECONDS]
+        for job_id in due:
+            del _returned[job_id]
+    if not due:
+        return 0
+    jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
+    stuck = await sync_to_async(lambda: list(jobs.filter(id__in=due, status="doing").values_list("id", flat=True)))()
+    for job_id in stuck:
+        try:
+            await app.job_manager.finish_job_by_id_async(job_id=job_id, status=Status.SUCCEEDED, delete_job=True)
+        except exceptions.ConnectorException as exc:  # ended meanwhile, or the database is away: the next round
+            logger.info("unfinished job %s not settled (%s)", job_id, error_brief(exc))
+    if stuck:
+        logger.warning("finished %d cycle jobs whose end was lost to the database", len(stuck))
+    return len(stuck)
 
 
 def agents_with_cycles(*statuses: str) -> set[int]:

@@ -21,7 +21,7 @@ from django.conf import settings
 
 from agents.connections import CONNECTION_ERRORS
 from agents.runtime.cycles import agents_driven, error_brief
-from agents.runtime.tasks import CONTROL_QUEUE, CYCLES_QUEUE
+from agents.runtime.tasks import CONTROL_QUEUE, CYCLES_QUEUE, jobs_unfinished_settle
 
 logger = logging.getLogger("planner.runner")
 
@@ -97,6 +97,15 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
                 task.cancel()
 
 
+async def jobs_settle_forever(worker_app: Any) -> None:
+    while True:
+        await asyncio.sleep(settings.RUNNER_SWEEP_SECONDS)
+        try:
+            await jobs_unfinished_settle(worker_app)
+        except Exception as exc:  # the database is away: the next round tries again
+            logger.info("settling unfinished jobs failed (%s)", error_brief(exc))
+
+
 async def worker_until(worker_app: Any, runner_id: str, concurrency: int, until: list[asyncio.Task[Any]]) -> None:
     """Run the engine's worker until one of `until` is done (then stop it gracefully), or it ends by itself."""
     worker = asyncio.create_task(worker_app.run_worker_async(
@@ -107,9 +116,11 @@ async def worker_until(worker_app: Any, runner_id: str, concurrency: int, until:
         shutdown_graceful_timeout=settings.RUNNER_SHUTDOWN_GRACE_SECONDS,
         fetch_job_polling_interval=settings.RUNNER_TICK_SECONDS,
     ))
+    settling = asyncio.create_task(jobs_settle_forever(worker_app))
     try:
         await asyncio.wait([worker, *until], return_when=asyncio.FIRST_COMPLETED)
     finally:
+        settling.cancel()
         if not worker.done():
             worker.cancel()  # the engine's graceful stop: the cycles under way end first
         with contextlib.suppress(asyncio.CancelledError):

@@ -84,3 +84,31 @@ async def test_healthz_counts_the_engines_live_workers() -> None:
         stop.set()
         await asyncio.wait_for(worker, 30)
     assert (await sync_to_async(client.get)("/healthz")).json()["runners"] == 0  # a clean stop leaves at once
+
+
+async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() -> None:
+    """A cut connection can lose the engine's "finished" write after a cycle returned: the job would stay
+    "doing" under a live worker and hold the agent's lock for good. The worker finishes it."""
+    import time
+
+    from django.db import connection
+    from procrastinate.contrib.django import app
+
+    from agents.runtime import tasks
+    from tests.factories import AgentFactory
+
+    agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0)
+    assert await sync_to_async(tasks.cycle_defer)(agent.pk)
+
+    def lost_end() -> int:
+        with connection.cursor() as cursor:  # what the engine left: the job still "doing"
+            cursor.execute("UPDATE procrastinate_jobs SET status = 'doing' WHERE lock = %s RETURNING id",
+                           [f"agent:{agent.pk}"])
+            return int(cursor.fetchone()[0])
+
+    job_id = await sync_to_async(lost_end)()
+    tasks._returned[job_id] = time.monotonic() - 10  # its task returned here ten seconds ago
+    worker_app = app.with_connector(app.connector.get_worker_connector())
+    async with worker_app.open_async():
+        assert await tasks.jobs_unfinished_settle(worker_app) == 1
+    assert await sync_to_async(cycle_jobs)() == []  # the lock is free: the sweep starts the agent's next chain
