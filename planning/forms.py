@@ -22,7 +22,7 @@ class DeclineForm(forms.Form):
 
 
 class ApproveplanForm(forms.Form):
-    mode = forms.ChoiceField(choices=[(Plan.ApprovalMode.ALL, "All steps"), (Plan.ApprovalMode.STEP, "Step by step")])
+    mode = forms.ChoiceField(label="Approval", choices=[(Plan.ApprovalMode.ALL, "All steps"), (Plan.ApprovalMode.STEP, "Step by step")])
 
 
 class ReasonForm(forms.Form):
@@ -36,11 +36,11 @@ class ReplanForm(forms.Form):
 class GoalForm(forms.Form):
     description = TextField(label="Goal", max_length=500, strip=True,
                             widget=forms.TextInput(attrs={"placeholder": "e.g. convert data.csv to JSON"}))
-    horizon = forms.ChoiceField(choices=Goal.Horizon.choices, initial=Goal.Horizon.SHORT)
+    horizon = forms.ChoiceField(label="Horizon", choices=Goal.Horizon.choices, initial=Goal.Horizon.SHORT)
 
 
 class AgentStatusForm(forms.Form):
-    status = forms.ChoiceField(choices=[("running", "Resume"), ("paused", "Pause"), ("stopped", "Stop")])
+    status = forms.ChoiceField(label="Status", choices=[("running", "Resume"), ("paused", "Pause"), ("stopped", "Stop")])
 
 
 class StepEditForm(forms.Form):
@@ -65,4 +65,4 @@ class StepEditForm(forms.Form):
 
 
 class ClarifyForm(forms.Form):
-    answer = forms.CharField(label="Answer", max_length=2000, strip=True)
+    answer = TextField(label="Answer", max_length=2000, strip=True)

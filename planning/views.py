@@ -93,7 +93,9 @@ def operator(request: HttpRequest) -> User:
 
 
 def form_errors(form: Any) -> str:
-    return " ".join(f"{form.fields[f].label if f in form.fields else f}: {' '.join(e)}" for f, e in form.errors.items())
+    """The form's errors in one line, each after its field's label (a field without one: its name, prettified)."""
+    return " ".join(f"{form[f].label}: {' '.join(e)}" if f in form.fields else " ".join(e)
+                    for f, e in form.errors.items())
 
 
 @require_POST
@@ -253,6 +255,8 @@ def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
     plan = get_object_or_404(Plan, pk=pk)
     form = ClarifyForm(request.POST)
     if not form.is_valid():
+        if "answer" in form.errors and form.data.get("answer", "").strip():
+            return decision_refused(request, f"{form_errors(form)} Nothing was changed.", status=400)
         return decision_refused(request, "Write an answer to the planner's question. Nothing was changed.", status=400)
     return decision_apply(
         request, plan, "Answer given; the agent plans again with it next cycle.",

@@ -3,6 +3,8 @@ a server error. (On PostgreSQL a NUL or a lone surrogate in JSON used to fail in
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -155,3 +157,72 @@ def test_tools_show_an_existing_file_name_with_a_bidi_override_escaped(tmp_path:
     listing = tool_run("file.list", {}, workspace=workspace)
     assert "\u202e" not in listing
     assert "invoice\\u202efdp.exe" in listing
+
+
+def editor_post(client: Client, step: PlanStep, **fields: str) -> Any:
+    """Save the plan editor's form for the one-step plan of `write_step`, with `fields` changed."""
+    row = {"key": "1", "description": "Write the notes", "tool": "file.write",
+           "input": '{"path": "notes.txt", "content": "hello"}', "expected_outcome": "", "estimated_cycles": "1",
+           "depends_on": ""}
+    reason = fields.pop("reason", "")
+    row |= fields
+    data = {"version": str(step.plan.version), "op": "save", "row": ["0"], "reason": reason}
+    data |= {f"0-{name}": value for name, value in row.items()}
+    return client.post(reverse("plan-editor", args=[step.plan.pk]), data)
+
+
+HOSTILE_TEXTS = {"a NUL": ("a\x00b", "NUL"), "a bidi override": ("X safe \u202e gpj.exe", "bidirectional"),
+                 "an ANSI escape": ("\x1b[31mred", "control character"), "a C1 control": ("a\x85b", "control"),
+                 "a right-to-left mark": ("abc\u200fdef", "bidirectional")}
+
+
+@pytest.mark.parametrize("field", ["description", "expected_outcome", "reason"])
+@pytest.mark.parametrize("name", list(HOSTILE_TEXTS))
+def test_plan_editor_refuses_hostile_text_and_saves_nothing(client_500: Client, field: str, name: str) -> None:
+    text, message = HOSTILE_TEXTS[name]
+    step = write_step()
+    response = editor_post(client_500, step, **{field: text})
+    assert response.status_code == 400, response.content[:300]
+    assert message in response.content.decode()
+    assert Plan.objects.count() == 1 and not PlanEvent.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["deep nesting", "a 5,000-digit integer", "NaN", "a NUL character"])
+def test_plan_editor_refuses_hostile_tool_input_as_a_form_error(client_500: Client, name: str) -> None:
+    raw, message = HOSTILE_JSON[name]
+    step = write_step()
+    response = editor_post(client_500, step, input=raw)
+    assert response.status_code == 400, response.content[:300]
+    assert message in response.content.decode()
+    assert Plan.objects.count() == 1 and not PlanEvent.objects.exists()
+
+
+def test_plan_editor_refuses_a_huge_number_of_cycles_as_a_form_error(client_500: Client) -> None:
+    step = write_step()
+    response = editor_post(client_500, step, estimated_cycles="9" * 5_000)
+    assert response.status_code == 400
+    assert "whole number" in response.content.decode()
+
+
+@pytest.mark.parametrize("text", ["\u200eleft", "right\u200f", "arabic\u061cmark"])
+def test_step_edit_refuses_direction_marks(client_500: Client, text: str) -> None:
+    step = write_step()
+    response = client_500.post(reverse("step-edit", args=[step.pk]), {
+        "description": text, "tool": "file.write", "tool_input": '{"path": "notes.txt", "content": "hello"}'})
+    assert response.status_code == 400
+    assert "bidirectional" in response.content.decode()
+    step.refresh_from_db()
+    assert step.description == "Write the notes"
+
+
+@pytest.mark.parametrize("url", ["/audit/?plan=99999999999999999999999", "/audit/export.csv?plan=99999999999999999999999",
+                                 "/audit/export.json?plan=99999999999999999999999",
+                                 "/plans/compare/?a=99999999999999999999999&b=1", "/plans/compare/?a=%C2%B2&b=1",
+                                 "/usage/?agent=99999999999999999999999"])
+def test_huge_integers_in_query_strings_are_refused_not_a_server_error(client_500: Client, url: str) -> None:
+    PlanFactory()
+    response = client_500.get(url)
+    assert response.status_code in (200, 400), response.status_code
+    if "export" in url:
+        assert response.status_code == 400
+        assert b"Plan id" in response.content or b"less than or equal" in response.content

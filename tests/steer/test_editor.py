@@ -158,3 +158,35 @@ def test_dependency_cycle_is_refused(operator) -> None:  # type: ignore[no-untyp
         ])
     assert any("cycle" in p for p in refused.value.problems)
     assert Plan.objects.count() == 1
+
+
+def external_plan() -> Plan:
+    from tests.api.conftest import TOOLS
+
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, agent__kind=Agent.Kind.EXTERNAL,
+                       agent__declared_tools=TOOLS, approval_mode=Plan.ApprovalMode.PENDING)
+    PlanStepFactory(plan=plan, key="1", position=1, description="Find the report", tool="search",
+                    tool_input={"query": "q3"}, action_hint="")
+    return plan
+
+
+def test_editor_of_an_external_agent_shows_its_declared_tools(operator_client: Client) -> None:
+    plan = external_plan()
+    html = operator_client.get(reverse("plan-editor", args=[plan.pk])).content.decode()
+    assert 'name="0-tool"' in html and 'name="0-input"' in html
+    assert '<option value="send_email"' in html and "file.read" not in html
+
+
+def test_editor_saves_an_external_agents_plan_checked_against_its_tools(operator_client: Client) -> None:
+    plan = external_plan()
+    url = reverse("plan-editor", args=[plan.pk])
+    rows = rows_of(plan)
+    rows[0]["input"] = '{"query": "q3 report"}'
+    response = operator_client.post(url, form(plan, rows))
+    assert response.status_code == 302
+    new = Plan.objects.get(previous=plan)
+    assert new.steps.get().tool_input == {"query": "q3 report"}
+    rows[0]["tool"] = "file.read"  # a built-in tool this agent never declared
+    response = operator_client.post(reverse("plan-editor", args=[new.pk]), form(new, rows))
+    assert response.status_code == 400 and "unknown tool" in response.content.decode().lower()
+    assert Plan.objects.count() == 2
