@@ -8,10 +8,10 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken, ApiRequest, Experience, Lesson, LLMCall, Need
-from planner_site.admin_audit import AuditedAdmin
+from planner_site.admin_audit import AuditedAdmin, ValidatedAdmin, ValidatedFieldsMixin
 
 
-class NeedInline(admin.TabularInline):
+class NeedInline(ValidatedFieldsMixin, admin.TabularInline):
     model = Need
     extra = 0
 
@@ -38,7 +38,7 @@ class NeedAdmin(AuditedAdmin):
 
 
 @admin.register(Experience)
-class ExperienceAdmin(admin.ModelAdmin):
+class ExperienceAdmin(ValidatedAdmin):
     list_display = ["agent", "cycle", "action", "followed_plan", "outcome", "created_at"]
     list_filter = ["agent", "followed_plan"]
     search_fields = ["action", "outcome"]
@@ -46,14 +46,14 @@ class ExperienceAdmin(admin.ModelAdmin):
 
 
 @admin.register(Lesson)
-class LessonAdmin(admin.ModelAdmin):
+class LessonAdmin(ValidatedAdmin):
     list_display = ["agent", "description", "weight", "created_at"]
     list_filter = ["agent"]
     search_fields = ["description"]
 
 
 @admin.register(LLMCall)
-class LLMCallAdmin(admin.ModelAdmin):
+class LLMCallAdmin(ValidatedAdmin):
     list_display = ["created_at", "purpose", "model", "agent", "plan", "tokens_in", "tokens_out", "latency_ms", "error"]
     list_filter = ["purpose", "model", "agent"]
     search_fields = ["response", "error"]
@@ -67,7 +67,7 @@ class LLMCallAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentToken)
-class AgentTokenAdmin(admin.ModelAdmin):
+class AgentTokenAdmin(ValidatedAdmin):
     """API tokens of external agents: issued here (the token is shown once), revoked here, never shown again."""
 
     list_display = ["agent", "hint", "label", "created_at", "last_used_at", "revoked_at"]
@@ -103,7 +103,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiRequest)
-class ApiRequestAdmin(admin.ModelAdmin):
+class ApiRequestAdmin(ValidatedAdmin):
     list_display = ["created_at", "agent", "request_id", "operation"]
     list_filter = ["agent"]
     list_select_related = ["agent"]

@@ -226,3 +226,66 @@ def test_huge_integers_in_query_strings_are_refused_not_a_server_error(client_50
     if "export" in url:
         assert response.status_code == 400
         assert b"Plan id" in response.content or b"less than or equal" in response.content
+
+
+@pytest.fixture
+def admin_500(db: None) -> Client:
+    from tests.factories import UserFactory
+
+    client = Client(raise_request_exception=False)
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    return client
+
+
+@pytest.mark.parametrize(("field", "text", "message"), [
+    ("name", "evil \u202eexe.txt", "bidirectional"), ("backstory", "ring\x07", "control character"),
+    ("backstory", "a\u200fb", "bidirectional"), ("waiting_reason", "\x1b[31mred", "control character"),
+])
+def test_admin_refuses_what_the_forms_refuse_in_agent_texts(admin_500: Client, field: str, text: str,
+                                                           message: str) -> None:
+    from tests.planning.test_admin_and_edit import admin_post_data
+
+    agent = AgentFactory(kind="tool", name="Tess")
+    url = reverse("admin:agents_agent_change", args=[agent.pk])
+    response = admin_500.post(url, admin_post_data(admin_500, url) | {field: text})
+    assert response.status_code == 200 and message in response.content.decode()
+    agent.refresh_from_db()
+    assert getattr(agent, field) != text and agent.name == "Tess"
+
+
+@pytest.mark.parametrize("field", ["result", "error", "key", "description"])
+def test_admin_refuses_a_bell_in_step_texts(admin_500: Client, field: str) -> None:
+    from tests.planning.test_admin_and_edit import admin_post_data
+
+    step = write_step()
+    url = reverse("admin:planning_planstep_change", args=[step.pk])
+    response = admin_500.post(url, admin_post_data(admin_500, url) | {field: "bell\x07"})
+    assert response.status_code == 200 and "control character" in response.content.decode()
+    step.refresh_from_db()
+    assert getattr(step, field) != "bell\x07"
+
+
+def test_admin_refuses_a_bidi_override_in_a_token_label(admin_500: Client) -> None:
+    from agents.models import AgentToken
+
+    agent = AgentFactory(kind="external")
+    response = admin_500.post(reverse("admin:agents_agenttoken_add"), {"agent": agent.pk, "label": "ci \u202ebot"})
+    assert response.status_code == 200 and "bidirectional" in response.content.decode()
+    assert not AgentToken.objects.exists()
+
+
+@pytest.mark.parametrize("query", ["status__exact=%00", "q=%00", "agent__id__exact=1%00", "q=%FF%FE"])
+def test_admin_list_filters_refuse_a_nul_or_invalid_utf8_not_a_server_error(admin_500: Client, query: str) -> None:
+    PlanFactory()
+    response = admin_500.get(f"/admin/planning/plan/?{query}")
+    assert response.status_code == 400
+    assert "Nothing was changed" in response.content.decode()
+
+
+def test_forms_refuse_invalid_utf8_like_the_api(client_500: Client) -> None:
+    plan = PlanFactory(status=Plan.Status.ACTIVE)
+    response = client_500.post(reverse("plan-cancel", args=[plan.pk]), b"reason=stop%FF%FEnow",
+                               content_type="application/x-www-form-urlencoded")
+    assert response.status_code == 400 and "not valid UTF-8" in response.content.decode()
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.ACTIVE and not PlanEvent.objects.exists()
