@@ -5,10 +5,11 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 
 from agents.models import Agent, AgentToken, ApiRequest, Experience, Lesson, LLMCall, Need
+from agents.services import tokens_revoke
 from planner_site.admin_audit import AuditedAdmin, ValidatedAdmin, ValidatedFieldsMixin
+from planner_site.events import publish_changed_on_commit
 
 
 class NeedInline(ValidatedFieldsMixin, admin.TabularInline):
@@ -91,6 +92,8 @@ class AgentTokenAdmin(ValidatedAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
+            if "revoked_at" in form.changed_data:  # open API sockets and long polls re-check it now
+                publish_changed_on_commit(agent_id=obj.agent_id, kind="token_revoked")
             return
         token, raw = AgentToken.issue(agent=obj.agent, label=obj.label)
         obj.pk, obj.key_hash, obj.hint, obj.created_at = token.pk, token.key_hash, token.hint, token.created_at
@@ -98,7 +101,7 @@ class AgentTokenAdmin(ValidatedAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = tokens_revoke(tokens=queryset)
         messages.success(request, f"{count} token(s) revoked; they stop working at once.")
 
 

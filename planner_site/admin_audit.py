@@ -27,8 +27,9 @@ class ValidatedFieldsMixin:
     def formfield_for_dbfield(self, db_field: models.Field[Any, Any], request: HttpRequest | None,
                               **kwargs: Any) -> forms.Field | None:
         field: forms.Field | None = super().formfield_for_dbfield(db_field, request, **kwargs)  # type: ignore[misc]
-        is_text = isinstance(field, forms.CharField) and not isinstance(field, forms.JSONField)  # JSON: checked whole
-        if is_text and text_validate not in field.validators:
+        # A JSONField is a CharField too: its value is checked whole, by JSONValueField.
+        if (isinstance(field, forms.CharField) and not isinstance(field, forms.JSONField)
+                and text_validate not in field.validators):
             field.validators.append(text_validate)
         return field
 

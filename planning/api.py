@@ -321,13 +321,28 @@ class NextQuery(Schema):
                     '{"action": "replanned", "plan"} or {"action": "done"}. With wait=N the answer comes as soon '
                     'as it is no longer "wait", or after N seconds.')
 async def plan_next_get(request: HttpRequest, plan_id: int, query: Query[NextQuery]) -> dict[str, Any]:
-    return await plan_next_wait(agent=agent_of(request), plan_id=plan_id, wait=query.wait)
+    token: AgentToken = request.auth  # type: ignore[attr-defined]
+    return await plan_next_wait(agent=token.agent, plan_id=plan_id, wait=query.wait, token_id=token.pk)
 
 
-async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float) -> dict[str, Any]:
+class TokenRevoked(HttpError):
+    def __init__(self) -> None:
+        super().__init__(401, "This token was revoked while waiting; nothing more is sent to it.")
+
+
+def token_active(token_id: int) -> bool:
+    return AgentToken.objects.active().filter(pk=token_id).exists()
+
+
+async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: int | None = None) -> dict[str, Any]:
     """Answer at once unless it is "wait"; then wait for a push about the plan or agent (or a short poll),
-    holding neither a database connection nor a worker thread in between."""
+    holding neither a database connection nor a worker thread in between. A token revoked meanwhile ends the
+    wait with a 401 (its revocation is pushed as a change of the agent; the poll catches a lost push)."""
     read = sync_to_async(external.plan_next_read)
+
+    async def token_check() -> None:
+        if token_id is not None and not await sync_to_async(token_active)(token_id):
+            raise TokenRevoked
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     answer = await read(agent=agent, plan_id=plan_id)
@@ -348,6 +363,7 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float) -> dict[str
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), timeout=pause)
                 changed.clear()
+            await token_check()
             answer = await read(agent=agent, plan_id=plan_id)
             if answer["action"] != "wait":
                 return answer
