@@ -29,7 +29,7 @@ from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationEr
 from ninja.responses import Status
 from ninja.security import HttpBearer
 from ninja.throttling import SimpleRateThrottle
-from pydantic import AliasChoices, ConfigDict, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, model_validator
 
 from agents.declared_tools import DESCRIPTION_MAX, MAX_PROPERTIES, MAX_TOOLS, NAME_PATTERN, RISK_NAMES
 from agents.models import Agent, AgentToken
@@ -42,7 +42,7 @@ from planning.external import ExternalError
 # From the environment; a Django setting of the same name overrides (tests do).
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "600/m")  # requests per token: N/s, N/m, N/h or N/d
-LONG_POLL_MAX_SECONDS = 60
+LONG_POLL_MAX_SECONDS = int(os.environ.get("API_LONG_POLL_MAX_SECONDS", "60"))  # the longest ?wait= allowed
 POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
 API_JSON_MAX_DEPTH = 32  # a tool's input schema nests a little deeper than a step's input
 API_JSON_MAX_VALUES = 100_000  # in effect unbounded: the body size limit bounds a request
@@ -165,7 +165,10 @@ def body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 # --- schemas ------------------------------------------------------------------------------------------------
 
 
-class StrictSchema(Schema):
+class StrictSchema(BaseModel):
+    """A request body: exactly these fields, each of its type (a plain pydantic model, not ninja's Schema, which
+    reads any object's attributes and so would take a list where an object is declared)."""
+
     model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="before")
@@ -185,7 +188,7 @@ StepKey = Annotated[str, Field(min_length=1, max_length=32)] | Annotated[int, Fi
 ObjectId = Annotated[int, Field(ge=1, le=ID_MAX)]  # a plan's or a step's id in the address
 
 
-class InputPropertyIn(Schema):
+class InputPropertyIn(BaseModel):
     """One property of a tool's input; other JSON-schema keys (a description...) are kept and not enforced."""
 
     model_config = ConfigDict(extra="allow")
@@ -335,7 +338,7 @@ class ErrorOut(Schema):
 ERRORS: dict[int, type[Schema]] = dict.fromkeys((400, 401, 403, 404, 408, 409, 413, 422, 429), ErrorOut)
 
 
-def body_data(payload: Schema) -> dict[str, Any]:
+def body_data(payload: BaseModel) -> dict[str, Any]:
     """The body as the planner's validator reads it: fields not given are left out, steps included."""
     return payload.model_dump(exclude_none=True)
 
