@@ -68,7 +68,8 @@ def test_schemathesis_finds_nothing_wrong_with_the_api(fuzzed_server: LiveServer
         "--workers", "1", "--request-timeout", "70", "--no-color",
         "--report", "junit", "--report-dir", str(tmp_path),
     ]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_SECONDS * 2)
+    # Run where schemathesis may keep its cache (.schemathesis/): not in the checkout.
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_SECONDS * 2)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-6000:] + "\n--- server log ---\n" + fuzzed_server.log_tail()
     assert f"Seed: {SEED}" in output and "✅ Stateful" in output, output[-3000:]  # the stateful phase ran too
