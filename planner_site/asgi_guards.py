@@ -132,14 +132,14 @@ def origin_allowed(scope: Scope) -> bool:
 class SameOriginValidator:
     """Refuse a browser websocket whose Origin is not this site (another host, or another port)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    def __init__(self, application: ASGIApp) -> None:
+        self.application = application  # the name Channels' own OriginValidator gives it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket" and not origin_allowed(scope):
             await WebsocketDenier()(scope, receive, send)  # type: ignore[no-untyped-call]
             return
-        await self.app(scope, receive, send)
+        await self.application(scope, receive, send)
 
 
 class WebsocketByPath:
