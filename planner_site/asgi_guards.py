@@ -71,11 +71,12 @@ class BodyLimit:
         limit = body_limit(scope.get("path", ""))
         declared = header(scope, b"content-length")
         if declared is not None:
-            if not declared.strip().isdigit():
+            digits = declared.strip()
+            if not (digits.isascii() and digits.isdigit()):
                 await refuse(scope, send, 400, "The Content-Length header is not a number. Nothing was changed.")
                 return
-            if int(declared) > limit:
-                await refuse(scope, send, 413, f"The request body is too large ({int(declared)} > {limit} bytes). "
+            if len(digits) > 18 or int(digits) > limit:  # 19 digits and more: beyond any limit, never parsed
+                await refuse(scope, send, 413, f"The request body is too large ({digits[:30]} > {limit} bytes). "
                                                "Nothing was changed.")
                 return
         messages: list[Message] = []
@@ -125,6 +126,8 @@ def origin_allowed(scope: Scope) -> bool:
         return True  # no Host to compare with (not a browser): the allowed host is all that can be checked
     domain, port = split_domain_port(host)
     # A Host without a port is a default port: 443 behind a proxy ending TLS, though this server sees ws.
+    if len(port) > 5:
+        return False
     expected_ports = {int(port)} if port.isdigit() else {80, 443}
     return domain == parts.hostname.lower() and origin_port in expected_ports
 

@@ -16,6 +16,8 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+MULTIPART_CONTENT_TYPE = "multipart/form-data"
+REPLACEMENT_CHARACTER_UTF8 = "\ufffd".encode()
 
 
 def query_problem(raw: str) -> str | None:
@@ -46,6 +48,22 @@ def request_problem(request: HttpRequest) -> str | None:
             return None
         if problem := query_problem(body):
             return f"The form data {problem}."
+    if request.method == "POST" and request.content_type == MULTIPART_CONTENT_TYPE:
+        return multipart_problem(request)
+    return None
+
+
+def multipart_problem(request: HttpRequest) -> str | None:
+    """Django decodes a multipart field's invalid UTF-8 as U+FFFD: one that is not in the raw body came from it."""
+    try:
+        body = request.body
+    except RequestDataTooBig:  # Django's own limit answers it in the view
+        return None
+    if REPLACEMENT_CHARACTER_UTF8 in body:
+        return None  # typed as such; nothing to tell apart
+    values = [v for _, values in request.POST.lists() for v in values]
+    if any("\ufffd" in str(v) or "\x00" in str(v) for v in values):
+        return "The form data is not valid UTF-8 (or contains a NUL character)."
     return None
 
 

@@ -77,3 +77,10 @@ async def test_a_body_within_the_limit_reaches_the_api() -> None:
     exchange = Exchange([b'{"goal": "x", ', b'"steps": []}'])
     await request(exchange, "/api/v1/plans", [(b"content-length", b"26"), (b"content-type", b"application/json")])
     assert exchange.status == 401  # read whole and handed on: the API then asks for a token
+
+
+@pytest.mark.parametrize(("length", "status"), [(b"\xc2\xb2", 400), (b"1" * 5_000, 413), (b"-5", 400)])
+async def test_a_content_length_that_is_no_size_is_refused_not_a_server_error(length: bytes, status: int) -> None:
+    exchange = Exchange([b"{}"])
+    await request(exchange, "/api/v1/plans", [(b"content-length", length), (b"content-type", b"application/json")])
+    assert exchange.status == status and exchange.reads == 0

@@ -289,3 +289,15 @@ def test_forms_refuse_invalid_utf8_like_the_api(client_500: Client) -> None:
     assert response.status_code == 400 and "not valid UTF-8" in response.content.decode()
     plan.refresh_from_db()
     assert plan.status == Plan.Status.ACTIVE and not PlanEvent.objects.exists()
+
+
+def test_multipart_forms_refuse_invalid_utf8_too(client_500: Client) -> None:
+    plan = PlanFactory(status=Plan.Status.ACTIVE)
+    boundary = "hostile"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"reason\"\r\n\r\n".encode()
+            + b"stop\xff\xfenow\r\n" + f"--{boundary}--\r\n".encode())
+    response = client_500.post(reverse("plan-cancel", args=[plan.pk]), body,
+                               content_type=f"multipart/form-data; boundary={boundary}")
+    assert response.status_code == 400 and "not valid UTF-8" in response.content.decode()
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.ACTIVE and not PlanEvent.objects.exists()
