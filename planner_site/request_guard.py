@@ -62,8 +62,8 @@ def multipart_problem(request: HttpRequest) -> str | None:
     if REPLACEMENT_CHARACTER_UTF8 in body:
         return None  # typed as such; nothing to tell apart
     values = [v for _, values in request.POST.lists() for v in values]
-    if any("\ufffd" in str(v) or "\x00" in str(v) for v in values):
-        return "The form data is not valid UTF-8 (or contains a NUL character)."
+    if any("\ufffd" in str(v) for v in values):  # a NUL is refused by the form, by the field's name
+        return "The form data is not valid UTF-8."
     return None
 
 

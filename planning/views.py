@@ -28,6 +28,7 @@ from planning.forms import (
     ReasonForm,
     ReplanForm,
     StepEditForm,
+    agent_tool_names,
 )
 from planning.models import Plan, PlanStep
 from planning.selectors import DashboardFilter, agent_context, dashboard_counts, dashboard_page, plan_context
@@ -179,7 +180,7 @@ def step_skip_view(request: HttpRequest, pk: int) -> HttpResponse:
 def step_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     if request.method == "POST":
-        form = StepEditForm(request.POST)
+        form = StepEditForm(request.POST, tools=agent_tool_names(step.plan.agent))
         if form.is_valid():
             changes = {k: v for k, v in form.cleaned_data.items() if k != "reason"}
             try:
@@ -194,7 +195,7 @@ def step_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
                 return redirect(step.plan)
         status = 400
     else:
-        form = StepEditForm(initial={
+        form = StepEditForm(tools=agent_tool_names(step.plan.agent), initial={
             "description": step.description, "action_hint": step.action_hint, "tool": step.tool,
             "tool_input": json.dumps(step.tool_input), "expected_outcome": step.expected_outcome,
             "requires_permission": step.requires_permission,

@@ -16,11 +16,11 @@ from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
 from agents.models import Agent
-from agents.tools import TOOLS
 from planner_site.roles import DECIDE_PERMISSION
 from planner_site.validators import InputError, json_parse, text_problem
 from planning import services
 from planning.engine.validate import StepSpec
+from planning.forms import agent_tool_names
 from planning.models import Plan, PlanStep
 from planning.steer_selectors import plan_chain, plans_compare
 from planning.steer_services import (
@@ -182,10 +182,7 @@ def problems_place(problems: list[str], rows: list[EditorRow], kept: int) -> lis
 def editor_context(plan: Plan, rows: list[EditorRow], **extra: Any) -> dict[str, Any]:
     kept = [s for s in plan.steps.all() if s.status in KEPT_STEP_STATUSES]
     agent = plan.agent
-    # An external agent's steps call the tools it declared over the API, not the built-in ones.
-    tools = (sorted(str(t.get("name", "")) for t in agent.declared_tools) if agent.kind == Agent.Kind.EXTERNAL
-             else sorted(TOOLS))
-    return {"plan": plan, "agent": agent, "rows": rows, "kept": kept, "tools": tools,
+    return {"plan": plan, "agent": agent, "rows": rows, "kept": kept, "tools": agent_tool_names(agent),
             "tool_agent": agent.kind in (Agent.Kind.TOOL, Agent.Kind.EXTERNAL),
             "editable": plan.status in EDITABLE_PLAN_STATUSES} | extra
 

@@ -190,3 +190,15 @@ def test_editor_saves_an_external_agents_plan_checked_against_its_tools(operator
     response = operator_client.post(reverse("plan-editor", args=[new.pk]), form(new, rows))
     assert response.status_code == 400 and "unknown tool" in response.content.decode().lower()
     assert Plan.objects.count() == 2
+
+
+def test_step_edit_of_an_external_agent_offers_and_saves_its_declared_tools(operator_client: Client) -> None:
+    plan = external_plan()
+    step = plan.steps.get()
+    url = reverse("step-edit", args=[step.pk])
+    assert '<option value="send_email"' in operator_client.get(url).content.decode()
+    response = operator_client.post(url, {"description": "Mail Dana", "tool": "send_email",
+                                          "tool_input": '{"to": "dana@example.com", "body": "hi"}'})
+    assert response.status_code == 302, response.content[:400]
+    step.refresh_from_db()
+    assert (step.tool, step.tool_input["to"]) == ("send_email", "dana@example.com")
