@@ -5,13 +5,14 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 
 from agents.models import Agent, AgentToken, ApiRequest, Experience, Lesson, LLMCall, Need
-from planner_site.admin_audit import AuditedAdmin, LoadedValuesForm
+from agents.services import tokens_revoke
+from planner_site.admin_audit import AuditedAdmin, LoadedValuesForm, ValidatedAdmin, ValidatedFieldsMixin
+from planner_site.events import publish_changed_on_commit
 
 
-class NeedInline(admin.TabularInline):
+class NeedInline(ValidatedFieldsMixin, admin.TabularInline):
     model = Need
     extra = 0
     form = LoadedValuesForm  # a need the runner moved on since the form loaded is not put back
@@ -41,7 +42,7 @@ class NeedAdmin(AuditedAdmin):
 
 
 @admin.register(Experience)
-class ExperienceAdmin(admin.ModelAdmin):
+class ExperienceAdmin(ValidatedAdmin):
     list_display = ["agent", "cycle", "action", "followed_plan", "outcome", "created_at"]
     list_filter = ["agent", "followed_plan"]
     search_fields = ["action", "outcome"]
@@ -49,14 +50,14 @@ class ExperienceAdmin(admin.ModelAdmin):
 
 
 @admin.register(Lesson)
-class LessonAdmin(admin.ModelAdmin):
+class LessonAdmin(ValidatedAdmin):
     list_display = ["agent", "description", "weight", "created_at"]
     list_filter = ["agent"]
     search_fields = ["description"]
 
 
 @admin.register(LLMCall)
-class LLMCallAdmin(admin.ModelAdmin):
+class LLMCallAdmin(ValidatedAdmin):
     list_display = ["created_at", "purpose", "model", "agent", "plan", "tokens_in", "tokens_out", "latency_ms", "error"]
     list_filter = ["purpose", "model", "agent"]
     search_fields = ["response", "error"]
@@ -70,7 +71,7 @@ class LLMCallAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentToken)
-class AgentTokenAdmin(admin.ModelAdmin):
+class AgentTokenAdmin(ValidatedAdmin):
     """API tokens of external agents: issued here (the token is shown once), revoked here, never shown again."""
 
     list_display = ["agent", "hint", "label", "created_at", "last_used_at", "revoked_at"]
@@ -94,6 +95,8 @@ class AgentTokenAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
+            if "revoked_at" in form.changed_data:  # open API sockets and long polls re-check it now
+                publish_changed_on_commit(agent_id=obj.agent_id, kind="token_revoked")
             return
         token, raw = AgentToken.issue(agent=obj.agent, label=obj.label)
         obj.pk, obj.key_hash, obj.hint, obj.created_at = token.pk, token.key_hash, token.hint, token.created_at
@@ -101,12 +104,12 @@ class AgentTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = tokens_revoke(tokens=queryset)
         messages.success(request, f"{count} token(s) revoked; they stop working at once.")
 
 
 @admin.register(ApiRequest)
-class ApiRequestAdmin(admin.ModelAdmin):
+class ApiRequestAdmin(ValidatedAdmin):
     list_display = ["created_at", "agent", "request_id", "operation"]
     list_filter = ["agent"]
     list_select_related = ["agent"]

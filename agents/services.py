@@ -13,9 +13,10 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from agents.models import Agent, Experience, Lesson, Need
+from agents.models import Agent, AgentToken, Experience, Lesson, Need
 from agents.persona import StepVerdict, routine_keeps
 from agents.world import ACTIONS
 from goals.models import Goal
@@ -385,3 +386,15 @@ def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float],
                              detail={"repeats": source.pk, "version": plan.version})
     publish_changed_on_commit(agent_id=goal.agent_id, plan_id=plan.pk, kind="plan_created")
     return plan, made
+
+
+@transaction.atomic
+def tokens_revoke(*, tokens: QuerySet[AgentToken]) -> int:
+    """Revoke these API tokens (those still active); their agents' open API sockets and long polls are told
+    after commit, so they close within seconds instead of going on serving a revoked token."""
+    now = timezone.now()
+    agent_ids = set(tokens.filter(revoked_at__isnull=True).values_list("agent_id", flat=True))
+    count = tokens.filter(revoked_at__isnull=True).update(revoked_at=now)
+    for agent_id in agent_ids:
+        publish_changed_on_commit(agent_id=agent_id, kind="token_revoked")
+    return count

@@ -45,7 +45,8 @@ class LoginView(auth_views.LoginView):
 def login_locked_out(request: HttpRequest, original_response: HttpResponse | None = None,
                      credentials: dict[str, Any] | None = None) -> HttpResponse:
     """django-axes calls this once a user or an address has failed too often: the login page, with why."""
-    form = AuthenticationForm(request, data=request.POST or None)
+    # Unbound: a bound form would authenticate again to show its errors, counting the attempt a second time.
+    form = AuthenticationForm(request, initial={"username": request.POST.get("username", "")[:150]})
     message = (f"Too many failed logins for this account or from this address. Logins are locked for "
                f"{lockout_minutes()} minutes; try again later.")
     context = {"form": form, "locked_out": message, "password_reset_enabled": password_reset_enabled(),

@@ -4,12 +4,13 @@ as a PlanEvent (who, what, the diff) and pushed live.
 No lost updates: every admin form remembers the values it loaded (a hidden initial value per field), so a save
 writes only the fields the operator really changed, and refuses, with the current value, a field that someone
 else (the runner, another operator) changed since the form loaded. Fields only the runner writes (needs'
-counters, waiting reason, leases, cycle times, goal progress and confidence...) are read-only in the admin."""
+counters, waiting reason, cycle times, goal progress and confidence...) are read-only in the admin."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin
@@ -19,12 +20,32 @@ from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest
 
 from planner_site.events import publish_changed_on_commit
-from planner_site.formfields import JSONValueField
+from planner_site.formfields import JSONValueField, text_validate
 
 # Every JSON field of the admin refuses what the services refuse (too deep, too big, NUL...) with a message.
 VALIDATED_FORMFIELDS: dict[type[models.Field[Any, Any]], dict[str, Any]] = {models.JSONField: {"form_class": JSONValueField}}
 
 NOTHING_SAVED = "Nothing was saved."
+
+
+class ValidatedFieldsMixin:
+    """For a ModelAdmin or an inline: every text field refuses what the operator's forms refuse (NUL, control
+    and bidirectional characters) and every JSON field what the services refuse, each with a message."""
+
+    formfield_overrides: ClassVar[Mapping[type[models.Field[Any, Any]], Mapping[str, Any]]] = VALIDATED_FORMFIELDS
+
+    def formfield_for_dbfield(self, db_field: models.Field[Any, Any], request: HttpRequest | None,
+                              **kwargs: Any) -> forms.Field | None:
+        field: forms.Field | None = super().formfield_for_dbfield(db_field, request, **kwargs)  # type: ignore[misc]
+        # A JSONField is a CharField too: its value is checked whole, by JSONValueField.
+        if (isinstance(field, forms.CharField) and not isinstance(field, forms.JSONField)
+                and text_validate not in field.validators):
+            field.validators.append(text_validate)
+        return field
+
+
+class ValidatedAdmin(ValidatedFieldsMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+    """A ModelAdmin whose text and JSON fields are checked like the operator's forms."""
 
 
 def form_diff(form: ModelForm) -> dict[str, list[str]]:
@@ -110,11 +131,10 @@ def plan_lock_first(plan_id: int | None) -> None:
         list(Plan.objects.select_for_update(no_key=True).filter(pk=plan_id).values_list("pk", flat=True))
 
 
-class AuditedAdmin(admin.ModelAdmin):
+class AuditedAdmin(ValidatedAdmin):
     """Subclasses say which agent (and plan) an object belongs to."""
 
     form = LoadedValuesForm
-    formfield_overrides = VALIDATED_FORMFIELDS
 
     def audit_agent_id(self, obj: Any) -> int:
         raise NotImplementedError

@@ -1,4 +1,5 @@
-"""ASGI entry point: Django for HTTP, Channels for the live websockets (login and Origin checked)."""
+"""ASGI entry point: Django for HTTP (bodies read under a size and time limit first), Channels for the live
+websockets: the browser's (login and this site's Origin checked) and the agents' API socket (a bearer token)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from planning.routing import websocket_urlpatterns  # noqa: E402
+from planner_site.asgi_guards import BodyLimit, SameOriginValidator, WebsocketByPath  # noqa: E402
+from planning.routing import api_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "http": BodyLimit(django_asgi_app),
+        "websocket": WebsocketByPath(
+            api=URLRouter(api_websocket_urlpatterns),
+            browser=SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        ),
     }
 )

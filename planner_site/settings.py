@@ -71,6 +71,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "planner_site.request_guard.RequestTextMiddleware",  # NUL or invalid UTF-8 in a query or form: a 400
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -200,6 +201,13 @@ AXES_DISABLE_ACCESS_LOG = True  # failures only: successful logins are not logge
 AXES_VERBOSE = False
 # Behind this many reverse proxies (each appending to X-Forwarded-For), the client address is read from there.
 TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
+
+# Request bodies are read at the ASGI level under these limits before Django sees them (planner_site/asgi_guards.py):
+# larger is a 413 before it is read (the API has its own, smaller API_MAX_BODY_BYTES); a body that stalls or never
+# comes is a 408 after REQUEST_BODY_TIMEOUT_SECONDS.
+REQUEST_MAX_BODY_BYTES = int(os.environ.get("REQUEST_MAX_BODY_BYTES", str(2_621_440)))  # Django's form default
+DATA_UPLOAD_MAX_MEMORY_SIZE = REQUEST_MAX_BODY_BYTES
+REQUEST_BODY_TIMEOUT_SECONDS = float(os.environ.get("REQUEST_BODY_TIMEOUT_SECONDS", "10"))
 
 # Mail (Django 6.1's MAILERS): set EMAIL_HOST to send mail; password reset is offered only then.
 MAILERS: dict[str, Any] = {}

@@ -17,8 +17,9 @@ JSON_MAX_DEPTH = 20
 JSON_MAX_NODES = 2_000
 JSON_MAX_INT_DIGITS = 18  # fits a 64-bit integer; PostgreSQL and browsers agree on such numbers
 
-# Explicit embeddings, overrides and isolates make text display as something else ("Trojan Source").
-BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Explicit embeddings, overrides and isolates make text display as something else ("Trojan Source"); the
+# invisible direction marks (LRM, RLM, ALM) reorder neighbouring text just as silently.
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
 ALLOWED_CONTROLS = frozenset("\t\n\r")
 
 

@@ -6,7 +6,13 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from planner_site.admin_audit import NOTHING_SAVED, VALIDATED_FORMFIELDS, AuditedAdmin, LoadedValuesForm
+from planner_site.admin_audit import (
+    NOTHING_SAVED,
+    AuditedAdmin,
+    LoadedValuesForm,
+    ValidatedAdmin,
+    ValidatedFieldsMixin,
+)
 from planning.engine.schedule import IllegalTransition, step_transition_check
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import EDITABLE_STEP_FIELDS, PLAN_FINAL, UNSTARTED, step_changes_problems
@@ -58,10 +64,9 @@ class PlanAdminForm(LoadedValuesForm):
         return str(new)
 
 
-class PlanStepInline(admin.StackedInline):
+class PlanStepInline(ValidatedFieldsMixin, admin.StackedInline):
     model = PlanStep
     form = PlanStepAdminForm
-    formfield_overrides = VALIDATED_FORMFIELDS
     extra = 0
     fieldsets = [(None, {"fields": [
         ("key", "position", "status"), "description", ("action_hint", "tool"), "tool_input", "expected_outcome",
@@ -118,7 +123,7 @@ class PlanStepAdmin(AuditedAdmin):
 
 
 @admin.register(PlanEvent)
-class PlanEventAdmin(admin.ModelAdmin):
+class PlanEventAdmin(ValidatedAdmin):
     """The audit log: read-only."""
 
     list_display = ["created_at", "plan", "step", "kind", "actor_label", "reason"]

@@ -12,10 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import Any
+from collections.abc import Callable
+from functools import wraps
+from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
@@ -26,9 +29,11 @@ from ninja.errors import AuthenticationError, HttpError, Throttled, ValidationEr
 from ninja.responses import Status
 from ninja.security import HttpBearer
 from ninja.throttling import SimpleRateThrottle
-from pydantic import ConfigDict, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, model_validator
 
+from agents.declared_tools import DESCRIPTION_MAX, MAX_PROPERTIES, MAX_TOOLS, NAME_PATTERN, RISK_NAMES
 from agents.models import Agent, AgentToken
+from agents.tools import MAX_LOOP_RUNS
 from planner_site.validators import json_problem
 from planning import external
 from planning.consumers import changes_watched
@@ -37,11 +42,12 @@ from planning.external import ExternalError
 # From the environment; a Django setting of the same name overrides (tests do).
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "600/m")  # requests per token: N/s, N/m, N/h or N/d
-LONG_POLL_MAX_SECONDS = 60
+LONG_POLL_MAX_SECONDS = int(os.environ.get("API_LONG_POLL_MAX_SECONDS", "60"))  # the longest ?wait= allowed
 POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
 API_JSON_MAX_DEPTH = 32  # a tool's input schema nests a little deeper than a step's input
 API_JSON_MAX_VALUES = 100_000  # in effect unbounded: the body size limit bounds a request
 LAST_USED_EVERY_SECONDS = 60  # last_used_at is written at most this often per token
+PLAN_MAX_STEPS_DOC = int(os.environ.get("PLAN_MAX_STEPS", "20"))  # settings.PLAN_MAX_STEPS, as the schema says it
 
 
 class PayloadTooLarge(HttpError):
@@ -159,7 +165,10 @@ def body_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
 # --- schemas ------------------------------------------------------------------------------------------------
 
 
-class StrictSchema(Schema):
+class StrictSchema(BaseModel):
+    """A request body: exactly these fields, each of its type (a plain pydantic model, not ninja's Schema, which
+    reads any object's attributes and so would take a list where an object is declared)."""
+
     model_config = ConfigDict(extra="forbid")
 
     @model_validator(mode="before")
@@ -173,17 +182,75 @@ class StrictSchema(Schema):
         return data
 
 
+TOOL_NAME_PATTERN = NAME_PATTERN.pattern
+ID_MAX = 2**63 - 1  # the largest id either database stores
+StepKey = Annotated[str, Field(min_length=1, max_length=32)] | Annotated[int, Field(ge=0, le=ID_MAX)]
+ObjectId = Annotated[int, Field(ge=1, le=ID_MAX)]  # a plan's or a step's id in the address
+
+
+class InputPropertyIn(BaseModel):
+    """One property of a tool's input; other JSON-schema keys (a description...) are kept and not enforced."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Literal["string", "integer", "number", "boolean", "array", "object"] = "string"
+    enum: list[str] | None = Field(None, min_length=1, description="The values a string property may take")
+
+
+class InputSchemaIn(StrictSchema):
+    """A tool's input: an object with typed properties; `required` names some of them."""
+
+    type: Literal["object"] = "object"
+    properties: dict[str, InputPropertyIn] = Field(default_factory=dict, max_length=MAX_PROPERTIES)
+    required: list[str] = Field(default_factory=list, description="Names of properties (each one of `properties`)")
+
+
 class ToolIn(StrictSchema):
-    name: str = Field(..., examples=["search"], description="Letters, digits, '_', '.', '-'; starts with a letter")
-    description: str = ""
-    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"},
-                                         description="JSON schema of the input: an object with typed properties")
-    risk: str = Field("safe", description="safe | risky (or read | write | network | system); risky steps "
-                                          "always require an operator's permission")
+    name: str = Field(..., examples=["search"], pattern=TOOL_NAME_PATTERN,
+                      description="Letters, digits, '_', '.', '-'; starts with a letter; unique among the tools")
+    description: str = Field("", max_length=DESCRIPTION_MAX)
+    input_schema: InputSchemaIn = Field(default_factory=InputSchemaIn,
+                                        description="JSON schema of the input: an object with typed properties")
+    risk: Literal[tuple(RISK_NAMES)] = Field(  # type: ignore[valid-type]
+        "safe", description="safe | risky (or read | write | network | system); risky steps always require an "
+                            "operator's permission")
+
+
+def aliases(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+class StepIn(StrictSchema):
+    """One step: a call of one of the agent's declared tools. The other names models use for a field (in
+    parentheses) are accepted too."""
+
+    id: StepKey = Field(..., validation_alias=aliases("id", "step", "step_id"),
+                        description="Unique in the plan (step, step_id)")
+    tool: str = Field(..., pattern=TOOL_NAME_PATTERN, description="A tool the agent declared")
+    intent: str = Field(..., min_length=1, max_length=500, validation_alias=aliases("intent", "description"),
+                        description="What the step is for, on one line (description)")
+    input: dict[str, Any] = Field(default_factory=dict, description="The tool's input, as its input_schema says")
+    requiresPermission: bool = Field(..., strict=True, validation_alias=aliases("requiresPermission", "requires_permission"),
+                                     description="Ask an operator first; risky tools always do (requires_permission)")
+    dependencies: list[StepKey] = Field(default_factory=list,
+                                        validation_alias=aliases("dependencies", "dependsOn", "depends_on"),
+                                        description="Ids of steps of this plan that must complete first "
+                                                    "(dependsOn, depends_on)")
+    expects: str | None = Field(None, max_length=500,
+                                validation_alias=aliases("expects", "expected_outcome", "expectedOutcome"),
+                                description="What the step should produce (expected_outcome)")
+    risk: Literal["safe", "low", "none", "risky", "medium", "high"] | None = None
+    estimatedCycles: int | None = Field(None, ge=1, le=20, strict=True,
+                                        validation_alias=aliases("estimatedCycles", "estimated_cycles"))
+    toolsNeeded: list[str] | None = Field(None, max_length=10, validation_alias=aliases("toolsNeeded", "tools_needed"))
+    forEach: StepKey | None = Field(None, validation_alias=aliases("forEach", "for_each", "FOR_EACH"),
+                                    description="Run once per item of the list an earlier step produced; the input "
+                                                "uses {item}")
+    repeat: int | None = Field(None, ge=1, le=MAX_LOOP_RUNS, strict=True, validation_alias=aliases("repeat", "REPEAT"),
+                               description="Run this many times; the input may use {index}")
 
 
 class ToolsIn(StrictSchema):
-    tools: list[ToolIn] = Field(..., max_length=50)
+    tools: list[ToolIn] = Field(..., max_length=MAX_TOOLS)
 
 
 class ToolsOut(Schema):
@@ -204,20 +271,23 @@ STEP_EXAMPLE = {"id": "1", "tool": "search", "intent": "Find the report", "input
 
 class PlanIn(StrictSchema):
     goal: str = Field(..., min_length=1, max_length=500)
-    steps: list[dict[str, Any]] = Field(..., description="Steps as the planner accepts them from models: id, tool, "
-                                        "intent, input, requiresPermission, dependencies, optional risk and expects",
-                                        examples=[[STEP_EXAMPLE]])
-    thinking_summary: str | None = None
+    steps: list[StepIn] = Field(..., min_length=1, max_length=PLAN_MAX_STEPS_DOC,
+                                description="The steps, in order; each calls one of the agent's declared tools",
+                                examples=[[STEP_EXAMPLE]])
+    thinking_summary: str | None = Field(None, max_length=4000)
     risks: list[str] | None = None
-    confidence: float | None = None
+    # strict: a JSON true is not a number (pydantic would take it as 1.0)
+    confidence: float | None = Field(None, ge=0, le=100, strict=True, description="0-1 (or a percentage, 1-100)")
 
 
 class VersionIn(StrictSchema):
     goal: str | None = Field(None, max_length=500, description="Defaults to the previous version's goal")
-    steps: list[dict[str, Any]] = Field(..., description="The remaining steps; completed steps are kept anyway")
-    thinking_summary: str | None = None
+    steps: list[StepIn] = Field(..., min_length=1, max_length=PLAN_MAX_STEPS_DOC,
+                                description="The remaining steps; completed steps are kept anyway")
+    thinking_summary: str | None = Field(None, max_length=4000)
     risks: list[str] | None = None
-    confidence: float | None = None
+    # strict: a JSON true is not a number (pydantic would take it as 1.0)
+    confidence: float | None = Field(None, ge=0, le=100, strict=True, description="0-1 (or a percentage, 1-100)")
 
 
 class GoalIn(StrictSchema):
@@ -243,10 +313,22 @@ class StartIn(StrictSchema):
 
 
 class ResultIn(StrictSchema):
+    """A failed step (`succeeded: false`) needs an `error` saying what went wrong."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "if": {"properties": {"succeeded": {"const": False}}, "required": ["succeeded"]},
+        "then": {"required": ["error"], "properties": {"error": {"type": "string", "pattern": r"\S"}}},
+    })
     request_id: str = Field(..., min_length=1, max_length=100, description="The same id for a retried call")
-    succeeded: bool
-    output: Any = None
-    error: str = ""
+    succeeded: bool = Field(..., strict=True)
+    output: Any = Field(None, description="What the step produced (at most 20,000 characters as JSON or text)")
+    error: str = Field("", max_length=4000, description="Required (not blank) when succeeded is false")
+
+    @model_validator(mode="after")
+    def failure_explained(self) -> ResultIn:
+        if not self.succeeded and not self.error.strip():
+            raise ValueError("a failed step needs an 'error' saying what went wrong")
+        return self
 
 
 class ErrorOut(Schema):
@@ -254,11 +336,13 @@ class ErrorOut(Schema):
     problems: list[str] | None = None
 
 
-ERRORS: dict[int, type[Schema]] = dict.fromkeys((401, 403, 404, 409, 413, 422, 429), ErrorOut)
+# 400: a body that is not JSON, or a NUL or invalid UTF-8 in the address; 408: a body that stalls; 413: too large.
+ERRORS: dict[int, type[Schema]] = dict.fromkeys((400, 401, 403, 404, 408, 409, 413, 422, 429), ErrorOut)
 
 
-def body_data(payload: Schema) -> dict[str, Any]:
-    return {k: v for k, v in payload.model_dump().items() if v is not None}
+def body_data(payload: BaseModel) -> dict[str, Any]:
+    """The body as the planner's validator reads it: fields not given are left out, steps included."""
+    return payload.model_dump(exclude_none=True)
 
 
 def created(plan: Any) -> dict[str, Any]:
@@ -284,7 +368,8 @@ def agent_get(request: HttpRequest) -> dict[str, Any]:
 
 @v1.put("/agent/tools", response={200: ToolsOut, **ERRORS}, summary="Declare the agent's tools")
 def tools_put(request: HttpRequest, payload: ToolsIn) -> dict[str, Any]:
-    tools = external.agent_tools_declare(agent=agent_of(request), tools=[t.model_dump() for t in payload.tools])
+    tools = external.agent_tools_declare(agent=agent_of(request),
+                                         tools=[t.model_dump(exclude_unset=True) for t in payload.tools])
     return {"tools": tools}
 
 
@@ -306,7 +391,7 @@ def plans_get(request: HttpRequest) -> list[dict[str, Any]]:
 
 
 @v1.get("/plans/{plan_id}", response={200: dict[str, Any], **ERRORS}, summary="A plan and its steps")
-def plan_get(request: HttpRequest, plan_id: int) -> dict[str, Any]:
+def plan_get(request: HttpRequest, plan_id: ObjectId) -> dict[str, Any]:
     return external.plan_data(external.agent_plan_get(agent=agent_of(request), plan_id=plan_id))
 
 
@@ -320,14 +405,29 @@ class NextQuery(Schema):
                     '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
                     '{"action": "replanned", "plan"} or {"action": "done"}. With wait=N the answer comes as soon '
                     'as it is no longer "wait", or after N seconds.')
-async def plan_next_get(request: HttpRequest, plan_id: int, query: Query[NextQuery]) -> dict[str, Any]:
-    return await plan_next_wait(agent=agent_of(request), plan_id=plan_id, wait=query.wait)
+async def plan_next_get(request: HttpRequest, plan_id: ObjectId, query: Query[NextQuery]) -> dict[str, Any]:
+    token: AgentToken = request.auth  # type: ignore[attr-defined]
+    return await plan_next_wait(agent=token.agent, plan_id=plan_id, wait=query.wait, token_id=token.pk)
 
 
-async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float) -> dict[str, Any]:
+class TokenRevoked(HttpError):
+    def __init__(self) -> None:
+        super().__init__(401, "This token was revoked while waiting; nothing more is sent to it.")
+
+
+def token_active(token_id: int) -> bool:
+    return AgentToken.objects.active().filter(pk=token_id).exists()
+
+
+async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: int | None = None) -> dict[str, Any]:
     """Answer at once unless it is "wait"; then wait for a push about the plan or agent (or a short poll),
-    holding neither a database connection nor a worker thread in between."""
+    holding neither a database connection nor a worker thread in between. A token revoked meanwhile ends the
+    wait with a 401 (its revocation is pushed as a change of the agent; the poll catches a lost push)."""
     read = sync_to_async(external.plan_next_read)
+
+    async def token_check() -> None:
+        if token_id is not None and not await sync_to_async(token_active)(token_id):
+            raise TokenRevoked
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     answer = await read(agent=agent, plan_id=plan_id)
@@ -348,6 +448,7 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float) -> dict[str
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), timeout=pause)
                 changed.clear()
+            await token_check()
             answer = await read(agent=agent, plan_id=plan_id)
             if answer["action"] != "wait":
                 return answer
@@ -355,7 +456,7 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float) -> dict[str
 
 @v1.post("/plans/{plan_id}/versions", response={201: PlanCreated, **ERRORS},
          summary="Submit the next version after feedback (completed steps stay kept)")
-def version_post(request: HttpRequest, plan_id: int, payload: VersionIn) -> Status[dict[str, Any]]:
+def version_post(request: HttpRequest, plan_id: ObjectId, payload: VersionIn) -> Status[dict[str, Any]]:
     agent = agent_of(request)
     plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
     new = external.plan_version_submit(agent=agent, plan=plan, data=body_data(payload))
@@ -368,7 +469,7 @@ def replayed(response: HttpResponse, again: bool) -> HttpResponse:
 
 
 @v1.post("/steps/{step_id}/start", response={200: dict[str, Any], **ERRORS}, summary="Start a step (idempotent)")
-def step_start_post(request: HttpRequest, step_id: int, payload: StartIn, response: HttpResponse) -> dict[str, Any]:
+def step_start_post(request: HttpRequest, step_id: ObjectId, payload: StartIn, response: HttpResponse) -> dict[str, Any]:
     answer, again = external.step_start(agent=agent_of(request), step_id=step_id, request_id=payload.request_id)
     replayed(response, again)
     return answer
@@ -376,7 +477,7 @@ def step_start_post(request: HttpRequest, step_id: int, payload: StartIn, respon
 
 @v1.post("/steps/{step_id}/result", response={200: dict[str, Any], **ERRORS},
          summary="Report a step's result (idempotent)")
-def step_result_post(request: HttpRequest, step_id: int, payload: ResultIn, response: HttpResponse) -> dict[str, Any]:
+def step_result_post(request: HttpRequest, step_id: ObjectId, payload: ResultIn, response: HttpResponse) -> dict[str, Any]:
     answer, again = external.step_result(agent=agent_of(request), step_id=step_id, request_id=payload.request_id,
                                          succeeded=payload.succeeded, output=payload.output, error=payload.error)
     replayed(response, again)
@@ -386,15 +487,38 @@ def step_result_post(request: HttpRequest, step_id: int, payload: ResultIn, resp
 api.add_router("/v1", v1)
 
 
+def token_or_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The schema for an agent's bearer token as for a signed-in person; without either, a browser goes to the
+    login page and a client that sent a token is told it is not valid (401)."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        header = request.META.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            return redirect_to_login(request.get_full_path())
+        scheme, _, raw = header.partition(" ")
+        token = AgentToken.objects.lookup(raw.strip()) if scheme.lower() == "bearer" else None
+        if token is None:
+            return unauthenticated(request, AuthenticationError())
+        return view(request, *args, **kwargs)
+
+    wrapper.login_required = False  # type: ignore[attr-defined]
+    return wrapper
+
+
 def api_urls() -> tuple[list[URLPattern | URLResolver], str, str]:
     """The API's URLs, exempt from the site's login redirect: a token, not a session, authenticates. Its docs
-    and schema stay behind the login like every page."""
+    stay behind the login like every page; its schema is for an agent's token too."""
     urls = api.urls
     for pattern in urls[0]:
         if not isinstance(pattern, URLPattern):
             continue
-        if str(pattern.name or "").startswith("openapi"):
-            pattern.callback = require_safe(pattern.callback)  # read only: a POST gets 405
+        if pattern.name == "openapi-json":
+            pattern.callback = token_or_login(require_safe(pattern.callback))  # read only: a POST gets 405
+        elif str(pattern.name or "").startswith("openapi"):
+            pattern.callback = require_safe(pattern.callback)
         else:
             pattern.callback.login_required = False  # type: ignore[attr-defined]
     return urls  # type: ignore[return-value]

@@ -1,8 +1,11 @@
 """The API's websocket, /ws/api/plans/<id>/: what the agent may do now, pushed whenever it changes.
 
 An alternative to long-polling GET /api/v1/plans/<id>/next: the same answers, as JSON messages. The
-agent authenticates with its bearer token in the Authorization header (no session); messages it sends
-are ignored. Close codes: 4401 no valid token, 4403 not an external agent, 4404 not its plan.
+agent authenticates with its bearer token in the Authorization header (no session, no browser Origin asked
+for: an agent is not a browser); messages it sends are ignored. The socket is accepted first, so that any
+client, not only a browser, reads why it is closed: 4401 no valid token (or the token was revoked while
+open: checked on every change of the agent and every TOKEN_CHECK_SECONDS), 4403 not an external agent,
+4404 not its plan.
 """
 
 from __future__ import annotations
@@ -28,45 +31,54 @@ def bearer_token(headers: list[tuple[bytes, bytes]]) -> str:
     return ""
 
 
-def token_agent(raw: str) -> Agent | None:
-    token = AgentToken.objects.lookup(raw)
-    return token.agent if token is not None else None
+def token_active(token_id: int) -> bool:
+    return AgentToken.objects.active().filter(pk=token_id).exists()
 
 
 POLL_SECONDS = 2.0
+TOKEN_CHECK_SECONDS = 5.0  # a revoked token's socket closes within this even if the revocation's push is lost
 
 
 class PlanNextConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
-        agent = await database_sync_to_async(token_agent)(bearer_token(self.scope.get("headers", [])))
-        if agent is None:
+        token = await database_sync_to_async(AgentToken.objects.lookup)(bearer_token(self.scope.get("headers", [])))
+        await self.accept()  # before any refusal: a client sees a close code only on an accepted socket
+        if token is None:
             await self.close(code=4401)
             return
+        agent = token.agent
         if agent.kind != Agent.Kind.EXTERNAL:
             await self.close(code=4403)
             return
-        self.agent = agent
+        self.agent, self.token_id = agent, token.pk
         self.plan_id = int(self.scope["url_route"]["kwargs"]["plan_id"])
         try:
             self.last = await database_sync_to_async(plan_next_read)(agent=agent, plan_id=self.plan_id)
         except NotFound:
             await self.close(code=4404)
             return
-        await self.accept()
         await self.send_json(self.last)
         self.follower = asyncio.create_task(self.follow())
 
     async def follow(self) -> None:
-        """Look again whenever the plan or agent changes (or every few seconds while live updates are down)."""
+        """Look again whenever the plan or agent changes (or every few seconds while live updates are down);
+        close with 4401 once the token is revoked."""
         async with changes_watched(agents={self.agent.pk}, plans={self.plan_id}) as changed:
             await self.state_changed({})  # a change before the watch began is not missed
             while True:
+                woken = True
                 if changed is None:
                     await asyncio.sleep(POLL_SECONDS)
                 else:
-                    await changed.wait()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), timeout=TOKEN_CHECK_SECONDS)
+                    woken = changed.is_set()
                     changed.clear()
-                await self.state_changed({})
+                if not await database_sync_to_async(token_active)(self.token_id):
+                    await self.close(code=4401)
+                    return
+                if woken:
+                    await self.state_changed({})
 
     async def disconnect(self, code: int) -> None:
         follower = getattr(self, "follower", None)

@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 
+from agents.models import Agent
 from agents.tools import TOOLS
 from goals.models import Goal
 from planner_site.formfields import TextField
@@ -22,7 +23,7 @@ class DeclineForm(forms.Form):
 
 
 class ApproveplanForm(forms.Form):
-    mode = forms.ChoiceField(choices=[(Plan.ApprovalMode.ALL, "All steps"), (Plan.ApprovalMode.STEP, "Step by step")])
+    mode = forms.ChoiceField(label="Approval", choices=[(Plan.ApprovalMode.ALL, "All steps"), (Plan.ApprovalMode.STEP, "Step by step")])
 
 
 class ReasonForm(forms.Form):
@@ -36,11 +37,18 @@ class ReplanForm(forms.Form):
 class GoalForm(forms.Form):
     description = TextField(label="Goal", max_length=500, strip=True,
                             widget=forms.TextInput(attrs={"placeholder": "e.g. convert data.csv to JSON"}))
-    horizon = forms.ChoiceField(choices=Goal.Horizon.choices, initial=Goal.Horizon.SHORT)
+    horizon = forms.ChoiceField(label="Horizon", choices=Goal.Horizon.choices, initial=Goal.Horizon.SHORT)
 
 
 class AgentStatusForm(forms.Form):
-    status = forms.ChoiceField(choices=[("running", "Resume"), ("paused", "Pause"), ("stopped", "Stop")])
+    status = forms.ChoiceField(label="Status", choices=[("running", "Resume"), ("paused", "Pause"), ("stopped", "Stop")])
+
+
+def agent_tool_names(agent: Agent) -> list[str]:
+    """The tools an agent's steps may call: an external agent's declared ones, else the built-in ones."""
+    if agent.kind == Agent.Kind.EXTERNAL:
+        return sorted(str(t.get("name", "")) for t in agent.declared_tools)
+    return sorted(TOOLS)
 
 
 class StepEditForm(forms.Form):
@@ -52,6 +60,11 @@ class StepEditForm(forms.Form):
     expected_outcome = TextField(label="Expected outcome", max_length=500, required=False)
     requires_permission = forms.BooleanField(label="Requires permission", required=False)
     reason = TextField(label="Reason", max_length=2000, required=False)
+
+    def __init__(self, *args: Any, tools: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if tools is not None:  # an external agent's own tools
+            self.fields["tool"].choices = [("", "-")] + [(n, n) for n in tools]  # type: ignore[attr-defined]
 
     def clean_tool_input(self) -> dict[str, Any]:
         raw = self.cleaned_data.get("tool_input") or "{}"
@@ -65,4 +78,4 @@ class StepEditForm(forms.Form):
 
 
 class ClarifyForm(forms.Form):
-    answer = forms.CharField(label="Answer", max_length=2000, strip=True)
+    answer = TextField(label="Answer", max_length=2000, strip=True)

@@ -11,6 +11,11 @@ websocket_urlpatterns = [
     path("ws/plans/<int:plan_id>/presence/", steer_consumers.PlanPresenceConsumer.as_asgi()),
     path("ws/inbox/", steer_consumers.InboxConsumer.as_asgi()),
     path("ws/inbox/count/", steer_consumers.InboxCountConsumer.as_asgi()),
-    path("ws/api/plans/<int:plan_id>/", api_ws.PlanNextConsumer.as_asgi()),
     re_path(r"", consumers.UnknownPathConsumer.as_asgi()),  # last: closed with 4404, not a server error
+]
+
+# The agents' sockets: a bearer token authenticates them, not a session, and no browser Origin is asked for.
+api_websocket_urlpatterns = [
+    path("ws/api/plans/<int:plan_id>/", api_ws.PlanNextConsumer.as_asgi()),
+    re_path(r"", consumers.UnknownPathConsumer.as_asgi()),
 ]

@@ -12,8 +12,10 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from agents.declared_tools import agent_plan_terms
 from agents.models import Agent
 from agents.world import ACTIONS, action_needs_permission
+from planner_site.validators import text_problem
 from planning.engine.diff import plan_diff
 from planning.engine.validate import StepSpec, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
@@ -98,12 +100,21 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
         before = old_by_key.get(step.key)
         if before is not None and before.tool == step.tool:  # what the editor does not show is kept
             step.tools_needed, step.loop = list(before.tools_needed), dict(before.loop)
-    rows = [step_plan_data(s.as_spec(), agent.kind) for s in kept] + [edited_step_data(s, agent.kind) for s in edited]
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)  # external agents: their declared tools
+    problems = [f"step {position}: '{name}' {problem}"
+                for position, step in enumerate(edited, start=len(kept) + 1)
+                for name in ("key", "description", "tool", "action_hint", "expected_outcome")
+                if (problem := text_problem(getattr(step, name)))]
+    if reason_problem := text_problem(reason, max_length=500):
+        problems.append(f"the reason {reason_problem}")
+    if problems:  # checked here too, so no caller stores what the forms refuse
+        raise PlanEditInvalid(problems)
+    rows = [step_plan_data(s.as_spec(), kind) for s in kept] + [edited_step_data(s, kind) for s in edited]
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
-    result = plan_validate({"steps": rows}, kind=agent.kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
-                           allowed_actions=list(ACTIONS))
+    result = plan_validate({"steps": rows}, kind=kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
+                           allowed_actions=list(ACTIONS), tools=tools)
     if not result.ok or result.plan is None:
         raise PlanEditInvalid(result.problems)
     flags = list(result.flags)

@@ -28,6 +28,7 @@ from planning.forms import (
     ReasonForm,
     ReplanForm,
     StepEditForm,
+    agent_tool_names,
 )
 from planning.models import Plan, PlanStep
 from planning.selectors import DashboardFilter, agent_context, dashboard_page, dashboard_totals, plan_context
@@ -106,7 +107,9 @@ def operator(request: HttpRequest) -> User:
 
 
 def form_errors(form: Any) -> str:
-    return " ".join(f"{form.fields[f].label if f in form.fields else f}: {' '.join(e)}" for f, e in form.errors.items())
+    """The form's errors in one line, each after its field's label (a field without one: its name, prettified)."""
+    return " ".join(f"{form[f].label}: {' '.join(e)}" if f in form.fields else " ".join(e)
+                    for f, e in form.errors.items())
 
 
 @require_POST
@@ -191,7 +194,7 @@ def step_skip_view(request: HttpRequest, pk: int) -> HttpResponse:
 def step_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     if request.method == "POST":
-        form = StepEditForm(request.POST)
+        form = StepEditForm(request.POST, tools=agent_tool_names(step.plan.agent))
         if form.is_valid():
             changes = {k: v for k, v in form.cleaned_data.items() if k != "reason"}
             try:
@@ -206,7 +209,7 @@ def step_edit_view(request: HttpRequest, pk: int) -> HttpResponse:
                 return redirect(step.plan)
         status = 400
     else:
-        form = StepEditForm(initial={
+        form = StepEditForm(tools=agent_tool_names(step.plan.agent), initial={
             "description": step.description, "action_hint": step.action_hint, "tool": step.tool,
             "tool_input": json.dumps(step.tool_input), "expected_outcome": step.expected_outcome,
             "requires_permission": step.requires_permission,
@@ -267,6 +270,8 @@ def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
     plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ClarifyForm(request.POST)
     if not form.is_valid():
+        if "answer" in form.errors and form.data.get("answer", "").strip():
+            return decision_refused(request, f"{form_errors(form)} Nothing was changed.", status=400)
         return decision_refused(request, "Write an answer to the planner's question. Nothing was changed.", status=400)
     return decision_apply(
         request, plan, f"Answered the planner's question on {plan_named(plan)}; the agent plans again with it next cycle.",

@@ -17,6 +17,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from agents.models import Agent
+from planner_site.formfields import TextField
 from planning.models import PlanEvent
 from planning.steer_selectors import (
     AUDIT_EXPORT_FIELDS,
@@ -27,12 +28,13 @@ from planning.steer_selectors import (
 )
 
 AUDIT_PAGE_SIZE = 50
+ID_MAX = 2**63 - 1  # the largest primary key either database stores; a larger one is refused, not a 500
 
 
 class AuditFilterForm(forms.Form):
-    operator = forms.CharField(label="Operator or runner", max_length=150, required=False)
+    operator = TextField(label="Operator or runner", max_length=150, required=False)
     agent = forms.TypedChoiceField(label="Agent", required=False, coerce=int, empty_value=None)
-    plan = forms.IntegerField(label="Plan id", required=False, min_value=1)
+    plan = forms.IntegerField(label="Plan id", required=False, min_value=1, max_value=ID_MAX)
     kind = forms.ChoiceField(label="Kind", required=False, choices=[("", "any kind"), *PlanEvent.Kind.choices])
     since = forms.DateField(label="From", required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(label="Until", required=False, widget=forms.DateInput(attrs={"type": "date"}))
@@ -115,7 +117,7 @@ def audit_export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttp
 def usage(request: HttpRequest) -> HttpResponse:
     period = request.GET.get("period", "7d")
     raw_agent = request.GET.get("agent", "")
-    agent_id = int(raw_agent) if raw_agent.isdigit() else None
+    agent_id = int(raw_agent) if raw_agent.isascii() and raw_agent.isdigit() and len(raw_agent) <= 18 else None
     context = usage_context(period=period if period in USAGE_PERIODS else "7d", agent_id=agent_id)
     context["agents"] = list(Agent.objects.order_by("name").values_list("pk", "name"))
     context["agent_id"] = agent_id

@@ -16,10 +16,11 @@ from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
 from agents.models import Agent
-from agents.tools import TOOLS
 from planner_site.roles import DECIDE_PERMISSION
+from planner_site.validators import InputError, json_parse, text_problem
 from planning import services
 from planning.engine.validate import StepSpec
+from planning.forms import agent_tool_names
 from planning.models import Plan, PlanStep
 from planning.steer_selectors import plan_chain, plans_compare
 from planning.steer_services import (
@@ -32,6 +33,11 @@ from planning.steer_services import (
 from planning.views import operator
 
 INPUT_MAX = 20000
+REASON_MAX = 500
+# The editor's text fields and their limits (the PlanStep columns'), checked like every other form's text.
+ROW_TEXT_FIELDS = (("key", "Step id", 32), ("description", "Description", 500), ("tool", "Tool", 64),
+                   ("action_hint", "Action", 200), ("expected_outcome", "Expected outcome", 500),
+                   ("depends_on", "Depends on", 2000))
 # Which editor field a validator problem is about, by the words the validator uses.
 PROBLEM_FIELDS = (
     ("depends", "depends_on"),
@@ -73,6 +79,11 @@ class EditorRow:
         self.errors.setdefault(name, []).append(text)
 
 
+def small_number(text: str) -> bool:
+    """Digits a form may send for a count, a version or a row number (not "²", not 5,000 digits)."""
+    return text.isascii() and text.isdigit() and len(text) <= 9
+
+
 def row_from_step(index: int, step: PlanStep) -> EditorRow:
     return EditorRow(
         index=str(index), key=step.key, description=step.description, tool=step.tool,
@@ -85,7 +96,7 @@ def row_from_step(index: int, step: PlanStep) -> EditorRow:
 def rows_from_post(data: QueryDict) -> list[EditorRow]:
     rows = []
     for index in data.getlist("row")[:100]:
-        if not index.isdigit():
+        if not small_number(index):
             continue
         def value(name: str, index: str = index) -> str:
             return data.get(f"{index}-{name}", "").strip()
@@ -142,18 +153,21 @@ def rows_parse(rows: list[EditorRow]) -> list[StepSpec]:
     steps = []
     for row in rows:
         tool_input: Any = {}
+        for name, label, limit in ROW_TEXT_FIELDS:
+            if problem := text_problem(getattr(row, name), max_length=limit):
+                row.error(name, f"{label} {problem}.")
         if len(row.input) > INPUT_MAX:
             row.error("input", f"Input is too long ({len(row.input)} > {INPUT_MAX} characters).")
         else:
             try:
-                tool_input = json.loads(row.input)
-            except json.JSONDecodeError as exc:
-                row.error("input", f"Input is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).")
+                tool_input = json_parse(row.input)
+            except InputError as exc:
+                row.error("input", f"Input {exc}.")
             else:
                 if not isinstance(tool_input, dict):
                     row.error("input", 'Input must be a JSON object, like {"path": "data.csv"}.')
                     tool_input = {}
-        cycles = int(row.estimated_cycles) if row.estimated_cycles.isdigit() else 0
+        cycles = int(row.estimated_cycles) if small_number(row.estimated_cycles) else 0
         if cycles < 1:
             row.error("estimated_cycles", "Estimated cycles must be a whole number of at least 1.")
         if not row.key:
@@ -185,8 +199,9 @@ def problems_place(problems: list[str], rows: list[EditorRow], kept: int) -> lis
 
 def editor_context(plan: Plan, rows: list[EditorRow], **extra: Any) -> dict[str, Any]:
     kept = [s for s in plan.steps.all() if s.status in KEPT_STEP_STATUSES]
-    return {"plan": plan, "agent": plan.agent, "rows": rows, "kept": kept, "tools": sorted(TOOLS),
-            "tool_agent": plan.agent.kind == Agent.Kind.TOOL,
+    agent = plan.agent
+    return {"plan": plan, "agent": agent, "rows": rows, "kept": kept, "tools": agent_tool_names(agent),
+            "tool_agent": agent.kind in (Agent.Kind.TOOL, Agent.Kind.EXTERNAL),
             "editable": plan.status in EDITABLE_PLAN_STATUSES} | extra
 
 
@@ -218,11 +233,13 @@ def plan_editor(request: HttpRequest, pk: int) -> HttpResponse:
     general: list[str] = []
     status = 400
     seen = request.POST.get("version", "")
-    if not any(r.errors for r in rows):
+    reason = request.POST.get("reason", "").strip()
+    if problem := text_problem(reason, max_length=REASON_MAX):
+        general = [f"The reason {problem}."]
+    if not general and not any(r.errors for r in rows):
         try:
             new = plan_edit_save(plan=plan, user=operator(request), steps=edited,
-                                 seen_version=int(seen) if seen.isdigit() else -1,
-                                 reason=request.POST.get("reason", "").strip()[:500])
+                                 seen_version=int(seen) if small_number(seen) else -1, reason=reason)
         except PlanEditInvalid as exc:
             general = problems_place(exc.problems, rows, len(kept_keys))
         except StaleVersion as exc:
@@ -251,7 +268,7 @@ def plan_versions(request: HttpRequest, pk: int) -> HttpResponse:
 def plan_compare(request: HttpRequest) -> HttpResponse:
     """Any two versions: ?a=<plan id>&b=<plan id> (older and newer, in either order)."""
     ids = [request.GET.get("a", ""), request.GET.get("b", "")]
-    if not all(i.isdigit() for i in ids):
+    if not all(small_number(i) for i in ids):
         return render(request, "planning/plan_compare.html", {"error": "Choose two versions to compare."}, status=400)
     plans = {p.pk: p for p in Plan.objects.select_related("agent").filter(pk__in=[int(i) for i in ids])}
     if len(plans) != len(set(ids)):

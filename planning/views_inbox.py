@@ -40,7 +40,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
 def seen_version(request: HttpRequest) -> int | None:
     """The plan version the operator was looking at when deciding (sent by every inbox and plan form)."""
     raw = request.POST.get("version", "")
-    return int(raw) if raw.isdigit() else None
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
 
 
 def inbox_decide(request: HttpRequest, plan: Plan, note: str, decide: Callable[[], object]) -> HttpResponse:

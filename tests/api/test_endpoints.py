@@ -137,6 +137,27 @@ def test_openapi_schema_and_docs_are_served_after_login(client: Client, viewer_c
     assert b"swagger" in docs.content
 
 
+def test_openapi_schema_is_served_for_an_agent_token_and_refused_for_a_wrong_one(api: ApiClient) -> None:
+    status, schema = api.get("/api/openapi.json")
+    assert status == 200 and "/api/v1/plans" in schema["paths"]
+    status, body = api.get("/api/openapi.json", token="apt_wrong")
+    assert status == 401 and "token" in body["detail"]
+
+
+def test_openapi_schema_declares_typed_steps_the_rules_and_every_status(api: ApiClient) -> None:
+    schema = api.get("/api/openapi.json")[1]
+    components = schema["components"]["schemas"]
+    step = components["StepIn"]
+    assert {"id", "tool", "intent", "requiresPermission"} <= set(step["required"])
+    assert step["properties"]["tool"]["pattern"] == components["ToolIn"]["properties"]["name"]["pattern"]
+    assert step["additionalProperties"] is False
+    assert components["PlanIn"]["properties"]["steps"]["items"] == {"$ref": "#/components/schemas/StepIn"}
+    assert components["ResultIn"]["then"]["required"] == ["error"]  # succeeded: false needs an error
+    for path in ("/api/v1/plans", "/api/v1/agent/tools", "/api/v1/steps/{step_id}/result"):
+        for operation in schema["paths"][path].values():
+            assert {"400", "401", "413", "422", "429"} <= set(operation["responses"]), path
+
+
 # --- tools ---------------------------------------------------------------------------------------------------
 
 
@@ -149,12 +170,13 @@ def test_tools_put_stores_the_declaration(api: ApiClient, external_agent: Agent)
 
 
 @pytest.mark.parametrize(("tools", "problem"), [
-    ([{"name": "1bad"}], "'name' must be"),
+    ([{"name": "1bad"}], "tools.0.name: String should match pattern"),  # as the schema declares it
     ([{"name": "a"}, {"name": "a"}], "duplicate tool name 'a'"),
-    ([{"name": "a", "risk": "deadly"}], "'risk' must be one of"),
-    ([{"name": "a", "input_schema": {"type": "object", "properties": {"x": {"type": "date"}}}}], "unsupported type"),
+    ([{"name": "a", "risk": "deadly"}], "tools.0.risk: Input should be 'safe', 'risky'"),
+    ([{"name": "a", "input_schema": {"type": "object", "properties": {"x": {"type": "date"}}}}],
+     "tools.0.input_schema.properties.x.type: Input should be 'string'"),
     ([{"name": "a", "input_schema": {"type": "object", "properties": {}, "required": ["x"]}}], "required"),
-    ([{"name": "a", "input_schema": {"type": "array"}}], "\"type\": \"object\""),
+    ([{"name": "a", "input_schema": {"type": "array"}}], "tools.0.input_schema.type: Input should be 'object'"),
 ])
 def test_tools_put_invalid_declaration_is_422_and_keeps_the_old_one(tooled: ApiClient, external_agent: Agent,
                                                                      tools: list[Any], problem: str) -> None:
@@ -203,11 +225,9 @@ def test_plan_post_with_permission_policy_starts_at_once(tooled: ApiClient, exte
     (lambda p: p["steps"][0].update(tool="serch"), "unknown tool 'serch'; did you mean: search?"),
     (lambda p: p["steps"][0].update(input={"query": 3}), "search input 'query' must be string, got int"),
     (lambda p: p["steps"][0].update(input={}), "search input missing required key 'query'"),
-    (lambda p: p["steps"][0].pop("requiresPermission"), "missing 'requiresPermission'"),
     (lambda p: p["steps"][0].update(dependencies=["3"]), "dependency cycle"),
     (lambda p: p["steps"][1].update(dependencies=["9"]), "depends on unknown step '9'"),
     (lambda p: p["steps"][0].update(intent="rm -rf / now"), "prohibited shell command"),
-    (lambda p: p.update(steps=[]), "plan has no steps"),
 ])
 def test_plan_post_invalid_is_422_from_the_validator_and_stores_nothing(tooled: ApiClient, change: Any,
                                                                          problem: str) -> None:
@@ -408,6 +428,22 @@ def test_step_start_on_a_plan_awaiting_approval_is_409(tooled: ApiClient) -> Non
     assert "awaiting approval" in body["detail"]
 
 
+@pytest.mark.parametrize(("change", "problem"), [
+    (lambda p: p["steps"][0].pop("requiresPermission"), "steps.0.requiresPermission: Field required"),
+    (lambda p: p.update(steps=[]), "steps: List should have at least 1 item"),
+    (lambda p: p["steps"][0].update(tool="send email"), "steps.0.tool: String should match pattern"),
+])
+def test_plan_post_against_the_schema_is_422_saying_where_and_stores_nothing(tooled: ApiClient, change: Any,
+                                                                             problem: str) -> None:
+    plan = copy.deepcopy(PLAN)
+    change(plan)
+    before = snapshot()
+    status, body = tooled.post("/api/v1/plans", plan)
+    assert (status, body["detail"]) == (422, "The request is not valid. Nothing was changed.")
+    assert any(problem in p for p in body["problems"]), body["problems"]
+    assert snapshot() == before
+
+
 def test_step_result_refusals(tooled: ApiClient, running_plan: int) -> None:
     first = step_id(running_plan, "1")
     status, body = tooled.post(f"/api/v1/steps/{first}/result", {"request_id": "a", "succeeded": True})
@@ -417,7 +453,7 @@ def test_step_result_refusals(tooled: ApiClient, running_plan: int) -> None:
     before = snapshot()
     status, body = tooled.post(f"/api/v1/steps/{first}/result", {"request_id": "b", "succeeded": False})
     assert status == 422
-    assert "needs an 'error'" in body["detail"]
+    assert any("needs an 'error'" in p for p in body["problems"])
     assert tooled.post(f"/api/v1/steps/{first}/result", {"request_id": "c"})[0] == 422  # no 'succeeded'
     status, body = tooled.post(f"/api/v1/steps/{first}/result",
                                {"request_id": "d", "succeeded": True, "output": "x" * 20001})
@@ -549,3 +585,10 @@ def test_plan_get_and_next_take_a_fixed_number_of_queries(tooled: ApiClient, ope
                 assert tooled.get(path)[0] == 200
             counts.append(len(queries))
     assert counts[:2] == counts[2:]  # 15 steps cost what 1 step costs
+
+
+@pytest.mark.parametrize(("field", "value"), [("confidence", False), ("confidence", "0.5")])
+def test_plan_post_refuses_a_confidence_that_is_no_number(api: ApiClient, field: str, value: Any) -> None:
+    status, body = api.post("/api/v1/plans", PLAN | {field: value})
+    assert status == 422, body
+    assert not Plan.objects.exists()

@@ -124,14 +124,22 @@ async def test_websocket_pushes_the_next_action_when_it_changes() -> None:
         await ws.disconnect()
 
 
+async def closed_with(ws: WebsocketCommunicator) -> int | None:
+    """The close code of a socket the server accepted and then closed (how any client reads why)."""
+    connected, _ = await ws.connect()
+    assert connected
+    message = await ws.receive_output(timeout=10)
+    await ws.wait()
+    assert message["type"] == "websocket.close"
+    return message.get("code")
+
+
 @pytest.mark.parametrize(("token", "code"), [(None, 4401), ("Bearer apt_wrong", 4401)])
 async def test_websocket_refuses_without_a_valid_token(token: str | None, code: int) -> None:
     _, plan_id, _ = await database_sync_to_async(setup_plan)()
     headers = [ORIGIN] + ([(b"authorization", token.encode())] if token else [])
     ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/", headers=headers)
-    connected, close_code = await ws.connect()
-    await ws.wait()
-    assert (connected, close_code) == (False, code)
+    assert await closed_with(ws) == code
 
 
 async def test_websocket_refuses_another_agents_plan() -> None:
@@ -139,6 +147,53 @@ async def test_websocket_refuses_another_agents_plan() -> None:
     raw = await database_sync_to_async(other_agent_token)()
     ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
                                headers=[ORIGIN, (b"authorization", f"Bearer {raw}".encode())])
-    connected, close_code = await ws.connect()
-    await ws.wait()
-    assert (connected, close_code) == (False, 4404)
+    assert await closed_with(ws) == 4404
+
+
+async def test_websocket_of_an_agent_needs_no_origin() -> None:
+    """An agent is not a browser: Python's websockets and the like send no Origin."""
+    raw, plan_id, _ = await database_sync_to_async(setup_plan)()
+    ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
+                               headers=[(b"authorization", f"Bearer {raw}".encode()), (b"host", b"127.0.0.1:8000")])
+    connected, _ = await ws.connect()
+    try:
+        assert connected
+        assert (await ws.receive_json_from(timeout=5))["action"] == "wait"
+    finally:
+        await ws.disconnect()
+
+
+def revoke(raw: str) -> None:
+    from agents.services import tokens_revoke
+
+    try:
+        tokens_revoke(tokens=AgentToken.objects.filter(pk=AgentToken.objects.lookup(raw).pk))  # type: ignore[union-attr]
+    finally:
+        connection.close()
+
+
+async def test_websocket_closes_when_its_token_is_revoked() -> None:
+    raw, plan_id, _ = await database_sync_to_async(setup_plan)()
+    ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
+                               headers=[(b"authorization", f"Bearer {raw}".encode())])
+    connected, _ = await ws.connect()
+    try:
+        assert connected
+        assert (await ws.receive_json_from(timeout=5))["action"] == "wait"
+        await sync_to_async(revoke, thread_sensitive=False)(raw)
+        message = await ws.receive_output(timeout=10)
+        assert (message["type"], message.get("code")) == ("websocket.close", 4401)
+    finally:
+        await ws.disconnect()
+
+
+async def test_long_poll_ends_with_401_when_its_token_is_revoked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(api_module, "POLL_SECONDS", 120.0)  # only the revocation's push can end it in time
+    raw, plan_id, _ = await database_sync_to_async(setup_plan)()
+    poll = asyncio.create_task(AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=60",
+                                                 headers={"Authorization": f"Bearer {raw}"}))
+    await asyncio.sleep(0.3)
+    assert not poll.done()
+    await sync_to_async(revoke, thread_sensitive=False)(raw)
+    response = await asyncio.wait_for(poll, timeout=30)
+    assert response.status_code == 401 and "revoked" in json.loads(response.content)["detail"]

@@ -60,6 +60,19 @@ async def test_websocket_from_foreign_origin_is_refused() -> None:
     await comm.disconnect()
 
 
+@pytest.mark.parametrize(("origin", "host", "accepted"), [
+    (b"http://localhost:9999", b"localhost:8000", False),  # another port of the same host: another site
+    (b"http://localhost", b"localhost:8000", False),
+    (b"https://localhost", b"localhost", True),  # the scheme's default port is the port
+    (b"http://localhost:8000", b"localhost:8000", True),
+])
+async def test_websocket_origin_must_be_this_site_port_included(origin: bytes, host: bytes, accepted: bool) -> None:
+    comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=[(b"origin", origin), (b"host", host)])
+    connected, _ = await comm.connect()
+    assert connected is accepted  # accepted: then closed with 4401 (no login), as any page without a session
+    await comm.disconnect()
+
+
 async def test_unknown_websocket_path_is_closed_with_4404() -> None:
     for path in ("/ws/nothing/", "/ws/plans/abc/", "/elsewhere"):
         comm = WebsocketCommunicator(application, path, headers=ORIGIN)

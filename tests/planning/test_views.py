@@ -227,3 +227,21 @@ def test_give_goal_errors_are_shown_on_the_agent_page(operator_client: Client) -
                                     follow=True)
     assert "Select a valid choice" in response.content.decode()
     assert not agent.goals.exists()
+
+
+def test_choice_errors_name_their_field(operator_client: Client) -> None:
+    agent = AgentFactory(kind="tool")
+    response = operator_client.post(reverse("agent-goal", args=[agent.pk]), {"description": "x", "horizon": "forever"},
+                                    follow=True)
+    html = response.content.decode()
+    assert "Horizon: Select a valid choice" in html and "None:" not in html
+
+
+@pytest.mark.parametrize("answer", ["convert\x00it", "convert \u202eit", "\x1b[31mconvert"])
+def test_clarify_answer_with_bad_characters_is_a_400_saying_why(operator_client: Client, answer: str) -> None:
+    plan = PlanFactory(status=Plan.Status.CLARIFYING, clarification_question="Which file?")
+    response = operator_client.post(reverse("plan-clarify", args=[plan.pk]), {"answer": answer})
+    assert response.status_code == 400
+    assert "Answer:" in response.content.decode() and "Nothing was changed" in response.content.decode()
+    plan.refresh_from_db()
+    assert plan.clarification_answer == "" and plan.status == Plan.Status.CLARIFYING

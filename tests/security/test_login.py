@@ -153,3 +153,17 @@ def test_admin_login_is_throttled_too() -> None:
     assert response.status_code == 429
     assert "Too many failed logins" in response.content.decode()
     assert not logged_in(client)
+
+
+@pytest.mark.django_db
+def test_login_counts_each_failed_attempt_once_even_when_locked() -> None:
+    from axes.models import AccessAttempt
+
+    UserFactory(username="olga")
+    attacker = Client()
+    for attempt in range(settings.AXES_FAILURE_LIMIT):
+        login(attacker, "olga", f"guess-{attempt}")
+    assert AccessAttempt.objects.get().failures_since_start == settings.AXES_FAILURE_LIMIT
+    response = login(attacker, "olga", "one more guess")
+    assert response.status_code == 429 and 'value="olga"' in response.content.decode()
+    assert AccessAttempt.objects.get().failures_since_start == settings.AXES_FAILURE_LIMIT + 1

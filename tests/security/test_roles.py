@@ -247,11 +247,17 @@ def socket_routes() -> list[Any]:
 
     from planner_site.asgi import application
 
-    inner = application.application_mapping["websocket"]
-    while not isinstance(inner, URLRouter):
-        inner = getattr(inner, "inner", None) or inner.application
+    routers, apps = [], [application.application_mapping["websocket"]]
+    while apps:  # through the Origin and session checks; the API's sockets and the browser's apart
+        app = apps.pop(0)
+        if isinstance(app, URLRouter):
+            routers.append(app)
+        elif hasattr(app, "api") and hasattr(app, "browser"):
+            apps += [app.api, app.browser]
+        else:
+            apps.append(getattr(app, "inner", None) or app.application)
     routes: list[Any] = []
-    stack = list(inner.routes)
+    stack = [route for router in routers for route in router.routes]
     while stack:
         route = stack.pop(0)
         if isinstance(getattr(route, "callback", None), URLRouter):

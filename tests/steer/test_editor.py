@@ -226,3 +226,47 @@ def test_an_edited_version_says_who_edited_it(operator_client: Client) -> None:
     assert "Written by olga in the plan editor and checked by the validator" in html
     assert "planned by <code>offline-rules</code>" not in html and "Accepted at the first attempt" not in html
     assert "planned by <code>offline-rules</code>" in operator_client.get(plan.get_absolute_url()).content.decode()
+
+
+def external_plan() -> Plan:
+    from tests.api.conftest import TOOLS
+
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, agent__kind=Agent.Kind.EXTERNAL,
+                       agent__declared_tools=TOOLS, approval_mode=Plan.ApprovalMode.PENDING)
+    PlanStepFactory(plan=plan, key="1", position=1, description="Find the report", tool="search",
+                    tool_input={"query": "q3"}, action_hint="")
+    return plan
+
+
+def test_editor_of_an_external_agent_shows_its_declared_tools(operator_client: Client) -> None:
+    plan = external_plan()
+    html = operator_client.get(reverse("plan-editor", args=[plan.pk])).content.decode()
+    assert 'name="0-tool"' in html and 'name="0-input"' in html
+    assert '<option value="send_email"' in html and "file.read" not in html
+
+
+def test_editor_saves_an_external_agents_plan_checked_against_its_tools(operator_client: Client) -> None:
+    plan = external_plan()
+    url = reverse("plan-editor", args=[plan.pk])
+    rows = rows_of(plan)
+    rows[0]["input"] = '{"query": "q3 report"}'
+    response = operator_client.post(url, form(plan, rows))
+    assert response.status_code == 302
+    new = Plan.objects.get(previous=plan)
+    assert new.steps.get().tool_input == {"query": "q3 report"}
+    rows[0]["tool"] = "file.read"  # a built-in tool this agent never declared
+    response = operator_client.post(reverse("plan-editor", args=[new.pk]), form(new, rows))
+    assert response.status_code == 400 and "unknown tool" in response.content.decode().lower()
+    assert Plan.objects.count() == 2
+
+
+def test_step_edit_of_an_external_agent_offers_and_saves_its_declared_tools(operator_client: Client) -> None:
+    plan = external_plan()
+    step = plan.steps.get()
+    url = reverse("step-edit", args=[step.pk])
+    assert '<option value="send_email"' in operator_client.get(url).content.decode()
+    response = operator_client.post(url, {"description": "Mail Dana", "tool": "send_email",
+                                          "tool_input": '{"to": "dana@example.com", "body": "hi"}'})
+    assert response.status_code == 302, response.content[:400]
+    step.refresh_from_db()
+    assert (step.tool, step.tool_input["to"]) == ("send_email", "dana@example.com")

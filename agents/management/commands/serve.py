@@ -65,8 +65,12 @@ class Command(BaseCommand):
         # passes, which otherwise walk it every few hundred requests and stall a push for tens of ms.
         gc.collect()
         gc.freeze()
+        # uvicorn would take X-Forwarded-For from any client on 127.0.0.1 as the address (a lockout by address
+        # undone by a header); the address is read once, in Django, trusting exactly TRUSTED_PROXY_COUNT proxies
+        # (planner_site.accounts.client_ip, which the login lockout uses too).
         config = uvicorn.Config(application, host=options["host"], port=options["port"], lifespan="off",
-                                log_level="warning", ws_ping_interval=20)
+                                log_level="warning", ws_ping_interval=20, proxy_headers=False,
+                                forwarded_allow_ips="")
         with_runner = not options["no_runner"] and settings.RUNNER_AUTOSTART
         server = PlannerServer(config, with_runner)
         self.stdout.write(f"Serving http://{options['host']}:{options['port']}/ "
