@@ -151,8 +151,9 @@ class Operator:
         self.http.close()
 
 
-def server_env(tmp: Path) -> tuple[dict[str, str], str]:
-    """The server's environment: its own SQLite file, or a PostgreSQL database of its own (scale-out pass)."""
+def server_env(tmp: Path, name: str = "api_e2e") -> tuple[dict[str, str], str]:
+    """The server's environment: its own SQLite file, or a PostgreSQL database of its own (scale-out pass), named
+    after `name`: two servers of one test run never share (nor drop) each other's database."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "REDIS_URL", "OPENAI_BASE_URL", "OPENAI_API_KEY", "LLM_MODEL",
                         "PLANNER_MODELS", "FAST_MODELS", "TEST_DATABASE_NAME", "DEBUG")}
@@ -162,11 +163,11 @@ def server_env(tmp: Path) -> tuple[dict[str, str], str]:
             "ALLOWED_HOSTS": "127.0.0.1,localhost", "PYTHONUNBUFFERED": "1", "LOG_LEVEL": "WARNING"}
     db_name = ""
     if os.environ.get("DATABASE_URL"):
-        db_name = f"planner_api_e2e_{os.getpid()}"
+        db_name = f"planner_{name}_{os.getpid()}"
         env["DATABASE_URL"] = postgres_database_create(os.environ["DATABASE_URL"], db_name)
     if os.environ.get("REDIS_URL"):
         env["REDIS_URL"] = os.environ["REDIS_URL"]
-        env["CHANNELS_PREFIX"] = f"planner-api-e2e-{os.getpid()}"
+        env["CHANNELS_PREFIX"] = f"planner-{name}-{os.getpid()}"
     return env, db_name
 
 

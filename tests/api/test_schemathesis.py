@@ -29,7 +29,7 @@ def fuzzed_server() -> Iterator[LiveServer]:
     import os
 
     tmp = Path(tempfile.mkdtemp(prefix="planner-schemathesis-"))
-    env, db_name = server_env(tmp)
+    env, db_name = server_env(tmp, "schemathesis")
     env["API_RATE_LIMIT"] = "100000/m"
     env["API_LONG_POLL_MAX_SECONDS"] = "2"  # a long poll answers within the checks' response time, and quickly
     port = free_port()
