@@ -194,13 +194,15 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
 def steps_declined(plan: Plan | None) -> list[dict[str, Any]]:
     """The steps the operator declined in this version and every earlier one, oldest first, as plain values
     with the operator's feedback: a replan may propose none of them again unchanged."""
-    ids: list[int] = []
-    cursor = plan.pk if plan is not None else None
-    while cursor is not None and cursor not in ids and len(ids) < 50:
-        ids.append(cursor)
-        cursor = Plan.objects.filter(pk=cursor).values_list("previous_id", flat=True).first()
-    if not ids:
+    if plan is None:
         return []
+    # The chain of versions walked in memory over one read of the agent's plans, not a query per version.
+    previous = dict(Plan.objects.filter(agent_id=plan.agent_id).values_list("pk", "previous_id"))
+    ids: list[int] = []
+    cursor: int | None = plan.pk
+    while cursor is not None and cursor not in ids:
+        ids.append(cursor)
+        cursor = previous.get(cursor)
     said = PlanEvent.objects.filter(step=OuterRef("pk"), kind=PlanEvent.Kind.STEP_DECLINED).order_by("-created_at", "-pk")
     steps = (PlanStep.objects.filter(plan_id__in=ids, status=PlanStep.Status.DECLINED)
              .annotate(feedback=Subquery(said.values("reason")[:1])).order_by("plan__version", "position"))

@@ -171,33 +171,40 @@ def server_env(tmp: Path, name: str = "api_e2e") -> tuple[dict[str, str], str]:
     return env, db_name
 
 
+def server_start(env: dict[str, str], tmp: Path, *serve_args: str) -> tuple[LiveServer, subprocess.Popen[bytes]]:
+    """Migrate the server's database, make the operator, start `manage.py serve` on a free port and wait until it
+    answers /healthz. The caller stops the process (also when this raises: the process is then already gone)."""
+    import urllib.request
+
+    port = free_port()
+    server = LiveServer(url=f"http://127.0.0.1:{port}", env=env, log=tmp / "server.log")
+    manage(env, "migrate", "--noinput")
+    manage(env, "shell", "-c", MAKE_OPERATOR)
+    with server.log.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port), *serve_args], cwd=ROOT,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + SERVER_START_SECONDS
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            with urllib.request.urlopen(server.url + "/healthz", timeout=2):
+                return server, proc
+        except OSError:
+            if time.monotonic() > deadline:
+                stop(proc)
+                raise RuntimeError(f"the server did not answer:\n{server.log_tail()}") from None
+            time.sleep(0.2)
+
+
 @pytest.fixture(scope="session")
 def live_server_process(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
     """`manage.py serve` on a free port with a database of its own and an operator; stopped at the end."""
-    import urllib.request
-
     tmp = Path(tempfile.mkdtemp(prefix="planner-api-"))
     env, db_name = server_env(tmp)
-    port = free_port()
-    server = LiveServer(url=f"http://127.0.0.1:{port}", env=env, log=tmp / "server.log")
-    proc: subprocess.Popen[bytes] | None = None
+    proc = None
     try:
-        manage(env, "migrate", "--noinput")
-        manage(env, "shell", "-c", MAKE_OPERATOR)
-        with server.log.open("ab") as out:
-            proc = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port)], cwd=ROOT, env=env,
-                                    stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + SERVER_START_SECONDS
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {proc.returncode}:\n{server.log_tail()}")
-            try:
-                with urllib.request.urlopen(server.url + "/healthz", timeout=2):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the server did not answer:\n{server.log_tail()}") from None
-                time.sleep(0.2)
+        server, proc = server_start(env, tmp)
         yield server
     finally:
         if proc is not None:

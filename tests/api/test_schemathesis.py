@@ -7,15 +7,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.api.conftest import MAKE_OPERATOR, ROOT, SERVER_START_SECONDS, LiveServer, server_env
-from tests.browser.conftest import free_port, manage, postgres_database_drop, stop
+from tests.api.conftest import LiveServer, server_env, server_start
+from tests.browser.conftest import postgres_database_drop, stop
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 EXAMPLES_PER_OPERATION = 25
@@ -32,24 +30,9 @@ def fuzzed_server() -> Iterator[LiveServer]:
     env, db_name = server_env(tmp, "schemathesis")
     env["API_RATE_LIMIT"] = "100000/m"
     env["API_LONG_POLL_MAX_SECONDS"] = "2"  # a long poll answers within the checks' response time, and quickly
-    port = free_port()
-    server = LiveServer(url=f"http://127.0.0.1:{port}", env=env, log=tmp / "server.log")
-    proc: subprocess.Popen[bytes] | None = None
+    proc = None
     try:
-        manage(env, "migrate", "--noinput")
-        manage(env, "shell", "-c", MAKE_OPERATOR)
-        with server.log.open("ab") as out:
-            proc = subprocess.Popen([sys.executable, "manage.py", "serve", "--port", str(port), "--no-runner"],
-                                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + SERVER_START_SECONDS
-        while True:
-            try:
-                with urllib.request.urlopen(server.url + "/healthz", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the server did not start:\n{server.log_tail()}") from None
-                time.sleep(0.2)
+        server, proc = server_start(env, tmp, "--no-runner")
         yield server
     finally:
         if proc is not None:
