@@ -10,7 +10,7 @@ PYTHON_BOOT := $(shell for p in python3.13 python3.12 python3; do \
 	  root=$$(pyenv root 2>/dev/null); for v in $$(ls -r $$root/versions 2>/dev/null); do \
 	  p=$$root/versions/$$v/bin/python3; if [ -x $$p ] && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then echo $$p; exit; fi; done)
 
-.PHONY: run test lint bench setup password clean check-python
+.PHONY: run test lint bench eval setup password clean check-python
 
 check-python:
 	@if [ -z "$(PYTHON_BOOT)" ]; then echo "This project needs Python >= 3.12 (Django 6.1). Install python3.12 or newer (OS package, pyenv or python.org) and run make again." >&2; exit 1; fi
@@ -33,18 +33,24 @@ password: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy .
+	$(PY) -m mypy .
+	cd clients/python && ../../$(PY) -m mypy planner_client
 
 # The suite runs twice: embedded (SQLite + in-memory layer) and scale-out (PostgreSQL + Redis).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy .
+	$(PY) -m mypy .
+	cd clients/python && ../../$(PY) -m mypy planner_client
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/pytest
 	$(PY) tests/scaleout_pass.py
 
 bench: $(STAMP)
 	$(PY) -m tests.bench
+
+# A real model on the CPU (not part of `make test`): see README "Real models". OPENAI_BASE_URL=... evaluates that server.
+eval: $(STAMP)
+	evals/run.sh
 
 clean:
 	rm -rf $(VENV) var

@@ -3,12 +3,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from agents.models import Agent, AgentToken, ApiRequest, Experience, Lesson, LLMCall, Need
-from agents.services import tokens_revoke
-from planner_site.admin_audit import AuditedAdmin, LoadedValuesForm, ValidatedAdmin, ValidatedFieldsMixin
+from agents.services import admin_event_record, admin_rows_save, tokens_revoke
+from planner_site.admin_audit import (
+    AuditedAdmin,
+    LoadedValuesForm,
+    ValidatedAdmin,
+    ValidatedFieldsMixin,
+    form_diff,
+)
 from planner_site.events import publish_changed_on_commit
 
 
@@ -74,7 +81,7 @@ class LLMCallAdmin(ValidatedAdmin):
 class AgentTokenAdmin(ValidatedAdmin):
     """API tokens of external agents: issued here (the token is shown once), revoked here, never shown again."""
 
-    list_display = ["agent", "hint", "label", "created_at", "last_used_at", "revoked_at"]
+    list_display = ["agent", "hint", "label", "created_at", "last_used_at", "expires_at", "revoked_at"]
     list_filter = ["agent"]
     list_select_related = ["agent"]
     search_fields = ["agent__name", "label", "hint"]
@@ -82,7 +89,8 @@ class AgentTokenAdmin(ValidatedAdmin):
     actions = ["revoke"]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return ["agent", "label"] if obj is None else ["agent", "label", "hint", "created_at", "last_used_at", "revoked_at"]
+        return (["agent", "label", "expires_at"] if obj is None
+                else ["agent", "label", "hint", "created_at", "last_used_at", "expires_at", "revoked_at"])
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [] if obj is None else ["agent", "hint", "created_at", "last_used_at"]
@@ -92,19 +100,23 @@ class AgentTokenAdmin(ValidatedAdmin):
             kwargs["queryset"] = Agent.objects.filter(kind=Agent.Kind.EXTERNAL)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
+    @transaction.atomic
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        if change:
-            super().save_model(request, obj, form, change)
-            if "revoked_at" in form.changed_data:  # open API sockets and long polls re-check it now
+        if change:  # recorded like any admin edit; open API sockets and long polls re-check the token now
+            admin_rows_save(user=request.user, agent_id=obj.agent_id, plan_id=None, what=f"API token {obj.hint}… changed in admin",
+                            rows=[(obj, form.changed_data)], diff=form_diff(form))
+            if {"revoked_at", "expires_at"} & set(form.changed_data):
                 publish_changed_on_commit(agent_id=obj.agent_id, kind="token_revoked")
             return
-        token, raw = AgentToken.issue(agent=obj.agent, label=obj.label)
+        token, raw = AgentToken.issue(agent=obj.agent, label=obj.label, expires_at=obj.expires_at)
         obj.pk, obj.key_hash, obj.hint, obj.created_at = token.pk, token.key_hash, token.hint, token.created_at
+        admin_event_record(user=request.user, agent_id=obj.agent_id, plan_id=None, what=f"API token {token.hint}… issued in admin",
+                           diff={"token": ["", f"{token.hint}… ({token.label or 'no label'})"]})
         messages.warning(request, f"The new token for {obj.agent} is {raw} — copy it now, it is not shown again.")
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
-        count = tokens_revoke(tokens=queryset)
+        count = tokens_revoke(tokens=queryset, user=request.user)
         messages.success(request, f"{count} token(s) revoked; they stop working at once.")
 
 

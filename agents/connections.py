@@ -8,9 +8,7 @@ connection each. SQLite keeps each thread's connection (opening one is cheap and
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.db import InterfaceError, OperationalError, connection, connections
+from django.db import InterfaceError, OperationalError, connection
 
 # What a lost connection or a database outage raises (a terminated backend, a refused connect, a
 # restart): the runner waits and retries these; any other error is a bug in one cycle.
@@ -26,27 +24,6 @@ def connection_release() -> None:
 
 def connection_recover() -> None:
     """After an error: drop this thread's connection if it is broken, so the next query opens a fresh one."""
-    if connection.in_atomic_block or connection.connection is None:
+    if connection.in_atomic_block:
         return
-    if not connection.is_usable():
-        connection.close()
-    else:
-        connection.errors_occurred = False
-
-
-def pool_connection_check(conn: Any) -> None:
-    """The pool's check of a connection before it hands it out (settings: DATABASES OPTIONS pool "check").
-
-    One dead connection means the server restarted, failed over or cut its clients: the others in the pool
-    are as dead. The pool would find each by a failed check followed by a growing wait (1, 2, 4 s...) and
-    give up after its timeout, so the whole pool is replaced at once instead.
-    """
-    from psycopg_pool import ConnectionPool
-
-    try:
-        ConnectionPool.check_connection(conn)
-    except Exception:
-        pool = connections["default"].pool  # type: ignore[attr-defined]  # the PostgreSQL backend's own pool
-        if pool is not None:
-            pool.drain()
-        raise
+    connection.close_if_unusable_or_obsolete()  # Django's own check after an error (as at a request's end)

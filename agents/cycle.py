@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from django.core.cache import cache
-from django.db.models import BooleanField, Exists, IntegerField, Model, OuterRef, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import LLMError, llm_complete
+from agents.llm.placeholders import junk_problem, placeholder_or_example
+from agents.llm.schemas import decide_schema
 from agents.models import Agent, Need
 from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
 from agents.selectors import plan_waits_for_a_person
@@ -64,7 +65,6 @@ from goals.system import (
     goals_reevaluation_due,
     goals_room,
 )
-from planner_site import statements
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
@@ -90,7 +90,7 @@ def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
     caller knows of the agent's kind (the runner, from its claim): a tool agent's cycle then reads only its
     row, not the persona read as well; a wrong guess costs that one read."""
     rows = persona_rows(agent_id) if kind != Agent.Kind.TOOL else None
-    agent = rows.agent if rows is not None and rows.agent else agent_read(agent_id)  # a tool agent has no needs
+    agent = rows.agent if rows is not None else agent_read(agent_id)
     if agent.status != Agent.Status.RUNNING:
         return "not running"
     if agent.kind == Agent.Kind.PERSONA:
@@ -107,35 +107,14 @@ def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
     return what
 
 
-def _open_plans_query(agent_id: int) -> QuerySet[Plan, tuple[Any, ...]]:
-    return Plan.objects.filter(agent_id=agent_id, status__in=Plan.OPEN_STATUSES).order_by().values_list(
-        *statements.all_columns(Plan), *statements.all_columns(Goal, "goal__"))
-
-
-def _agent_query(agent_id: int) -> QuerySet[Agent, tuple[Any, ...]]:
-    return Agent.objects.filter(pk=agent_id).values_list(*statements.all_columns(Agent))
-
-
 def agent_read(agent_id: int) -> Agent:
-    """The agent row, as Agent.objects.get reads it (a tool agent has no needs to read it with)."""
-    rows = _agent_rows("agent", _agent_query, agent_id)
-    if not rows:
-        raise Agent.DoesNotExist(f"agent {agent_id} does not exist")
-    agent = statements.instance(Agent, rows[0])
-    assert agent is not None
-    return agent
+    """The agent row (a tool agent has no needs to read it with)."""
+    return Agent.objects.get(pk=agent_id)
 
 
 def tool_open_plan(agent: Agent) -> Plan | None:
-    """A tool agent's open plan: by its goal's priority (short-term first), newest first. Read by every
-    cycle of every tool agent: a statement compiled once, like select_related("goal")."""
-    plans = []
-    width = len(statements.all_columns(Plan))
-    for row in _agent_rows("tool_open_plans", _open_plans_query, agent.pk):
-        plan = statements.instance(Plan, row)
-        assert plan is not None
-        Plan._meta.get_field("goal").set_cached_value(plan, statements.instance(Goal, row, width))  # type: ignore[union-attr]
-        plans.append(plan)
+    """A tool agent's open plan: by its goal's priority (short-term first), newest first."""
+    plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
     if not plans:
         return None
     return min(plans, key=lambda p: (
@@ -206,106 +185,38 @@ class PersonaState:
 
 @dataclass
 class PersonaRows:
-    """The rows of the persona read, as models: the agent's needs by name (each with its agent, None when it
-    has none), its active goals (each with .planned), its open plans' steps in order (each with its plan and
+    """The rows of the persona read, as models: the agent, its needs by name (each with that agent), its
+    active goals (each with .planned), its open plans' steps in order (each with its plan and
     the plan's goal)."""
 
-    agent: Agent | None
+    agent: Agent
     needs: list[Need]
-    goals: list[Goal]
+    goals: Sequence[Goal]
     steps: list[PlanStep]
 
 
-# Every persona cycle reads its agent, needs, active goals and open plans' steps in one statement compiled
-# once (planner_site/statements.py): built through the ORM each time, the reads cost more than half of a
-# whole cycle, and each is a round trip. Each row is one of three kinds, side by side in one layout: a need
-# with its agent; an active goal with `planned`; a step with its plan and the plan's goal (in the goal's
-# columns; NULL for a plan without one). tests/agents/test_cycle_reads.py checks they give what the
-# QuerySets give.
-HELD_STATUSES = [*Plan.OPEN_STATUSES, Plan.Status.FAILED]  # a goal with such a plan is planned
-NO_AGENT = -1  # the agent id the statement is compiled with; each run gives its own in its place
-NEEDS, GOALS, STEPS = range(3)  # the parts of the read
-# Where each model's columns start in a row of the read: Need, Agent, Goal, planned, open plan, PlanStep, Plan.
-AGENT_AT = len(statements.fields(Need))
-GOAL_AT = AGENT_AT + len(statements.fields(Agent))
-PLANNED_AT = GOAL_AT + len(statements.fields(Goal))
-OPEN_PLAN_AT = PLANNED_AT + 1
-STEP_AT = OPEN_PLAN_AT + 1
-PLAN_AT = STEP_AT + len(statements.fields(PlanStep))
-
-
-def _agent_rows(name: str, query: Callable[[int], QuerySet[Any, tuple[Any, ...]]], agent_id: int) -> list[tuple[Any, ...]]:
-    """The rows of a statement kept under `name`, compiled once from `query(NO_AGENT)`, for this agent."""
-    read = statements.statement_kept(name, lambda: query(NO_AGENT))
-    return read.rows(_for_agent(read, agent_id))
-
-
-def _for_agent(read: statements.Statement, agent_id: int) -> list[Any]:
-    """A kept statement's parameters with this agent's id where it was compiled with NO_AGENT."""
-    return [agent_id if p == NO_AGENT else p for p in read.params]
-
-
-def _nulls(model: type[Model]) -> list[None]:
-    return [None] * len(statements.fields(model))
-
-
-def _persona_read(agent_id: int) -> statements.Stacked:
-    """Needs with their agent; a persona's active goals; a persona's open plans' steps (a tool agent's cycle
-    reads its plans itself)."""
-    held = Plan.objects.filter(goal=OuterRef("pk"), status__in=HELD_STATUSES)
-    # The goal's open plan, steps or not: a plan still planning, or retrying a failed planning, has none yet.
-    open_plan = Plan.objects.filter(goal=OuterRef("pk"), status__in=Plan.OPEN_STATUSES).order_by("-pk").values("pk")[:1]
-    layout = [*statements.fields(Need), *statements.fields(Agent), *statements.fields(Goal), BooleanField(),
-              IntegerField(), *statements.fields(PlanStep), *statements.fields(Plan)]
-    needs = Need.objects.filter(agent_id=agent_id)
-    goals = Goal.objects.filter(agent_id=agent_id, agent__kind=Agent.Kind.PERSONA, status=Goal.Status.ACTIVE)
-    steps = PlanStep.objects.filter(plan__agent_id=agent_id, plan__agent__kind=Agent.Kind.PERSONA,
-                                    plan__status__in=Plan.OPEN_STATUSES)
-    return statements.Stacked(layout, [
-        (needs, [*statements.all_columns(Need), *statements.all_columns(Agent, "agent__"), *_nulls(Goal), None,
-                 None, *_nulls(PlanStep), *_nulls(Plan)]),
-        (goals.annotate(planned=Exists(held), open_plan=Subquery(open_plan)),
-         [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal), "planned", "open_plan", *_nulls(PlanStep),
-          *_nulls(Plan)]),
-        (steps, [*_nulls(Need), *_nulls(Agent), *statements.all_columns(Goal, "plan__goal__"), None, None,
-                 *statements.all_columns(PlanStep), *statements.all_columns(Plan, "plan__")]),
-    ])
-
-
 def persona_rows(agent_id: int) -> PersonaRows:
-    """The one read of a persona cycle (of any agent's: it tells the runner the agent's kind and status)."""
-    read = statements.statement_kept("persona_read", lambda: _persona_read(NO_AGENT))
-    assert isinstance(read, statements.Stacked)
-    rows = PersonaRows(agent=None, needs=[], goals=[], steps=[])
+    """The reads of a persona cycle (of any agent's: it tells the runner the agent's kind and status), three
+    queries (a tool agent's: two, the needs and its row; its cycle reads its plans itself): the needs with their
+    agent (or the agent's row alone when it has none); the active goals, each with whether a plan holds it (`planned`) and
+    its open plan (`open_plan_id`: a plan still planning has no steps yet); the open plans' steps in order,
+    each with its plan and the plan's goal."""
+    needs = list(Need.objects.filter(agent_id=agent_id).select_related("agent").order_by("name"))
+    agent = needs[0].agent if needs else agent_read(agent_id)  # an agent without needs: its row alone
+    for need in needs:
+        need.agent = agent  # one agent for every need, as the cycle changes it
+    if agent.kind != Agent.Kind.PERSONA:
+        return PersonaRows(agent=agent, needs=needs, goals=[], steps=[])
+    open_plan = Plan.objects.filter(goal=OuterRef("pk")).open().order_by("-pk").values("pk")[:1]
+    goals = list(Goal.objects.filter(agent_id=agent_id).active()
+                 .annotate(planned=Exists(Plan.objects.filter(goal=OuterRef("pk")).held()),
+                           open_plan_id=Subquery(open_plan)).order_by())
+    steps = list(PlanStep.objects.filter(plan__agent_id=agent_id, plan__status__in=Plan.OPEN_STATUSES)
+                 .select_related("plan", "plan__goal").order_by("plan__created_at", "plan_id", "position"))
     plans: dict[int, Plan] = {}
-    for part, row in read.part_rows(_for_agent(read, agent_id)):
-        if part == NEEDS:
-            need = statements.instance(Need, row)
-            assert need is not None
-            rows.agent = rows.agent or statements.instance(Agent, row, AGENT_AT)
-            Need._meta.get_field("agent").set_cached_value(need, rows.agent)  # type: ignore[union-attr]
-            rows.needs.append(need)
-        elif part == GOALS:
-            goal = statements.instance(Goal, row, GOAL_AT)
-            assert goal is not None
-            goal.planned = bool(row[PLANNED_AT])  # type: ignore[attr-defined]
-            goal.open_plan_id = row[OPEN_PLAN_AT]  # type: ignore[attr-defined]
-            rows.goals.append(goal)
-        else:
-            step = statements.instance(PlanStep, row, STEP_AT)
-            assert step is not None
-            plan = plans.get(step.plan_id)
-            if plan is None:
-                plan = statements.instance(Plan, row, PLAN_AT)
-                assert plan is not None
-                Plan._meta.get_field("goal").set_cached_value(  # type: ignore[union-attr]
-                    plan, statements.instance(Goal, row, GOAL_AT))
-                plans[plan.pk] = plan
-            PlanStep._meta.get_field("plan").set_cached_value(step, plan)  # type: ignore[union-attr]
-            rows.steps.append(step)
-    rows.needs.sort(key=lambda n: n.name)
-    rows.steps.sort(key=lambda s: (s.plan.created_at, s.plan_id, s.position))
-    return rows
+    for step in steps:
+        step.plan = plans.setdefault(step.plan_id, step.plan)  # one plan object for all its steps
+    return PersonaRows(agent=agent, needs=needs, goals=goals, steps=steps)
 
 
 def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
@@ -320,8 +231,7 @@ def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
     # be replanned like any other: read only when there is one, so the common cycle costs no query for it.
     stepless = {g.open_plan_id for g in goals if g.open_plan_id is not None} - set(plans)  # type: ignore[attr-defined]
     if stepless:
-        plans.update({p.pk: p for p in Plan.objects.filter(pk__in=stepless, status__in=Plan.OPEN_STATUSES)
-                      .select_related("goal")})
+        plans.update({p.pk: p for p in Plan.objects.filter(pk__in=stepless).open().select_related("goal")})
     state.plans = sorted(plans.values(), key=plan_order)
     return state
 
@@ -343,7 +253,7 @@ def persona_state_add(state: PersonaState, *, goal: Goal, plan: Plan, steps: lis
 
 def persona_reload(agent: Agent) -> PersonaState:
     rows = persona_rows(agent.pk)
-    return persona_state(rows.agent or Agent.objects.get(pk=agent.pk), rows)
+    return persona_state(rows.agent, rows)
 
 
 def persona_prepare(*, state: PersonaState, runner: str) -> bool:
@@ -384,7 +294,7 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     held = {p.pk: p.goal.horizon if p.goal else None for p in state.plans
             if p not in finished and not plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
     if changed:  # a plan begun since the read (this cycle's replan, another runner's planning)
-        held |= dict(Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES)
+        held |= dict(Plan.objects.filter(agent=agent).open()
                      .exclude(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
                      .exclude(steps__status=PlanStep.Status.AWAITING_APPROVAL)
                      .exclude(pk__in=[p.pk for p in finished]).values_list("pk", "goal__horizon"))
@@ -551,7 +461,8 @@ def action_decide_asked(*, state: PersonaState, plan: Plan | None, step: PlanSte
         answer = llm_complete(purpose="decide", agent_id=agent.pk, plan_id=plan.pk if plan else None,
                               messages=prompt_decide_action(agent_name=agent.name, needs=state.needs,
                                                             current_step=directive, goals=goals, lessons=lessons,
-                                                            actions=list(ACTIONS)))
+                                                            actions=list(ACTIONS)),
+                              schema=decide_schema(list(ACTIONS)))
         data = json_extract(answer.text).value
     except ExtractError as exc:
         logger.info("action decision for %s fell back to rules: %s", agent, exc)
@@ -569,28 +480,24 @@ def action_decide_asked(*, state: PersonaState, plan: Plan | None, step: PlanSte
         logger.info("action decision for %s chose %r, which cannot succeed now; rules decide", agent, action)
         return fallback
     reason = str(data.get("reason", ""))[:300] if isinstance(data, dict) else ""
+    if placeholder_or_example(reason) or junk_problem(reason, max_words=40):
+        reason = ""  # "..." or an essay is no reason: the rules' words stand in
     return action, reason or fallback[1]
 
 
 # --- tool agents --------------------------------------------------------------------------------------------
 
 
-def _unplanned_goals_query(agent_id: int) -> QuerySet[Goal, tuple[Any, ...]]:
-    """A tool agent's active goals that no open or failed plan holds (a statement compiled once)."""
-    planned = Plan.objects.filter(agent_id=agent_id, goal__isnull=False, status__in=HELD_STATUSES).values("goal_id")
-    return Goal.objects.filter(agent_id=agent_id, status=Goal.Status.ACTIVE).exclude(pk__in=planned).order_by() \
-        .values_list(*statements.all_columns(Goal))
+def unplanned_goals(agent_id: int) -> list[Goal]:
+    """A tool agent's active goals that no open or failed plan holds, the most pressing first."""
+    planned = Plan.objects.filter(agent_id=agent_id, goal__isnull=False).held().values("goal_id")
+    goals = list(Goal.objects.filter(agent_id=agent_id).active().exclude(pk__in=planned).order_by())
+    return sorted(goals, key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
 
 
 def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
     """A tool agent plans its most pressing active goal that has no plan yet."""
-    goals = []
-    for row in _agent_rows("tool_unplanned_goals", _unplanned_goals_query, agent.pk):
-        goal = statements.instance(Goal, row)
-        assert goal is not None
-        goals.append(goal)
-    goals.sort(key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
-    for goal in goals:
+    for goal in unplanned_goals(agent.pk):
         plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
         return f"planned '{goal.description}' ({plan.status})"
     return ""

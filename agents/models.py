@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
+from django.utils import timezone
 
 UNIT = [MinValueValidator(0.0), MaxValueValidator(1.0)]
 
@@ -171,6 +173,10 @@ class LLMCall(models.Model):
     latency_ms = models.PositiveIntegerField(default=0)
     cost = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     error = models.TextField(blank=True)
+    finish_reason = models.CharField(max_length=20, blank=True,
+                                     help_text='Why the model stopped: "stop", or "length" when the answer was cut off')
+    response_format = models.CharField(max_length=20, blank=True,
+                                       help_text="The structured-output format the server took (blank: none)")
     body_pruned = models.BooleanField(default=False, help_text="Prompt and response removed by retention")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -186,6 +192,10 @@ class LLMCall(models.Model):
     def __str__(self) -> str:
         return f"{self.purpose} via {self.model}"
 
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == "length"
+
 
 def token_hash(raw: str) -> str:
     """Tokens carry 256 random bits, so one fast hash suffices: a leaked table reveals no usable token."""
@@ -194,10 +204,12 @@ def token_hash(raw: str) -> str:
 
 class AgentTokenQuerySet(models.QuerySet["AgentToken"]):
     def active(self) -> AgentTokenQuerySet:
-        return self.filter(revoked_at__isnull=True)
+        """Not revoked and not expired (now, by the database's clock of this request)."""
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now()))
 
     def lookup(self, raw: str) -> AgentToken | None:
-        """The active token whose raw value this is, with its agent; None for unknown or revoked ones."""
+        """The active token whose raw value this is, with its agent; None for unknown, revoked or expired ones."""
         raw = raw.strip()
         if not raw or len(raw) > 200:
             return None
@@ -216,6 +228,9 @@ class AgentToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, help_text="Set to revoke: the token stops working at once")
+    expires_at = models.DateTimeField(null=True, blank=True,
+                                      help_text="The token stops working then, its open sockets and long polls within "
+                                                "seconds (empty: until revoked)")
 
     objects = AgentTokenQuerySet.as_manager()
 
@@ -224,19 +239,20 @@ class AgentToken(models.Model):
         verbose_name = "API token"
 
     def __str__(self) -> str:
-        state = "revoked" if self.revoked_at else "active"
+        state = "revoked" if self.revoked_at else ("expired" if not self.is_active else "active")
         return f"{self.agent} token {self.hint}… ({state})"
 
     @classmethod
-    def issue(cls, *, agent: Agent, label: str = "") -> tuple[AgentToken, str]:
+    def issue(cls, *, agent: Agent, label: str = "", expires_at: datetime | None = None) -> tuple[AgentToken, str]:
         """A new token for `agent`: the row and the raw token, which is shown once and never stored."""
         raw = cls.PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(agent=agent, label=label[:100], key_hash=token_hash(raw), hint=raw[:12])
+        token = cls.objects.create(agent=agent, label=label[:100], key_hash=token_hash(raw), hint=raw[:12],
+                                   expires_at=expires_at)
         return token, raw
 
     @property
     def is_active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
 
 
 class ApiRequest(models.Model):

@@ -6,7 +6,8 @@ taken oldest first in primary-key order, which follows creation time, so a pass 
 batch; the tables it scans are themselves bounded by these very limits.
 
 Kept always: the events operators made (the audit of what people decided) and every event of a plan
-that is still open (its page shows the whole story), and the undo copies of an open plan's steps. The curves on the agent page are drawn from the
+that is still open (its page shows the whole story), the undo copies of an open plan's steps, and a notification
+while any of its deliveries is still to be sent. The curves on the agent page are drawn from the
 newest experiences, so they need nothing kept apart.
 """
 
@@ -26,6 +27,7 @@ from django.utils import timezone
 
 from agents.models import Experience, LLMCall
 from agents.tools import UNDO_FOLDER
+from notifications.models import Delivery, Notification
 from planning.models import Plan, PlanEvent, PlanStep
 
 logger = logging.getLogger("planner.retention")
@@ -111,6 +113,10 @@ PRUNERS: dict[str, Callable[..., int]] = {
     "events": aged_out("RETAIN_EVENTS_HOURS", lambda m: PlanEvent.objects.filter(
         created_at__lt=m, actor__isnull=True).exclude(plan__status__in=Plan.OPEN_STATUSES)),
     "undo copies": undo_copies_prune,
+    # Notifications with their deliveries and attempts (deleted with them), once every delivery is over
+    # (delivered or failed): one still pending or being sent keeps its notification, however old.
+    "notifications": aged_out("RETAIN_NOTIFICATIONS_HOURS", lambda m: Notification.objects.filter(
+        created_at__lt=m).exclude(deliveries__status__in=[Delivery.Status.PENDING, Delivery.Status.SENDING])),
 }
 
 

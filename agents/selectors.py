@@ -92,8 +92,8 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
     """The persona parts of the agent page (five queries)."""
     priority = Case(*[When(horizon=h, then=Value(n)) for h, n in HORIZON_ORDER.items()], output_field=IntegerField())
     goal_plans = Plan.objects.filter(goal=OuterRef("pk"))
-    active: list[Goal] = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).alias(p=priority).annotate(
-        plan_open=Exists(goal_plans.filter(status__in=Plan.OPEN_STATUSES)),
+    active: list[Goal] = list(Goal.objects.filter(agent=agent).active().alias(p=priority).annotate(
+        plan_open=Exists(goal_plans.open()),
         plan_failed=Exists(goal_plans.filter(status=Plan.Status.FAILED)),
     ).order_by("p", "-confidence", "pk"))
     shown = list(active)

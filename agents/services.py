@@ -7,13 +7,26 @@ experience n + 1, so a cycle re-run after a runner died (or driven twice) change
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.core import serializers
+from django.db import transaction
+from django.db.models import (
+    Case,
+    CharField,
+    F,
+    Field,
+    FloatField,
+    IntegerField,
+    QuerySet,
+    Value,
+    When,
+)
+from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
@@ -21,7 +34,6 @@ from agents.persona import StepVerdict, routine_keeps
 from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import GoalState
-from planner_site import statements
 from planner_site.events import publish_changed_on_commit
 from planning.models import Plan, PlanEvent, PlanStep
 
@@ -72,14 +84,9 @@ class CycleRecord:
 def agent_cycle_count(*, agent: Agent) -> None:
     """A tool agent's cycle ended (whatever it did, recorded by its own services): count it and set the next
     one's time. No event: the cycle's work has its own, and an idle cycle is no news for the timeline."""
-    # Every cycle of every tool agent ends here: SQL written once (building the ORM's F() update cost more
-    # than the database's work), the count still moved by the database, not from the value read.
-    next_at = connection.ops.adapt_datetimefield_value(timezone.now() + timedelta(seconds=agent.cycle_interval))
-    with connection.cursor() as cursor:
-        cursor.execute(f"UPDATE {statements.table(Agent)} SET {statements.column(Agent, 'cycle_count')} = "  # noqa: S608
-                       f"{statements.column(Agent, 'cycle_count')} + 1, "
-                       f"{statements.column(Agent, 'next_cycle_at')} = %s WHERE {statements.column(Agent, 'id')} = %s",
-                       [next_at, agent.pk])
+    # The count is moved by the database, not from the value read.
+    Agent.objects.filter(pk=agent.pk).update(cycle_count=F("cycle_count") + 1,
+                                             next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval))
     publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
 
 
@@ -93,22 +100,18 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     change, plan_written, plans_to_close = cycle_plans_claim(record, now)
     # First write after the plans', so PostgreSQL locks the agent row at once: a second runner on this agent
     # waits here and then finds cycle_count moved on.
-    # The common writes go through planner_site/statements.py: the ORM's SQL building cost more than the
-    # database's work (tests/agents/test_cycle_reads.py checks rows come out the same).
-    updated = statements.update(Agent, {"cycle_count": cycle, "emotions": record.emotions,
-                                   "next_cycle_at": now + timedelta(seconds=agent.cycle_interval)},
-                            id=agent.pk, cycle_count=record.expected_cycle)
+    updated = Agent.objects.filter(pk=agent.pk, cycle_count=record.expected_cycle).update(
+        cycle_count=cycle, emotions=record.emotions, next_cycle_at=now + timedelta(seconds=agent.cycle_interval))
     if not updated:
         raise CycleAlreadyDone(f"{agent} cycle {cycle} was already recorded")
     needs_apply(agent_id=agent.pk, changes=record.need_changes)
-    experience = Experience(
+    experience = Experience.objects.create(
         agent=agent, cycle=cycle, action=record.action, need_deltas=record.need_deltas,
         step=change.step if change else None, followed_plan=record.followed,
         override_reason=record.override_reason[:300], outcome=record.outcome, hours=record.hours,
         needs_after=record.needs_after,
         goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in record.goals},
     )
-    statements.insert([experience])
     events: list[PlanEvent] = []
     pushed: set[int] = set()
     if change is not None:
@@ -130,9 +133,10 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         events += plan_closed_steps(plan=plan, runner=record.runner, reason=why, now=now)
         pushed.add(plan.pk)
     if record.lesson:  # a failed action's lesson, learned once (the agent's row, locked above, keeps it one writer)
-        statements.insert_new(Lesson(agent=agent, description=record.lesson, source_experience=experience),
-                              "agent", "description")
-    statements.insert(events)
+        Lesson.objects.get_or_create(agent=agent, description=record.lesson,
+                                     defaults={"source_experience": experience})
+    if events:
+        PlanEvent.objects.bulk_create(events)
     # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
     current = change.plan.pk if change is not None else None
     publish_changed_on_commit(agent_id=agent.pk, plan_id=current, kind="experience")
@@ -162,7 +166,7 @@ def cycle_plans_claim(record: CycleRecord, now: Any) -> tuple[StepChange | None,
         if for_step:
             writes[change.plan.pk] = (change.plan, for_step)
     claimed = {pk for pk, (plan, values) in sorted(writes.items())
-               if statements.update(Plan, values | {"updated_at": now}, id=pk, status=plan.status)}
+               if Plan.objects.filter(pk=pk, status=plan.status).update(**values, updated_at=now)}
     if change is not None and change.plan.pk in writes and change.plan.pk not in claimed:
         change, for_step = None, {}
     before = {name: getattr(change.plan, name) for name in for_step} if change is not None else {}
@@ -171,30 +175,29 @@ def cycle_plans_claim(record: CycleRecord, now: Any) -> tuple[StepChange | None,
 
 def needs_apply(*, agent_id: int, changes: Mapping[str, float]) -> None:
     """Add each need's change to its stored value, kept within 0..1 by the database, so an operator's edit
-    made meanwhile is moved, not overwritten. One statement for all needs, like goals_apply: a CASE built
-    by the ORM costs a millisecond of Python per cycle to compile."""
+    made meanwhile is moved, not overwritten. One UPDATE for all needs (each name its own delta)."""
     moving = [(name, delta) for name, delta in sorted(changes.items()) if delta]
     if not moving:
         return
-    now = connection.ops.adapt_datetimefield_value(timezone.now())
-    table = connection.ops.quote_name(Need._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {table} SET satisfaction = CASE WHEN satisfaction + %s > 1 THEN 1.0 "  # noqa: S608
-            "WHEN satisfaction + %s < 0 THEN 0.0 ELSE satisfaction + %s END, updated_at = %s "
-            "WHERE agent_id = %s AND name = %s",
-            [(delta, delta, delta, now, agent_id, name) for name, delta in moving])
+    delta = Case(*[When(name=name, then=Value(d)) for name, d in moving], default=Value(0.0),
+                 output_field=FloatField())
+    Need.objects.filter(agent_id=agent_id, name__in=[name for name, _ in moving]).update(
+        satisfaction=Greatest(Value(0.0), Least(Value(1.0), F("satisfaction") + delta)), updated_at=timezone.now())
+
+
+# The columns a cycle writes of each active goal, with their types (for the CASE of each); last_progressed
+# apart (it becomes the cycle's time or stays).
+GOAL_WRITTEN: dict[str, Field[Any, Any]] = {"progress": FloatField(), "confidence": FloatField(),
+                                            "times_advanced": IntegerField(), "times_regressed": IntegerField(),
+                                            "status": CharField()}
 
 
 def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
     """Progress, confidence and counters of every active goal after the experience, in one UPDATE; only of
     goals still active (one an operator completed or abandoned meanwhile stays so). Returns the goals this
     cycle abandoned: each its own UPDATE, so that only a goal it really abandoned gets the event."""
-    rows = []
+    kept: list[Goal] = []
     abandoned: set[int] = set()
-    table = connection.ops.quote_name(Goal._meta.db_table)
-    sql = (f"UPDATE {table} SET progress = %s, confidence = %s, times_advanced = %s, times_regressed = %s, "  # noqa: S608
-           "last_progressed = %s, status = %s WHERE id = %s AND status = %s")
     for goal, state in goals:
         goal.progress = state.progress
         goal.confidence = state.confidence
@@ -204,21 +207,19 @@ def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
             goal.last_progressed = now
         if state.abandoned:
             goal.status = Goal.Status.ABANDONED
-        row = (goal.progress, goal.confidence, goal.times_advanced, goal.times_regressed,
-               connection.ops.adapt_datetimefield_value(goal.last_progressed), goal.status, goal.pk,
-               Goal.Status.ACTIVE)
-        if state.abandoned:
-            with connection.cursor() as cursor:
-                cursor.execute(sql, row)
-                if cursor.rowcount:
-                    abandoned.add(goal.pk)
+            if Goal.objects.filter(pk=goal.pk).active().update(
+                    last_progressed=goal.last_progressed, **{name: getattr(goal, name) for name in GOAL_WRITTEN}):
+                abandoned.add(goal.pk)
         else:
-            rows.append(row)
-    if rows:
-        # One statement for every active goal. bulk_update would build a CASE per field and goal, which costs
-        # more Python than the whole rest of the cycle.
-        with connection.cursor() as cursor:
-            cursor.executemany(sql, rows)
+            kept.append(goal)
+    if kept:
+        # One statement for every goal still active (bulk_update's CASE per field, with the status condition).
+        Goal.objects.filter(pk__in=[g.pk for g in kept]).active().update(**{
+            name: Case(*[When(pk=g.pk, then=Value(getattr(g, name), output_field=field)) for g in kept],
+                       output_field=field)
+            for name, field in GOAL_WRITTEN.items()},
+            last_progressed=Case(When(pk__in=[g.pk for g, state in goals if state.progressed], then=Value(now)),
+                                 default=F("last_progressed")))
     return abandoned
 
 
@@ -250,9 +251,9 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
         event(PlanEvent.Kind.STEP_FAILED, verdict.failure, {"replan_scheduled": True})
     # Only over the status this cycle read: a step an operator skipped or declined meanwhile stays so, and
     # so does its plan (written first for this step, it gets its values back).
-    if not statements.update(PlanStep, fields, id=step.pk, status=read_status):
+    if not PlanStep.objects.filter(pk=step.pk, status=read_status).update(**fields):
         if plan_written:
-            statements.update(Plan, {**plan_written, "updated_at": now}, id=plan.pk)
+            Plan.objects.filter(pk=plan.pk).update(**plan_written, updated_at=now)
         return []
     for name, value in fields.items():
         setattr(step, name, value)
@@ -297,7 +298,7 @@ def plan_closed_steps(*, plan: Plan, runner: str, reason: str, now: Any) -> list
 def goal_plans_close(*, goal: Goal, runner: str, reason: str, completed: bool = False) -> None:
     """Close every open plan of a goal that just finished (its own transaction). `completed`: the milestone
     check said yes just now, which the agent's timeline records as "Goal completed" with its explanation."""
-    plans = list(Plan.objects.select_for_update().filter(goal=goal, status__in=Plan.OPEN_STATUSES))
+    plans = list(Plan.objects.select_for_update().filter(goal=goal).open())
     events = [e for plan in plans for e in plan_close(plan=plan, runner=runner, reason=reason)]
     if completed:
         events.append(PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_COMPLETED, actor_label=runner,
@@ -317,7 +318,7 @@ def admin_event_record(*, user: Any, agent_id: int, plan_id: int | None, what: s
     """An ADMIN_EDIT event naming the operator and the diff, on the agent's open plan when it has one (else on
     the agent alone), pushed after commit."""
     if plan_id is None:
-        plan_id = (Plan.objects.filter(agent_id=agent_id, status__in=Plan.OPEN_STATUSES).order_by("-created_at")
+        plan_id = (Plan.objects.filter(agent_id=agent_id).open().order_by("-created_at")
                    .values_list("pk", flat=True).first())
     event = PlanEvent.objects.create(
         plan_id=plan_id, agent_id=agent_id, kind=PlanEvent.Kind.ADMIN_EDIT,
@@ -341,10 +342,34 @@ def admin_rows_save(*, user: Any, agent_id: int, plan_id: int | None, what: str,
     if plan_id is not None:
         list(Plan.objects.select_for_update(no_key=True).filter(pk=plan_id).values_list("pk", flat=True))
     for row, fields in changed:
-        if any(f.name == "updated_at" for f in row._meta.concrete_fields):
+        if any(f.name == "updated_at" and f.concrete for f in row._meta.get_fields()):
             fields.append("updated_at")
         row.save(update_fields=fields)
     return admin_event_record(user=user, agent_id=agent_id, plan_id=plan_id, what=what, diff=diff)
+
+
+@transaction.atomic
+def admin_rows_delete(*, user: Any, rows: Sequence[Any], audit: Callable[[Any], tuple[int, int | None]]) -> int:
+    """Rows deleted in the Django admin (one, or the "delete selected" action), each recorded with the operator's
+    name and what it held, on its agent (not on a plan being deleted: its events go with it). Deleting an agent
+    takes its own events with it; Django's admin log keeps that deletion."""
+    events = []
+    for row in rows:
+        agent_id, plan_id = audit(row)
+        name, text = row._meta.verbose_name, str(row)
+        held = json.loads(serializers.serialize("json", [row]))[0]["fields"]  # what it held stays in the audit
+        gone_with_row = isinstance(row, Agent)
+        row.delete()
+        if gone_with_row:
+            continue
+        plan_id = None if isinstance(row, Plan) else plan_id
+        known = user is not None and user.is_authenticated
+        events.append(PlanEvent(agent_id=agent_id, plan_id=plan_id, kind=PlanEvent.Kind.ADMIN_DELETE,
+                                actor=user if known else None, actor_label=user.get_username() if known else "system",
+                                reason=f"{name} '{text}' deleted in admin"[:4000], detail={"deleted": held, "diff": {"deleted": [text, ""]}}))
+        publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_delete")
+    PlanEvent.objects.bulk_create(events)
+    return len(rows)
 
 
 @transaction.atomic
@@ -389,12 +414,22 @@ def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float],
 
 
 @transaction.atomic
-def tokens_revoke(*, tokens: QuerySet[AgentToken]) -> int:
-    """Revoke these API tokens (those still active); their agents' open API sockets and long polls are told
-    after commit, so they close within seconds instead of going on serving a revoked token."""
+def tokens_revoke(*, tokens: QuerySet[AgentToken], user: Any = None) -> int:
+    """Revoke these API tokens (those still active), recording who revoked which; their agents' open API
+    sockets and long polls are told after commit, so they close within seconds instead of going on serving a
+    revoked token."""
     now = timezone.now()
-    agent_ids = set(tokens.filter(revoked_at__isnull=True).values_list("agent_id", flat=True))
-    count = tokens.filter(revoked_at__isnull=True).update(revoked_at=now)
-    for agent_id in agent_ids:
+    active = list(tokens.filter(revoked_at__isnull=True).select_for_update().values_list("pk", "agent_id", "label"))
+    count = AgentToken.objects.filter(pk__in=[pk for pk, _, _ in active]).update(revoked_at=now)
+    by_agent: dict[int, list[str]] = {}
+    for _, agent_id, label in active:
+        by_agent.setdefault(agent_id, []).append(label or "(no label)")
+    known = user is not None and user.is_authenticated
+    PlanEvent.objects.bulk_create([
+        PlanEvent(agent_id=agent_id, kind=PlanEvent.Kind.TOKEN_REVOKED, actor=user if known else None,
+                  actor_label=user.get_username() if known else "system", reason=", ".join(labels)[:4000],
+                  detail={"tokens": labels})
+        for agent_id, labels in by_agent.items()])
+    for agent_id in by_agent:
         publish_changed_on_commit(agent_id=agent_id, kind="token_revoked")
     return count

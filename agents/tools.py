@@ -92,6 +92,10 @@ TOOLS: Mapping[str, ToolSpec] = {
             "file.move", "Move or rename a file; `to` may be an existing folder", "write",
             {"path": (str, True), "to": (str, True)}, ("path", "to"),
         ),
+        ToolSpec(
+            "file.copy", "Copy a file; `to` may be an existing folder", "write",
+            {"path": (str, True), "to": (str, True)}, ("path", "to"),
+        ),
         ToolSpec("dir.create", "Create a folder (and its parents)", "write", {"path": (str, True)}, ("path",)),
         ToolSpec(
             "text.summarize", "Summarize a text file in a few of its own sentences", "read",
@@ -400,6 +404,19 @@ def _run_convert(ws: Path, args: Mapping[str, Any]) -> str:
     return f"Converted {_display(ws, source)} to {target_format}: wrote {_display(ws, output)} ({len(converted)} characters)"
 
 
+def _run_copy(ws: Path, args: Mapping[str, Any]) -> str:
+    source = workspace_resolve(ws, args["path"])
+    if not source.is_file():
+        raise ToolError(f"'{args['path']}' is not a file")
+    target = workspace_resolve(ws, args["to"])
+    if target.is_dir() or args["to"].rstrip().endswith(("/", "\\")):
+        target = target / source.name
+    if target.exists():
+        raise ToolError(f"'{_display(ws, target)}' already exists; choose another name")
+    _write_text(target, _display(ws, target), _read_text(source, args["path"]))
+    return f"Copied {_display(ws, source)} to {_display(ws, target)}"
+
+
 def _run_move(ws: Path, args: Mapping[str, Any]) -> str:
     source = workspace_resolve(ws, args["path"])
     if not source.exists():
@@ -509,6 +526,7 @@ _RUNNERS: Mapping[str, Callable[[Path, Mapping[str, Any]], str]] = {
     "file.append": lambda ws, args: _run_write(ws, args, append=True),
     "file.convert": _run_convert,
     "file.move": _run_move,
+    "file.copy": _run_copy,
     "dir.create": _run_mkdir,
     "text.summarize": _run_summarize,
     "report.write": _run_report,
@@ -580,11 +598,22 @@ def _targets(name: str, args: Mapping[str, Any]) -> list[str]:
     if name == "file.convert":
         target = "json" if args.get("to") == "json" else "csv"
         return [args.get("output") or Path(args["path"].replace("\\", "/")).with_suffix(f".{target}").as_posix()]
+    if name == "file.copy":
+        to = args["to"]
+        return [to.rstrip("/\\") + "/" + Path(args["path"]).name if to.rstrip().endswith(("/", "\\")) else to]
     if name == "file.move":
         source = args["path"].rstrip("/\\")
         to = args["to"]
         return [source, to.rstrip("/\\") + "/" + Path(source).name if to.rstrip().endswith(("/", "\\")) else to]
     return []
+
+
+def tool_targets(name: str, args: Mapping[str, Any]) -> list[str]:
+    """The workspace paths a call of tool `name` creates, changes or removes (none for a read)."""
+    try:
+        return [t for t in _targets(name, args) if isinstance(t, str)]
+    except (KeyError, TypeError, AttributeError):
+        return []  # an input the schema check refuses anyway
 
 
 def undo_keep(name: str, inputs: list[dict[str, Any]], workspace: Path, undo_dir: Path) -> None:

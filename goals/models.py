@@ -10,6 +10,12 @@ from django.urls import reverse
 UNIT = [MinValueValidator(0.0), MaxValueValidator(1.0)]
 
 
+class GoalQuerySet(models.QuerySet["Goal"]):
+    def active(self) -> GoalQuerySet:
+        """Goals still pursued (neither completed nor abandoned)."""
+        return self.filter(status=Goal.Status.ACTIVE)
+
+
 class Goal(models.Model):
     """Something an agent wants, born of needs and lessons; its confidence decays unless pursued."""
 
@@ -39,6 +45,8 @@ class Goal(models.Model):
     reasoning = models.TextField(blank=True, help_text="Why the model proposed this goal")
     milestone_explanation = models.TextField(blank=True, help_text="The last milestone check's verdict, explained")
     milestone_checked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = GoalQuerySet.as_manager()
 
     class Meta:
         # Seed 000's priority, short-term first: the horizon values sort short_term > mid_term > long_term.

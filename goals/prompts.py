@@ -11,10 +11,18 @@ from typing import Any
 
 from agents.llm.context import bullets, context_line, needs_text, percent
 from agents.llm.extract import ExtractError, json_extract
+from agents.llm.placeholders import examples_register, junk_problem, placeholder_or_example
 
 RECENT_EXPERIENCES = 10
 
 Messages = list[dict[str, str]]
+
+
+# The worked example: not an everyday goal, so a model that copies it is caught (its values are refused).
+GOAL_EXAMPLE = ('{"description": "Learn the names of the birds in the park", "horizon": "long_term", '
+                '"source_needs": ["fun"], "recommended_actions": ["relax"], '
+                '"reasoning": "Fun has been low for days; birdwatching is calm and free"}')
+examples_register("Learn the names of the birds in the park", "Fun has been low for days; birdwatching is calm and free")
 
 
 class AnswerUnreadable(ValueError):
@@ -44,9 +52,7 @@ def prompt_goals(*, needs: Mapping[str, float], personality: Mapping[str, Any], 
         f"LEARNED LESSONS:\n{bullets(lessons)}\nEXISTING GOALS (do not duplicate):\n{bullets(existing)}\n\n"
         "Propose up to 3 new goals. horizon is short_term, mid_term or long_term; source_needs are need names "
         "from the list above. Answer with a JSON array inside <json>...</json>:\n"
-        '<json>[{"description": "Find a cozy place to eat", "horizon": "short_term", "source_needs": ["hunger"], '
-        '"recommended_actions": ["go to restaurant", "find food"], "reasoning": "Hunger is critically low at 15%"}]'
-        "</json>\n" + context_line(context)
+        f"<json>[{GOAL_EXAMPLE}]</json>\n" + context_line(context)
     )
     system = "You set goals for a simulated person, grounded in their needs and what they have learned."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -65,7 +71,8 @@ def prompt_milestone(*, goal: str, experiences: Sequence[str], needs: Mapping[st
         f"GOAL: {goal}\nRECENT RELATED EXPERIENCES:\n{bullets(recent)}\n"
         f"CURRENT SATISFACTION OF ITS SOURCE NEEDS: {needs_text(needs)}\n\n"
         "Has the goal been achieved? Answer with JSON inside <json>...</json>:\n"
-        '<json>{"achieved": true, "explanation": "..."}</json>\n' + context_line(context)
+        '<json>{"achieved": false, "explanation": "<one sentence of evidence from the experiences>"}</json>\n'
+        + context_line(context)
     )
     system = "You judge whether a simulated person has achieved a goal, from evidence only."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -86,7 +93,17 @@ def goal_proposals(text: str) -> list[dict[str, Any]]:
         value = value.get("goals", [value] if "description" in value else [])
     if not isinstance(value, list):
         raise AnswerUnreadable("the answer is not a list of goals")
-    return [item for item in value if isinstance(item, dict)]
+    goals = [item for item in value if isinstance(item, dict)]
+    # Prose, code, placeholders and the prompt's example are no goals: such a proposal is left out.
+    kept = [item for item in goals if not goal_description_problem(item.get("description"))]
+    if goals and not kept:
+        raise AnswerUnreadable(f"no usable goal: {goal_description_problem(goals[0].get('description'))}")
+    return kept
+
+
+def goal_description_problem(description: object) -> str:
+    """Why a proposed goal's description is no goal (prose, junk, a placeholder, the example), or ""."""
+    return junk_problem(description, max_words=20) or placeholder_or_example(description)
 
 
 def milestone_verdict(text: str) -> tuple[bool, str]:
@@ -94,4 +111,9 @@ def milestone_verdict(text: str) -> tuple[bool, str]:
     value = answer_json(text)
     if not isinstance(value, dict) or "achieved" not in value:
         raise AnswerUnreadable('the answer has no "achieved"')
-    return value.get("achieved") is True, " ".join(str(value.get("explanation", "")).split())[:1000]
+    explanation = " ".join(str(value.get("explanation", "")).split())[:1000]
+    # "achieved" without evidence is no verdict: a placeholder explanation ("...") completes nothing.
+    why = placeholder_or_example(explanation) or ("" if explanation else "empty")
+    if why:
+        raise AnswerUnreadable(f"the explanation is {why}, not evidence")
+    return value.get("achieved") is True, explanation

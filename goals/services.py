@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.llm.gateway import LLMError, llm_complete
+from agents.llm.schemas import goals_schema, milestone_schema
 from agents.models import Agent
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
@@ -26,7 +27,8 @@ from goals.system import (
     goal_horizon_placed,
     milestone_after,
 )
-from planner_site.events import publish_changed_on_commit
+from planning.models import PlanEvent
+from planning.services import event_agent_record
 
 logger = logging.getLogger("planner.goals")
 
@@ -40,12 +42,12 @@ def goals_generate(*, agent: Agent, needs: Mapping[str, float], waiting: Sequenc
     """Ask the fast model for up to 3 new goals from needs, personality, emotions and lessons (seed 001).
     Duplicates of active goals, unknown horizons and goals beyond MAX_GOALS are dropped. `waiting`: active
     goals whose plan waits for an operator, so the model may propose another way to their needs."""
-    existing = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", flat=True))
+    existing = list(Goal.objects.filter(agent=agent).active().values_list("description", flat=True))
     lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_PROMPT])
     try:
         answer = llm_complete(purpose="goals", agent_id=agent.pk, messages=prompt_goals(
             needs=needs, personality=agent.personality, emotions=agent.emotions, lessons=lessons, existing=existing,
-            waiting=[w for w in waiting if w in existing]))
+            waiting=[w for w in waiting if w in existing]), schema=goals_schema(list(needs)))
         proposals = goal_proposals(answer.text)
     except (LLMError, AnswerUnreadable) as exc:
         logger.info("goal generation for %s failed: %s", agent, exc)
@@ -84,7 +86,7 @@ def goals_recur(*, agent: Agent, needs: Mapping[str, float], room: Sequence[str]
 def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], needs: Mapping[str, float],
                  lessons: Sequence[str]) -> list[Goal]:
     Agent.objects.select_for_update().filter(pk=agent.pk).first()  # one generation at a time per agent
-    active = list(Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).values_list("description", "horizon"))
+    active = list(Goal.objects.filter(agent=agent).active().values_list("description", "horizon"))
     seen = {" ".join(d.lower().split()) for d, _ in active}
     room = MAX_GOALS - len(active)
     mix = Counter(h for _, h in active)
@@ -112,8 +114,11 @@ def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], nee
         seen.add(description.lower())
         room -= 1
     Goal.objects.bulk_create(created)
-    if created:
-        publish_changed_on_commit(agent_id=agent.pk, kind="goals_generated")
+    if created:  # recorded like every write: which goals, for which needs (event_agent_record pushes after commit)
+        event_agent_record(agent=agent, kind=PlanEvent.Kind.GOALS_GENERATED, actor_label="goal generation",
+                           reason="; ".join(g.description for g in created)[:4000],
+                           detail={"goals": [{"description": g.description, "horizon": g.horizon,
+                                              "source_needs": g.source_needs} for g in created]})
     return created
 
 
@@ -143,7 +148,7 @@ def goal_milestone_check(*, goal: Goal) -> bool:
         experiences = [f"{e.action}: {e.outcome}" for e in agent.experiences.order_by("-cycle")[:RECENT_EXPERIENCES]]
         try:
             answer = llm_complete(purpose="milestone", agent_id=agent.pk, messages=prompt_milestone(
-                goal=goal.description, experiences=list(reversed(experiences)), needs=needs))
+                goal=goal.description, experiences=list(reversed(experiences)), needs=needs), schema=milestone_schema())
             achieved, explanation = milestone_verdict(answer.text)
         except (LLMError, AnswerUnreadable) as exc:
             logger.info("milestone check of %s failed: %s", goal, exc)
@@ -160,8 +165,13 @@ def goal_milestone_check(*, goal: Goal) -> bool:
         locked.milestone_explanation = explanation
         locked.milestone_checked_at = timezone.now()
         fields = ["status", "progress", "milestone_explanation", "milestone_checked_at"]
+        before = goal.progress
         locked.save(update_fields=fields)
-        publish_changed_on_commit(agent_id=agent.pk, kind="milestone")
+        event_agent_record(agent=agent, kind=PlanEvent.Kind.MILESTONE_CHECKED, actor_label="milestone check",
+                           reason=f"{goal.description}: {'achieved' if completed else 'not yet'} ({explanation})"[:4000],
+                           detail={"goal": goal.pk, "achieved": completed,
+                                   "diff": {"progress": [round(before, 3), round(locked.progress, 3)],
+                                            "status": [Goal.Status.ACTIVE, locked.status]}})
     for name in fields:  # the caller's goal says what was stored (its plans' closing quotes the explanation)
         setattr(goal, name, getattr(locked, name))
     return completed

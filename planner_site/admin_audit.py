@@ -19,7 +19,6 @@ from django.db import models, transaction
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest
 
-from planner_site.events import publish_changed_on_commit
 from planner_site.formfields import JSONValueField, text_validate
 
 # Every JSON field of the admin refuses what the services refuse (too deep, too big, NUL...) with a message.
@@ -46,6 +45,16 @@ class ValidatedFieldsMixin:
 
 class ValidatedAdmin(ValidatedFieldsMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """A ModelAdmin whose text and JSON fields are checked like the operator's forms."""
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        """The "delete selected" action: an admin that records its deletes (its own `delete_model`) records each
+        row's here too, in one transaction; the others delete in one statement, as Django does."""
+        if type(self).delete_model is admin.ModelAdmin.delete_model:
+            super().delete_queryset(request, queryset)
+            return
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
 
 
 def form_diff(form: ModelForm) -> dict[str, list[str]]:
@@ -156,11 +165,13 @@ class AuditedAdmin(ValidatedAdmin):
 
     @transaction.atomic
     def save_formset(self, request: HttpRequest, form: Any, formset: BaseInlineFormSet, change: bool) -> None:
-        from agents.services import admin_rows_save
+        from agents.services import admin_rows_delete, admin_rows_save
 
         formset.save(commit=False)  # builds the rows; only the changed fields of changed rows are written below
-        for deleted in formset.deleted_objects:
-            deleted.delete()
+        parent = form.instance
+        if formset.deleted_objects:
+            admin_rows_delete(user=request.user, rows=formset.deleted_objects,
+                              audit=lambda row: (self.audit_agent_id(parent), self.audit_plan_id(parent)))
         for created in formset.new_objects:
             created.save()
         changed = [(row, fields) for row, fields in formset.changed_objects if fields]
@@ -178,8 +189,13 @@ class AuditedAdmin(ValidatedAdmin):
             return None  # an unchanged save changed nothing: nothing to record
         return super().log_change(request, obj, message)
 
-    @transaction.atomic
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        agent_id = self.audit_agent_id(obj)
-        super().delete_model(request, obj)
-        publish_changed_on_commit(agent_id=agent_id, kind="admin_delete")
+        from agents.services import admin_rows_delete
+
+        admin_rows_delete(user=request.user, rows=[obj], audit=lambda row: (self.audit_agent_id(row), self.audit_plan_id(row)))
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        from agents.services import admin_rows_delete
+
+        admin_rows_delete(user=request.user, rows=list(queryset),
+                          audit=lambda row: (self.audit_agent_id(row), self.audit_plan_id(row)))

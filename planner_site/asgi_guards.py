@@ -30,9 +30,15 @@ ASGIApp = Callable[..., Awaitable[None]]  # Django's handler and Channels' route
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+def for_agents(path: str) -> bool:
+    """The agents' endpoints: the API and the MCP server (a token, JSON), not the operators' pages."""
+    return path.startswith("/api/") or path in ("/mcp", "/mcp/")
+
+
 def body_limit(path: str) -> int:
-    """The largest body a request to `path` may have: the API's own limit under /api/, the forms' elsewhere."""
-    if path.startswith("/api/"):
+    """The largest body a request to `path` may have: the API's own limit for the API and the MCP server, the
+    forms' elsewhere."""
+    if for_agents(path):
         from planning.api import body_limit as api_body_limit
 
         return api_body_limit()
@@ -47,8 +53,8 @@ def header(scope: Scope, name: bytes) -> str | None:
 
 
 async def refuse(scope: Scope, send: Send, status: int, detail: str) -> None:
-    """Answer and close: JSON under /api/ (like every API refusal), plain text elsewhere."""
-    if scope.get("path", "").startswith("/api/"):
+    """Answer and close: JSON for the agents' endpoints (like every API refusal), plain text elsewhere."""
+    if for_agents(scope.get("path", "")):
         body, content_type = json.dumps({"detail": detail}).encode(), b"application/json"
     else:
         body, content_type = detail.encode(), b"text/plain; charset=utf-8"

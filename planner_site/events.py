@@ -2,15 +2,15 @@
 
 A change is one small message ("agents 3, plans 12 changed"), published once per transaction to the
 one group every web process listens on (`LIVE_GROUP`); the web process renders what its pages show
-(planning/consumers.py), once per page and audience, whoever made the change.
+(planning/live/), once per page and audience, whoever made the change.
 
 How a message travels, by where it starts:
 - in a process that serves live pages (it has a hub): straight to that hub, no layer round trip;
 - with a shared layer (Redis): `group_send` on one long-lived event loop of this process, so other
   web processes get it (never a fresh event loop per send);
-- on the embedded stack (in-memory layer, no Redis), from another process (`runagents`,
-  `manage.py shell`): a datagram to the serve process's relay socket (`live_relay_path()`), which
-  hands it to its hub. Nobody listening means no page is open: nothing to do.
+- on the embedded stack (in-memory layer, no Redis), in a process without a hub (`runagents`,
+  `manage.py shell`): nowhere. The embedded stack is one process; open pages show another process's
+  changes when they are next loaded (or reconnect). Live pages with several processes need Redis.
 
 Each message carries the publisher's id and a sequence number; a publisher that failed to send sets
 `gap` on its next message, so pages that may have missed something re-render their full state.
@@ -22,15 +22,11 @@ import asyncio
 import atexit
 import contextlib
 import contextvars
-import json
 import logging
-import os
-import socket
 import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -49,18 +45,8 @@ def layer_is_shared() -> bool:
     return bool(backend) and "InMemoryChannelLayer" not in backend
 
 
-def live_relay_address() -> str:
-    """Where the embedded stack's serve process listens for changes made by other processes. A plain string
-    join: Path objects cost more than the datagram itself, and it is sent on every commit."""
-    return os.environ.get("LIVE_RELAY_SOCKET") or os.path.join(settings.VAR_DIR, "live.sock")
-
-
-def live_relay_path() -> Path:
-    return Path(live_relay_address())
-
-
 def message_parse(raw: Any) -> dict[str, Any] | None:
-    """A change message from the layer or the relay, checked field by field; None if malformed."""
+    """A change message from the layer, checked field by field; None if malformed."""
     if not isinstance(raw, dict) or raw.get("type") != MESSAGE_TYPE:
         return None
     agents, plans = raw.get("agents"), raw.get("plans")
@@ -87,7 +73,6 @@ class Publisher:
         self.futures: set[Future[None]] = set()
         # The hub of this process, if it serves live pages: (its loop, its deliver callback).
         self.local: tuple[asyncio.AbstractEventLoop, Callable[[dict[str, Any]], None]] | None = None
-        self.relay_socket: socket.socket | None = None
 
     def message_new(self, agents: set[int], plans: set[int]) -> dict[str, Any]:
         with self.lock:
@@ -114,8 +99,7 @@ class Publisher:
             return
         if layer_is_shared():
             self.send_shared(None, agents=agents, plans=plans)
-        else:
-            self.relay_send(self.message_new(agents, plans))
+        # Else: the embedded stack, in a process that serves no page: no open page can hear it (see above).
 
     # --- shared layer (Redis) ------------------------------------------------------------------------------
 
@@ -166,21 +150,6 @@ class Publisher:
         for future in pending:
             with contextlib.suppress(Exception):
                 future.result(timeout=timeout)
-
-    # --- embedded relay ---------------------------------------------------------------------------------------
-
-    def relay_send(self, message: dict[str, Any]) -> None:
-        if not hasattr(socket, "AF_UNIX"):
-            return
-        try:
-            if self.relay_socket is None:
-                self.relay_socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self.relay_socket.setblocking(False)
-            self.relay_socket.sendto(json.dumps(message).encode(), live_relay_address())
-        except (FileNotFoundError, ConnectionRefusedError):
-            pass  # no serve process listens: no page is open, nothing to update
-        except OSError as exc:
-            logger.warning("live update not relayed (%s); open pages resync on reconnect", exc)
 
 
 publisher = Publisher()

@@ -22,7 +22,7 @@ def roles_context(request: HttpRequest) -> dict[str, Any]:
     return {"can_decide": user_can_decide(request.user)}
 
 
-ROLE_APPS = ["agents", "goals", "planning"]
+ROLE_APPS = ["agents", "goals", "planning", "policies"]
 
 
 def roles_assign(*, group_model: Any, permission_model: Any) -> None:

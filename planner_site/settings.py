@@ -66,12 +66,13 @@ INSTALLED_APPS = [
     "agents",
     "goals",
     "planning",
+    "notifications",
+    "policies",
     "ninja",  # the external agents' API: its OpenAPI docs page
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "planner_site.request_guard.RequestTextMiddleware",  # NUL or invalid UTF-8 in a query or form: a 400
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -82,7 +83,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: it turns a lockout into the login page
+    "axes.middleware.AxesMiddleware",  # last but one: it turns a lockout into the login page, as django-axes asks
+    # NUL or invalid UTF-8 in a query or form: a 400 before any view. Last and sync only, so the whole chain runs
+    # in the request's thread without hopping to the event loop and back per middleware (request_guard.py).
+    "planner_site.request_guard.RequestTextMiddleware",
 ]
 
 ROOT_URLCONF = "planner_site.urls"
@@ -118,7 +122,7 @@ if os.environ.get("DATABASE_URL"):
         # A pool per process (PostgreSQL allows 100 connections here): a thread gives its connection back
         # while it waits for a model, so a runner drives many agents on a few connections. Connections are
         # checked when taken, so one terminated under the process is replaced, not handed out broken.
-        from agents.connections import pool_connection_check
+        from planner_site.db_pool import pool_connection_check
 
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool requires it: "closing" returns to the pool
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
@@ -225,6 +229,18 @@ if os.environ.get("EMAIL_HOST"):
         },
     }
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "planner@localhost")
+# Notifications (notifications/) go out by their own mailer: the console (the server's output) without EMAIL_HOST.
+MAILERS["notifications"] = MAILERS.get("default") or {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
+
+# Notifications: links in them start with PLANNER_BASE_URL and expire after NOTIFY_LINK_MAX_AGE_SECONDS; the
+# dispatcher reads new events every NOTIFY_SWEEP_SECONDS (and at once after a commit in its process); a failed
+# delivery is retried NOTIFY_RETRY_FIRST_SECONDS later, twice as long each time, NOTIFY_MAX_ATTEMPTS in all.
+PLANNER_BASE_URL = os.environ.get("PLANNER_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+NOTIFY_LINK_MAX_AGE_SECONDS = int(os.environ.get("NOTIFY_LINK_MAX_AGE_SECONDS", str(7 * 24 * 3600)))
+NOTIFY_SWEEP_SECONDS = int(os.environ.get("NOTIFY_SWEEP_SECONDS", "1"))
+NOTIFY_RETRY_FIRST_SECONDS = int(os.environ.get("NOTIFY_RETRY_FIRST_SECONDS", "2"))
+NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", "6"))
+NOTIFY_TIMEOUT_SECONDS = float(os.environ.get("NOTIFY_TIMEOUT_SECONDS", "10"))
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -298,15 +314,28 @@ RETAIN_LLM_BODIES_HOURS = float(os.environ.get("RETAIN_LLM_BODIES_HOURS", "24"))
 RETAIN_LLM_CALLS_HOURS = float(os.environ.get("RETAIN_LLM_CALLS_HOURS", "168"))  # the rows (tokens, cost)
 RETAIN_EVENTS_HOURS = float(os.environ.get("RETAIN_EVENTS_HOURS", "168"))
 RETAIN_UNDO_HOURS = float(os.environ.get("RETAIN_UNDO_HOURS", "168"))  # steps' undo copies, after their plan closed
+# Notifications with their deliveries and attempts, once every delivery is delivered or failed (30 days)
+RETAIN_NOTIFICATIONS_HOURS = float(os.environ.get("RETAIN_NOTIFICATIONS_HOURS", "720"))
 RETENTION_PRUNE_SECONDS = float(os.environ.get("RETENTION_PRUNE_SECONDS", "60"))
 RETENTION_BATCH_ROWS = int(os.environ.get("RETENTION_BATCH_ROWS", "2000"))
 
-# LLM gateway: per-purpose model chains; "offline-rules" is the built-in deterministic model.
+# LLM gateway: providers, per-purpose model chains; "offline-rules" is the built-in deterministic model.
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 LLM_TIMEOUT_SECONDS = float(os.environ.get("LLM_TIMEOUT_SECONDS", "60"))
 LLM_MAX_RETRIES = int(os.environ.get("LLM_MAX_RETRIES", "2"))
-_default_chain = "offline-rules" if not OPENAI_BASE_URL else os.environ.get("LLM_MODEL", "gpt-4o-mini")
+LLM_DEFAULT_MODEL = "offline-rules"  # what answers when a chain is empty
+_default_chain = LLM_DEFAULT_MODEL if not OPENAI_BASE_URL else os.environ.get("LLM_MODEL", "gpt-4o-mini")
+# Who answers which model: provider name (kept on each call in the log) -> the function that answers a call
+# (a dotted path, imported once; agents/llm/gateway.py `Provider`) and the models it serves, "*" for every
+# model no other provider lists. The offline models live with the world they simulate.
+LLM_PROVIDERS = {
+    "offline": {"answer": "agents.offline_model.offline_answer", "models": ["offline-rules", "offline-sloppy"]},
+    "openai": {"answer": "agents.llm.openai_provider.openai_complete", "models": ["*"]},
+}
+# Records every model call, answered or failed, and returns the row's id: the call log (LLMCall), then the
+# agent's budget check (a budget reached pauses the agent).
+LLM_CALL_RECORDER = "agents.llm_calls.llm_call_record"
 
 
 def model_list(text: str) -> list[str]:
@@ -331,6 +360,15 @@ PLAN_MAX_STEPS = int(os.environ.get("PLAN_MAX_STEPS", "20"))
 # One deadline per plan: restatement, attempts, reflections, the whole chain (each call waits only for what remains).
 PLAN_DEADLINE_SECONDS = float(os.environ.get("PLAN_DEADLINE_SECONDS", "120"))
 PLAN_ATTEMPTS_PER_MODEL = 3
+# A tool agent's simple goal is one step with no model call: "Read notes.txt" always; the everyday ones ("Convert
+# data.csv to JSON", "List the workspace", count, copy) for a small planner model ("small"), for any ("all"), or
+# never ("off": no shortcut at all).
+PLAN_ONE_STEP_SHORTCUT = os.environ.get("PLAN_ONE_STEP_SHORTCUT", "small")
+# Per model: {"<model>": {"format": "json_schema" | "json_object" | "ollama" | "off", "context": 2048,
+# "small": true}} (agents/llm/structured.py). LLM_FORMAT and LLM_CONTEXT_TOKENS are the defaults.
+LLM_MODEL_SETTINGS = json.loads(os.environ.get("LLM_MODEL_SETTINGS", "{}"))
+LLM_FORMAT = os.environ.get("LLM_FORMAT", "json_schema")
+LLM_CONTEXT_TOKENS = int(os.environ.get("LLM_CONTEXT_TOKENS", "0"))
 PLAN_REJECTIONS_BEFORE_FALLBACK = 2
 
 LOGGING = {

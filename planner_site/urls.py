@@ -13,6 +13,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/", include("planner_site.accounts")),
     path("healthz", healthz, name="healthz"),
+    path("notifications/", include("notifications.urls")),
     path("", include("planning.urls")),
+    path("policies/", include("policies.urls")),
     path("api/", api_urls()),
 ]

@@ -42,6 +42,14 @@ def char_problem(text: str) -> str | None:
     return None
 
 
+def text_shown_plainly(text: str) -> str:
+    """`text` with every character char_problem refuses written out as its code (`\\u202e`), for exports of rows
+    stored before the validators existed: what a spreadsheet or terminal shows is what the row holds."""
+    return "".join(
+        f"\\u{ord(ch):04x}" if ch in BIDI_CONTROLS or (unicodedata.category(ch) in ("Cc", "Cs") and ch not in ALLOWED_CONTROLS)
+        else ch for ch in text)
+
+
 def text_problem(text: str, *, max_length: int | None = None) -> str | None:
     """Why `text` cannot be stored, or None: too long, a NUL, a lone surrogate, a control character."""
     if max_length is not None and len(text) > max_length:

@@ -47,7 +47,7 @@ class PlanStepAdminForm(LoadedValuesForm):
         plan = cleaned.get("plan") or getattr(step, "plan", None)
         if plan is None or plan.pk is None:
             return cleaned  # a plan being created: its steps are checked when they are edited
-        probe = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.concrete_fields})
+        probe = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.get_fields() if f.concrete})
         probe.key = cleaned.get("key", step.key)
         problems, _ = step_changes_problems(step=probe, plan=plan, changes=changes)
         for problem in problems:

@@ -13,13 +13,14 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
-from functools import wraps
+from functools import partial, wraps
 from typing import Annotated, Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
 from django.utils import timezone
@@ -36,8 +37,8 @@ from agents.models import Agent, AgentToken
 from agents.tools import MAX_LOOP_RUNS
 from planner_site.validators import json_problem
 from planning import external
-from planning.consumers import changes_watched
 from planning.external import ExternalError
+from planning.live.hub import changes_watched
 
 # From the environment; a Django setting of the same name overrides (tests do).
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes
@@ -75,15 +76,21 @@ class AgentTokenAuth(HttpBearer):
         return super().__call__(request)
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentToken | None:
-        row = AgentToken.objects.lookup(token)
-        if row is None:
-            return None
-        if row.agent.kind != Agent.Kind.EXTERNAL:
-            raise HttpError(403, f"{row.agent.name} is not an external agent; only external agents use the API.")
-        now = timezone.now()
-        if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_EVERY_SECONDS:
-            AgentToken.objects.filter(pk=row.pk).update(last_used_at=now)
-        return row
+        return token_authenticate(token)
+
+
+def token_authenticate(raw: str) -> AgentToken | None:
+    """The active token `raw` of an external agent (its use noted), None for a missing, unknown or revoked one;
+    the token of an agent of another kind is refused (403). The API and the MCP endpoint both ask this."""
+    row = AgentToken.objects.lookup(raw)
+    if row is None:
+        return None
+    if row.agent.kind != Agent.Kind.EXTERNAL:
+        raise HttpError(403, f"{row.agent.name} is not an external agent; only external agents use the API.")
+    now = timezone.now()
+    if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_EVERY_SECONDS:
+        AgentToken.objects.filter(pk=row.pk).update(last_used_at=now)
+    return row
 
 
 class TokenRateThrottle(SimpleRateThrottle):
@@ -136,7 +143,7 @@ def request_invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
 
 @api.exception_handler(AuthenticationError)
 def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    response = error_response(request, 401, "Missing, unknown or revoked token: send 'Authorization: Bearer <token>'.")
+    response = error_response(request, 401, "Missing, unknown, revoked or expired token: send 'Authorization: Bearer <token>'.")
     response["WWW-Authenticate"] = "Bearer"
     return response
 
@@ -412,22 +419,33 @@ async def plan_next_get(request: HttpRequest, plan_id: ObjectId, query: Query[Ne
 
 class TokenRevoked(HttpError):
     def __init__(self) -> None:
-        super().__init__(401, "This token was revoked while waiting; nothing more is sent to it.")
+        super().__init__(401, "This token was revoked or expired while waiting; nothing more is sent to it.")
 
 
 def token_active(token_id: int) -> bool:
     return AgentToken.objects.active().filter(pk=token_id).exists()
 
 
-async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: int | None = None) -> dict[str, Any]:
-    """Answer at once unless it is "wait"; then wait for a push about the plan or agent (or a short poll),
-    holding neither a database connection nor a worker thread in between. A token revoked meanwhile ends the
-    wait with a 401 (its revocation is pushed as a change of the agent; the poll catches a lost push)."""
-    read = sync_to_async(external.plan_next_read)
-
-    async def token_check() -> None:
-        if token_id is not None and not await sync_to_async(token_active)(token_id):
+def plan_next_checked(*, agent: Agent, plan_id: int, token_id: int | None, via: str = external.VIA_API) -> dict[str, Any]:
+    """While a long poll waits: the token still active, then `plan_next_read`, in one hop to a thread and one
+    connection taken from the pool and given back (200 waiting agents wake every POLL_SECONDS)."""
+    try:
+        if token_id is not None and not token_active(token_id):
             raise TokenRevoked
+    except BaseException:
+        if not connection.in_atomic_block:
+            connection.close()
+        raise
+    return external.plan_next_read(agent=agent, plan_id=plan_id, via=via)
+
+
+async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: int | None = None,
+                         via: str = external.VIA_API) -> dict[str, Any]:
+    """Answer at once unless it is "wait"; then wait for a push about the plan or agent (or a short poll),
+    holding no database connection in between. A token revoked meanwhile ends the wait with a 401 (its
+    revocation is pushed as a change of the agent; the poll catches a lost push)."""
+    read = sync_to_async(partial(external.plan_next_read, via=via))
+    checked = sync_to_async(partial(plan_next_checked, via=via))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     answer = await read(agent=agent, plan_id=plan_id)
@@ -448,8 +466,7 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: i
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), timeout=pause)
                 changed.clear()
-            await token_check()
-            answer = await read(agent=agent, plan_id=plan_id)
+            answer = await checked(agent=agent, plan_id=plan_id, token_id=token_id)
             if answer["action"] != "wait":
                 return answer
 
@@ -461,6 +478,16 @@ def version_post(request: HttpRequest, plan_id: ObjectId, payload: VersionIn) ->
     plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
     new = external.plan_version_submit(agent=agent, plan=plan, data=body_data(payload))
     return Status(201, created(new))
+
+
+class WithdrawIn(StrictSchema):
+    reason: str = Field("", max_length=2000, description="Why the agent stops pursuing the plan (shown on its timeline)")
+
+
+@v1.post("/plans/{plan_id}/cancel", response={200: PlanCreated, **ERRORS},
+         summary="Withdraw the agent's own open plan (cancelled, with the agent as the actor)")
+def plan_cancel_post(request: HttpRequest, plan_id: ObjectId, payload: WithdrawIn) -> dict[str, Any]:
+    return created(external.plan_withdraw(agent=agent_of(request), plan_id=plan_id, reason=payload.reason))
 
 
 def replayed(response: HttpResponse, again: bool) -> HttpResponse:

@@ -17,13 +17,20 @@ from django.db import IntegrityError, connection, transaction
 
 from agents.declared_tools import tool_registry, tools_declaration_problems
 from agents.models import Agent, ApiRequest
-from planner_site.events import publish_changed_on_commit
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.plan_services import PlanAlreadyReplanned, plan_accept, plan_start, plan_start_by_policy
 from planning.planner import plan_generate
-from planning.services import event_record, step_finish, step_move, step_request_approval
+from planning.services import (
+    DecisionError,
+    event_agent_record,
+    event_record,
+    plan_cancel,
+    step_finish,
+    step_move,
+    step_request_approval,
+)
 
 RESULT_MAX_CHARS = 20000
 REQUEST_ID_MAX = 100
@@ -50,9 +57,14 @@ class PlanInvalid(ExternalError):
     status = 422
 
 
-def agent_actor(agent: Agent) -> str:
-    """The actor of an external agent's events, as the timeline and the audit show it."""
-    return f"{agent.name} (API)"[:150]
+VIA_API = "API"  # the REST API (/api/v1/)
+VIA_MCP = "MCP"  # the MCP server (/mcp)
+
+
+def agent_actor(agent: Agent, via: str = VIA_API) -> str:
+    """The actor of an external agent's events, as the timeline and the audit show it: its name and the way it
+    came in (the REST API or the MCP server)."""
+    return f"{agent.name} ({via})"[:150]
 
 
 # --- reading ------------------------------------------------------------------------------------------------
@@ -108,11 +120,14 @@ def step_needs_approval(step: PlanStep, plan: Plan) -> bool:
 
 
 def replan_feedback(plan: Plan) -> str:
-    declined = [r for r in plan.events.filter(kind=PlanEvent.Kind.STEP_DECLINED).values_list("reason", flat=True) if r]
+    """The operators' words: each declined step's feedback, and each replan an operator asked for (a plan
+    declined before it was approved), newest first."""
+    asked = plan.events.filter(kind__in=[PlanEvent.Kind.STEP_DECLINED, PlanEvent.Kind.REPLAN_REQUESTED])
+    declined = [r for r in asked.order_by("created_at", "pk").values_list("reason", flat=True) if r]
     return "; ".join(reversed(declined)) or plan.replan_reason
 
 
-def plan_next(*, agent: Agent, plan_id: int) -> dict[str, Any]:
+def plan_next(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[str, Any]:
     """What the agent may do now on this plan: run a step, wait, replan, or stop (cancelled, failed, done).
 
     A step that needs an operator's approval is put up for approval here, the moment the agent reaches it.
@@ -153,8 +168,10 @@ def plan_next(*, agent: Agent, plan_id: int) -> dict[str, Any]:
     if keys:
         step = next(s for s in steps if s.key == keys[0])
         if step_needs_approval(step, plan):
-            step_request_approval(step=step, runner=agent_actor(agent))
+            step_request_approval(step=step, runner=agent_actor(agent, via))
             step.refresh_from_db()
+            if step.status != PlanStep.Status.AWAITING_APPROVAL:  # a policy decided it at once: what now
+                return plan_next(agent=agent, plan_id=plan_id, via=via)
             return {"action": "wait", "reason": f"step {step.key} awaits an operator's approval",
                     "step": step_data(step)}
         return {"action": "run", "step": step_data(step)}
@@ -166,10 +183,10 @@ def plan_next(*, agent: Agent, plan_id: int) -> dict[str, Any]:
     return {"action": "done"}
 
 
-def plan_next_read(*, agent: Agent, plan_id: int) -> dict[str, Any]:
+def plan_next_read(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[str, Any]:
     """`plan_next` for the long poll: between two reads the request holds no database connection."""
     try:
-        return plan_next(agent=agent, plan_id=plan_id)
+        return plan_next(agent=agent, plan_id=plan_id, via=via)
     finally:
         if not connection.in_atomic_block:  # a caller's transaction (a test's) keeps its connection
             connection.close()
@@ -179,15 +196,18 @@ def plan_next_read(*, agent: Agent, plan_id: int) -> dict[str, Any]:
 
 
 @transaction.atomic
-def agent_tools_declare(*, agent: Agent, tools: list[Any]) -> list[dict[str, Any]]:
+def agent_tools_declare(*, agent: Agent, tools: list[Any], via: str = VIA_API) -> list[dict[str, Any]]:
     """Store the agent's tools; its plans are validated against them from now on."""
     problems = tools_declaration_problems(tools)
     if problems:
         raise PlanInvalid("The tools declaration is not valid. Nothing was changed.", problems=problems)
     agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    before = sorted(str(t.get("name", "")) for t in agent.declared_tools or [] if isinstance(t, Mapping))
     agent.declared_tools = [dict(t) for t in tools]
     agent.save(update_fields=["declared_tools"])
-    publish_changed_on_commit(agent_id=agent.pk, kind="tools_declared")
+    after = sorted(str(t.get("name", "")) for t in agent.declared_tools)
+    event_agent_record(agent=agent, kind=PlanEvent.Kind.TOOLS_DECLARED, actor_label=agent_actor(agent, via),
+                       reason=", ".join(after)[:4000], detail={"diff": {"tools": [before, after]}})
     return agent.declared_tools
 
 
@@ -203,9 +223,9 @@ def plan_check_external(*, agent: Agent, data: Mapping[str, Any]) -> ValidationR
 
 
 def plan_store(*, agent: Agent, goal_text: str, result: ValidationResult, previous: Plan | None, kept: list[PlanStep],
-               reason: str) -> Plan:
+               reason: str, via: str = VIA_API) -> Plan:
     """Create the validated plan (a new version when `previous` is given) with its events, by the agent."""
-    actor = agent_actor(agent)
+    actor = agent_actor(agent, via)
     try:
         plan = plan_start(agent=agent, goal_text=goal_text, goal=previous.goal if previous else None,
                           previous=previous, reason=reason, actor_label=actor)
@@ -219,29 +239,29 @@ def plan_store(*, agent: Agent, goal_text: str, result: ValidationResult, previo
     return plan
 
 
-def goal_plan(*, agent: Agent, goal: str) -> Plan:
+def goal_plan(*, agent: Agent, goal: str, via: str = VIA_API) -> Plan:
     """The built-in planner plans a goal with the agent's declared tools (the model calls take a while)."""
     goal_text = " ".join(goal.split())
     if not goal_text:
         raise PlanInvalid("Describe the goal. Nothing was stored.", problems=["goal: empty"])
     if not agent.declared_tools:
         raise PlanInvalid("Declare your tools first (PUT /api/v1/agent/tools). Nothing was stored.")
-    return plan_generate(agent=agent, goal_text=goal_text, actor_label=agent_actor(agent))
+    return plan_generate(agent=agent, goal_text=goal_text, actor_label=agent_actor(agent, via))
 
 
 @transaction.atomic
-def plan_submit(*, agent: Agent, data: Mapping[str, Any]) -> Plan:
+def plan_submit(*, agent: Agent, data: Mapping[str, Any], via: str = VIA_API) -> Plan:
     """A plan the agent made itself: validated, stored, awaiting approval or active per its policy."""
     goal_text = " ".join(str(data.get("goal") or "").split())
     if not goal_text:
         raise PlanInvalid("The plan needs a 'goal'. Nothing was stored.", problems=["plan: missing 'goal'"])
     result = plan_check_external(agent=agent, data=data)
     return plan_store(agent=agent, goal_text=goal_text, result=result, previous=None, kept=[],
-                      reason="submitted over the API")
+                      reason="submitted over the API" if via == VIA_API else f"submitted over {via}", via=via)
 
 
 @transaction.atomic
-def plan_version_submit(*, agent: Agent, plan: Plan, data: Mapping[str, Any]) -> Plan:
+def plan_version_submit(*, agent: Agent, plan: Plan, data: Mapping[str, Any], via: str = VIA_API) -> Plan:
     """The agent's next version after feedback: its completed steps stay completed and are never redone."""
     previous = Plan.objects.select_for_update().get(pk=plan.pk, agent=agent)
     if previous.status not in (Plan.Status.ACTIVE, Plan.Status.AWAITING_APPROVAL, Plan.Status.FAILED):
@@ -264,7 +284,20 @@ def plan_version_submit(*, agent: Agent, plan: Plan, data: Mapping[str, Any]) ->
     result = plan_check_external(agent=agent, data=payload)
     goal_text = " ".join(str(payload.get("goal") or "").split()) or previous.goal_text
     reason = previous.replan_reason or "replanned by the agent"
-    return plan_store(agent=agent, goal_text=goal_text, result=result, previous=previous, kept=kept, reason=reason)
+    return plan_store(agent=agent, goal_text=goal_text, result=result, previous=previous, kept=kept, reason=reason,
+                      via=via)
+
+
+def plan_withdraw(*, agent: Agent, plan_id: int, reason: str, via: str = VIA_API) -> Plan:
+    """The agent stops pursuing its own open plan (e.g. it went on without the call an operator declined): the
+    plan is cancelled with the agent as the actor, its unfinished steps skipped."""
+    plan = agent_plan_get(agent=agent, plan_id=plan_id)
+    try:
+        plan_cancel(plan=plan, user=None, actor_label=agent_actor(agent, via),
+                    reason=reason.strip() or "withdrawn by the agent")
+    except DecisionError as exc:
+        raise ExternalError(str(exc)) from exc
+    return Plan.objects.get(pk=plan.pk)
 
 
 # --- steps, idempotent by request id ------------------------------------------------------------------------
@@ -308,7 +341,7 @@ def request_replay(*, agent: Agent, request_id: str, operation: str) -> dict[str
     return dict(earlier.response)
 
 
-def step_start(*, agent: Agent, step_id: int, request_id: str) -> tuple[dict[str, Any], bool]:
+def step_start(*, agent: Agent, step_id: int, request_id: str, via: str = VIA_API) -> tuple[dict[str, Any], bool]:
     """The agent starts a step it was told to run."""
 
     def apply(step: PlanStep) -> dict[str, Any]:
@@ -334,7 +367,7 @@ def step_start(*, agent: Agent, step_id: int, request_id: str) -> tuple[dict[str
         step_move(step=step, status=PlanStep.Status.RUNNING)
         step.actual_cycles += 1
         step.save(update_fields=["status", "actual_cycles", "updated_at"])
-        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=agent_actor(agent),
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=agent_actor(agent, via),
                      reason=f"{step.tool} {json.dumps(step.tool_input, ensure_ascii=False)}"[:500])
         return step_data(step)
 
@@ -347,7 +380,7 @@ def output_text(output: Any) -> str:
 
 
 def step_result(*, agent: Agent, step_id: int, request_id: str, succeeded: bool, output: Any = None,
-                error: str = "") -> tuple[dict[str, Any], bool]:
+                error: str = "", via: str = VIA_API) -> tuple[dict[str, Any], bool]:
     """The agent reports how a running step went: completed, or a failed try (retried, then replanned)."""
     text = "" if output is None else output_text(output)
     if len(text) > RESULT_MAX_CHARS:
@@ -360,7 +393,7 @@ def step_result(*, agent: Agent, step_id: int, request_id: str, succeeded: bool,
         if step.status != PlanStep.Status.RUNNING:
             raise ExternalError(f"Step {step.key} is {step.get_status_display().lower()}, not running: "
                                 "start it before reporting its result. Nothing was changed.")
-        finished = step_finish(step=step, runner=agent_actor(agent), succeeded=succeeded, result=text,
+        finished = step_finish(step=step, runner=agent_actor(agent, via), succeeded=succeeded, result=text,
                                error=error.strip())
         plan = Plan.objects.get(pk=finished.plan_id)
         return {"step": step_data(finished), "plan": {"id": plan.pk, "version": plan.version, "status": plan.status}}

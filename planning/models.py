@@ -13,6 +13,18 @@ from django.db.models import Q
 from django.urls import reverse
 
 
+class PlanQuerySet(models.QuerySet["Plan"]):
+    """The filters written again and again over plans."""
+
+    def open(self) -> PlanQuerySet:
+        """Plans still in play: drafting, planning, asking, awaiting approval or active."""
+        return self.filter(status__in=Plan.OPEN_STATUSES)
+
+    def held(self) -> PlanQuerySet:
+        """Plans that hold their goal: open, or failed (a failed planning retries)."""
+        return self.filter(status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
+
+
 class Plan(models.Model):
     """One version of an agent's plan for a goal; a replan makes version n+1 linked to version n."""
 
@@ -66,6 +78,8 @@ class Plan(models.Model):
     retry_at = models.DateTimeField(null=True, blank=True, help_text="When a failed planning is tried again")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = PlanQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -209,6 +223,14 @@ class PlanEvent(models.Model):
         GOAL_GIVEN = "goal_given", "Goal given"
         GOAL_COMPLETED = "goal_completed", "Goal completed"
         GOAL_ABANDONED = "goal_abandoned", "Goal abandoned"
+        ESCALATED = "escalated", "Escalated"
+        BUDGET_REACHED = "budget_reached", "Budget reached"
+        DECISION_UNDONE = "decision_undone", "Automatic decision undone"
+        GOALS_GENERATED = "goals_generated", "Goals generated"
+        MILESTONE_CHECKED = "milestone_checked", "Milestone checked"
+        TOOLS_DECLARED = "tools_declared", "Tools declared"
+        ADMIN_DELETE = "admin_delete", "Deleted in admin"
+        TOKEN_REVOKED = "token_revoked", "API token revoked"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="events")

@@ -11,13 +11,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet, Subquery
+from django.db.models import Subquery
 from django.utils import timezone
 
 from agents.models import Agent
 from agents.world import action_needs_permission
 from goals.models import Goal
-from planner_site import statements
 from planner_site.events import publish_changed_on_commit
 from planning.engine.diff import plan_diff
 from planning.engine.prompts import RESTATE_KEYS
@@ -36,32 +35,10 @@ class PlanNoLongerValidating(Exception):
     """The plan left "validating" while the planner worked (failed as interrupted, or cancelled)."""
 
 
-NO_PLAN = -1  # the plan id the lock statement is compiled with; each run gives its own in its place
-
-
-def plan_lock_query(pk: int) -> QuerySet[Plan, tuple[Any, ...]]:
-    """The plan row locked (not its agent's or previous version's), with both, as select_related reads them."""
-    return Plan.objects.select_for_update(of=("self",)).filter(pk=pk).values_list(
-        *statements.all_columns(Plan), *statements.all_columns(Agent, "agent__"),
-        *statements.all_columns(Plan, "previous__"))
-
-
 def plan_locked_validating(plan: Plan) -> Plan:
-    """The plan row, locked; PlanNoLongerValidating when someone else ended its planning meanwhile.
-
-    Every write of a planning cycle starts here: the statement is compiled once (planner_site/statements.py;
-    tests/planning/test_statements.py checks it reads what the QuerySet reads)."""
-    read = statements.statement_kept("plan_locked", lambda: plan_lock_query(NO_PLAN), params=[NO_PLAN])
-    rows = read.rows([plan.pk])
-    if not rows:
-        raise Plan.DoesNotExist(f"plan {plan.pk} does not exist")
-    locked = statements.instance(Plan, rows[0])
-    assert locked is not None
-    plan_width, agent_width = len(statements.all_columns(Plan)), len(statements.all_columns(Agent))
-    Plan._meta.get_field("agent").set_cached_value(  # type: ignore[union-attr]
-        locked, statements.instance(Agent, rows[0], plan_width))
-    Plan._meta.get_field("previous").set_cached_value(  # type: ignore[union-attr]
-        locked, statements.instance(Plan, rows[0], plan_width + agent_width))
+    """The plan row, locked (not its agent's or previous version's), with both; PlanNoLongerValidating when
+    someone else ended its planning meanwhile. Every write of a planning cycle starts here."""
+    locked = Plan.objects.select_for_update(of=("self",)).select_related("agent", "previous").get(pk=plan.pk)
     if locked.status != Plan.Status.VALIDATING:
         raise PlanNoLongerValidating(locked)
     return locked
@@ -70,8 +47,8 @@ def plan_locked_validating(plan: Plan) -> Plan:
 def agent_waiting_set(*, agent_id: int, reason: str, retry_sync: bool = False) -> None:
     """What the agent waits for, on its row (the dashboard's "waiting" filter); pushed with the caller's event.
     With retry_sync, the earliest automatic retry too, in the same statement (see agent_retry_sync)."""
-    if not retry_sync:  # the common case, twice in every planning: SQL written once (statements.py)
-        statements.update(Agent, {"waiting_reason": reason[:300]}, id=agent_id)
+    if not retry_sync:  # the common case, twice in every planning
+        Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300])
         return
     Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300],
                                              plan_retry_at=agent_retry_earliest(agent_id=agent_id))
@@ -105,7 +82,7 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
     try:
         # Only a next version can collide (`previous` is one-to-one): a first version needs no savepoint.
         with transaction.atomic() if previous is not None else contextlib.nullcontext():
-            plan = Plan(
+            plan = Plan.objects.create(
                 agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
                 version=previous.version + 1 if previous else 1, previous=previous,
                 times_replanned=previous.times_replanned + (1 if planned else 0) if previous else 0,
@@ -113,7 +90,6 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
                 # The restatement is the goal's, not the version's: a replan keeps it (and its call).
                 **({k: getattr(previous, k) for k in RESTATE_KEYS} if previous is not None else {}),
             )
-            statements.insert([plan])  # every planning starts here: SQL written once (statements.py)
     except IntegrityError as exc:
         raise PlanAlreadyReplanned(previous) from exc
     if previous is not None:
@@ -136,7 +112,7 @@ def plan_restatement_save(*, plan: Plan, restatement: Mapping[str, str]) -> None
     No event of its own: the restatement is part of the planning that the next event (an attempt, the
     plan validated or failed) records."""
     with transaction.atomic():
-        statements.update(Plan, {k: restatement.get(k, "") for k in RESTATE_KEYS}, id=plan.pk)
+        Plan.objects.filter(pk=plan.pk).update(**{k: restatement.get(k, "") for k in RESTATE_KEYS})
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="restated")
 
 
@@ -190,22 +166,26 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
     persona = plan.agent.kind == Agent.Kind.PERSONA
     steps_permission_raise(plan=plan, spec=spec, kept_keys={s.key for s in kept}, flags=flags)
     steps = plan_steps_build(plan=plan, spec=spec, kept=kept)
-    statements.insert(steps)  # one INSERT, as bulk_create; its SQL written once per number of steps
+    PlanStep.objects.bulk_create(steps)  # one INSERT
     plan.status = Plan.Status.ACTIVE if persona else Plan.Status.AWAITING_APPROVAL
     plan.approval_mode = Plan.ApprovalMode.ALL if persona else Plan.ApprovalMode.PENDING
     plan.thinking_summary = spec.thinking_summary[:4000]
     plan.confidence = max(0.0, min(1.0, spec.confidence))
     plan.risks = list(spec.risks)
     plan.model = model
-    plan.updated_at = timezone.now()
-    statements.update(Plan, {f: getattr(plan, f) for f in (
-        "status", "approval_mode", "thinking_summary", "confidence", "risks", "model", "updated_at")}, id=plan.pk)
+    plan.save(update_fields=["status", "approval_mode", "thinking_summary", "confidence", "risks", "model",
+                             "updated_at"])
     detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
     if plan.previous is not None:
         detail["diff"] = plan_diff([s.as_spec() for s in plan.previous.steps.all()], [s.as_spec() for s in steps])
     agent_waiting_set(agent_id=plan.agent_id, reason="" if persona else f"plan v{plan.version} awaits approval")
     event_record(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label=actor_label, reason="; ".join(flags)[:4000],
                  detail=detail)
+    if not persona:
+        from policies.services import policies_plan_waiting  # noqa: PLC0415 (policies decide through the services)
+
+        if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
+            plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
     return plan
 
 

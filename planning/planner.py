@@ -23,13 +23,17 @@ from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
 from agents.llm.extract import ExtractError, json_extract
-from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, llm_complete, model_chain
+from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, LLMResult, llm_complete, model_chain
+from agents.llm.placeholders import placeholder_or_example
+from agents.llm.schemas import PathChoices, plan_schema, reflect_schema, restate_schema
+from agents.llm.structured import model_profile, prompt_budget, tokens_estimate
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
 from agents.world import ACTIONS, persona_situation
 from goals.models import Goal
 from planning.engine.complexity import should_plan, tool_single_step
-from planning.engine.parse import plan_parse
+from planning.engine.meaning import goal_paths, goal_tools
+from planning.engine.parse import NO_JSON_PLAN, plan_parse
 from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
 from planning.engine.validate import PlanSpec, plan_validate, step_plan_data, steps_repeating_declined
 from planning.models import Plan, PlanEvent, PlanStep
@@ -162,11 +166,12 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
                  memory: RetryContext, deadline: Deadline, actor_label: str, simple: bool = False,
                  declined: Sequence[dict[str, Any]] = ()) -> Plan | bool | None:
     """One ask of one model: the accepted (or clarifying) plan, False when rejected, None when it did not answer."""
-    messages = plan_messages(agent=agent, goal_text=goal_text, restatement=restatement, previous=previous, kept=kept,
-                             reason=reason, feedback=feedback, memory=memory, simple=simple, declined=declined)
+    messages = plan_messages_fitted(
+        model=model, purpose=purpose, agent=agent, goal_text=goal_text, restatement=restatement, previous=previous,
+        kept=kept, reason=reason, feedback=feedback, memory=memory, simple=simple, declined=declined)
     try:
         answer = llm_complete(purpose=purpose, messages=messages, models=[model], agent_id=agent.pk,
-                              plan_id=plan.pk, deadline=deadline)
+                              plan_id=plan.pk, deadline=deadline, schema=plan_answer_schema(agent, goal_text, model))
     except LLMError as exc:
         if isinstance(exc, LLMDeadlineError) and not exc.failures:
             return None  # nothing was asked: the time was up before
@@ -175,20 +180,76 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
                        actor_label=actor_label)
         return None
     memory.answered_by = model
-    check = plan_check(agent=agent, text=answer.text, kept=kept, declined=declined)
+    check = plan_check(agent=agent, text=answer.text, kept=kept, declined=declined, goal_text=goal_text,
+                       answer=answer, steered=bool(feedback or declined))
     if check.spec is not None:
         flags = [*check.flags, *(["accepted from a simpler request after rejected answers"] if simple else [])]
         return plan_accept(plan=plan, spec=check.spec, flags=flags, model=model, kept=kept, actor_label=actor_label)
     if check.question:
         return plan_ask(plan=plan, question=check.question, model=model, actor_label=actor_label)
     memory.rejected += 1
-    hints = plan_reflect(agent=agent, plan=plan, output=answer.text, reasons=check.problems, deadline=deadline)
+    hints: list[str] = []
+    if reflection_helps(model, check.problems):
+        hints = plan_reflect(agent=agent, plan=plan, output=answer.text, reasons=check.problems, deadline=deadline)
     attempt_reject(plan=plan, model=model, reasons=check.problems, output=answer.text, hints=hints,
                    actor_label=actor_label)
     memory.reasons = [*memory.reasons, *check.problems][-RECENT_REASONS:]
     memory.hints = hints or memory.hints  # a failed reflection keeps the hints we had
     memory.last_output = answer.text
     return False
+
+
+TRUNCATED = ("the answer was cut off at the token limit (finish_reason \"length\"), so it is incomplete; "
+             "give fewer, shorter steps")
+UNREFLECTABLE = (NO_JSON_PLAN, TRUNCATED)
+
+
+def reflection_helps(model: str, problems: Sequence[str]) -> bool:
+    """A reflection call is skipped where it cannot help: a small model (its hints are no better than the
+    reasons themselves), an answer with no JSON plan at all, or one cut off at the token limit."""
+    if model_profile(model).small:
+        return False
+    return not any(marker in problem for problem in problems for marker in UNREFLECTABLE)
+
+
+def plan_answer_schema(agent: Agent, goal_text: str, model: str) -> dict[str, Any]:
+    """The JSON Schema of a plan answer for this agent: its tools (or the persona actions), its goal. A small
+    model's is narrower: the tools the goal's words name, the paths of the workspace and the goal."""
+    kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    registry = declared or TOOLS
+    tools = list(registry.values()) if kind == Agent.Kind.TOOL else []
+    paths = None
+    if kind == Agent.Kind.TOOL and model_profile(model).small:
+        tools = [registry[name] for name in goal_tools(goal_text, list(registry))]
+        reads, writes, sources = goal_paths(goal_text, workspace_listing(agent.workspace))
+        paths = PathChoices(reads=reads, writes=writes, sources=sources)
+    return plan_schema(kind=kind, goal=goal_text, tools=tools, actions=list(ACTIONS),
+                       max_steps=settings.PLAN_MAX_STEPS, paths=paths)
+
+
+def plan_messages_fitted(*, model: str, purpose: str, memory: RetryContext, **kwargs: Any) -> list[dict[str, str]]:
+    """The plan prompt, trimmed to leave the model room for a whole answer: what goes first is the rejected
+    output (it is the longest part), then the hints, then all but the last two rejection reasons."""
+    # A small model gets the compact prompt: its schema carries the shape, the prompt only the task.
+    kwargs["compact"] = model_profile(model).small
+    messages = plan_messages(memory=memory, **kwargs)
+    budget = prompt_budget(purpose, model)
+    if budget is None or tokens_estimate(messages) <= budget:
+        return messages
+    trimmed = RetryContext(reasons=list(memory.reasons), hints=list(memory.hints), last_output=memory.last_output)
+    for cut in ("output_short", "output", "hints", "reasons"):
+        if cut == "output_short":
+            trimmed.last_output = trimmed.last_output[:300]
+        elif cut == "output":
+            trimmed.last_output = ""
+        elif cut == "hints":
+            trimmed.hints = []
+        else:
+            trimmed.reasons = trimmed.reasons[-2:]
+        messages = plan_messages(memory=trimmed, **kwargs)
+        if tokens_estimate(messages) <= budget:
+            break
+    return messages
 
 
 def steps_declined(plan: Plan | None) -> list[dict[str, Any]]:
@@ -222,13 +283,19 @@ def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[Pla
     """Seed 004's should_plan: a tool agent's simple goal (one read-only call on a named file or folder) becomes
     one step without a planning call. Personas never get one: seed 000 decomposes every goal into steps."""
     # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (agents/cycle.py).
-    if should_plan(goal_text) or agent.kind != Agent.Kind.TOOL:
+    shortcut = settings.PLAN_ONE_STEP_SHORTCUT
+    if agent.kind != Agent.Kind.TOOL or shortcut == "off":
         return None
-    step = tool_single_step(goal_text)
+    chain = model_chain("plan", agent_models=agent.planner_models)
+    # The everyday goals (convert, count, list, copy) skip a small model's planning; a strong one plans them.
+    everyday = shortcut == "all" or (shortcut == "small" and model_profile(chain[0]).small)
+    # Seed 004's should_plan gates the reads; an everyday goal's pattern names its one step whole.
+    step = tool_single_step(goal_text, everyday=everyday) if everyday else (
+        None if should_plan(goal_text) else tool_single_step(goal_text))
     data: dict[str, Any] | None = {"steps": [step]} if step else None
     if data is None:
         return None
-    result = plan_validate(data, kind=agent.kind, allowed_actions=list(ACTIONS),
+    result = plan_validate(data, kind=agent.kind, allowed_actions=list(ACTIONS), goal_text=goal_text,
                            workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None)
     if result.plan is None:
         return None
@@ -246,6 +313,8 @@ def plan_restatement(*, agent: Agent, plan: Plan, previous: Plan | None, goal_te
             return kept
     if agent.kind != Agent.Kind.TOOL:
         return {}
+    if model_profile(model_chain("restate")[0]).small:
+        return {}  # a small model's restatement repeats the goal or fills in placeholders: no call
     return plan_restate(agent=agent, plan=plan, goal_text=goal_text, deadline=deadline)
 
 
@@ -254,7 +323,7 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline
     try:
         answer = llm_complete(purpose="restate", messages=prompt_restate(goal=goal_text, agent_name=agent.name,
                                                                           backstory=agent.backstory),
-                              agent_id=agent.pk, plan_id=plan.pk, deadline=deadline)
+                              agent_id=agent.pk, plan_id=plan.pk, deadline=deadline, schema=restate_schema())
         data = json_extract(answer.text).value
     except (LLMError, ExtractError) as exc:
         logger.info("restatement failed for plan %s: %s", plan.pk, exc)
@@ -262,14 +331,21 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline
     raw = data.get("restatement", data) if isinstance(data, dict) else None
     if not isinstance(raw, dict):
         return {}
-    restatement = {k: str(raw.get(k, ""))[:300] for k in RESTATE_KEYS}
+    # A placeholder ("...", the prompt's example) is no restatement: such a line is left empty, and an
+    # answer with nothing else is not stored at all.
+    restatement = {k: ("" if placeholder_or_example(str(raw.get(k, "")), goal=goal_text) else
+                       " ".join(str(raw.get(k, "")).split())[:300]) for k in RESTATE_KEYS}
+    if not any(restatement.values()):
+        logger.info("restatement for plan %s held only placeholders", plan.pk)
+        return {}
     plan_restatement_save(plan=plan, restatement=restatement)
     return restatement
 
 
 def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], previous: Plan | None,
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], memory: RetryContext,
-                  simple: bool = False, declined: Sequence[dict[str, Any]] = ()) -> list[dict[str, str]]:
+                  simple: bool = False, declined: Sequence[dict[str, Any]] = (),
+                  compact: bool = False) -> list[dict[str, str]]:
     kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
     # A tool plan's prompt shows no needs (and tool agents have none): no query for them.
     needs = {n.name: n.satisfaction for n in agent.needs.all()} if kind != Agent.Kind.TOOL else {}
@@ -284,7 +360,7 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
         "allowed_actions": list(ACTIONS), "needs": needs, "max_steps": settings.PLAN_MAX_STEPS,
         "workspace_files": files, "restatement": restatement or None, "feedback": list(feedback),
         "rejection_reasons": memory.reasons, "last_rejected_output": memory.last_output,
-        "retry_hints": memory.hints, "simple": simple,
+        "retry_hints": memory.hints, "simple": simple, "compact": compact,
     }
     if previous is not None:
         failed = previous.steps.filter(status__in=[PlanStep.Status.FAILED, PlanStep.Status.DECLINED]).first()
@@ -296,16 +372,28 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
     return prompt_plan(**common)
 
 
-def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Sequence[dict[str, Any]] = ()) -> Check:
+def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Sequence[dict[str, Any]] = (),
+               goal_text: str = "", answer: LLMResult | None = None, steered: bool = False) -> Check:
     """Parse and validate one model answer. Never raises on bad output. A replan that proposes a step the
-    operator declined, unchanged, is rejected with the operator's words as the reason."""
+    operator declined, unchanged, is rejected with the operator's words as the reason.
+
+    An answer cut off at the token limit is rejected as such; prose is "no JSON plan in the answer", never
+    steps; with `goal_text` the plan must mean the goal (planning/engine/meaning.py)."""
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)
+    if answer is not None and answer.truncated:
+        return Check([TRUNCATED])
     try:
-        parsed = plan_parse(text)
+        # A persona's numbered list still names its actions (each is checked); a tool plan is JSON or nothing.
+        parsed = plan_parse(text, allow_single_step=False, allow_text_list=kind != Agent.Kind.TOOL)
     except ExtractError as exc:
-        return Check([f"unparseable output: {exc.reason}"])
+        return Check([exc.reason if exc.reason == NO_JSON_PLAN else f"unparseable output: {exc.reason}"])
     data = dict(parsed.data)
     steps = data.get("steps")
-    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)
+    if answer is not None and answer.response_format and isinstance(steps, list):
+        # A constrained answer may hold "\n" escapes in a one-line text: joined, and said so.
+        joined = steps_texts_joined(steps)
+        if joined:
+            parsed.repaired.append(f"joined {counted(joined, 'multi-line text')} into one line")
     if kept and isinstance(steps, list):
         kept_keys = {s.key for s in kept}
         # The model may repeat completed steps; they are kept as they were, never redone.
@@ -317,9 +405,14 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
     result = plan_validate(data, kind=kind, workspace=workspace, max_steps=settings.PLAN_MAX_STEPS,
-                           allowed_actions=list(ACTIONS), tools=tools)
-    notes = [f"repaired: {r}" for r in parsed.repaired] + parsed.flags
-    if parsed.method not in ("json_tag", "fenced", "balanced"):
+                           allowed_actions=list(ACTIONS), tools=tools, goal_text=goal_text, steered=steered)
+    # Structured output has no tags to forget: the server sent the JSON alone, as asked (an answer with text
+    # around its JSON was not constrained, whatever the server accepted).
+    structured = answer is not None and bool(answer.response_format) and text.lstrip()[:1] in ("{", "[")
+    notes = [f"repaired: {r}" for r in parsed.repaired] + ([] if structured else parsed.flags)
+    if structured:
+        notes.append(f"structured output ({answer.response_format if answer else ''})")
+    elif parsed.method not in ("json_tag", "fenced", "balanced"):
         notes.append(f"parsed from {parsed.method.replace('_', ' ')}")
     if result.clarification:
         return Check(result.problems, question=result.clarification)
@@ -337,12 +430,26 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
     return Check([], result.plan, [*notes, *result.flags])
 
 
+def steps_texts_joined(steps: list[Any]) -> int:
+    """Join the lines of each step's intent/description/expects in place; how many were joined."""
+    joined = 0
+    for step in steps:
+        if not isinstance(step, dict):
+            continue
+        for key in ("intent", "description", "expects", "expected_outcome"):
+            value = step.get(key)
+            if isinstance(value, str) and ("\n" in value or "\r" in value):
+                step[key] = " ".join(value.split())
+                joined += 1
+    return joined
+
+
 def plan_reflect(*, agent: Agent, plan: Plan, output: str, reasons: list[str],
                  deadline: Deadline | None = None) -> list[str]:
     """Seed 002's failure reflection: the fast model turns rejection reasons into fix hints (RETRY_HINTS)."""
     try:
         answer = llm_complete(purpose="reflect", messages=prompt_reflect(output=output[:3000], reasons=reasons),
-                              agent_id=agent.pk, plan_id=plan.pk, deadline=deadline)
+                              agent_id=agent.pk, plan_id=plan.pk, deadline=deadline, schema=reflect_schema())
         data = json_extract(answer.text).value
     except (LLMError, ExtractError):
         return []
@@ -350,7 +457,8 @@ def plan_reflect(*, agent: Agent, plan: Plan, output: str, reasons: list[str],
     if not isinstance(hints, list):
         steps = data.get("steps") if isinstance(data, dict) else None
         hints = steps if isinstance(steps, list) else []
-    return [str(h)[:300] for h in hints if isinstance(h, str | int | float)][:6]
+    return [str(h)[:300] for h in hints
+            if isinstance(h, str | int | float) and not placeholder_or_example(str(h))][:6]
 
 
 def plan_retry_due(*, agent: Agent, runner: str) -> None:

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
 
 from agents.models import Agent, Experience, LLMCall, Need
 from agents.selectors import persona_page
 from agents.tools import undo_dir_for
-from planner_site.statements import columns, statement_kept
 from planning.models import Plan, PlanEvent, PlanStep, steps_done, steps_done_q
 
 DASHBOARD_PAGE_SIZE = 50
@@ -49,48 +47,39 @@ def plan_current_step(plan: Plan, steps: list[PlanStep]) -> PlanStep | None:
     return None
 
 
-# Only the columns a row shows: building whole model instances (and decoding JSON) was the page's main cost.
-ROW_AGENT_FIELDS = columns(Agent, "id", "name", "kind", "status", "waiting_reason", "cycle_count")
-ROW_NEED_FIELDS = columns(Need, "id", "agent_id", "name", "satisfaction")
-ROW_PLAN_FIELDS = columns(Plan, "id", "agent_id", "goal_text", "version", "status")
-ROW_STEP_FIELDS = columns(PlanStep, "id", "plan_id", "key", "position", "description", "status", "retries")
-
-
-def rows_by_ids(name: str, build: Callable[[list[int]], QuerySet[Any, Any]], ids: list[int]) -> list[tuple[Any, ...]]:
-    """The rows of a query over these ids, its SQL compiled once per number of ids (a page has 50 at most)."""
-    return statement_kept(f"{name}/{len(ids)}", lambda: build(ids), params=ids).rows(ids)
+# Only the columns a row shows (`only`): building whole model instances (and decoding JSON) was the page's main cost.
+ROW_AGENT_FIELDS = ("id", "name", "kind", "status", "waiting_reason", "cycle_count")
+ROW_NEED_FIELDS = ("id", "agent_id", "name", "satisfaction")
+ROW_PLAN_FIELDS = ("id", "agent_id", "goal_text", "version", "status")
+ROW_STEP_FIELDS = ("id", "plan_id", "key", "position", "description", "status", "retries")
 
 
 def dashboard_rows(*, agent_ids: list[int]) -> list[AgentRow]:
     """One row per agent (in the order asked for; gone ones left out) with the plan it works on or waits on
-    (agents_row_plan), its current step and progress: four queries in all, each compiled once per number of rows."""
+    (agents_row_plan), its current step and progress: four queries in all."""
     ids = list(dict.fromkeys(agent_ids))
     if not ids:
         return []
-    # A plain QuerySet: the row plan's ranking takes parameters of its own, so it is not a kept statement by ids.
-    agents = {row[0]: row for row in agents_row_plan().filter(pk__in=ids).values_list(*ROW_AGENT_FIELDS, "row_plan_id")}
+    agents = {a.pk: a for a in agents_row_plan().filter(pk__in=ids).only(*ROW_AGENT_FIELDS)}
     needs: dict[int, list[Need]] = defaultdict(list)
-    for row in rows_by_ids("dashboard_needs", lambda ids: Need.objects.filter(agent_id__in=ids).order_by("name")
-                           .values_list(*ROW_NEED_FIELDS), ids):
-        needs[row[1]].append(Need.from_db("default", ROW_NEED_FIELDS, row))
-    plan_ids = sorted({row[-1] for row in agents.values() if row[-1]})
+    for need in Need.objects.filter(agent_id__in=ids).order_by("name").only(*ROW_NEED_FIELDS):
+        needs[need.agent_id].append(need)
+    plan_ids = sorted({a.row_plan_id for a in agents.values() if a.row_plan_id})  # type: ignore[attr-defined]
     plans: dict[int, Plan] = {}
     steps: dict[int, list[PlanStep]] = defaultdict(list)
     if plan_ids:
-        for row in rows_by_ids("dashboard_plans", lambda ids: Plan.objects.filter(pk__in=ids).values_list(*ROW_PLAN_FIELDS), plan_ids):
-            plans[row[0]] = Plan.from_db("default", ROW_PLAN_FIELDS, row)
-        for row in rows_by_ids("dashboard_steps", lambda ids: PlanStep.objects.filter(plan_id__in=ids)
-                               .order_by("plan", "position").values_list(*ROW_STEP_FIELDS), plan_ids):
-            steps[row[1]].append(PlanStep.from_db("default", ROW_STEP_FIELDS, row))
+        plans = {p.pk: p for p in Plan.objects.filter(pk__in=plan_ids).only(*ROW_PLAN_FIELDS)}
+        for step in PlanStep.objects.filter(plan_id__in=plan_ids).order_by("plan", "position").only(*ROW_STEP_FIELDS):
+            steps[step.plan_id].append(step)
     rows = []
     for pk in ids:
         if pk not in agents:
             continue
-        *agent_row, plan_id = agents[pk]
-        plan = plans.get(plan_id)
-        plan_steps = steps[plan_id] if plan else []
+        agent = agents[pk]
+        plan = plans.get(agent.row_plan_id)  # type: ignore[attr-defined]
+        plan_steps = steps[plan.pk] if plan else []
         rows.append(AgentRow(
-            agent=Agent.from_db("default", ROW_AGENT_FIELDS, agent_row), plan=plan,
+            agent=agent, plan=plan,
             step=plan_current_step(plan, plan_steps) if plan else None,
             done=steps_done((s.status for s in plan_steps), plan_status=plan.status) if plan else 0,
             total=len(plan_steps),
@@ -107,7 +96,7 @@ def agents_row_plan() -> QuerySet[Agent]:
     rank = Case(
         When(Q(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
              | (Q(status=Plan.Status.ACTIVE) & Q(Exists(awaiting_step))), then=Value(0)),
-        When(status__in=Plan.OPEN_STATUSES, then=Value(1)),
+        When(status__in=Plan.OPEN_STATUSES, then=Value(1)),  # Plan.objects.open(), inside a Case
         default=Value(2),
     )
     shown = (Plan.objects.filter(agent=OuterRef("pk")).annotate(rank=rank)
@@ -195,20 +184,16 @@ def dashboard_page(filters: DashboardFilter) -> tuple[list[AgentRow], Page[Any]]
 COUNT_NAMES = ("agents", "running", "paused", "waiting", "failing")
 
 
-def dashboard_counts_query() -> QuerySet[Agent, tuple[int, ...]]:
-    # One row of counts over all agents: grouped by a constant, which makes no GROUP BY at all.
-    return Agent.objects.order_by().values(everyone=Value(1)).annotate(
+def dashboard_counts() -> dict[str, int]:
+    """The counts above the table (and the filter badges): one query, one row of counts over all agents
+    (grouped by a constant, which makes no GROUP BY at all)."""
+    row = Agent.objects.order_by().values(everyone=Value(1)).annotate(
         agents=Count("pk"),
         running=Count("pk", filter=Q(status=Agent.Status.RUNNING)),
         paused=Count("pk", filter=Q(status=Agent.Status.PAUSED)),
         waiting=Count("pk", filter=~Q(waiting_reason="")),
         failing=Count("pk", filter=failing_q()),
-    ).values_list(*COUNT_NAMES)
-
-
-def dashboard_counts() -> dict[str, int]:
-    """The counts above the table (and the filter badges): one query, compiled once per process."""
-    row = statement_kept("dashboard_counts", dashboard_counts_query).rows()[0]
+    ).values_list(*COUNT_NAMES).get()
     return dict(zip(COUNT_NAMES, row, strict=True))
 
 
@@ -287,6 +272,22 @@ def plan_calls_page(plan: Plan, number: Any = 1) -> Page[Any]:
     return Paginator(calls, CALLS_PAGE_SIZE).get_page(number)
 
 
+def policy_approvals_undoable(plan: Plan, steps: list[PlanStep]) -> dict[int, int]:
+    """{step id: the policy's approval event} for the steps a policy approved that have not started, on an
+    active plan: an operator may undo those approvals (policies.services.decision_undo). At most one query, and
+    none unless a step is approved and not started."""
+    waiting = [s.pk for s in steps if s.status == PlanStep.Status.PENDING and not s.actual_cycles
+               and s.approved_by_id is not None]
+    if plan.status != Plan.Status.ACTIVE or not waiting:
+        return {}
+    latest: dict[int, tuple[int, bool]] = {}
+    for step_id, event_id, detail in (PlanEvent.objects.filter(step_id__in=waiting, kind=PlanEvent.Kind.STEP_APPROVED)
+                                      .order_by("step_id", "-created_at", "-id")
+                                      .values_list("step_id", "pk", "detail")):
+        latest.setdefault(step_id, (event_id, isinstance(detail, dict) and "policy" in detail))
+    return {step_id: event_id for step_id, (event_id, by_policy) in latest.items() if by_policy}
+
+
 def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> dict[str, Any]:
     """Everything the plan page shows: a fixed number of queries, whatever the number of steps or events."""
     plan = Plan.objects.select_related("agent", "goal", "previous").get(pk=plan_id)
@@ -317,7 +318,16 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "done": steps_done((s.status for s in steps), plan_status=plan.status),
         "total": len(steps),
         "withdrawn": plan_withdrawn(plan),
+        "planning_cost": plan_planning_cost(plan),
+        "policy_undo": policy_approvals_undoable(plan, steps),
     }
+
+
+def plan_planning_cost(plan: Plan) -> dict[str, Any]:
+    """What planning this version took: its model calls, their seconds, the answers cut off (one query)."""
+    totals = LLMCall.objects.filter(plan=plan).aggregate(
+        calls=Count("pk"), ms=Sum("latency_ms"), truncated=Count("pk", filter=Q(finish_reason="length")))
+    return {"calls": totals["calls"] or 0, "seconds": (totals["ms"] or 0) / 1000, "truncated": totals["truncated"] or 0}
 
 
 def plan_withdrawn(plan: Plan) -> PlanEvent | None:

@@ -20,7 +20,6 @@ from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import MAX_GOALS, PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
-from planner_site import statements
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
 from planning.engine.schedule import step_transition_check
@@ -125,21 +124,20 @@ def actor_name(user: User) -> str:
 def event_record(*, plan: Plan, kind: str, actor: User | None = None, actor_label: str = "",
                  step: PlanStep | None = None, reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
     """Record an event and push the plan to open pages once the transaction commits."""
-    event = PlanEvent(
+    event = PlanEvent.objects.create(
         plan=plan, agent_id=plan.agent_id, step=step, kind=kind, actor=actor,
         actor_label=actor_label or (actor_name(actor) if actor else "system"), reason=reason, detail=detail or {},
     )
-    statements.insert([event])  # every write of a planning cycle records one: SQL written once (statements.py)
     publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=kind)
     return event
 
 
-def event_agent_record(*, agent: Agent, kind: str, actor: User | None = None, reason: str = "",
-                       detail: dict[str, Any] | None = None) -> PlanEvent:
+def event_agent_record(*, agent: Agent, kind: str, actor: User | None = None, actor_label: str = "",
+                       reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
     """Record an event about an agent that no plan carries (a goal given, a pause while idle), and push it."""
     event = PlanEvent.objects.create(agent=agent, kind=kind, actor=actor,
-                                     actor_label=actor_name(actor) if actor else "system", reason=reason,
-                                     detail=detail or {})
+                                     actor_label=actor_label or (actor_name(actor) if actor else "system"),
+                                     reason=reason, detail=detail or {})
     publish_changed_on_commit(agent_id=agent.pk, kind=kind)
     return event
 
@@ -148,8 +146,10 @@ def event_agent_record(*, agent: Agent, kind: str, actor: User | None = None, re
 
 
 @atomic_retried
-def plan_approve(*, plan: Plan, user: User, mode: str) -> PlanEvent:
-    """Approve a validated plan: run all steps, or ask for each step (seed 002)."""
+def plan_approve(*, plan: Plan, user: User, mode: str, actor_label: str = "", detail: dict[str, Any] | None = None,
+                 approve_permission_steps: bool = True) -> PlanEvent:
+    """Approve a validated plan: run all steps, or ask for each step (seed 002). A policy (`actor_label` names it)
+    may leave the steps that require permission to be decided one by one."""
     if mode not in (Plan.ApprovalMode.ALL, Plan.ApprovalMode.STEP):
         raise DecisionError(f"Unknown approval mode {mode!r}. Nothing was changed.")
     plan = plan_lock(plan.pk)
@@ -163,23 +163,31 @@ def plan_approve(*, plan: Plan, user: User, mode: str) -> PlanEvent:
     if mode == Plan.ApprovalMode.ALL:
         # "Approve all" is what it says: every step, risky and requires-permission ones included.
         unapproved = plan.steps.filter(status=PlanStep.Status.PENDING, approved_by__isnull=True)
+        if not approve_permission_steps:
+            unapproved = unapproved.exclude(requires_permission=True)
         approved = list(unapproved.values_list("key", flat=True))
         unapproved.update(approved_by=user)
     label = f"approved all {len(approved)} steps" if mode == Plan.ApprovalMode.ALL else "approved step by step"
-    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED, actor=user, reason=label,
-                        detail={"mode": mode, "approved_steps": approved})
+    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED, actor=user, actor_label=actor_label,
+                        reason=label, detail={"mode": mode, "approved_steps": approved} | (detail or {}))
 
 
 @atomic_retried
-def plan_cancel(*, plan: Plan, user: User, reason: str = "", seen_status: str | None = None) -> PlanEvent:
-    """Cancel an open plan; its pending steps are skipped and the agent stops pursuing it.
+def plan_cancel(*, plan: Plan, user: User | None, reason: str = "", seen_status: str | None = None,
+                actor_label: str = "") -> PlanEvent:
+    """Cancel an open plan; its pending steps are skipped and the agent stops pursuing it. An operator (`user`)
+    cancels it, or an external agent withdraws its own plan (no user; `actor_label` names the agent).
 
     `seen_status` is the status the operator saw when they chose to cancel (None: not known): a plan that moved on
     since (approved by another operator meanwhile, an answered question) is not cancelled: of two opposite
-    decisions at once, the first wins and the second is refused."""
+    decisions at once, the first wins and the second is refused.
+
+    A plan whose planning failed can be cancelled too: its automatic retries stop (a planning still under way
+    stops at its next write, see planning/plan_services.py)."""
     reason = reason_clean(reason)
     plan = plan_lock(plan.pk)
-    if not plan.is_open:
+    retrying = plan.status == Plan.Status.FAILED and not Plan.objects.filter(previous=plan).exists()
+    if not plan.is_open and not retrying:
         raise DecisionError(f"Plan v{plan.version} is already {plan.get_status_display().lower()}. Nothing was changed.")
     if seen_status and plan.status != seen_status:
         if seen_status == Plan.Status.AWAITING_APPROVAL:
@@ -188,7 +196,12 @@ def plan_cancel(*, plan: Plan, user: User, reason: str = "", seen_status: str | 
                             f"{Plan.Status(seen_status).label.lower() if seen_status in Plan.Status.values else seen_status}; "
                             "look at it again before cancelling. Nothing was changed.")
     plan.status = Plan.Status.CANCELLED
-    plan.save(update_fields=["status", "updated_at"])
+    plan.retry_at = None
+    plan.save(update_fields=["status", "retry_at", "updated_at"])
+    if retrying:
+        from planning.plan_services import agent_retry_sync  # plan_services imports this module
+
+        agent_retry_sync(agent_id=plan.agent_id)  # the agent's next automatic retry is another plan's, or none
     unfinished = plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.FAILED,
                                                 PlanStep.Status.DECLINED, PlanStep.Status.SKIPPED])
     # Steps locked in one order (by id) after the plan, like every other service.
@@ -196,12 +209,13 @@ def plan_cancel(*, plan: Plan, user: User, reason: str = "", seen_status: str | 
     PlanStep.objects.filter(plan=plan, key__in=keys).update(status=PlanStep.Status.SKIPPED)
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
     if plan.goal_id:
-        Goal.objects.filter(pk=plan.goal_id, status=Goal.Status.ACTIVE).update(status=Goal.Status.ABANDONED)
-    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED, actor=user, reason=reason, detail={"skipped": keys})
+        Goal.objects.filter(pk=plan.goal_id).active().update(status=Goal.Status.ABANDONED)
+    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED, actor=user, actor_label=actor_label,
+                        reason=reason, detail={"skipped": keys})
 
 
 @atomic_retried
-def step_approve(*, step: PlanStep, user: User) -> PlanEvent:
+def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
     """Approve a step that waits for an operator; the runner runs it next cycle."""
     step = step_lock(step.pk)
     if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
@@ -211,11 +225,13 @@ def step_approve(*, step: PlanStep, user: User) -> PlanEvent:
     step.save(update_fields=["status", "approved_by", "updated_at"])
     Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason="")
     return event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_APPROVED, actor=user,
-                        reason=f"approved step {step.key}: {step.description}")
+                        actor_label=actor_label, reason=f"approved step {step.key}: {step.description}",
+                        detail=detail)
 
 
 @atomic_retried
-def step_decline(*, step: PlanStep, user: User, feedback: str) -> PlanEvent:
+def step_decline(*, step: PlanStep, user: User, feedback: str, actor_label: str = "",
+                 detail: dict[str, Any] | None = None) -> PlanEvent:
     """Decline a step with the operator's feedback; the agent replans, keeping its completed steps."""
     if not feedback.strip():
         raise DecisionError("Feedback is required to decline a step. Nothing was changed.")
@@ -224,14 +240,14 @@ def step_decline(*, step: PlanStep, user: User, feedback: str) -> PlanEvent:
     if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
         raise StepNotAwaitingApproval(step)
     step.status = PlanStep.Status.DECLINED
-    step.failure_reason = f"declined by {actor_name(user)}: {feedback}"
+    step.failure_reason = f"declined by {actor_label or actor_name(user)}: {feedback}"
     step.save(update_fields=["status", "failure_reason", "updated_at"])
     plan = step.plan
     plan.replan_reason = f"step {step.key} declined: {feedback}"
     plan.save(update_fields=["replan_reason", "updated_at"])
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
-    return event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_DECLINED, actor=user, reason=feedback,
-                        detail={"feedback": feedback})
+    return event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_DECLINED, actor=user, actor_label=actor_label,
+                        reason=feedback, detail={"feedback": feedback} | (detail or {}))
 
 
 @atomic_retried
@@ -255,8 +271,10 @@ def step_skip(*, step: PlanStep, user: User, reason: str = "") -> PlanEvent:
 
 
 @atomic_retried
-def plan_replan_request(*, plan: Plan, user: User, reason: str) -> PlanEvent:
-    """An operator asks for a new version of an active plan; the runner replans next cycle."""
+def plan_replan_request(*, plan: Plan, user: User, reason: str, actor_label: str = "",
+                        detail: dict[str, Any] | None = None, once: bool = False) -> PlanEvent:
+    """An operator asks for a new version of an active plan; the runner replans next cycle. With `once`, a plan
+    whose new version is already asked for is refused (two operators declining the same plan at once)."""
     if not reason.strip():
         raise DecisionError("Say why the plan should be replanned. Nothing was changed.")
     reason = reason_clean(reason)
@@ -264,12 +282,15 @@ def plan_replan_request(*, plan: Plan, user: User, reason: str) -> PlanEvent:
     if plan.status not in (Plan.Status.ACTIVE, Plan.Status.AWAITING_APPROVAL, Plan.Status.FAILED):
         raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it cannot be replanned. "
                             "Nothing was changed.")
+    if once and plan.replan_reason:
+        raise DecisionError(f"Plan v{plan.version} was already sent back ({plan.replan_reason}); it waits for the "
+                            "agent's next version. Nothing was changed.")
     if plan.status == Plan.Status.FAILED:
         plan.status = Plan.Status.ACTIVE
-    plan.replan_reason = f"operator: {reason}"
+    plan.replan_reason = f"{actor_label or 'operator'}: {reason}"
     plan.save(update_fields=["status", "replan_reason", "updated_at"])
-    return event_record(plan=plan, kind=PlanEvent.Kind.REPLAN_REQUESTED, actor=user, reason=reason,
-                        detail={"replan_requested": reason})
+    return event_record(plan=plan, kind=PlanEvent.Kind.REPLAN_REQUESTED, actor=user, actor_label=actor_label,
+                        reason=reason, detail={"replan_requested": reason} | (detail or {}))
 
 
 EDITABLE_STEP_FIELDS = ("description", "action_hint", "tool", "tool_input", "expected_outcome", "requires_permission")
@@ -299,7 +320,7 @@ def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]
     if problems:
         return problems, []
     agent = plan.agent
-    edited = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.concrete_fields})
+    edited = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.get_fields() if f.concrete})
     for name, value in changes.items():
         setattr(edited, name, value)
     specs = [(edited if other.pk == step.pk else other).as_spec() for other in plan.steps.all()]
@@ -350,7 +371,7 @@ def agent_set_status(*, agent: Agent, user: User, status: str) -> Agent:
     old = agent.status
     agent.status = status
     agent.save(update_fields=["status"])
-    plan = Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).order_by("-created_at").first()
+    plan = Plan.objects.filter(agent=agent).open().order_by("-created_at").first()
     kind = {Agent.Status.RUNNING: PlanEvent.Kind.AGENT_RESUMED, Agent.Status.PAUSED: PlanEvent.Kind.AGENT_PAUSED,
             Agent.Status.STOPPED: PlanEvent.Kind.AGENT_STOPPED}[Agent.Status(status)]
     if plan is not None:
@@ -374,7 +395,7 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
     if agent.kind == Agent.Kind.EXTERNAL:
         raise DecisionError(f"{agent.name} runs elsewhere and submits its own plans over the API; it cannot be "
                             "given a goal here. Nothing was changed.")
-    active = Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE)
+    active = Goal.objects.filter(agent=agent).active()
     if active.filter(description__iexact=description).exists():
         raise DecisionError(f"{agent.name} already has this goal.")
     if active.count() >= MAX_GOALS:  # seed 001's cap holds for an operator's goals too
@@ -407,6 +428,9 @@ def step_request_approval(*, step: PlanStep, runner: str) -> None:
     Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason=f"step {step.key} awaits approval")
     reason = "requires permission" if step.requires_permission else "step-by-step approval"
     event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason)
+    from policies.services import policies_step_waiting  # noqa: PLC0415 (policies decide through these services)
+
+    policies_step_waiting(step=step)
 
 
 @atomic_retried

@@ -1,6 +1,6 @@
 """Live inbox: the count in every page's navigation, and the inbox page itself, pushed on every change.
 
-They are pages of the live hub (planning/consumers.py): every change reaches their feed, which renders once
+They are pages of the live hub (planning/live/): every change reaches their feed, which renders once
 per burst and audience and pushes only when what the page shows changed; the full state is sent on every
 (re)connect. Presence goes through the channel layer directly.
 """
@@ -14,7 +14,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
-from planning.consumers import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED, LiveConsumer, LivePage, render_for
+from planning.live.consumers import LiveConsumer
+from planning.live.hub import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
+from planning.live.renderers import LivePage, render_for
 from planning.models import Plan
 from planning.steer_selectors import InboxItem, inbox_count, inbox_items
 

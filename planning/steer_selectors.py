@@ -17,14 +17,18 @@ from django.utils import timezone
 from agents.models import Agent, LLMCall
 from goals.models import Goal
 from goals.system import goal_priority
-from planner_site.statements import statement_kept
 from planning.engine.diff import field_changes_shown, plan_diff
 from planning.models import Plan, PlanEvent, PlanStep
 
 # --- the approvals inbox ------------------------------------------------------------------------------------
 
 # A whole plan waits for a person when it awaits approval or its planner asks a question.
-INBOX_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING)
+
+
+def plans_waiting_q() -> Q:
+    """The plans that wait for a person: a question of the planner, or a plan awaiting approval that was not sent
+    back for a new version (declined with feedback, it waits for its agent)."""
+    return Q(status=Plan.Status.CLARIFYING) | Q(status=Plan.Status.AWAITING_APPROVAL, replan_reason="")
 
 
 @dataclass
@@ -82,6 +86,12 @@ def item_urgent(agent: Agent, since: datetime, now: datetime) -> bool:
     return minutes is not None and now - since >= timedelta(minutes=minutes)
 
 
+def escalated_since(row: Plan | PlanStep, since: datetime) -> bool:
+    """A policy escalated the item (approval policies: urgent at once) since it started to wait."""
+    escalated = getattr(row, "escalated", None)
+    return escalated is not None and escalated >= since
+
+
 def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     """Everything that waits for a person (steps, plans, the planner's questions): urgent first, then oldest
     first. Three queries."""
@@ -95,12 +105,14 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
         .only("key", "position", "description", "tool", "tool_input", "action_hint", "risk", "requires_permission",
               "status", "updated_at", *(f"plan__{f}" for f in plan_fields),
               *(f"plan__{f}" for f in agent_fields))
-        .annotate(since=waiting_since(PlanEvent.Kind.STEP_AWAITING, step=OuterRef("pk")))
+        .annotate(since=waiting_since(PlanEvent.Kind.STEP_AWAITING, step=OuterRef("pk")),
+                  escalated=waiting_since(PlanEvent.Kind.ESCALATED, step=OuterRef("pk")))
     )
     plans = (
-        Plan.objects.filter(status__in=INBOX_PLAN_STATUSES)
+        Plan.objects.filter(plans_waiting_q())
         .select_related("agent").only(*plan_fields, *agent_fields)
-        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED, plan=OuterRef("pk")))
+        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED, plan=OuterRef("pk")),
+                  escalated=waiting_since(PlanEvent.Kind.ESCALATED, plan=OuterRef("pk"), step__isnull=True))
         .prefetch_related(Prefetch("steps", queryset=PlanStep.objects.only(
             "plan_id", "key", "position", "description", "risk", "requires_permission", "status")))
     )
@@ -108,41 +120,35 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     for step in steps:
         since = step.since or step.updated_at  # type: ignore[attr-defined]
         items.append(InboxItem(plan=step.plan, step=step, waiting_since=since,
-                               urgent=item_urgent(step.plan.agent, since, now)))
+                               urgent=item_urgent(step.plan.agent, since, now) or escalated_since(step, since)))
     for plan in plans:
         since = plan.since or plan.updated_at  # type: ignore[attr-defined]
-        items.append(InboxItem(plan=plan, step=None, waiting_since=since, urgent=item_urgent(plan.agent, since, now),
+        items.append(InboxItem(plan=plan, step=None, waiting_since=since,
+                               urgent=item_urgent(plan.agent, since, now) or escalated_since(plan, since),
                                steps=list(plan.steps.all())))
     items.sort(key=lambda i: (not i.urgent, i.waiting_since, i.key))
     return items
 
 
-def inbox_count_query() -> QuerySet[Plan, tuple[int, int]]:
-    # One row over the matching plans: grouped by a constant, which makes no GROUP BY at all.
-    return Plan.objects.filter(
-        Q(status__in=INBOX_PLAN_STATUSES)
-        | Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)
-    ).order_by().values(everyone=Value(1)).annotate(
-        plans_waiting=Count("pk", filter=Q(status__in=INBOX_PLAN_STATUSES), distinct=True),
-        steps_waiting=Count("steps", filter=Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)),
-    ).values_list("plans_waiting", "steps_waiting")
-
-
 def inbox_count() -> int:
-    """How many things wait for a person (the number in every page's navigation): one query, compiled once."""
-    plans, steps = statement_kept("inbox_count", inbox_count_query).rows()[0]
+    """How many things wait for a person (the number in every page's navigation): one query, one row over the
+    matching plans (grouped by a constant, which makes no GROUP BY at all)."""
+    plans, steps = Plan.objects.filter(
+        plans_waiting_q() | Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)
+    ).order_by().values(everyone=Value(1)).annotate(
+        plans_waiting=Count("pk", filter=plans_waiting_q(), distinct=True),
+        steps_waiting=Count("steps", filter=Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)),
+    ).values_list("plans_waiting", "steps_waiting").get()
     return int(plans or 0) + int(steps or 0)
 
 
 def goal_queue(goal: Goal) -> tuple[Plan | None, int]:
     """A given goal's place: the open plan it waits behind (if any) and its place among the agent's unplanned
     goals, in the order the runner plans them (short-term first, then more confident)."""
-    open_plan = Plan.objects.filter(agent_id=goal.agent_id, status__in=Plan.OPEN_STATUSES).order_by("-created_at").first()
-    planned = Plan.objects.filter(
-        agent_id=goal.agent_id, goal__isnull=False, status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED]
-    ).values_list("goal_id", flat=True)
+    open_plan = Plan.objects.filter(agent_id=goal.agent_id).open().order_by("-created_at").first()
+    planned = Plan.objects.filter(agent_id=goal.agent_id, goal__isnull=False).held().values_list("goal_id", flat=True)
     waiting = sorted(
-        Goal.objects.filter(agent_id=goal.agent_id, status=Goal.Status.ACTIVE).exclude(pk__in=planned),
+        Goal.objects.filter(agent_id=goal.agent_id).active().exclude(pk__in=planned),
         key=lambda g: (goal_priority(horizon=g.horizon, confidence=g.confidence), g.created_at, g.pk),
     )
     place = next((i for i, g in enumerate(waiting, start=1) if g.pk == goal.pk), 0)

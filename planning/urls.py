@@ -19,6 +19,7 @@ urlpatterns = [
     path("steps/<int:pk>/skip/", views.step_skip_view, name="step-skip"),
     path("plans/<int:pk>/clarify/", views.plan_clarify_view, name="plan-clarify"),
     path("steps/<int:pk>/rollback/", views.step_rollback_view, name="step-rollback"),
+    path("steps/<int:pk>/undo-policy-approval/", views.step_policy_undo_view, name="step-policy-undo"),
 ]
 
 # --- steering: the inbox, the plan editor, versions, the graph, the audit log and usage (issue 10) ---
@@ -32,6 +33,7 @@ urlpatterns += [
     path("inbox/plans/<int:pk>/approve/", views_inbox.inbox_plan_approve, name="inbox-plan-approve"),
     path("inbox/plans/<int:pk>/cancel/", views_inbox.inbox_plan_cancel, name="inbox-plan-cancel"),
     path("inbox/plans/<int:pk>/clarify/", views_inbox.inbox_plan_clarify, name="inbox-plan-clarify"),
+    path("inbox/plans/<int:pk>/decline/", views_inbox.inbox_plan_decline, name="inbox-plan-decline"),
 ]
 
 from planning import views_editor  # noqa: E402

@@ -30,9 +30,10 @@ from planning.forms import (
     StepEditForm,
     agent_tool_names,
 )
-from planning.models import Plan, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep
 from planning.selectors import DashboardFilter, agent_context, dashboard_page, dashboard_totals, plan_context
 from planning.steer_selectors import goal_queue
+from policies import services as policy_services
 
 
 @require_GET
@@ -286,4 +287,20 @@ def step_rollback_view(request: HttpRequest, pk: int) -> HttpResponse:
     return decision_apply(
         request, step.plan, f"Rolled back step {step.key} of {plan_named(step.plan)}.",
         lambda: services.step_rollback(step=step, user=operator(request)),
+    )
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def step_policy_undo_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Undo a policy's approval of a step that has not started (the same service as the inbox's and the policies
+    page's Undo): the step waits for a person again. `event` is the approval the operator saw on the page."""
+    step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
+    seen = request.POST.get("event", "")
+    if not (seen.isascii() and seen.isdigit() and len(seen) <= 18) or not step.events.filter(pk=int(seen), kind=PlanEvent.Kind.STEP_APPROVED).exists():
+        return decision_refused(request, f"That is not an approval of step {step.key}. Nothing was changed.",
+                                status=400)
+    return decision_apply(
+        request, step.plan, f"Approval undone: step {step.key} of {plan_named(step.plan)} waits for you again.",
+        lambda: policy_services.decision_undo(event_id=int(seen), user=operator(request)),
     )

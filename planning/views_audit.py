@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET
 
 from agents.models import Agent
 from planner_site.formfields import TextField
+from planner_site.validators import text_shown_plainly
 from planning.models import PlanEvent
 from planning.steer_selectors import (
     AUDIT_EXPORT_FIELDS,
@@ -82,12 +83,24 @@ class Echo:
         return value
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet would run as a formula (OWASP CSV injection)
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell as a spreadsheet shows it harmlessly: text that would start a formula gets a leading quote, and
+    control or bidirectional characters (in rows older than the validators) are written out as their codes."""
+    if not isinstance(value, str):
+        return value
+    value = text_shown_plainly(value)
+    return "'" + value if value.startswith(FORMULA_STARTS) else value
+
+
 def csv_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:
     writer = csv.writer(Echo())
     yield writer.writerow(AUDIT_EXPORT_FIELDS)
     for row in rows:
         values = [json.dumps(row[f], ensure_ascii=False) if f == "detail" else row[f] for f in AUDIT_EXPORT_FIELDS]
-        yield writer.writerow(values)
+        yield writer.writerow([csv_cell(v) for v in values])
 
 
 def json_lines(rows: Iterable[dict[str, Any]]) -> Iterator[str]:

@@ -9,9 +9,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET, require_POST
 
+from agents.models import Agent
 from planner_site.roles import DECIDE_PERMISSION
 from planning import services
-from planning.forms import ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm
+from planning.forms import ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm, ReplanForm
 from planning.models import Plan, PlanStep
 from planning.steer_selectors import inbox_count, inbox_items
 from planning.steer_services import StaleVersion, plan_check_seen
@@ -109,6 +110,29 @@ def inbox_plan_cancel(request: HttpRequest, pk: int) -> HttpResponse:
         request, plan, f"Cancelled {plan_named(plan)}.",
         lambda: services.plan_cancel(plan=plan, user=operator(request), reason=form.cleaned_data.get("reason", ""),
                                      seen_status=request.POST.get("seen_status") or None),
+    )
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def inbox_plan_decline(request: HttpRequest, pk: int) -> HttpResponse:
+    """Send an external agent's plan back with feedback (as the plan page's Decline with feedback): the agent
+    submits a new version with it, and the plan leaves the inbox meanwhile (it waits for the agent)."""
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
+    form = ReplanForm(request.POST)
+    if not form.is_valid():
+        note = "Feedback is required to decline a plan. Nothing was changed."
+        context = inbox_context(flash=[("error", note)], announce=note, oob=True)
+        return render(request, "planning/inbox_decided.html", context, status=400)
+    if plan.agent.kind != Agent.Kind.EXTERNAL or plan.status != Plan.Status.AWAITING_APPROVAL:
+        note = (f"Only an external agent's plan awaiting approval can be declined with feedback; plan v{plan.version} "
+                f"of {plan.agent.name} is {plan.get_status_display().lower()}. Nothing was changed.")
+        context = inbox_context(flash=[("error", note)], announce=note, oob=True)
+        return render(request, "planning/inbox_decided.html", context, status=409)
+    return inbox_decide(
+        request, plan, f"Declined {plan_named(plan)}; the agent makes a new version with your feedback.",
+        lambda: services.plan_replan_request(plan=plan, user=operator(request), reason=form.cleaned_data["reason"],
+                                             once=True),
     )
 
 

@@ -61,10 +61,12 @@ def _completion(model: str, choices: list[dict[str, Any]], usage: dict[str, int]
 
 
 def answer(
-    text: str | None, *, tokens_in: int = 10, tokens_out: int = 5, usage: bool = True, delay: float = 0.0
+    text: str | None, *, tokens_in: int = 10, tokens_out: int = 5, usage: bool = True, delay: float = 0.0,
+    finish_reason: str = "stop",
 ) -> Reply:
-    """A normal chat completion (`text=None` sends a null content), with usage unless `usage=False`."""
-    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    """A normal chat completion (`text=None` sends a null content), with usage unless `usage=False`;
+    `finish_reason="length"` is an answer cut off at max_tokens."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
     counts = (
         {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
         if usage
@@ -100,6 +102,14 @@ def empty_choices() -> Reply:
 def raw(body: bytes, *, status: int = 200, content_type: str = "application/json") -> Reply:
     """Any body at all, e.g. an HTML error page or JSON that is not a completion."""
     return Reply(status=status, body=body, content_type=content_type)
+
+
+def format_refused(field: str = "response_format", *, status: int = 400) -> Reply:
+    """What a server without structured output says to a request carrying one (llama-cpp-python answers
+    422 to a `json_schema` type, others 400)."""
+    message = f"Invalid value for '{field}': this server does not support it"
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": field}}).encode()
+    return Reply(status=status, body=body)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -270,3 +280,21 @@ class LLMServerProcess:
     def max_in_flight(self) -> int:
         self._conn.send(("max_in_flight", ()))
         return int(self._conn.recv())
+
+
+# --- tool calls (the OpenAI Agents SDK and other tool-using clients) ---------------------------------------
+
+
+def tool_call(name: str, arguments: dict[str, Any], *, call_id: str = "call_1", text: str | None = None,
+              tokens_in: int = 10, tokens_out: int = 5) -> Reply:
+    """A chat completion in which the model calls one tool (`finish_reason: tool_calls`)."""
+    message = {"role": "assistant", "content": text, "tool_calls": [{
+        "id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+    usage = {"prompt_tokens": tokens_in, "completion_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
+    return Reply(body=_completion("{model}", [choice], usage))
+
+
+def tool_results(request: ReceivedRequest) -> dict[str, str]:
+    """The tool results a request carried back to the model, by call id (its `role: tool` messages)."""
+    return {str(m.get("tool_call_id")): str(m.get("content")) for m in request.messages if m.get("role") == "tool"}

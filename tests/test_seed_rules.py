@@ -7,13 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agents.llm.offline import offline_complete
+from agents.offline_model import offline_complete
 from agents.tools import TOOLS, workspace_listing
 from planning.engine.parse import plan_parse
 from planning.engine.prompts import prompt_plan
 
 ROOT = Path(__file__).resolve().parents[1]
-MODEL_CALLERS = ("agents.llm.gateway", "agents.llm.offline", "agents.llm.openai_provider", "openai", "httpx")
+MODEL_CALLERS = ("agents.llm.gateway", "agents.offline_model", "agents.llm.openai_provider", "openai", "httpx")
 
 
 def test_the_planning_engine_builds_prompts_and_parses_but_never_reaches_a_model() -> None:

@@ -1,7 +1,7 @@
 """The `CONTEXT: {...}` line that ends every prompt: the structured inputs of a call as one-line JSON.
 
 Real models may read it; the offline rules model answers from it alone, so its keys are a contract
-between the prompt builders (planning/engine/prompts.py, goals/) and agents/llm/offline.py.
+between the prompt builders (planning/engine/prompts.py, goals/) and agents/offline_model.py.
 """
 
 from __future__ import annotations

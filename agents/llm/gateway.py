@@ -1,24 +1,29 @@
-"""The LLM gateway: one entry point for every purpose, every call recorded as an LLMCall.
+"""The LLM gateway: one entry point for every purpose, every call recorded.
 
-Providers: the built-in offline rules model (the default, deterministic, no network) and any
-OpenAI-compatible server through the `openai` SDK. A chain of models is tried in order; a model that
-errors hands over to the next one. `llm_complete` is called from sync code (services, the runner's agent
-threads); an HTTP model's answer is still awaited on the runner's event loop (see openai_provider).
+Providers come from settings.LLM_PROVIDERS: the offline rules models (the default, deterministic, no network;
+they live with the world they simulate, agents/offline_model.py) and any OpenAI-compatible server through the
+`openai` SDK (agents/llm/openai_provider.py). A chain of models is tried in order; a model that errors hands
+over to the next one. Each call, answered or failed, goes to settings.LLM_CALL_RECORDER (the domain's call
+log), so this layer imports no model and no app. `llm_complete` is called from sync code (services, the
+runner's agent threads); an HTTP model's answer is still awaited on the runner's event loop (see
+openai_provider).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any, Protocol
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
-from agents.llm.offline import OFFLINE_MODEL, OFFLINE_MODELS, SLOPPY_MODEL, offline_complete, sloppy_complete
-from agents.models import LLMCall
-from planner_site import statements
+from agents.llm.structured import CallOptions, call_options
 
 logger = logging.getLogger("planner.llm")
 
@@ -71,7 +76,7 @@ class Deadline:
 
 @dataclass
 class LLMResult:
-    """The answer of the first model that answered, and the LLMCall recording it."""
+    """The answer of the first model that answered, and the id of the call log's row recording it."""
 
     text: str
     model: str
@@ -79,6 +84,13 @@ class LLMResult:
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: int = 0
+    finish_reason: str = ""  # the server's: "stop", "length" (cut off at max_tokens or the context), ...
+    response_format: str = ""  # the structured-output format the server honoured ("" when none was sent)
+
+    @property
+    def truncated(self) -> bool:
+        """The answer was cut off at the token limit: whatever it holds is incomplete."""
+        return self.finish_reason == "length"
 
 
 @dataclass
@@ -88,6 +100,48 @@ class ProviderAnswer:
     text: str
     tokens_in: int = 0
     tokens_out: int = 0
+    finish_reason: str = ""
+    response_format: str = ""
+
+
+class Provider(Protocol):
+    """Answers one call to one of its models (settings.LLM_PROVIDERS names it by dotted path), over by `ends_at`
+    (time.monotonic()) retries included; raises on any failure, and the gateway asks the next model."""
+
+    def __call__(self, *, purpose: str, model: str, messages: Sequence[Mapping[str, str]],
+                 ends_at: float | None = None, options: CallOptions | None = None) -> ProviderAnswer: ...
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One call as the call log keeps it: what settings.LLM_CALL_RECORDER is given (it returns the row's id)."""
+
+    purpose: str
+    provider: str
+    model: str
+    prompt: list[dict[str, str]]
+    agent_id: int | None
+    plan_id: int | None
+    latency_ms: int
+    error: str = ""  # a failed call has an error and no answer
+    response: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: Decimal | None = None
+    finish_reason: str = ""
+    response_format: str = ""
+
+
+@functools.cache
+def imported(path: str) -> Any:
+    """The object a setting names by dotted path, imported once."""
+    return import_string(path)
+
+
+def call_record(record: CallRecord) -> int:
+    """Hand a call to the domain's call log (settings.LLM_CALL_RECORDER); the id of its row."""
+    recorder = imported(settings.LLM_CALL_RECORDER)
+    return int(recorder(record))
 
 
 def model_chain(purpose: str, *, agent_models: str = "") -> list[str]:
@@ -98,27 +152,30 @@ def model_chain(purpose: str, *, agent_models: str = "") -> list[str]:
     if own and key == "planner":
         return own
     by_purpose = getattr(settings, "LLM_PURPOSE_MODELS", {}).get(purpose)
-    return list(by_purpose or settings.LLM_MODELS.get(key) or [OFFLINE_MODEL])
+    return list(by_purpose or settings.LLM_MODELS.get(key) or [settings.LLM_DEFAULT_MODEL])
 
 
 def provider_name(model: str) -> str:
-    return "offline" if model in OFFLINE_MODELS else "openai"
+    """The provider serving `model` in settings.LLM_PROVIDERS: the one listing it, else the one listing "*"
+    ("" when none does)."""
+    providers: Mapping[str, Mapping[str, Any]] = settings.LLM_PROVIDERS
+    for wanted in (model, "*"):
+        for name, provider in providers.items():
+            if wanted in provider.get("models", ()):
+                return name
+    return ""
 
 
 def provider_complete(
-    purpose: str, model: str, messages: Sequence[Mapping[str, str]], *, ends_at: float | None = None
+    purpose: str, model: str, messages: Sequence[Mapping[str, str]], *, ends_at: float | None = None,
+    options: CallOptions | None = None,
 ) -> ProviderAnswer:
-    """One call to one model, over by `ends_at` (time.monotonic()), retries included; the offline model
-    answers at once and needs no bound."""
-    if model in OFFLINE_MODELS:
-        text = (sloppy_complete if model == SLOPPY_MODEL else offline_complete)(purpose, messages)
-        # Offline "tokens" are words, so the call log and cost columns stay meaningful in the demo.
-        return ProviderAnswer(
-            text=text, tokens_in=sum(len(m["content"].split()) for m in messages), tokens_out=len(text.split())
-        )
-    from agents.llm.openai_provider import openai_complete
-
-    return openai_complete(model=model, messages=messages, ends_at=ends_at)
+    """One call to one model by its provider, over by `ends_at` (time.monotonic()), retries included."""
+    name = provider_name(model)
+    if not name:
+        raise ImproperlyConfigured(f"no provider in LLM_PROVIDERS serves the model {model!r}")
+    provider: Provider = imported(settings.LLM_PROVIDERS[name]["answer"])
+    return provider(purpose=purpose, model=model, messages=messages, ends_at=ends_at, options=options)
 
 
 def error_text(exc: BaseException) -> str:
@@ -147,37 +204,45 @@ def llm_complete(
     agent_id: int | None = None,
     plan_id: int | None = None,
     deadline: Deadline | None = None,
+    schema: Mapping[str, Any] | None = None,
 ) -> LLMResult:
-    """Ask the first model of the chain that answers; record every call, failed or not.
+    """Ask the first model of the chain that answers; record every call, failed or not (the recorder also
+    pauses an agent that reached its budget).
 
+    `schema`: the JSON Schema of the answer, sent as each model's structured-output format (see
+    agents/llm/structured.py); the purpose's limits (max_tokens, stop, temperature) are always sent.
     With a deadline, each call may take only the time that remains, and once it has passed no further
     model is asked: LLMDeadlineError.
     """
     chain = list(models) if models else model_chain(purpose)
     failures: list[tuple[str, str]] = []
-    row = {"agent_id": agent_id, "plan_id": plan_id, "purpose": purpose, "prompt": [dict(m) for m in messages]}
+    prompt = [dict(m) for m in messages]
     for model in chain:
         if deadline is not None and deadline.expired:
             break
         started = time.perf_counter()
         try:
-            answer = provider_complete(purpose, model, messages, ends_at=deadline.ends_at if deadline else None)
+            answer = provider_complete(purpose, model, messages, ends_at=deadline.ends_at if deadline else None,
+                                       options=call_options(purpose, model, messages, schema))
         except Exception as exc:  # any provider failure hands over to the next model
             error = error_text(exc)
             failures.append((model, error))
             logger.warning("LLM %s via %s failed: %s", purpose, model, error)
-            statements.insert([LLMCall(**row, provider=provider_name(model), model=model, error=error[:ERROR_CHARS],
-                                       latency_ms=int((time.perf_counter() - started) * 1000))])
+            call_record(CallRecord(purpose=purpose, provider=provider_name(model), model=model, prompt=prompt,
+                                   agent_id=agent_id, plan_id=plan_id, error=error[:ERROR_CHARS],
+                                   latency_ms=int((time.perf_counter() - started) * 1000)))
             continue
         latency = int((time.perf_counter() - started) * 1000)
-        call = LLMCall(
-            **row, provider=provider_name(model), model=model, latency_ms=latency, response=response_stored(answer.text),
+        call_id = call_record(CallRecord(
+            purpose=purpose, provider=provider_name(model), model=model, prompt=prompt, agent_id=agent_id,
+            plan_id=plan_id, latency_ms=latency, response=response_stored(answer.text),
             tokens_in=answer.tokens_in, tokens_out=answer.tokens_out,
             cost=call_cost(model, answer.tokens_in, answer.tokens_out),
-        )
-        statements.insert([call])  # one per model call: its SQL written once (planner_site/statements.py)
-        return LLMResult(text=answer.text, model=model, call_id=call.pk, tokens_in=answer.tokens_in,
-                         tokens_out=answer.tokens_out, latency_ms=latency)
+            finish_reason=answer.finish_reason[:20], response_format=answer.response_format[:20],
+        ))
+        return LLMResult(text=answer.text, model=model, call_id=call_id, tokens_in=answer.tokens_in,
+                         tokens_out=answer.tokens_out, latency_ms=latency, finish_reason=answer.finish_reason,
+                         response_format=answer.response_format)
     if deadline is not None and deadline.expired:
         message = f"no model answered within {deadline.seconds:g} s"
         raise LLMDeadlineError("; ".join([message, *(f"{m}: {e}" for m, e in failures)]), failures)

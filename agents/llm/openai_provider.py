@@ -34,8 +34,15 @@ from django.conf import settings
 from openai.types.chat import ChatCompletion
 
 from agents.connections import connection_release
-from agents.llm.gateway import ProviderAnswer
+from agents.llm.gateway import Provider, ProviderAnswer
 from agents.llm.limits import model_call_bounded
+from agents.llm.structured import (
+    CallOptions,
+    format_for,
+    format_refused,
+    is_format_refusal,
+    response_format_body,
+)
 
 
 class ProviderResponseError(Exception):
@@ -171,11 +178,27 @@ def answer_from_completion(model: str, completion: object) -> ProviderAnswer:
         text=content,
         tokens_in=int(getattr(usage, "prompt_tokens", 0) or 0),
         tokens_out=int(getattr(usage, "completion_tokens", 0) or 0),
+        finish_reason=str(getattr(choices[0], "finish_reason", "") or ""),
     )
 
 
+def request_fields(options: CallOptions | None, fmt: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The SDK's keyword arguments for the limits, and the extra body fields for the format `fmt`."""
+    if options is None:
+        return {}, {}
+    kwargs: dict[str, Any] = {}
+    if options.max_tokens:
+        kwargs["max_tokens"] = options.max_tokens
+    if options.temperature is not None:
+        kwargs["temperature"] = options.temperature
+    if options.stop:
+        kwargs["stop"] = list(options.stop)
+    return kwargs, response_format_body(fmt, options.schema, options.name) | options.extra
+
+
 async def openai_acomplete(
-    *, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None
+    *, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None,
+    options: CallOptions | None = None,
 ) -> ProviderAnswer:
     """Ask `model` on the OpenAI-compatible server for one chat completion.
 
@@ -183,6 +206,9 @@ async def openai_acomplete(
     once its retries are spent, `ProviderResponseError` for an answer without text or a malformed body, and
     `ProviderTimeout` when the clock (`time.monotonic()`) reaches `ends_at` first: it bounds the whole call,
     the SDK's retries and the client's setup included.
+
+    `options` carry the answer's schema and limits; a server that refuses the schema's format (a 400 or 422
+    naming it) is asked again at once in the next format, and the model keeps that format in this process.
     """
     client = await openai_client()
     chat: list[Any] = [{"role": m["role"], "content": m["content"]} for m in messages]
@@ -190,21 +216,46 @@ async def openai_acomplete(
     # Each attempt may wait at most what remains, and so may all of them together (asyncio.timeout: no task
     # of its own, unlike wait_for; None bounds nothing).
     attempt_timeout = openai.NOT_GIVEN if timeout is None else min(timeout, float(settings.LLM_TIMEOUT_SECONDS))
+    fmt = format_for(model) if options is not None and options.schema is not None else ""
     try:
         async with asyncio.timeout(timeout):
-            completion: Any = await client.chat.completions.create(model=model, messages=chat, timeout=attempt_timeout)
+            while True:
+                kwargs, extra = request_fields(options, fmt or "off")
+                try:
+                    completion: Any = await client.chat.completions.create(
+                        model=model, messages=chat, timeout=attempt_timeout, extra_body=extra or None, **kwargs)
+                except openai.APIStatusError as exc:
+                    if (exc.status_code == 400 and "max_tokens" in kwargs and "max_completion_tokens" in str(exc)
+                            and options is not None):
+                        # OpenAI's reasoning models take the limit under its newer name only.
+                        options.extra["max_completion_tokens"] = options.max_tokens
+                        options.max_tokens = None
+                        continue
+                    if not extra or not is_format_refusal(exc.status_code, str(exc)):
+                        raise
+                    fmt = format_refused(model, fmt)
+                    continue
+                break
     except TimeoutError:
         raise ProviderTimeout(f"no answer within the {timeout:.1f} s left") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         # A 200 whose body is not valid JSON: the SDK lets the decoder's error through.
         raise ProviderResponseError(f"malformed response body: {exc}") from exc
-    return answer_from_completion(model, completion)
+    answer = answer_from_completion(model, completion)
+    answer.response_format = "" if fmt == "off" else fmt
+    return answer
 
 
 def openai_complete(
-    *, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None
+    *, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None,
+    options: CallOptions | None = None, purpose: str = "",
 ) -> ProviderAnswer:
-    """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one."""
+    """`openai_acomplete` for sync callers: runs on the caller's outer event loop when there is one. The
+    gateway's provider for every OpenAI-compatible model (settings.LLM_PROVIDERS); `purpose` is not sent: what
+    it asks for is in `options`."""
     connection_release()  # the wait for the model holds no database connection (agents/connections.py)
     return async_to_sync(functools.partial(model_call_bounded, openai_acomplete))(
-        model=model, messages=messages, ends_at=ends_at)
+        model=model, messages=messages, ends_at=ends_at, options=options)
+
+
+PROVIDER: Provider = openai_complete  # what settings.LLM_PROVIDERS names: mypy checks it has the signature

@@ -71,8 +71,9 @@ class Scheduler:
     """Drive agents until stopped, or until each has had `cycles` cycles."""
 
     def __init__(self, *, runner_id: str | None = None, cycles: int | None = None, concurrency: int | None = None,
-                 tick: float | None = None, prune_seconds: float | None = None) -> None:
+                 tick: float | None = None, prune_seconds: float | None = None, notify: bool = True) -> None:
         self.id = runner_id or runner_id_new()
+        self.notify = notify  # also dispatch and deliver notifications (notifications/runtime.py)
         self.cycles = cycles
         self.concurrency = concurrency or settings.RUNNER_CONCURRENCY
         self.tick = settings.RUNNER_TICK_SECONDS if tick is None else tick
@@ -174,6 +175,10 @@ class Scheduler:
         current = self
         logger.info("%s started (up to %d agents at once)", self.id, self.concurrency)
         background = [asyncio.create_task(self.prune_forever())] if self.prune_seconds > 0 else []
+        if self.notify:
+            from notifications.runtime import notifier_forever
+
+            background.append(asyncio.create_task(notifier_forever(self.stopping, runner=self.id)))
         try:
             # This process drives every agent: planning left "validating" was cut off when it last stopped.
             with contextlib.suppress(*CONNECTION_ERRORS):

@@ -192,4 +192,7 @@ if settings.RETENTION_PRUNE_SECONDS > 0:
 def on_app_ready(app: object) -> None:
     """PROCRASTINATE_ON_APP_READY: the contrib app's App gets these tasks."""
     app.add_tasks_from(blueprint, namespace="runtime")  # type: ignore[attr-defined]
+    from notifications.tasks import on_app_ready as notifications_ready
+
+    notifications_ready(app)
 

@@ -22,6 +22,7 @@ from django.conf import settings
 from agents.connections import CONNECTION_ERRORS
 from agents.runtime.cycles import agents_driven, error_brief
 from agents.runtime.tasks import CONTROL_QUEUE, CYCLES_QUEUE, jobs_unfinished_settle
+from notifications.tasks import QUEUE as NOTIFICATIONS_QUEUE
 
 logger = logging.getLogger("planner.runner")
 
@@ -109,7 +110,7 @@ async def jobs_settle_forever(worker_app: Any) -> None:
 async def worker_until(worker_app: Any, runner_id: str, concurrency: int, until: list[asyncio.Task[Any]]) -> None:
     """Run the engine's worker until one of `until` is done (then stop it gracefully), or it ends by itself."""
     worker = asyncio.create_task(worker_app.run_worker_async(
-        name=runner_id, queues=[CONTROL_QUEUE, CYCLES_QUEUE], concurrency=concurrency,
+        name=runner_id, queues=[CONTROL_QUEUE, CYCLES_QUEUE, NOTIFICATIONS_QUEUE], concurrency=concurrency,
         additional_context={"runner": runner_id}, install_signal_handlers=False, delete_jobs="successful",
         update_heartbeat_interval=settings.RUNNER_HEARTBEAT_SECONDS,
         stalled_worker_timeout=settings.RUNNER_STALLED_SECONDS,

@@ -9,7 +9,10 @@ from planner_site.roles import ROLE_APPS, roles_assign
 def roles_create(apps, schema_editor):
     # Permissions are normally created after all migrations; the groups need them now.
     for label in [*ROLE_APPS, "auth", "contenttypes"]:
-        config = apps.get_app_config(label)
+        try:
+            config = apps.get_app_config(label)
+        except LookupError:  # an app added later (policies) creates its permissions in its own migration
+            continue
         config.models_module = True
         create_permissions(config, apps=apps, verbosity=0)
         config.models_module = None

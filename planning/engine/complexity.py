@@ -63,24 +63,66 @@ def should_plan(goal: str, threshold: float = 0.3) -> bool:
 
 
 _FILE = r"(?P<path>[\w.-]+(?:/[\w.-]+)*\.[A-Za-z0-9]{1,8})"
+_OUT = r"(?P<output>[\w.-]+(?:/[\w.-]+)*\.[A-Za-z0-9]{1,8})"
+_DEST = r"(?P<to>[\w.-]+(?:/[\w.-]+)*/?)"
 _FOLDER = r"(?P<path>[\w.-]+(?:/[\w.-]+)*)"
-# (pattern, tool, input key): one read-only call on a named file or folder, nothing else asked.
+_THE_FILE = r"(?:the\s+(?:file\s+)?)?"
+# (pattern, tool): one call on what the goal names exactly, nothing else asked: a read of a named file or folder.
 _SINGLE_STEPS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(rf"^(?:read|open|show)\s+(?:the\s+file\s+)?{_FILE}$", re.IGNORECASE), "file.read"),
-    (re.compile(rf"^summari[sz]e\s+(?:the\s+file\s+)?{_FILE}$", re.IGNORECASE), "text.summarize"),
+    (re.compile(rf"^(?:read|open|show)\s+{_THE_FILE}{_FILE}$", re.IGNORECASE), "file.read"),
+    (re.compile(rf"^summari[sz]e\s+{_THE_FILE}{_FILE}$", re.IGNORECASE), "text.summarize"),
     (re.compile(rf"^(?:list|show)\s+(?:the\s+files\s+in\s+)?the\s+folder\s+{_FOLDER}/?$", re.IGNORECASE), "file.list"),
+)
+# The everyday goals (list the workspace, convert, count, copy), whose every input the goal gives: one step for a
+# small model (a strong one plans them with a check of the result); the writes still wait for an operator's yes.
+_EVERYDAY_STEPS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(?:list|show)\s+(?:all\s+)?(?:the\s+)?(?:files\s+(?:in\s+)?)?(?:the\s+|my\s+)?workspace"
+                r"(?:\s+files)?$", re.IGNORECASE), "file.list"),
+    (re.compile(rf"^convert\s+{_THE_FILE}{_FILE}\s+(?:from\s+\w+\s+)?(?:to|into)\s+(?:a\s+)?(?P<to>json|csv)"
+                rf"(?:\s+file)?(?:\s+(?:as|named|called|in|into|at)\s+{_OUT})?$", re.IGNORECASE), "file.convert"),
+    (re.compile(rf"^convert\s+{_THE_FILE}{_FILE}\s+(?:to|into)\s+{_OUT}$", re.IGNORECASE), "file.convert"),
+    (re.compile(rf"^count\s+(?:the\s+)?(?P<unit>rows|lines|words)\s+(?:in|of)\s+{_THE_FILE}{_FILE}\s*,?\s*"
+                rf"(?:and\s+)?(?:(?:write|save|put|store)\s+(?:the\s+|that\s+)?(?:count|number|result|total|it)\s+)?"
+                rf"(?:to|in|into)\s+{_OUT}$", re.IGNORECASE), "file.count"),
+    (re.compile(rf"^copy\s+{_THE_FILE}{_FILE}\s+(?:to|into)\s+(?:the\s+folder\s+)?{_DEST}$", re.IGNORECASE),
+     "file.copy"),
 )
 
 
-def tool_single_step(goal: str) -> dict[str, object] | None:
+def _single_input(tool: str, found: dict[str, str | None]) -> dict[str, object] | None:
+    path = found.get("path") or ""
+    if tool == "file.list":
+        return {"path": path} if path else {}
+    if tool == "file.convert":
+        output = found.get("output") or ""
+        to = (found.get("to") or output.rsplit(".", 1)[-1]).lower()
+        if to not in ("json", "csv") or path.lower().endswith("." + to):
+            return None
+        return {"path": path, "to": to, **({"output": output} if output else {})}
+    if tool == "file.count":
+        return {"path": path, "output": found["output"], "unit": (found.get("unit") or "rows").lower()}
+    if tool == "file.copy":
+        return {"path": path, "to": found["to"]}
+    return {"path": path}
+
+
+def tool_single_step(goal: str, *, everyday: bool = False) -> dict[str, object] | None:
     """Seed 004's create_single_step_plan for a tool agent: the one step a simple goal names, or None.
 
-    Only a read-only call on a file or folder the goal names exactly ("Read notes.txt"): anything else
-    is left to the model, because guessing a tool is worse than one planning call."""
+    A read on a file or folder the goal names exactly ("Read notes.txt"), or ("List the workspace") one of
+    the everyday writes whose every input the goal gives ("Convert data.csv to JSON", "Count the rows in
+    data.csv and write the count to count.txt", "Copy notes.txt to backup/"): anything else is left to the
+    model, because guessing a tool is worse than one planning call. The everyday ones only with `everyday`."""
     text = " ".join(goal.split()).rstrip(".!")
-    for pattern, tool in _SINGLE_STEPS:
+    for pattern, tool in _SINGLE_STEPS + (_EVERYDAY_STEPS if everyday else ()):
         match = pattern.match(text)
-        if match:
-            return {"id": "1", "tool": tool, "intent": text, "input": {"path": match.group("path")},
-                    "requiresPermission": False, "expects": f"the result of {tool} on {match.group('path')}"}
+        if not match:
+            continue
+        tool_input = _single_input(tool, match.groupdict())
+        if tool_input is None:
+            continue
+        named = str(tool_input.get("path") or "the workspace")
+        return {"id": "1", "tool": tool, "intent": text, "input": tool_input,
+                "requiresPermission": tool not in ("file.read", "text.summarize", "file.list"),
+                "expects": f"the result of {tool} on {named}"}
     return None

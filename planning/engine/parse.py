@@ -78,11 +78,15 @@ def _text_steps(text: str) -> list[dict[str, Any]]:
     return steps
 
 
-def plan_parse(text: str, *, allow_single_step: bool = True) -> ParsedPlan:
+NO_JSON_PLAN = "no JSON plan in the answer"
+
+
+def plan_parse(text: str, *, allow_single_step: bool = True, allow_text_list: bool = True) -> ParsedPlan:
     """Find the plan in a model's answer. Raises only PlanParseError, whose reason fits a retry prompt.
 
     Once the output visibly tried to give JSON, a broken attempt is an error rather than a one-step
-    plan made of broken JSON; prose falls back to a step list and then to a single step.
+    plan made of broken JSON; prose falls back to a step list and then to a single step, where allowed
+    (the planner allows neither for tool plans: prose is "no JSON plan in the answer", never tool steps).
     """
     text = check_size(text)
     first_error = ""
@@ -110,9 +114,9 @@ def plan_parse(text: str, *, allow_single_step: bool = True) -> ParsedPlan:
             return max(group, key=lambda item: item[:3])[3]
     if first_error:
         raise PlanParseError(first_error)
-    steps = _text_steps(text)
+    steps = _text_steps(text) if allow_text_list else []
     if steps:
         return ParsedPlan({"steps": steps}, "text_list", [])
     if allow_single_step:
         return ParsedPlan({"steps": [{"description": " ".join(text.split())[:MAX_DESCRIPTION_CHARS]}]}, "single_step", [])
-    raise PlanParseError("no JSON plan or step list found in output")
+    raise PlanParseError("no JSON plan or step list found in output" if allow_text_list else NO_JSON_PLAN)

@@ -12,7 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agents.llm.context import bullets, context_line, needs_text, prompt_context
+from agents.llm.context import CONTEXT_PREFIX, bullets, context_line, needs_text, prompt_context
+from agents.llm.placeholders import examples_register
 from agents.tools import ToolSpec
 
 REJECTED_OUTPUT_CHARS = 1500  # seed 002: the last rejected output, truncated
@@ -47,38 +48,54 @@ def prompt_restate(*, goal: str, agent_name: str, backstory: str) -> Messages:
         f"GOAL: {goal}\n\n"
         "Restate this goal as WHO / WHAT / WHEN / WHERE / WHY, one short line each, without adding "
         "anything the goal does not say. Answer with JSON inside <json>...</json>:\n"
-        '<json>{"who": "...", "what": "...", "when": "...", "where": "...", "why": "..."}</json>\n'
+        '<json>{"who": "<who acts>", "what": "<what is done>", "when": "<when>", "where": "<where>", '
+        '"why": "<why>"}</json>\n'
         + context_line(context)
     )
     system = _identity(agent_name, backstory) + " You restate goals precisely. You never plan or act."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+# The worked examples are deliberately not everyday goals: a model that copies one is caught (its values are
+# refused as placeholders, see agents/llm/placeholders.py) rather than passing for an answer.
 _TOOL_TEMPLATE = """<json>
-{"goal": "Convert data.csv to JSON",
- "thinking_summary": "Read the CSV first, then convert it, then check the result.",
- "confidence": 0.8,
- "risks": ["Overwrites data.json if it exists"],
+{"goal": "Put the first line of chapter7.md into titles.txt",
+ "thinking_summary": "Read the chapter, write its first line to the new file, then check it.",
  "steps": [
-  {"id": "1", "tool": "file.read", "intent": "Read the CSV file", "input": {"path": "data.csv"},
-   "requiresPermission": false, "dependsOn": [], "expects": "the CSV has a header row"},
-  {"id": "2", "tool": "file.convert", "intent": "Convert the CSV to JSON",
-   "input": {"path": "data.csv", "to": "json", "output": "data.json"},
-   "requiresPermission": true, "dependsOn": ["1"], "expects": "data.json holds one object per row"}
+  {"id": "1", "tool": "file.read", "intent": "Read the chapter", "input": {"path": "chapter7.md"},
+   "requiresPermission": false, "dependsOn": [], "expects": "the chapter starts with its title"},
+  {"id": "2", "tool": "file.write", "intent": "Write the first line to titles.txt",
+   "input": {"path": "titles.txt", "content": "Chapter 7: The Harbour"},
+   "requiresPermission": true, "dependsOn": ["1"], "expects": "titles.txt holds the title"},
+  {"id": "3", "tool": "file.read", "intent": "Check titles.txt", "input": {"path": "titles.txt"},
+   "requiresPermission": false, "dependsOn": ["2"], "expects": "the title is there"}
  ]}
 </json>"""
 
 _PERSONA_TEMPLATE = """<json>
-{"goal": "Get something to eat",
- "thinking_summary": "I need money before I can buy food.",
- "confidence": 0.7,
+{"goal": "Cheer up after a long week",
+ "thinking_summary": "Company first, then some rest.",
  "steps": [
-  {"description": "Find a job opportunity", "action_hint": "look for work",
-   "expected_outcome": "have a job lead", "estimated_cycles": 2},
-  {"description": "Work to earn money", "action_hint": "work", "expected_outcome": "earn income",
-   "estimated_cycles": 3}
+  {"description": "Phone an old school friend", "action_hint": "call a friend",
+   "expected_outcome": "feel less alone", "estimated_cycles": 1},
+  {"description": "Spend a quiet evening with a book", "action_hint": "relax",
+   "expected_outcome": "rested and calmer", "estimated_cycles": 2}
  ]}
 </json>"""
+
+
+def _template_values(template: str) -> list[str]:
+    data = json.loads(template.removeprefix("<json>").removesuffix("</json>"))
+    values: list[str] = [data["goal"], data["thinking_summary"]]
+    for step in data["steps"]:
+        values += [str(v) for k, v in step.items() if isinstance(v, str) and k not in ("id", "tool", "action_hint")]
+        values += [str(v) for v in (step.get("input") or {}).values()]
+    return values
+
+
+# The examples' own values: an answer holding one (for a goal that does not) copied the example.
+EXAMPLE_VALUES = tuple(dict.fromkeys(_template_values(_TOOL_TEMPLATE) + _template_values(_PERSONA_TEMPLATE)))
+examples_register(*EXAMPLE_VALUES)
 
 
 def _tool_lines(tools: Sequence[ToolSpec]) -> str:
@@ -94,13 +111,15 @@ def _rules(kind: str, max_steps: int) -> str:
         return (
             "RULES:\n"
             "- Answer with valid JSON inside <json>...</json>; no other JSON in the answer.\n"
-            "- Top-level keys allowed: goal, thinking_summary, confidence (0..1), risks, steps. Nothing else.\n"
+            "- Top-level keys allowed: goal (the GOAL above, word for word), thinking_summary, confidence (0..1), "
+            "risks, steps. Nothing else.\n"
             "- Each step has only: id, tool, intent, input, requiresPermission, dependsOn, expects.\n"
             '- ids are unique short strings ("1", "2", ...); dependsOn lists ids of steps that must finish first; '
             "no cycles.\n"
             "- Use only the tools listed; input keys and types must match the tool's schema exactly.\n"
             "- intent is one line. Paths are relative to the workspace: never absolute, never '..'.\n"
             "- Content for file.write / file.append is the real, final text: never TODO, '...', or <placeholders>.\n"
+            "- Never write to a file the goal names as input; use every file the goal names.\n"
             "- requiresPermission is true for every RISKY tool; read-only steps come first.\n"
             "- No shell commands. Nothing is executed while planning.\n"
             "- After a step that writes, add a file.read step that checks the result (verification).\n"
@@ -114,7 +133,8 @@ def _rules(kind: str, max_steps: int) -> str:
     return (
         "RULES:\n"
         "- Answer with valid JSON inside <json>...</json>; no other JSON in the answer.\n"
-        "- Top-level keys allowed: goal, thinking_summary, confidence (0..1), steps. Nothing else.\n"
+        "- Top-level keys allowed: goal (the GOAL above, word for word), thinking_summary, confidence (0..1), "
+        "steps. Nothing else.\n"
         "- Give 2-6 ordered steps. Each step has only: description, action_hint, expected_outcome, "
         "estimated_cycles.\n"
         "- action_hint is exactly one of the allowed actions. estimated_cycles is a whole number from 1 to 20.\n"
@@ -142,8 +162,9 @@ def _plan_context(
         "goal": goal,
         "agent_name": agent_name,
         "tools": [spec.name for spec in tools or ()],
-        "allowed_actions": list(allowed_actions),
-        "needs": {name: round(float(value), 4) for name, value in needs.items()},
+        # A tool agent has no persona actions nor needs: its context line does not repeat them.
+        "allowed_actions": list(allowed_actions) if kind != "tool" else [],
+        "needs": {name: round(float(value), 4) for name, value in needs.items()} if kind != "tool" else {},
         "feedback": [str(f) for f in feedback],
         "max_steps": max_steps,
         "workspace_files": list(workspace_files),
@@ -187,11 +208,19 @@ def prompt_plan(
     max_steps: int,
     workspace_files: Sequence[str] = (),
     simple: bool = False,
+    compact: bool = False,
 ) -> Messages:
     """The planner prompt: a strict JSON template, the tools or actions, and what went wrong before.
 
     Operator feedback and the planner's own rejected attempts are labelled apart: one is what a person
-    wants, the other what the validator refused. `simple` is seed 003's fallback to a simpler request."""
+    wants, the other what the validator refused. `simple` is seed 003's fallback to a simpler request.
+    `compact` is the prompt for a small model under structured output: the schema gives the shape, so the
+    prompt is the goal, the files, the tools and three rules (a fifth of the tokens, no worked example)."""
+    if compact:
+        return _prompt_compact(
+            kind=kind, goal=goal, agent_name=agent_name, tools=tools, allowed_actions=allowed_actions, needs=needs,
+            rejection_reasons=rejection_reasons, last_rejected_output=last_rejected_output, feedback=feedback,
+            max_steps=max_steps, workspace_files=workspace_files)
     if kind == "tool":
         system = (
             _identity(agent_name, backstory) + "\nYou MUST:\n- Produce a step-by-step plan\n- Declare tool usage\n"
@@ -236,6 +265,46 @@ def prompt_plan(
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+COMPACT_TOOL_SYSTEM = "You plan tool calls for a goal as JSON. You never execute anything."
+COMPACT_TOOL_RULES = (
+    "Answer with the JSON plan for the GOAL: goal is the GOAL word for word; steps are the tool calls in order, "
+    "each with its tool's input keys. Use every file the GOAL names; write only to files the GOAL asks to create "
+    "or change, never to the file it reads. As few steps as the GOAL needs.")
+
+
+def _prompt_compact(*, kind: str, goal: str, agent_name: str, tools: Sequence[ToolSpec] | None,
+                    allowed_actions: Sequence[str], needs: Mapping[str, float], rejection_reasons: Sequence[str],
+                    last_rejected_output: str, feedback: Sequence[str], max_steps: int,
+                    workspace_files: Sequence[str]) -> Messages:
+    """What stays the same from goal to goal comes first (a server's prompt cache then reuses it): the rules,
+    the files, the tools; the goal and what went wrong last come at the end. No CONTEXT line: a small model
+    is a real one, and every token of its prompt costs time."""
+    if kind == "tool":
+        from planning.engine.meaning import goal_tools
+
+        system = COMPACT_TOOL_SYSTEM
+        parts = [COMPACT_TOOL_RULES]
+        if workspace_files:
+            parts.append("FILES: " + ", ".join(workspace_files[:30]))
+        # The tools the goal's words name (its schema offers only those too).
+        by_name = {t.name: t for t in tools or ()}
+        shown = [by_name[name] for name in goal_tools(goal, list(by_name))]
+        parts.append("TOOLS:\n" + "\n".join(f"- {t.name} {t.schema_text()}: {t.description}" for t in shown))
+    else:
+        system = f"You are {agent_name}. You plan 2-6 steps towards a goal as JSON. You never act while planning."
+        parts = ["Answer with the JSON plan for the GOAL: goal is the GOAL word for word; 2-6 steps, each a short "
+                 "line with one of the ACTIONS.", "ACTIONS: " + ", ".join(allowed_actions),
+                 f"NEEDS (lowest first): {needs_text(needs)}"]
+    if feedback:
+        parts.append("OPERATOR FEEDBACK:\n" + bullets(feedback))
+    parts.append(f"GOAL: {goal}")
+    if last_rejected_output.strip():
+        parts.append("YOUR LAST ANSWER:\n" + _truncate(last_rejected_output, 400))
+    if rejection_reasons:
+        parts.append("IT WAS REJECTED BECAUSE:\n" + bullets(rejection_reasons))
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
 def _step_record(step: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON-safe parts of a step mapping (a PlanStep.as_spec() or StepSpec.as_dict())."""
     key = step.get("key", step.get("id", ""))
@@ -274,6 +343,7 @@ def prompt_replan(
     retry_hints: Sequence[str] = (),
     simple: bool = False,
     declined_steps: Sequence[Mapping[str, Any]] = (),
+    compact: bool = False,
 ) -> Messages:
     """Seed 000/004 replanning: keep what is done, replace what failed, in the light of the feedback.
 
@@ -286,7 +356,7 @@ def prompt_replan(
         kind=kind, goal=goal, restatement=restatement, agent_name=agent_name, backstory=backstory, tools=tools,
         allowed_actions=allowed_actions, needs=needs, rejection_reasons=rejection_reasons,
         last_rejected_output=last_rejected_output, feedback=feedback, retry_hints=retry_hints, max_steps=max_steps,
-        workspace_files=workspace_files, simple=simple,
+        workspace_files=workspace_files, simple=simple, compact=compact,
     )
     completed = [_step_record(s) for s in completed_steps]
     failed = _step_record(failed_step) if failed_step else None
@@ -322,7 +392,9 @@ def prompt_replan(
     context = prompt_context(messages)
     context |= {"purpose": "replan", "completed_steps": completed, "failed_step": failed, "reason": reason,
                 "declined_steps": declined}
-    body = messages[-1]["content"].rsplit("\n", 1)[0]  # drop the plan CONTEXT line; a replan one follows
+    body, _, last = messages[-1]["content"].rpartition("\n")
+    if not last.startswith(CONTEXT_PREFIX):  # a compact prompt has no CONTEXT line to replace
+        body = messages[-1]["content"]
     messages[-1]["content"] = "\n\n".join(lines) + "\n\n" + body + "\n" + context_line(context)
     return messages
 
@@ -333,7 +405,8 @@ def prompt_reflect(*, output: str, reasons: Sequence[str]) -> Messages:
     user = (
         "A planner's output was rejected.\n\nREASONS:\n" + bullets(reasons) + "\n\nOUTPUT (truncated):\n"
         + _truncate(output) + "\n\nGive at most 5 short, concrete hints that would fix it. "
-        'Answer with JSON inside <json>...</json>: <json>{"hints": ["..."]}</json>\n' + context_line(context)
+        'Answer with JSON inside <json>...</json>: <json>{"hints": ["<one concrete fix>"]}</json>\n'
+        + context_line(context)
     )
     system = "You review rejected plans and say precisely how to fix them. You never write the plan yourself."
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -366,7 +439,7 @@ def prompt_decide_action(
     parts.append("AVAILABLE ACTIONS: " + ", ".join(actions))
     parts.append(
         "Choose exactly one available action. Answer with JSON inside <json>...</json>:\n"
-        '<json>{"action": "...", "reason": "..."}</json>'
+        '<json>{"action": "<one of the available actions>", "reason": "<why, in one line>"}</json>'
     )
     user = "\n\n".join(parts) + "\n" + context_line(context)
     system = _identity(agent_name, "") + " You decide what to do next, one action at a time."

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.llm.placeholders import junk_problem
 from agents.tools import (
     LIST_TOOLS,
     LOOP_FORBIDDEN,
@@ -632,11 +633,15 @@ def plan_validate(
     max_steps: int = 20,
     allowed_actions: Sequence[str] = (),
     tools: Mapping[str, ToolSpec] | None = None,
+    goal_text: str = "",
+    steered: bool = False,
 ) -> ValidationResult:
     """Check parsed plan data for a tool agent (seed 003 shape) or a persona (seed 000 shape).
 
     Risky tools get requiresPermission forced on (flagged, not rejected); a persona step that does not
     give depends_on waits for the step before it, because seed 000 plans are sequences.
+    With `goal_text`, the plan must also mean it (planning/engine/meaning.py): no write to a file the goal
+    names as input, every named file used, its `goal` the one given, no placeholder nor example value.
     """
     if kind not in KINDS:
         raise ValueError(f"unknown plan kind {kind!r}")  # a programming error, not a model error
@@ -684,6 +689,9 @@ def plan_validate(
     if len(steps) == len(raw_steps):
         _check_loops(c, steps)
         _check_dependencies(c, steps)
+    if goal_text and len(steps) == len(raw_steps):
+        for problem in _meaning(goal_text, goal, summary, steps, kind, steered):
+            c.problem(problem)
     if kind == "persona" and steps:
         low, high = PREFERRED_PERSONA_STEPS
         if not low <= len(steps) <= high:
@@ -692,6 +700,27 @@ def plan_validate(
         return ValidationResult(None, c.problems, c.flags)
     plan = PlanSpec(goal=goal, thinking_summary=summary, confidence=confidence, risks=risks, steps=steps)
     return ValidationResult(plan, [], c.flags)
+
+
+def _meaning(goal_text: str, goal: str, summary: str, steps: Sequence[StepSpec], kind: str,
+             steered: bool) -> list[str]:
+    from planning.engine.meaning import StepView, meaning_problems, value_problems
+
+    problems = value_problems(goal=goal_text, where="plan", values={"goal": goal, "thinking_summary": summary})
+    for position, step in enumerate(steps, start=1):
+        where = f"step {position}"
+        values: dict[str, object] = {"intent" if kind == "tool" else "description": step.description,
+                                     "expects" if kind == "tool" else "expected_outcome": step.expected_outcome}
+        if kind == "tool":
+            values["input"] = step.input
+        else:
+            junk = junk_problem(step.description)
+            if junk:
+                problems.append(f"{where}: the description is {junk}, not a step")
+        problems += value_problems(goal=goal_text, where=where, values=values)
+    views = [StepView(position, step.tool, step.input) for position, step in enumerate(steps, start=1)]
+    return problems + meaning_problems(goal=goal_text, plan_goal=goal, steps=views, tool_plan=kind == "tool",
+                                       steered=steered)
 
 
 def step_plan_data(step: Mapping[str, Any], kind: str) -> dict[str, Any]:

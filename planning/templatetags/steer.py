@@ -14,14 +14,17 @@ from django.utils.text import Truncator
 from planning.engine.diff import field_changes_shown
 from planning.steer_selectors import PlanGraph, plan_graph
 from planning.steer_selectors import inbox_count as inbox_count_query
-from planning.templatetags.plan_rows import Drawn
 
 register = template.Library()
 
 
-@register.simple_tag
-def inbox_count() -> int:
-    """How many things wait for a person; one query, only on pages that show the navigation."""
+@register.simple_tag(takes_context=True)
+def inbox_count(context: template.Context) -> int:
+    """How many things wait for a person; one query, only on pages that show the navigation, none on a page
+    that counted them already (the dashboard's `counts.inbox`: one query fewer for the page under load)."""
+    counts = context.get("counts")
+    if isinstance(counts, dict) and "inbox" in counts:
+        return int(counts["inbox"])
     return inbox_count_query()
 
 
@@ -41,29 +44,14 @@ def waited(seconds: int) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
-GRAPHS_KEPT = 64
-_graphs = Drawn(GRAPHS_KEPT)
-
-
 # What the graph shows of each step, in order: its layout follows the steps' order and dependencies.
 GRAPH_FIELDS = ("key", "status", "description", "depends_on", "requires_permission")
 
 
-def graph_key(steps: Sequence[Any], oob: bool) -> tuple[Any, ...]:
-    """Everything the graph shows (lists as their repr, so the key can be hashed)."""
-    return (oob, *(tuple(repr(v) if isinstance(v, list) else v for v in (getattr(s, f) for f in GRAPH_FIELDS))
-                   for s in steps))
-
-
 @register.simple_tag
 def plan_graph_svg(plan: Any, steps: Sequence[Any], oob: bool = False) -> SafeString:
-    """The plan's steps and dependencies as an SVG graph laid out by depth (from the page's steps: no query).
-
-    Drawn once per state of the steps: a plan of 1,000 steps makes a graph of 1,000 nodes, the page's
-    largest part, which most views show unchanged.
-    """
-    steps = list(steps)
-    return _graphs.get(graph_key(steps, oob), lambda: graph_svg(plan_graph(steps), oob=oob))
+    """The plan's steps and dependencies as an SVG graph laid out by depth (from the page's steps: no query)."""
+    return graph_svg(plan_graph(list(steps)), oob=oob)
 
 
 GRAPH_DEFS = (

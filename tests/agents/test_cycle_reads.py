@@ -1,7 +1,6 @@
-"""The persona cycle's statements, compiled once (agents/cycle.py, planner_site/statements.py), give exactly
-what the QuerySets give: every field, converted the same (dates, JSON, booleans), and the related rows. The
-read is one statement of three kinds of rows side by side (needs, goals, steps): each kind must come out
-whole whatever the others hold."""
+"""The persona cycle's reads (agents/cycle.py): needs with their agent, active goals with whether a plan holds
+them, open plans' steps with their plan and its goal, in three queries; each kind comes out whole whatever the
+others hold, and a tool agent's rows are not read for it."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from django.test.utils import CaptureQueriesContext
 from agents.cycle import persona_rows, persona_state
 from agents.models import Agent, Need
 from goals.models import Goal
-from planner_site import statements
 from planning.models import Plan, PlanStep
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 
@@ -23,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 
 def values(obj: Model | None) -> dict[str, Any] | None:
-    return None if obj is None else {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields}
+    return None if obj is None else {f.attname: getattr(obj, f.attname) for f in obj._meta.get_fields() if f.concrete}
 
 
 @pytest.fixture
@@ -49,7 +47,7 @@ def test_needs_read_is_the_queryset_with_its_agent(persona: Agent) -> None:
     with CaptureQueriesContext(connection) as queries:
         got = persona_rows(persona.pk).needs
         assert got[0].agent.emotions == {"hope": 0.5}  # no second query for the agent
-    assert len(queries) == 1
+    assert len(queries) == 3  # the whole read: needs with their agent, goals, steps (no query for the agent)
     assert [values(n) for n in got] == [values(n) for n in expected]
     assert values(got[0].agent) == values(expected[0].agent)
     assert all(n.agent is got[0].agent for n in got)
@@ -71,7 +69,7 @@ def test_goals_and_open_steps_read_are_the_querysets(persona: Agent) -> None:
     with CaptureQueriesContext(connection) as queries:
         state = persona_state(persona, persona_rows(persona.pk))
         read = [(values(s), values(s.plan), values(s.plan.goal)) for p in state.plans for s in state.steps[p.pk]]
-    assert len(queries) == 1
+    assert len(queries) == 3  # needs with the agent, goals, steps with their plan and goal
     assert [g.horizon for g in state.goals] == ["short_term", "mid_term"]  # priority order
     assert {g.pk: (values(g), g.planned) for g in state.goals} == expected_goals(persona)  # type: ignore[attr-defined]
     assert sorted(read, key=lambda r: r[0]["id"]) == sorted(expected_steps(persona), key=lambda r: r[0]["id"])
@@ -96,7 +94,7 @@ def test_each_kind_of_row_reads_whole_when_the_others_are_missing() -> None:
     done = GoalFactory(agent=agent, status=Goal.Status.COMPLETED, horizon="long_term")
     PlanStepFactory(plan=PlanFactory(agent=agent, goal=done), key="1", position=1, result="done <i>well</i>")
     rows = persona_rows(agent.pk)
-    assert rows.agent is None and rows.needs == [] and rows.goals == []  # no needs: no agent from this read
+    assert rows.agent == agent and rows.needs == [] and rows.goals == []  # no needs: the agent's row alone
     assert [(values(s), values(s.plan), values(s.plan.goal)) for s in rows.steps] == expected_steps(agent)
     assert rows.steps[0].plan.goal.status == Goal.Status.COMPLETED  # type: ignore[union-attr]
 
@@ -120,51 +118,20 @@ def test_a_tool_agents_goals_and_plans_are_not_read_for_it(persona: Agent) -> No
     goal = GoalFactory(agent=tool)
     PlanStepFactory(plan=PlanFactory(agent=tool, goal=goal), key="1", position=1)
     rows = persona_rows(tool.pk)
-    assert (rows.agent, rows.needs, rows.goals, rows.steps) == (None, [], [], [])
+    assert (rows.agent, rows.needs, rows.goals, rows.steps) == (tool, [], [], [])
     assert persona_rows(AgentFactory().pk).needs == []
-
-
-def test_hand_written_insert_stores_what_save_stores(persona: Agent) -> None:
-    from agents.models import Experience
-    from planner_site import statements
-
-    step = PlanStep.objects.filter(plan__agent=persona).first()
-    fields = {"agent": persona, "cycle": 7, "action": "eat", "need_deltas": {"hunger": 0.2}, "step": step,
-              "followed_plan": True, "override_reason": "", "outcome": "had a meal", "hours": 1.5,
-              "needs_after": {"hunger": 0.81}, "goals_after": {"3": [0.5, 0.9]}}
-    by_orm = Experience.objects.create(**fields)
-    by_hand = Experience(**{**fields, "cycle": 8})
-    statements.insert([by_hand])
-    assert by_hand.pk and not by_hand._state.adding
-    stored = values(Experience.objects.get(pk=by_hand.pk))
-    assert stored is not None and stored["created_at"] is not None
-    expected = values(Experience.objects.get(pk=by_orm.pk))
-    assert expected is not None
-    ignore = {"id", "cycle", "created_at"}
-    assert {k: v for k, v in stored.items() if k not in ignore} == {k: v for k, v in expected.items() if k not in ignore}
-
-
-def test_hand_written_update_changes_only_the_rows_that_still_match(persona: Agent) -> None:
-    from planner_site import statements
-
-    count = persona.cycle_count
-    assert statements.update(Agent, {"emotions": {"hope": 0.9}, "cycle_count": count + 1}, id=persona.pk,
-                         cycle_count=count) == 1
-    assert statements.update(Agent, {"emotions": {"hope": 0.1}, "cycle_count": count + 1}, id=persona.pk,
-                         cycle_count=count) == 0  # the cycle moved on: nothing changes twice
-    fresh = Agent.objects.get(pk=persona.pk)
-    assert (fresh.emotions, fresh.cycle_count) == ({"hope": 0.9}, count + 1)
 
 
 def test_a_tool_agents_open_plans_read_is_the_queryset(persona: Agent) -> None:
     """The same rows serve a tool agent: open plans with and without a goal, closed ones left out."""
-    from agents.cycle import _open_plans_query, tool_open_plan
+    from agents.cycle import tool_open_plan
 
-    expected = {p.pk: p for p in Plan.objects.filter(agent=persona, status__in=Plan.OPEN_STATUSES)
+    expected = {p.pk: p for p in Plan.objects.filter(agent=persona).open()
                 .select_related("goal")}
-    rows = _open_plans_query(persona.pk)
-    assert sorted(r[0] for r in rows) == sorted(expected)
-    chosen = tool_open_plan(persona)
+    with CaptureQueriesContext(connection) as queries:
+        chosen = tool_open_plan(persona)
+        assert chosen is not None and chosen.goal is not None  # read with its plan
+    assert len(queries) == 1
     assert chosen is not None
     assert values(chosen) == values(expected[chosen.pk])
     assert values(chosen.goal) == values(expected[chosen.pk].goal)
@@ -173,7 +140,7 @@ def test_a_tool_agents_open_plans_read_is_the_queryset(persona: Agent) -> None:
 
 
 def test_a_tool_agents_unplanned_goals_read_is_the_queryset() -> None:
-    from agents.cycle import HELD_STATUSES, _agent_rows, _unplanned_goals_query
+    from agents.cycle import unplanned_goals
 
     agent = AgentFactory(kind=Agent.Kind.TOOL)
     free = GoalFactory(agent=agent, description="Free", source_needs=[], recommended_actions=["list"])
@@ -185,25 +152,4 @@ def test_a_tool_agents_unplanned_goals_read_is_the_queryset() -> None:
     PlanFactory(agent=agent, goal=held, status=Plan.Status.AWAITING_APPROVAL)
     PlanFactory(agent=agent, goal=failed, status=Plan.Status.FAILED)
     PlanFactory(agent=agent, goal=retired, status=Plan.Status.COMPLETED)  # completed: the goal may plan again
-    planned = Plan.objects.filter(agent=agent, goal__isnull=False, status__in=HELD_STATUSES).values("goal_id")
-    expected = Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE).exclude(pk__in=planned)
-    rows = _agent_rows("tool_unplanned_goals", _unplanned_goals_query, agent.pk)
-    assert sorted(r[0] for r in rows) == sorted(g.pk for g in expected) == sorted([free.pk, retired.pk])
-    by_pk = {g.pk: g for g in expected}
-    for row in rows:
-        assert values(statements.instance(Goal, row)) == values(by_pk[row[0]])
-
-
-def test_hand_written_insert_of_a_new_row_stores_what_save_stores_and_only_once(persona: Agent) -> None:
-    from agents.models import Lesson
-
-    by_orm = Lesson.objects.create(agent=persona, description="To eat I need money.", source_experience=None)
-    assert not statements.insert_new(Lesson(agent=persona, description="To eat I need money."), "agent", "description")
-    assert statements.insert_new(Lesson(agent=persona, description="Sleep first."), "agent", "description")
-    assert statements.insert_new(Lesson(agent=AgentFactory(), description="Sleep first."), "agent", "description")
-    by_hand = Lesson.objects.get(agent=persona, description="Sleep first.")
-    assert by_hand.created_at is not None
-    ignore = {"id", "description", "created_at"}
-    assert {k: v for k, v in (values(by_hand) or {}).items() if k not in ignore} == {
-        k: v for k, v in (values(by_orm) or {}).items() if k not in ignore}
-    assert Lesson.objects.filter(agent=persona).count() == 2
+    assert sorted(g.pk for g in unplanned_goals(agent.pk)) == sorted([free.pk, retired.pk])

@@ -233,3 +233,23 @@ async def test_a_restarted_process_fails_the_planning_it_left_and_plans_again() 
     await database_sync_to_async(plan.refresh_from_db)()
     assert plan.status == Plan.Status.FAILED
     assert plan.failure_reason.startswith("planning interrupted")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(settings.SCALE_OUT, reason="embedded stack only: on the scale-out stack runagents is a worker "
+                                              "whose changes reach open pages through Redis")
+def test_runagents_on_sqlite_says_pages_show_its_changes_when_reloaded(tmp_path: Any) -> None:
+    """`runagents` on SQLite still drives the agents, and says at start that open pages show its changes on reload
+    (no socket between processes: nothing is listened on or sent to)."""
+    from tests.runners import personas, runagents, runner_env
+
+    agent = personas(1)[0]
+    runner = runagents(runner_env(tmp_path), "--cycles", "1", "--runner-id", "alone")
+    _out, err = runner.communicate(timeout=120)
+    assert runner.returncode == 0, err
+    lines = [line for line in err.splitlines() if "embedded stack: open pages show this process's changes" in line]
+    assert len(lines) == 1, err
+    assert "manage.py serve" in lines[0] and "scale-out" in lines[0]
+    agent.refresh_from_db()
+    assert agent.cycle_count >= 1  # it drove the agent
+    assert not [path for path in tmp_path.rglob("*") if path.is_socket()]

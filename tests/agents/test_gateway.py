@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
@@ -18,10 +19,18 @@ from asgiref.sync import sync_to_async
 from pytest_django.fixtures import Settings
 
 from agents.llm import openai_provider
-from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, llm_complete, model_chain
-from agents.llm.offline import OFFLINE_MODEL
+from agents.llm.gateway import (
+    Deadline,
+    LLMDeadlineError,
+    LLMError,
+    ProviderAnswer,
+    llm_complete,
+    model_chain,
+)
 from agents.llm.openai_provider import openai_aclose_clients, openai_acomplete, openai_client, openai_complete
+from agents.llm.structured import CallOptions
 from agents.models import LLMCall
+from agents.offline_model import OFFLINE_MODEL
 from tests.llm_server import LLMTestServer, Reply, answer, empty_choices, error, hang, malformed, raw
 
 MESSAGES = [
@@ -277,6 +286,47 @@ def test_llm_complete_cost_from_llm_prices(llm_server: LLMTestServer, settings: 
     calls = calls_by_model()
     assert calls["m1"][0].cost == Decimal("0.006")  # 1000 * 2 / 1e6 + 500 * 8 / 1e6
     assert calls["m2"][0].cost is None  # no price for m2
+
+
+# -- providers from settings -----------------------------------------------------------------------
+
+
+def echo_provider(*, purpose: str, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None,
+                  options: CallOptions | None = None) -> ProviderAnswer:
+    """A provider registered by a test: answers with the purpose, the model and the last message."""
+    return ProviderAnswer(text=f"{purpose} by {model}: {messages[-1]['content']}", tokens_in=3, tokens_out=4,
+                          finish_reason="stop")
+
+
+@pytest.mark.django_db
+def test_a_provider_registered_in_settings_answers_its_models_and_is_logged_by_name(
+    llm_server: LLMTestServer, settings: Settings,
+) -> None:
+    settings.LLM_PROVIDERS = {**settings.LLM_PROVIDERS,
+                              "echo": {"answer": "tests.agents.test_gateway.echo_provider", "models": ["echo-1"]}}
+    llm_server.script("m1", answer("from the server"))
+
+    echoed = llm_complete(purpose="restate", messages=MESSAGES, models=["echo-1"])
+    served = llm_complete(purpose="restate", messages=MESSAGES, models=["m1"])
+
+    assert echoed.text == f"restate by echo-1: {MESSAGES[-1]['content']}"
+    assert served.text == "from the server"  # every other model still goes to the "*" provider
+    assert [(c.provider, c.model, c.tokens_out) for c in LLMCall.objects.order_by("pk")] == [
+        ("echo", "echo-1", 4), ("openai", "m1", served.tokens_out)]
+    assert LLMCall.objects.get(pk=echoed.call_id).response == echoed.text
+    assert [r.model for r in llm_server.requests] == ["m1"]
+
+
+@pytest.mark.django_db
+def test_a_model_no_provider_serves_is_a_logged_error_and_the_chain_moves_on(settings: Settings) -> None:
+    settings.LLM_PROVIDERS = {"offline": settings.LLM_PROVIDERS["offline"]}  # no "*" provider
+
+    result = llm_complete(purpose="restate", messages=MESSAGES, models=["unserved", OFFLINE_MODEL])
+
+    assert result.model == OFFLINE_MODEL
+    failed = LLMCall.objects.get(model="unserved")
+    assert failed.provider == ""
+    assert failed.error == "ImproperlyConfigured: no provider in LLM_PROVIDERS serves the model 'unserved'"
 
 
 # -- clients and event loops -----------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from agents.llm.context import prompt_context
-from agents.llm.offline import offline_complete
+from agents.offline_model import offline_complete
 from agents.tools import TOOLS, tool_run, workspace_listing
 from goals.prompts import prompt_goals, prompt_milestone
 from planning.engine.parse import plan_parse
@@ -170,7 +170,7 @@ def test_offline_is_deterministic_across_processes(tmp_path: Path) -> None:
         (tmp_path / name).write_text("Some text. More text.")
     messages = tool_messages("Sort the files by extension", tmp_path)
     code = (
-        "import json, sys\nfrom agents.llm.offline import offline_complete\n"
+        "import json, sys\nfrom agents.offline_model import offline_complete\n"
         "print(offline_complete('plan', json.loads(sys.stdin.read())))"
     )
     outputs = set()
@@ -443,7 +443,7 @@ def test_prompt_plan_persona_asks_for_seed000_steps() -> None:
     content = persona_messages("Get food", {"hunger": 0.1, "energy": 0.7})[-1]["content"]
     assert "Give 2-6 ordered steps" in content
     assert "CURRENT NEEDS (satisfaction, lowest first): hunger: 10%, energy: 70%" in content
-    assert '"action_hint": "look for work"' in content
+    assert '"action_hint": "call a friend"' in content  # the template's step names an action
 
 
 def test_prompt_replan_says_to_keep_completed_steps() -> None:

@@ -9,7 +9,7 @@ from django.urls import reverse
 from agents.cycle import agent_cycle
 from agents.models import Agent
 from goals.models import Goal
-from planning.consumers import AgentLivePage, PlanLivePage
+from planning.live.renderers import AgentLivePage, PlanLivePage
 from planning.models import Plan
 from tests.factories import (
     AgentFactory,

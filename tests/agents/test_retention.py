@@ -160,3 +160,44 @@ def test_undo_copies_go_a_while_after_their_plan_closed(windows: Any, operator: 
     windows.RETAIN_UNDO_HOURS = 0  # kept forever
     aged(Plan, [steps["closed lately"].plan], 10_000, field="updated_at")
     assert retention_prune().counts["undo copies"] == 0 and folders["closed lately"].exists()
+
+
+def test_notifications_sent_or_failed_go_after_their_window_those_still_to_send_never(windows: Any) -> None:
+    """A long-running install stays bounded: a notification whose every delivery is delivered or failed goes
+    RETAIN_NOTIFICATIONS_HOURS after it was made, with its deliveries and their attempts; one with a delivery
+    still pending or being sent stays, however old; a recent one stays; 0 keeps them all."""
+    from notifications.models import Channel, Delivery, DeliveryAttempt, Notification
+
+    windows.RETAIN_NOTIFICATIONS_HOURS = 720
+    operator = UserFactory()
+    hook = Channel.objects.create(user=operator, kind=Channel.Kind.WEBHOOK, target="http://127.0.0.1:9/hook")
+    mail = Channel.objects.create(user=operator, kind=Channel.Kind.EMAIL, target="olga@example.com")
+    S = Delivery.Status
+
+    def notification(key: str, *statuses: str) -> Notification:
+        made = Notification.objects.create(user=operator, key=key, kind="waiting", title=key)
+        for channel, status in zip([hook, mail], statuses, strict=False):
+            delivery = Delivery.objects.create(notification=made, channel=channel, status=status, attempts=1,
+                                               next_attempt_at=timezone.now())
+            DeliveryAttempt.objects.create(delivery=delivery, number=1, ok=status == S.DELIVERED)
+        return made
+
+    rows = {"delivered": notification("delivered", S.DELIVERED, S.DELIVERED),
+            "failed": notification("failed", S.FAILED, S.DELIVERED),
+            "no channel": notification("no channel"),
+            "pending": notification("pending", S.DELIVERED, S.PENDING),
+            "sending": notification("sending", S.SENDING)}
+    aged(Notification, list(rows.values()), 721)
+    rows["recent"] = notification("recent", S.DELIVERED)
+
+    assert retention_prune().counts["notifications"] == 3
+    assert set(Notification.objects.values_list("key", flat=True)) == {"pending", "sending", "recent"}
+    assert set(Delivery.objects.values_list("notification__key", flat=True)) == {"pending", "sending", "recent"}
+    assert DeliveryAttempt.objects.count() == 4  # pending's two, sending's and recent's
+
+    windows.RETAIN_NOTIFICATIONS_HOURS = 0  # kept forever
+    Delivery.objects.update(status=S.DELIVERED)
+    aged(Notification, list(Notification.objects.all()), 10_000)
+    assert retention_prune().counts["notifications"] == 0 and Notification.objects.count() == 3
+    windows.RETAIN_NOTIFICATIONS_HOURS = 720
+    assert retention_prune().counts["notifications"] == 3 and not Notification.objects.exists()

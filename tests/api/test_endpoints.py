@@ -317,6 +317,41 @@ def test_next_after_a_decline_says_replan_with_the_feedback_and_the_kept_steps(t
     assert [s["key"] for s in body["kept"]] == ["1"]
 
 
+def test_a_plan_declined_before_approval_asks_for_a_version_with_the_operators_words(
+        tooled: ApiClient, operator: Any, client: Client) -> None:
+    plan_id = submitted(tooled)
+    client.force_login(operator)
+    response = client.post(f"/plans/{plan_id}/replan/", {"reason": "Search the finance drive first"})
+    assert response.status_code in (200, 302)
+    status, body = tooled.get(f"/api/v1/plans/{plan_id}/next")
+    assert (body["action"], body["feedback"], body["kept"]) == ("replan", "Search the finance drive first", [])
+    status, created = tooled.post(f"/api/v1/plans/{plan_id}/versions", {"steps": PLAN["steps"][:1]})
+    assert (status, created["version"]) == (201, 2)
+    assert Plan.objects.get(pk=plan_id).status == Plan.Status.REPLANNED
+
+
+def test_an_agent_withdraws_its_own_open_plan_and_is_named_on_its_timeline(tooled: ApiClient, operator: Any) -> None:
+    plan_id = submitted(tooled)
+    status, body = tooled.post(f"/api/v1/plans/{plan_id}/cancel", {"reason": "Went on without it"})
+    assert (status, body) == (200, {"id": plan_id, "version": 1, "status": "cancelled"})
+    event = PlanEvent.objects.get(plan_id=plan_id, kind=PlanEvent.Kind.PLAN_CANCELLED)
+    assert (event.actor_id, event.actor_label, event.reason) == (None, "Research bot (API)", "Went on without it")
+    assert set(PlanStep.objects.filter(plan_id=plan_id).values_list("status", flat=True)) == {PlanStep.Status.SKIPPED}
+    assert tooled.get(f"/api/v1/plans/{plan_id}/next")[1] == {"action": "cancelled", "reason": "Went on without it"}
+    status, body = tooled.post(f"/api/v1/plans/{plan_id}/cancel", {})  # closed: refused, nothing changes
+    assert (status, body["detail"]) == (409, "Plan v1 is already cancelled. Nothing was changed.")
+    assert PlanEvent.objects.filter(plan_id=plan_id, kind=PlanEvent.Kind.PLAN_CANCELLED).count() == 1
+
+
+def test_an_agent_cannot_withdraw_another_agents_plan(tooled: ApiClient, operator: Any) -> None:
+    other = PlanFactory(status=Plan.Status.ACTIVE)
+    status, body = tooled.post(f"/api/v1/plans/{other.pk}/cancel", {"reason": "mine now"})
+    assert status == 404
+    assert Plan.objects.get(pk=other.pk).status == Plan.Status.ACTIVE
+    status, body = tooled.post(f"/api/v1/plans/{other.pk}/cancel", {"reason": 7})
+    assert status == 422
+
+
 def test_next_reports_cancelled_done_and_failed(tooled: ApiClient, operator: Any) -> None:
     plan_id = submitted(tooled)
     services.plan_cancel(plan=Plan.objects.get(pk=plan_id), user=operator, reason="Not needed any more")

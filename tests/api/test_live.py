@@ -197,3 +197,40 @@ async def test_long_poll_ends_with_401_when_its_token_is_revoked(monkeypatch: py
     await sync_to_async(revoke, thread_sensitive=False)(raw)
     response = await asyncio.wait_for(poll, timeout=30)
     assert response.status_code == 401 and "revoked" in json.loads(response.content)["detail"]
+
+
+def expire_soon(raw: str, seconds: float) -> None:
+    """The token's expiry moves to `seconds` from now (as an operator sets it in the admin, without a push)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    try:
+        AgentToken.objects.filter(pk=AgentToken.objects.lookup(raw).pk).update(  # type: ignore[union-attr]
+            expires_at=timezone.now() + timedelta(seconds=seconds))
+    finally:
+        connection.close()
+
+
+async def test_websocket_closes_when_its_token_expires() -> None:
+    raw, plan_id, _ = await database_sync_to_async(setup_plan)()
+    ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
+                               headers=[(b"authorization", f"Bearer {raw}".encode())])
+    connected, _ = await ws.connect()
+    try:
+        assert connected
+        assert (await ws.receive_json_from(timeout=5))["action"] == "wait"
+        await sync_to_async(expire_soon, thread_sensitive=False)(raw, 0.5)
+        message = await ws.receive_output(timeout=15)  # nothing is pushed: the socket's own check finds it
+        assert (message["type"], message.get("code")) == ("websocket.close", 4401)
+    finally:
+        await ws.disconnect()
+
+
+async def test_long_poll_ends_with_401_when_its_token_expires() -> None:
+    raw, plan_id, _ = await database_sync_to_async(setup_plan)()
+    await sync_to_async(expire_soon, thread_sensitive=False)(raw, 1.0)
+    response = await asyncio.wait_for(AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=60",
+                                                        headers={"Authorization": f"Bearer {raw}"}), timeout=30)
+    assert response.status_code == 401 and "expired" in json.loads(response.content)["detail"]
+    again = await AsyncClient().get(f"/api/v1/plans/{plan_id}/next", headers={"Authorization": f"Bearer {raw}"})
+    assert again.status_code == 401  # and it stays refused

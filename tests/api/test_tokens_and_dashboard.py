@@ -112,3 +112,27 @@ def test_operator_edit_of_an_external_step_is_checked_against_the_declared_tools
     first.refresh_from_db()
     assert first.tool_input == {"query": "q3 report final"}
     assert PlanEvent.objects.filter(plan_id=plan_id, kind=PlanEvent.Kind.STEP_EDITED).count() == 1
+
+
+@pytest.mark.django_db
+def test_agent_token_with_an_expiry_prints_it_and_the_token_stops_working_then() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    text, raw = token_from_command("Temp bot", "--expires-in", "1")
+    token = AgentToken.objects.get(agent__name="Temp bot")
+    assert token.expires_at is not None and f"it expires {token.expires_at:%Y-%m-%d %H:%M} UTC" in text
+    api = ApiClient(Client(), raw)
+    assert api.get("/api/v1/agent")[0] == 200
+    AgentToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    status, body = api.get("/api/v1/agent")
+    assert status == 401 and "expired" in body["detail"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("days", ["0", "-2", "99999", "nan"])
+def test_agent_token_refuses_a_bad_expiry_and_changes_nothing(days: str) -> None:
+    with pytest.raises(CommandError):
+        token_from_command("Temp bot", "--expires-in", days)
+    assert not AgentToken.objects.exists()

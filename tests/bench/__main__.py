@@ -55,6 +55,8 @@ def main() -> int:
             base = "" if fig["baseline"] is None else f"{fig['baseline']:.3g}"
             print(f"{'PASS' if fig['pass'] else 'MISS'}  {fig['name']:<34} {fig['value']:>10.3g} {fig['unit']:<9} "
                   f"baseline {base:>8} {ratio:>8}  goal: {fig['goal']}", flush=True)
+            if fig["note"]:
+                print(f"      {fig['note']}", flush=True)
         print(f"  ({name}: {time.perf_counter() - started:.1f} s)", flush=True)
         call_command("flush", interactive=False, verbosity=0)
         roles_restore()

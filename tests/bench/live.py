@@ -3,8 +3,9 @@
 - push_plan_p95, push_dashboard_p95: a change committed in another process (a service call in a
   `committer` subprocess) -> the updated fragment at a websocket client of the real server
   (`manage.py serve --no-runner`). Baseline: a bare send from another process -> a minimal consumer
-  (served the same way) -> the client. PostgreSQL + Redis when reachable, else the embedded stack
-  (SQLite, the relay socket).
+  (served the same way) -> the client. PostgreSQL + Redis only: the embedded stack (SQLite) is one
+  process and pushes only its own changes (another process's show when a page is reloaded), so the
+  push figures print SKIPPED when PostgreSQL or Redis is not reachable.
 - fanout_200_p95: delivery p95 with 200 open dashboards at 20 changes/s; baseline: the bare path
   with 200 clients at the same rate.
 - plan_page_1000: the plan page with 1,000 steps (the view, as an operator) against a bare template
@@ -95,8 +96,9 @@ print(json.dumps({"session": client.cookies["sessionid"].value, "plan": plan.pk,
 class Stack:
     """A throwaway database, the real server, and the bare server, on free ports."""
 
-    def __init__(self) -> None:
+    def __init__(self, serve_args: tuple[str, ...] = ()) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="planner-bench-live-"))
+        self.serve_args = serve_args
         self.scaleout = reachable(PG_URL) and reachable(REDIS_URL)
         self.db_name = f"planner_bench_live_{os.getpid()}"
         self.env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "TEST_DATABASE_NAME")}
@@ -119,14 +121,17 @@ class Stack:
         self.data = json.loads(self.manage("shell", "-c", SETUP).strip().splitlines()[-1])
         self.port = free_port()
         self.bare_port = free_port()
-        self.spawn([sys.executable, "manage.py", "serve", "--no-runner", "--port", str(self.port)])
-        self.spawn([sys.executable, "-m", "tests.bench.live", "bare", str(self.bare_port)])
-        for port in (self.port, self.bare_port):
+        self.spawn([sys.executable, "manage.py", "serve", "--no-runner", "--port", str(self.port), *serve_args])
+        ports = [self.port]
+        if self.scaleout:  # the bare baseline of the push figures (scale-out only)
+            self.spawn([sys.executable, "-m", "tests.bench.live", "bare", str(self.bare_port)])
+            ports.append(self.bare_port)
+        for port in ports:
             self.wait_up(port)
 
     @property
     def stack_name(self) -> str:
-        return "PostgreSQL + Redis" if self.scaleout else "embedded (SQLite, relay socket)"
+        return "PostgreSQL + Redis" if self.scaleout else "embedded (SQLite, one process)"
 
     def manage(self, *args: str) -> str:
         result = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True,
@@ -165,8 +170,8 @@ class Stack:
 
 
 @contextlib.contextmanager
-def stack() -> Iterator[Stack]:
-    s = Stack()
+def stack(serve_args: tuple[str, ...] = ()) -> Iterator[Stack]:
+    s = Stack(serve_args)
     try:
         yield s
     finally:
@@ -395,10 +400,6 @@ def page_figures() -> list[dict[str, Any]]:
             fn()
         return count[0]
 
-    from planning.templatetags import plan_rows, steer
-
-    plan_rows._rows.clear()
-    steer._graphs.clear()
     started = time.perf_counter()
     view(f"/plans/{big.pk}/")()  # the first view of the page: no row drawn yet
     cold = (time.perf_counter() - started) * 1000
@@ -407,7 +408,7 @@ def page_figures() -> list[dict[str, Any]]:
     out.append(figure("plan_page_1000", value, "ms", baseline=base, baseline_name="bare template of the same 1,000 rows",
                       goal="<= 1.5x, queries constant", passed=value <= 1.5 * base and q_big == q_small,
                       note=f"queries: {q_big} with 1,000 steps, {q_small} with 10 (operator's view); "
-                           f"rows and the graph drawn earlier are reused: the first view after a restart took {cold:.0f} ms"))
+                           f"the first view after a restart took {cold:.0f} ms"))
 
     agents = Agent.objects.bulk_create([Agent(name=f"agent-{i:04d}", status=Agent.Status.RUNNING) for i in range(1000)])
     Need.objects.bulk_create([Need(agent=a, name=n, satisfaction=0.5) for a in agents for n in ("hunger", "money")])
@@ -432,7 +433,10 @@ def page_figures() -> list[dict[str, Any]]:
 def figures() -> list[dict[str, Any]]:
     parts = set(os.environ.get("BENCH_LIVE_PARTS", "pages,push,fanout").split(","))
     out = page_figures() if "pages" in parts else []
-    if parts & {"push", "fanout"}:
+    if parts & {"push", "fanout"} and not (reachable(PG_URL) and reachable(REDIS_URL)):
+        print("  live pushes: SKIPPED, they need PostgreSQL and Redis on 127.0.0.1 (the scale-out stack): the embedded "
+              "stack pushes only its serve process's own changes", flush=True)
+    elif parts & {"push", "fanout"}:
         with stack() as st:
             print(f"  live pushes on {st.stack_name}", flush=True)
             if "push" in parts:
@@ -446,7 +450,7 @@ def figures() -> list[dict[str, Any]]:
 
 
 def bare_server(port: int) -> None:
-    """A minimal consumer: joins one group (or, embedded, listens to a datagram socket) and relays its text."""
+    """A minimal consumer: joins one group of the shared layer (Redis) and relays its text."""
     import django
 
     django.setup()
@@ -455,39 +459,15 @@ def bare_server(port: int) -> None:
     from channels.routing import ProtocolTypeRouter, URLRouter
     from django.urls import path
 
-    shared = bool(os.environ.get("REDIS_URL"))
-    clients: set[Any] = set()
-
     class Bare(AsyncWebsocketConsumer):
-        groups = ["bench-bare"] if shared else []
-
-        async def connect(self) -> None:
-            await self.accept()
-            clients.add(self)
-
-        async def disconnect(self, code: int) -> None:
-            clients.discard(self)
+        groups = ["bench-bare"]
 
         async def bare_msg(self, event: dict[str, Any]) -> None:
             await self.send(text_data=event["text"])
 
-    if not shared:
-        Bare.channel_layer_alias = "none"
-
-    class Datagrams(asyncio.DatagramProtocol):
-        def datagram_received(self, data: bytes, addr: Any) -> None:
-            for c in list(clients):
-                asyncio.ensure_future(c.send(text_data=data.decode()))
-
     app = ProtocolTypeRouter({"websocket": URLRouter([path("bare/", Bare.as_asgi())])})
 
     async def main() -> None:
-        if not shared:
-            sock = Path(os.environ["PLANNER_VAR_DIR"]) / "bare.sock"
-            sock.parent.mkdir(parents=True, exist_ok=True)  # the settings no longer create var/ at import
-            with contextlib.suppress(OSError):
-                sock.unlink()
-            await asyncio.get_running_loop().create_datagram_endpoint(Datagrams, local_addr=str(sock), family=socket.AF_UNIX)
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")).serve()
 
     asyncio.run(main())
@@ -537,24 +517,18 @@ def committer(data: dict[str, Any]) -> None:
 
 
 def bare_sender(data: dict[str, Any]) -> None:
-    """The baseline's sender: one long-lived loop, one bare group send (or datagram) per change."""
+    """The baseline's sender: one long-lived loop, one bare group send per change."""
     import django
 
     django.setup()
     from channels.layers import get_channel_layer
 
-    shared = bool(os.environ.get("REDIS_URL"))
     loop = asyncio.new_event_loop()
     layer = get_channel_layer()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) if not shared else None
-    target = str(Path(os.environ["PLANNER_VAR_DIR"]) / "bare.sock")
 
     def act(i: int) -> float:
         t0 = time.time()
-        if shared:
-            loop.run_until_complete(layer.group_send("bench-bare", {"type": "bare.msg", "text": f"ping {i}"}))  # type: ignore[union-attr]
-        else:
-            sock.sendto(f"ping {i}".encode(), target)  # type: ignore[union-attr]
+        loop.run_until_complete(layer.group_send("bench-bare", {"type": "bare.msg", "text": f"ping {i}"}))  # type: ignore[union-attr]
         return t0
 
     serve_lines(act)

@@ -2,7 +2,7 @@
 decide, beside the same figures on the idle server (the ratio is what carries over between machines).
 
 The server is the real one (`manage.py serve --no-runner`, PostgreSQL + Redis when reachable, as in
-tests/bench/live.py). The load comes from a generator in its own process (`python -m tests.bench.load gen`):
+tests/bench/live.py), with `--workers LOAD_WORKERS` (2: one per core of this machine) on PostgreSQL + Redis. The load comes from a generator in its own process (`python -m tests.bench.load gen`):
 LOAD_POLLERS external agents long-polling plans that wait for an operator, LOAD_EXECUTORS agents starting and
 finishing steps of plans that run at once (each step's tool taking LOAD_STEP_SECONDS), and LOAD_OPERATORS
 operators reloading the dashboard. This process
@@ -21,13 +21,14 @@ import time
 from typing import Any
 
 from tests.bench.common import figure
-from tests.bench.live import ROOT, Stack, p95, stack
+from tests.bench.live import PG_URL, REDIS_URL, ROOT, Stack, p95, reachable, stack
 
 POLLERS = int(os.environ.get("LOAD_POLLERS", "200"))
 EXECUTORS = int(os.environ.get("LOAD_EXECUTORS", "20"))
 OPERATORS = int(os.environ.get("LOAD_OPERATORS", "2"))
 STEP_SECONDS = float(os.environ.get("LOAD_STEP_SECONDS", "1.0"))  # an agent's tool runs between start and result
 PROBES = int(os.environ.get("LOAD_PROBES", "60"))
+WORKERS = int(os.environ.get("LOAD_WORKERS", "2"))  # `serve --workers` on the scale-out stack (one per core)
 WARMUP_SECONDS = 5.0
 GOAL_MS = 300.0
 
@@ -125,9 +126,12 @@ def load_figures(st: Stack) -> list[dict[str, Any]]:
     try:
         time.sleep(WARMUP_SECONDS)
         loaded = {path: probe_ms(url, path, session) for path in ("/healthz", "/")}
+        machine_load = os.getloadavg()[0]  # the machine is shared: how busy it was while the probes ran
     finally:
         generator.terminate()
-    what = f"{POLLERS} long polls, {EXECUTORS} plans executing, {OPERATORS} operators ({st.stack_name})"
+    what = (f"{POLLERS} long polls, {EXECUTORS} plans executing, {OPERATORS} operators ({st.stack_name}, "
+            f"serve {' '.join(st.serve_args) or 'in one process'}); load average {machine_load:.1f} on "
+            f"{os.cpu_count()} cores")
     results = []
     for path, name in (("/healthz", "health check under load p95"), ("/", "dashboard under load p95")):
         value, base = p95(loaded[path]), p95(idle[path])
@@ -138,7 +142,8 @@ def load_figures(st: Stack) -> list[dict[str, Any]]:
 
 
 def figures() -> list[dict[str, Any]]:
-    with stack() as st:
+    scaleout = reachable(PG_URL) and reachable(REDIS_URL)  # as Stack decides; SQLite serves in one process
+    with stack(("--workers", str(WORKERS)) if scaleout else ()) as st:
         return load_figures(st)
 
 

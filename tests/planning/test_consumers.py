@@ -20,7 +20,9 @@ from django.db import connection, transaction
 
 from planner_site import events
 from planner_site.asgi import application
-from planning import consumers, services
+from planning import services
+from planning.live import consumers, renderers
+from planning.live import hub as live_hub
 from planning.models import PlanEvent, PlanStep
 from tests.factories import AgentFactory, PlanFactory, PlanStepFactory, UserFactory
 
@@ -49,7 +51,7 @@ async def test_websocket_without_login_is_closed_with_4401() -> None:
     comm = WebsocketCommunicator(application, "/ws/dashboard/", headers=ORIGIN)
     connected, _ = await comm.connect()
     assert connected  # accepted only to say why it closes: a refused handshake shows the page no code
-    assert await closed_with(comm) == consumers.CLOSE_UNAUTHENTICATED
+    assert await closed_with(comm) == live_hub.CLOSE_UNAUTHENTICATED
     await comm.disconnect()
 
 
@@ -78,7 +80,7 @@ async def test_unknown_websocket_path_is_closed_with_4404() -> None:
         comm = WebsocketCommunicator(application, path, headers=ORIGIN)
         connected, _ = await comm.connect()
         assert connected
-        assert await closed_with(comm) == consumers.CLOSE_NOT_FOUND
+        assert await closed_with(comm) == live_hub.CLOSE_NOT_FOUND
         await comm.disconnect()
 
 
@@ -126,13 +128,13 @@ async def test_push_carries_only_the_changed_step_and_the_new_entry() -> None:
 async def test_one_render_per_change_and_audience_same_bytes_for_all(monkeypatch: pytest.MonkeyPatch) -> None:
     step = await database_sync_to_async(PlanStepFactory)(status=PlanStep.Status.AWAITING_APPROVAL)
     renders: list[set[str]] = []
-    original = consumers.PlanLivePage.render_changes
+    original = renderers.PlanLivePage.render_changes
 
-    def counted(self: consumers.PlanLivePage, ids: set[int], audiences: set[str]) -> dict[str, str]:
+    def counted(self: renderers.PlanLivePage, ids: set[int], audiences: set[str]) -> dict[str, str]:
         renders.append(set(audiences))
         return original(self, ids, audiences)
 
-    monkeypatch.setattr(consumers.PlanLivePage, "render_changes", counted)
+    monkeypatch.setattr(renderers.PlanLivePage, "render_changes", counted)
     users = [await database_sync_to_async(UserFactory)(username=f"op{i}", role="operators") for i in range(3)]
     users.append(await database_sync_to_async(UserFactory)(username="viewer1", role="viewers"))
     comms = [communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", u, plan_id=step.plan_id) for u in users]
@@ -153,15 +155,15 @@ async def test_changes_during_a_render_are_merged_into_the_next(monkeypatch: pyt
     step = await database_sync_to_async(PlanStepFactory)()
     gate = threading.Event()
     calls: list[int] = []
-    original = consumers.PlanLivePage.render_changes
+    original = renderers.PlanLivePage.render_changes
 
-    def slow(self: consumers.PlanLivePage, ids: set[int], audiences: set[str]) -> dict[str, str]:
+    def slow(self: renderers.PlanLivePage, ids: set[int], audiences: set[str]) -> dict[str, str]:
         calls.append(1)
         if len(calls) == 1:
             gate.wait(5)
         return original(self, ids, audiences)
 
-    monkeypatch.setattr(consumers.PlanLivePage, "render_changes", slow)
+    monkeypatch.setattr(renderers.PlanLivePage, "render_changes", slow)
     viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
     comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
     await comm.connect()
@@ -237,7 +239,7 @@ async def test_missing_plan_closes_socket_with_4404() -> None:
     operator = await database_sync_to_async(UserFactory)(username="olga", role="operators")
     comm = communicator_for(consumers.PlanConsumer, "/ws/plans/999999/", operator, plan_id=999999)
     await comm.connect()
-    assert await closed_with(comm) == consumers.CLOSE_NOT_FOUND
+    assert await closed_with(comm) == live_hub.CLOSE_NOT_FOUND
     await comm.disconnect()
 
 
@@ -247,14 +249,14 @@ async def test_resync_closes_open_pages_with_4000() -> None:
     comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
     await comm.connect()
     await comm.receive_from(timeout=5)
-    hub = await consumers.hub_get()
+    hub = await live_hub.hub_get()
     await hub.resync()
-    assert await closed_with(comm) == consumers.CLOSE_RESYNC
+    assert await closed_with(comm) == live_hub.CLOSE_RESYNC
     await comm.disconnect()
 
 
 async def test_a_lost_message_is_seen_as_a_gap() -> None:
-    hub = consumers.LiveHub(asyncio.get_running_loop())
+    hub = live_hub.LiveHub(asyncio.get_running_loop())
     message = {"type": events.MESSAGE_TYPE, "agents": [1], "plans": [], "src": "p1", "gap": False}
     assert hub.note_sequence(message | {"seq": 1})
     assert hub.note_sequence(message | {"seq": 2})
@@ -278,7 +280,7 @@ async def test_websocket_while_the_layer_is_down_is_closed_with_4503(settings: A
     comm = communicator_for(consumers.DashboardConsumer, "/ws/dashboard/", viewer)
     connected, _ = await comm.connect()
     assert connected
-    assert await closed_with(comm) == consumers.CLOSE_LAYER_DOWN
+    assert await closed_with(comm) == live_hub.CLOSE_LAYER_DOWN
     await comm.disconnect()
 
 
@@ -299,34 +301,56 @@ async def test_one_transaction_is_one_publish(monkeypatch: pytest.MonkeyPatch) -
     assert sent == [({step.plan.agent_id}, {step.plan_id})]
 
 
-@pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="the embedded relay needs Unix sockets")
-async def test_change_made_by_another_process_reaches_the_open_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A `manage.py shell` process (a real second process) changes a step; the open page sees it.
-
-    Embedded stack: through the relay socket; scale-out: through Redis.
-    """
-    relay = tmp_path / "live.sock"
-    monkeypatch.setenv("LIVE_RELAY_SOCKET", str(relay))
-    step = await database_sync_to_async(PlanStepFactory)(description="Walk the dog")
-    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
-    comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
-    await comm.connect()
-    await comm.receive_from(timeout=5)
-    env = dict(os.environ, LIVE_RELAY_SOCKET=str(relay), PLANNER_VAR_DIR=str(django_settings.VAR_DIR))
+async def step_change_in_another_process(step: PlanStep, var_dir: Path) -> None:
+    """`manage.py shell` (a real second process, on this test's database) asks for approval of the step."""
+    env = dict(os.environ, PLANNER_VAR_DIR=str(var_dir))
     if events.layer_is_shared():
         parts = urlsplit(os.environ["DATABASE_URL"])
         env["DATABASE_URL"] = urlunsplit(parts._replace(path="/" + str(connection.settings_dict["NAME"])))
     else:
-        assert relay.exists()
         env["SQLITE_PATH"] = str(connection.settings_dict["NAME"])
     code = (f"from planning import services; from planning.models import PlanStep; "
             f"services.step_request_approval(step=PlanStep.objects.get(pk={step.pk}), runner='other-process')")
     result = await asyncio.to_thread(subprocess.run, [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT,
                                      env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.skipif(not events.layer_is_shared(),
+                    reason="scale-out only: the embedded stack is one process, with no relay between processes; "
+                           "another process's changes show at the next page load (the test below)")
+async def test_change_made_by_another_process_reaches_the_open_page(tmp_path: Path) -> None:
+    """Scale-out: a `manage.py shell` process changes a step; the open page gets it through Redis."""
+    step = await database_sync_to_async(PlanStepFactory)(description="Walk the dog")
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
+    await comm.connect()
+    await comm.receive_from(timeout=5)
+    await step_change_in_another_process(step, tmp_path)
     pushed = await comm.receive_from(timeout=10)
     assert f'id="step-{step.key}"' in pushed and "Awaiting approval" in pushed and "by other-process" in pushed
     await comm.disconnect()
+
+
+@pytest.mark.skipif(events.layer_is_shared(), reason="embedded stack only (on scale-out the test above pushes it)")
+async def test_embedded_change_made_by_another_process_shows_at_the_next_page_load(tmp_path: Path) -> None:
+    """Embedded: another process's change reaches an open page when it (re)loads, and no socket file is made."""
+    step = await database_sync_to_async(PlanStepFactory)(description="Walk the dog")
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
+    await comm.connect()
+    first = await comm.receive_from(timeout=5)
+    assert "Awaiting approval" not in first
+    await step_change_in_another_process(step, tmp_path)
+    await comm.disconnect()
+    again = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
+    await again.connect()
+    state = await again.receive_from(timeout=5)
+    assert f'id="step-{step.key}"' in state and "Awaiting approval" in state and "by other-process" in state
+    await again.disconnect()
+    # No socket between processes: neither this process (it serves the page) nor the other one made one.
+    assert not (Path(django_settings.VAR_DIR) / "live.sock").exists()
+    assert not [path for path in tmp_path.rglob("*") if path.is_socket()]
 
 
 async def test_the_graph_follows_a_step_status_change_and_stays_put_otherwise() -> None:
@@ -342,4 +366,35 @@ async def test_the_graph_follows_a_step_status_change_and_stays_put_otherwise() 
     await database_sync_to_async(events.publish_changed)(agent_id=plan.agent_id, plan_id=plan.pk, kind="edited")
     pushed = await comm.receive_from(timeout=5)
     assert 'id="step-1"' in pushed and 'id="plan-graph"' not in pushed
+    await comm.disconnect()
+
+
+async def test_pages_keep_updating_after_the_long_poll_that_started_the_hub_ends(tmp_path: Path) -> None:
+    """An agent's long poll (an async view behind sync middleware, so inside asgiref's `async_to_sync`) starts
+    the hub; a page opens; the poll ends. Later changes, from another process on scale-out, still reach the
+    page (the CI run of 2026-11 lost every push here: "CurrentThreadExecutor already quit or is broken")."""
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    step = await database_sync_to_async(PlanStepFactory)(description="Walk the dog")
+    viewer = await database_sync_to_async(UserFactory)(username="victor", role="viewers")
+    page_open = threading.Event()
+
+    async def long_poll() -> None:
+        async with live_hub.changes_watched(agents={step.plan.agent_id}, plans={step.plan_id}) as changed:
+            assert changed is not None
+            await asyncio.to_thread(page_open.wait, 10)
+
+    poll = asyncio.ensure_future(sync_to_async(async_to_sync(long_poll), thread_sensitive=False)())
+    await asyncio.sleep(0.5)  # the poll has started the hub
+    comm = communicator_for(consumers.PlanConsumer, f"/ws/plans/{step.plan_id}/", viewer, plan_id=step.plan_id)
+    await comm.connect()
+    await comm.receive_from(timeout=5)
+    page_open.set()
+    await poll
+    if events.layer_is_shared():
+        await step_change_in_another_process(step, tmp_path)
+    else:
+        await database_sync_to_async(services.step_request_approval)(step=step, runner="other-process")
+    pushed = await comm.receive_from(timeout=10)
+    assert f'id="step-{step.key}"' in pushed and "Awaiting approval" in pushed and "by other-process" in pushed
     await comm.disconnect()

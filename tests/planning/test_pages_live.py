@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from agents.models import Agent
-from planning.consumers import DashboardLivePage, PlanLivePage
+from planning.live.renderers import DashboardLivePage, PlanLivePage
 from planning.models import Plan, PlanStep
 from planning.selectors import CALLS_PAGE_SIZE, DASHBOARD_PAGE_SIZE, TIMELINE_PAGE_SIZE
 from tests.factories import AgentFactory, LLMCallFactory, PlanEventFactory, PlanFactory, PlanStepFactory

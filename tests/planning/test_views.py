@@ -149,6 +149,22 @@ def test_plan_approve_buttons_and_modes(operator_client: Client) -> None:
     assert plan.status == Plan.Status.AWAITING_APPROVAL
 
 
+def test_an_external_agents_plan_awaiting_approval_can_be_declined_with_feedback(operator_client: Client,
+                                                                                 viewer_client: Client) -> None:
+    external = PlanFactory(agent=AgentFactory(kind="external"), status=Plan.Status.AWAITING_APPROVAL,
+                           approval_mode=Plan.ApprovalMode.PENDING)
+    built_in = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING)
+    assert "Decline with feedback" in operator_client.get(reverse("plan-detail", args=[external.pk])).content.decode()
+    assert "Decline with feedback" not in viewer_client.get(reverse("plan-detail", args=[external.pk])).content.decode()
+    assert "Decline with feedback" not in operator_client.get(reverse("plan-detail", args=[built_in.pk])).content.decode()
+    operator_client.post(reverse("plan-replan", args=[external.pk]), {"reason": "Ask finance first"},
+                         HTTP_HX_REQUEST="true")
+    external.refresh_from_db()
+    assert (external.status, external.replan_reason) == (Plan.Status.AWAITING_APPROVAL, "operator: Ask finance first")
+    # Declined once, the form is gone until the agent's next version arrives.
+    assert "Decline with feedback" not in operator_client.get(reverse("plan-detail", args=[external.pk])).content.decode()
+
+
 def test_plan_awaiting_approval_shows_the_planners_confidence_with_steps_summary_and_restatement(
         operator_client: Client) -> None:
     """Seed 002 step 7: before approving, the operator sees the steps, the thinking summary, the restatement

@@ -39,7 +39,11 @@ PUBLIC = {"login", "healthz", "admin:login", "api:openapi-json", "api:openapi-vi
 # Every signed-in user may use these on their own account (log out, change their own password).
 ACCOUNT = {"logout", "password_change", "password_change_done", "admin:logout", "admin:password_change",
            "admin:password_change_done", "login", "admin:login", "password_reset", "password_reset_done",
-           "password_reset_confirm", "password_reset_complete"}
+           "password_reset_confirm", "password_reset_complete",
+           # Each user's own notification channels and subscriptions (a viewer may want to hear that something
+           # waits, too); tests/notifications/test_pages.py shows nobody reaches another user's.
+           "notify-settings", "notify-channel-add", "notify-channel-change", "notify-subscription-add",
+           "notify-subscription-save", "notify-subscription-remove", "notify-link"}
 MODELS_BY_SEGMENT: dict[str, type[models.Model]] = {
     "agents": Agent, "plans": Plan, "steps": PlanStep, "goals": Goal, "events": PlanEvent,
 }
@@ -141,7 +145,7 @@ def user_client(role: str) -> Client:
 
 def snapshot() -> dict[str, list[dict[str, Any]]]:
     """Every row of the product's tables (and users and groups)."""
-    tables = [m for m in apps.get_models() if m._meta.app_label in ("agents", "goals", "planning", "auth")]
+    tables = [m for m in apps.get_models() if m._meta.app_label in ("agents", "goals", "planning", "policies", "auth")]
     return {m._meta.label: list(m._default_manager.order_by("pk").values()) for m in tables}
 
 

@@ -23,8 +23,8 @@ def waiting_step(**kwargs: object) -> PlanStep:
 
 
 def waiting_plan(**kwargs: object) -> Plan:
-    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING,
-                       agent__kind=Agent.Kind.TOOL, **kwargs)
+    kwargs.setdefault("agent__kind", Agent.Kind.TOOL)
+    plan = PlanFactory(status=Plan.Status.AWAITING_APPROVAL, approval_mode=Plan.ApprovalMode.PENDING, **kwargs)
     PlanStepFactory(plan=plan, tool="file.read", tool_input={"path": "a.txt"}, action_hint="")
     PlanStepFactory(plan=plan, tool="file.write", tool_input={"path": "b.txt"}, action_hint="", requires_permission=True,
                     risk="risky")
@@ -261,3 +261,40 @@ def test_versions_page_lists_the_version_that_asked_then_the_plan(operator: obje
         assert "only one version so far" not in html
         assert html.index(">version 1<") < html.index(">version 2<")
         assert "The planner asked: What should I do for" in html and "answer: convert data.csv to JSON" in html
+
+
+def test_operator_declines_an_external_agents_plan_with_feedback_in_place_and_it_leaves_the_inbox(
+        operator_client: Client, viewer_client: Client) -> None:
+    """The inbox item of an external agent's plan offers Decline with feedback (operators only; the agent makes a
+    new version with it); once declined, the plan waits for the agent, not for a person: it leaves the list and
+    the count, and a second decline (another operator, a stale page) is refused with nothing changed."""
+    plan = waiting_plan(agent__name="Research bot", agent__kind=Agent.Kind.EXTERNAL)
+    persona_plan = waiting_plan(agent__name="Bob")
+    url = reverse("inbox-plan-decline", args=[plan.pk])
+    html = operator_client.get(reverse("inbox")).content.decode()
+    assert html.count("Decline with feedback") == 1 and f'hx-post="{url}"' in html  # the external agent's only
+    assert url not in viewer_client.get(reverse("inbox")).content.decode()
+    assert viewer_client.post(url, {"reason": "no", "version": 1}).status_code == 403
+    empty = operator_client.post(url, {"reason": "  ", "version": 1}, HTTP_HX_REQUEST="true")
+    assert empty.status_code == 400 and "Feedback is required to decline a plan" in empty.content.decode()
+    not_external = operator_client.post(reverse("inbox-plan-decline", args=[persona_plan.pk]),
+                                        {"reason": "no", "version": 1}, HTTP_HX_REQUEST="true")
+    assert not_external.status_code == 409 and "Nothing was changed" in not_external.content.decode()
+    assert not Plan.objects.exclude(replan_reason="").exists()
+
+    response = operator_client.post(url, {"reason": "Search the finance drive first", "version": plan.version},
+                                    HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "Declined Research bot&#x27;s plan" in html and "the agent makes a new version with your feedback" in html
+    assert f'id="inbox-plan-{plan.pk}"' not in html and 'data-count="1"' in html  # only Bob's plan still waits
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.replan_reason.endswith("Search the finance drive first")
+    event = plan.events.get(kind=PlanEvent.Kind.REPLAN_REQUESTED)
+    assert (event.actor.username, event.reason) == ("olga", "Search the finance drive first")
+    page = operator_client.get(reverse("inbox")).content.decode()
+    assert "Research bot" not in page and "<title>Inbox 1 · Agent planner</title>" in page
+
+    again = operator_client.post(url, {"reason": "Something else", "version": plan.version}, HTTP_HX_REQUEST="true")
+    assert again.status_code == 409 and "waits for the agent&#x27;s next version" in again.content.decode()
+    assert plan.events.filter(kind=PlanEvent.Kind.REPLAN_REQUESTED).count() == 1

@@ -171,6 +171,19 @@ def test_audit_exports_csv_and_json_of_the_filtered_events(viewer_client: Client
     assert viewer_client.get("/audit/export.xml").status_code == 404
 
 
+def test_audit_csv_shows_old_rows_harmlessly_in_a_spreadsheet(viewer_client: Client) -> None:
+    """Rows stored before the validators (or written by a model) may hold terminal escapes, bidi overrides or
+    text a spreadsheet would run as a formula: the export writes them out so what is seen is what is held."""
+    plan = PlanFactory()
+    PlanEventFactory(plan=plan, kind=PlanEvent.Kind.STEP_DECLINED, actor_label="=HYPERLINK(\"http://evil\")",
+                     reason="\x1b[31mred\x1b[0m X safe \u202e gpj.exe")
+    response = viewer_client.get(reverse("audit-export-csv"))
+    [row] = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))  # type: ignore[attr-defined]
+    assert row["actor_label"] == "'=HYPERLINK(\"http://evil\")"
+    assert row["reason"] == "\\u001b[31mred\\u001b[0m X safe \\u202e gpj.exe"
+    assert "\x1b" not in row["reason"] and "\u202e" not in row["reason"]
+
+
 def test_audit_is_paginated_with_a_fixed_number_of_queries(viewer_client: Client, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
     plan = PlanFactory()
     PlanEvent.objects.bulk_create([

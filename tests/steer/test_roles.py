@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from planner_site.asgi import application
 from planning import services, steer_consumers
-from planning.consumers import CLOSE_UNAUTHENTICATED
+from planning.live.hub import CLOSE_UNAUTHENTICATED
 from planning.models import Plan, PlanEvent, PlanStep
 from tests.factories import AgentFactory, PlanStepFactory, UserFactory
 

@@ -11,8 +11,8 @@ from agents.retention import retention_prune
 
 
 class Command(BaseCommand):
-    help = ("Delete experiences, model calls and runner events older than the RETAIN_* settings, "
-            "and clear old model-call bodies.")
+    help = ("Delete experiences, model calls, runner events and notifications sent or failed older than the "
+            "RETAIN_* settings, and clear old model-call bodies.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--batch", type=int, default=None,
@@ -25,6 +25,7 @@ class Command(BaseCommand):
             "experiences": settings.RETAIN_EXPERIENCES_HOURS,
             "model-call bodies": settings.RETAIN_LLM_BODIES_HOURS, "model calls": settings.RETAIN_LLM_CALLS_HOURS,
             "runner events of closed plans": settings.RETAIN_EVENTS_HOURS,
+            "notifications sent or failed": settings.RETAIN_NOTIFICATIONS_HOURS,
         }
         self.stdout.write("Keeping " + ", ".join(f"{k} {f'{h:g} h' if h > 0 else 'forever'}" for k, h in kept.items()))
         report = retention_prune(batch=options["batch"])

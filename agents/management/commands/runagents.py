@@ -2,7 +2,8 @@
 
 Scale-out (PostgreSQL): a worker of the job engine (agents/runtime/worker.py); start as many as you like,
 on any machines. Embedded (SQLite): the in-process scheduler, the only driver of the database's agents (run
-the web with `serve --no-runner` beside it, or nothing).
+the web with `serve --no-runner` beside it, or nothing); its changes reach open pages when they are reloaded,
+since the embedded stack pushes only the serve process's own changes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from agents.runtime.cycles import runner_id_new
 
 logger = logging.getLogger("planner.runner")
+
+EMBEDDED_PAGES_NOTE = ("embedded stack: open pages show this process's changes when they are reloaded; for live pages run "
+                       "the agents inside `manage.py serve` (the default) or use the scale-out stack (PostgreSQL + Redis)")
 
 
 class Command(BaseCommand):
@@ -73,6 +77,7 @@ class Command(BaseCommand):
 
             self.stderr.write("note: SQLite: this process drives every agent; run no other runner beside it "
                               "(`serve --no-runner` for the pages). Several runners need PostgreSQL.")
+            logger.warning(EMBEDDED_PAGES_NOTE)
             scheduler = Scheduler(runner_id=runner_id, cycles=options["cycles"], concurrency=options["concurrency"])
             stopper = asyncio.create_task(self.stop_when(stop, scheduler))
             await scheduler.run()

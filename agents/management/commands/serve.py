@@ -1,35 +1,60 @@
-"""One process: the ASGI server (HTTP + websockets) and the agents' runtime on the same event loop."""
+"""The ASGI server (HTTP + websockets) and the agents' runtime on the same event loop: one process, or on the
+scale-out stack `--workers N` processes sharing one listening socket (one Python process runs on one core at a
+time: a 2-core machine serves about twice the requests with 2).
+
+This module imports no model at the top: a worker process unpickles `worker_serve` from it before Django is set up.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
+import logging
+import multiprocessing
+import os
+import signal
 import socket
+import threading
 from typing import Any
 
 import uvicorn
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.runtime.cycles import runner_id_new
+logger = logging.getLogger("planner.serve")
+
+PARENT_CHECK_SECONDS = 1.0  # a worker whose supervisor is gone (kill -9) stops within about this long
 
 
 class PlannerServer(uvicorn.Server):
     """uvicorn, with the runtime started after it and stopped (cycles under way finished) before it."""
 
-    def __init__(self, config: uvicorn.Config, with_runner: bool) -> None:
+    def __init__(self, config: uvicorn.Config, with_runner: bool, supervisor: int | None = None) -> None:
         super().__init__(config)
         self.with_runner = with_runner
+        self.supervisor = supervisor  # the pid of the process that started this worker, if any
         self.runner_stop = asyncio.Event()
         self.runner_task: asyncio.Task[None] | None = None
+        self.supervisor_task: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.with_runner:
             self.runner_task = asyncio.create_task(self.runner())
+        if self.supervisor is not None:
+            self.supervisor_task = asyncio.create_task(self.supervisor_watch())
+
+    async def supervisor_watch(self) -> None:
+        """A worker whose supervisor died (kill -9 leaves no time to stop it) stops too, instead of serving on."""
+        while os.getppid() == self.supervisor:
+            await asyncio.sleep(PARENT_CHECK_SECONDS)
+        logger.warning("serve: the supervisor (pid %s) is gone; this worker stops", self.supervisor)
+        self.should_exit = True
 
     async def runner(self) -> None:
+        from agents.runtime.cycles import runner_id_new
+
         runner_id = runner_id_new()
         if settings.SCALE_OUT:
             from agents.runtime.worker import worker_run
@@ -44,38 +69,111 @@ class PlannerServer(uvicorn.Server):
             await scheduler.run()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.supervisor_task is not None:
+            self.supervisor_task.cancel()
         if self.runner_task is not None:
             self.runner_stop.set()
             await self.runner_task
         await super().shutdown(sockets)
 
 
+def server_config(host: str, port: int) -> uvicorn.Config:
+    from planner_site.asgi import application
+
+    # uvicorn would take X-Forwarded-For from any client on 127.0.0.1 as the address (a lockout by address
+    # undone by a header); the address is read once, in Django, trusting exactly TRUSTED_PROXY_COUNT proxies
+    # (planner_site.accounts.client_ip, which the login lockout uses too).
+    return uvicorn.Config(application, host=host, port=port, lifespan="off", log_level="warning",
+                          ws_ping_interval=20, proxy_headers=False, forwarded_allow_ips="")
+
+
+def heap_freeze() -> None:
+    """Everything imported so far lives as long as the process: kept out of the collector's full passes,
+    which otherwise walk it every few hundred requests and stall a push for tens of ms."""
+    gc.collect()
+    gc.freeze()
+
+
+def worker_serve(*, sock: socket.socket, host: str, port: int, with_runner: bool, supervisor: int) -> None:
+    """One worker of `serve --workers N` (a spawned process): the same server on the supervisor's socket."""
+    import django
+
+    django.setup()
+    server = PlannerServer(server_config(host, port), with_runner, supervisor=supervisor)
+    heap_freeze()
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[sock])
+
+
+def workers_default() -> int:
+    """WEB_WORKERS, else 1."""
+    return int(os.environ.get("WEB_WORKERS", "1") or "1")
+
+
+class Supervisor:
+    """Starts the workers on one socket, starts a worker again if one dies, stops them all on SIGTERM/SIGINT."""
+
+    def __init__(self, *, sock: socket.socket, host: str, port: int, with_runner: bool, workers: int) -> None:
+        self.kwargs = {"sock": sock, "host": host, "port": port, "with_runner": with_runner, "supervisor": os.getpid()}
+        self.workers = workers
+        self.stop = threading.Event()
+        self.context = multiprocessing.get_context("spawn")  # a fresh interpreter: no state forked half-way
+
+    def start(self) -> Any:
+        process = self.context.Process(target=worker_serve, kwargs=self.kwargs, name="planner-web")
+        process.start()
+        return process
+
+    def run(self) -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: self.stop.set())
+        processes = [self.start() for _ in range(self.workers)]
+        while not self.stop.wait(0.5):
+            for n, process in enumerate(processes):
+                if not process.is_alive():
+                    logger.warning("serve: worker %s exited (code %s); starting another", process.pid, process.exitcode)
+                    processes[n] = self.start()
+        for process in processes:
+            if process.is_alive():
+                process.terminate()  # SIGTERM: uvicorn finishes its requests, the runner its cycles
+        for process in processes:
+            process.join(60)
+            if process.is_alive():
+                process.kill()
+
+
 class Command(BaseCommand):
-    help = "Serve the dashboard and drive the agents in one process (the embedded mode)."
+    help = ("Serve the dashboard and drive the agents in one process (the embedded mode), or in --workers N "
+            "processes on the scale-out stack.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--no-runner", action="store_true", help="Serve only; runners run elsewhere.")
+        parser.add_argument("--workers", type=int, default=None,
+                            help="Server processes sharing the port (default: WEB_WORKERS, else 1). More than 1 "
+                                 "needs the scale-out stack (PostgreSQL + Redis); about one per core.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from planner_site.asgi import application
-
-        # Everything imported so far lives as long as the process: kept out of the collector's full
-        # passes, which otherwise walk it every few hundred requests and stall a push for tens of ms.
-        gc.collect()
-        gc.freeze()
-        # uvicorn would take X-Forwarded-For from any client on 127.0.0.1 as the address (a lockout by address
-        # undone by a header); the address is read once, in Django, trusting exactly TRUSTED_PROXY_COUNT proxies
-        # (planner_site.accounts.client_ip, which the login lockout uses too).
-        config = uvicorn.Config(application, host=options["host"], port=options["port"], lifespan="off",
-                                log_level="warning", ws_ping_interval=20, proxy_headers=False,
-                                forwarded_allow_ips="")
+        workers = workers_default() if options["workers"] is None else options["workers"]
+        if workers < 1:
+            raise CommandError(f"--workers must be 1 or more, not {workers}.")
+        shared_layer = settings.CHANNEL_LAYERS["default"]["BACKEND"] != "channels.layers.InMemoryChannelLayer"
+        if workers > 1 and not (settings.SCALE_OUT and shared_layer):
+            raise CommandError(f"--workers {workers} needs the scale-out stack (DATABASE_URL for PostgreSQL and "
+                               "REDIS_URL): on SQLite one process serves, live updates reach pages only from it.")
         with_runner = not options["no_runner"] and settings.RUNNER_AUTOSTART
-        server = PlannerServer(config, with_runner)
-        self.stdout.write(f"Serving http://{options['host']}:{options['port']}/ "
-                          f"({'with' if with_runner else 'without'} the runner). Ctrl-C to stop.")
+        host, port = options["host"], options["port"]
+        self.stdout.write(f"Serving http://{host}:{port}/ ({'with' if with_runner else 'without'} the runner"
+                          f"{f', {workers} workers' if workers > 1 else ''}). Ctrl-C to stop.")
         self.stdout.flush()
-        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the runner was already stopped cleanly
-            server.run()
+        if workers > 1:
+            config = uvicorn.Config("planner_site.asgi:application", host=host, port=port, log_level="warning")
+            Supervisor(sock=config.bind_socket(), host=host, port=port, with_runner=with_runner,
+                       workers=workers).run()
+        else:
+            server = PlannerServer(server_config(host, port), with_runner)
+            heap_freeze()
+            with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the runner was already stopped cleanly
+                server.run()
         self.stdout.write("Stopped.")

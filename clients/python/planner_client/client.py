@@ -163,6 +163,10 @@ class _Calls:
         return Call("GET", f"{API}/plans/{plan_id}/next", params={"wait": wait}, read_timeout=wait + 15)
 
     @staticmethod
+    def cancel(plan_id: int, reason: str) -> Call:
+        return Call("POST", f"{API}/plans/{plan_id}/cancel", {"reason": reason})
+
+    @staticmethod
     def start(step_id: int, request_id: str) -> Call:
         return Call("POST", f"{API}/steps/{step_id}/start", {"request_id": request_id})
 
@@ -279,6 +283,10 @@ class Client:
     def next(self, plan_id: int, *, wait: float = DEFAULT_WAIT) -> Action:
         return Action.from_api(self.call(_Calls.next(plan_id, wait)))
 
+    def cancel(self, plan_id: int, reason: str = "") -> PlanRef:
+        """Withdraw one of the agent's open plans: it is cancelled, with the agent named as who did it."""
+        return plan_ref(self.call(_Calls.cancel(plan_id, reason)))
+
     def start(self, step: Step | int, *, request_id: str | None = None) -> dict[str, Any]:
         step_id = step.id if isinstance(step, Step) else step
         return dict(self.call(_Calls.start(step_id, request_id or new_request_id())))
@@ -372,6 +380,9 @@ class AsyncClient:
 
     async def next(self, plan_id: int, *, wait: float = DEFAULT_WAIT) -> Action:
         return Action.from_api(await self.call(_Calls.next(plan_id, wait)))
+
+    async def cancel(self, plan_id: int, reason: str = "") -> PlanRef:
+        return plan_ref(await self.call(_Calls.cancel(plan_id, reason)))
 
     async def start(self, step: Step | int, *, request_id: str | None = None) -> dict[str, Any]:
         step_id = step.id if isinstance(step, Step) else step

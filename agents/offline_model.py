@@ -5,6 +5,9 @@ It answers every purpose from the `CONTEXT:` line our prompt builders append (se
 `<json>` tags. Its plans come from templates keyed by words in the goal, so the demo worlds run, plans
 pass validation, and replans visibly take the operator's feedback into account. Same input, same output:
 nothing here iterates over a set or reads the clock.
+
+It simulates the agents' world (the personas' needs and actions, agents/world.py) and the tool agents' tools
+(agents/tools.py), so it lives with them; the gateway reaches it as a provider named in settings.LLM_PROVIDERS.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from agents.llm.context import prompt_context
+from agents.llm.gateway import Provider, ProviderAnswer
+from agents.llm.structured import CallOptions
 from agents.tools import TOOLS
 from agents.world import URGENT_ACTION, URGENT_BELOW
 
@@ -1032,3 +1037,20 @@ def sloppy_complete(purpose: str, messages: Sequence[Mapping[str, str]]) -> str:
             tool_input["path"] = "../" + str(tool_input["path"])  # reaching outside the workspace
         return f"```json\n{json.dumps(plan, indent=2)}\n```"
     return "<json>" + json.dumps(plan).replace("]}", "],}", 1) + "</json>"  # a trailing comma
+
+
+def offline_answer(
+    *, purpose: str, model: str, messages: Sequence[Mapping[str, str]], ends_at: float | None = None,
+    options: CallOptions | None = None,
+) -> ProviderAnswer:
+    """The offline models as a gateway provider (settings.LLM_PROVIDERS): they answer at once and need no bound
+    (`ends_at`) nor limits (`options`): they write what their rules say."""
+    text = (sloppy_complete if model == SLOPPY_MODEL else offline_complete)(purpose, messages)
+    # Offline "tokens" are words, so the call log and cost columns stay meaningful in the demo.
+    return ProviderAnswer(
+        text=text, tokens_in=sum(len(m["content"].split()) for m in messages), tokens_out=len(text.split()),
+        finish_reason="stop",
+    )
+
+
+PROVIDER: Provider = offline_answer  # what settings.LLM_PROVIDERS names: mypy checks it has the signature

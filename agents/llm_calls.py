@@ -1,0 +1,24 @@
+"""The call log: the LLM gateway hands every model call here (settings.LLM_CALL_RECORDER).
+
+Each call, answered or failed, becomes an LLMCall row (shown on the plan page, costed from LLM_PRICES,
+pruned by retention); after an answered call the agent's budget is checked, and a budget reached pauses it.
+"""
+
+from __future__ import annotations
+
+from agents.llm.gateway import CallRecord
+from agents.models import LLMCall
+from policies.services import budget_after_call
+
+
+def llm_call_record(record: CallRecord) -> int:
+    """Record one model call; the id of its LLMCall row (LLMResult.call_id)."""
+    call = LLMCall.objects.create(
+        agent_id=record.agent_id, plan_id=record.plan_id, purpose=record.purpose, prompt=record.prompt,
+        provider=record.provider, model=record.model, latency_ms=record.latency_ms, error=record.error,
+        response=record.response, tokens_in=record.tokens_in, tokens_out=record.tokens_out, cost=record.cost,
+        finish_reason=record.finish_reason, response_format=record.response_format,
+    )
+    if not record.error:
+        budget_after_call(agent_id=record.agent_id, plan_id=record.plan_id)
+    return call.pk

@@ -1,0 +1,25 @@
+"""The after-commit nudge: an event that may notify someone, saved one by one, wakes the dispatcher at once.
+Events written in bulk (a cycle's) are found by the dispatcher's sweep a moment later."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+
+from planning.models import PlanEvent
+
+NUDGING_KINDS = frozenset({
+    PlanEvent.Kind.STEP_AWAITING, PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED,
+    PlanEvent.Kind.PLAN_FAILED, PlanEvent.Kind.ESCALATED, PlanEvent.Kind.BUDGET_REACHED,
+})
+
+
+@receiver(post_save, sender=PlanEvent, dispatch_uid="notifications.event_nudge")
+def event_nudge(sender: type[PlanEvent], instance: PlanEvent, created: bool, **kwargs: Any) -> None:
+    if created and instance.kind in NUDGING_KINDS:
+        from notifications.runtime import nudge
+
+        transaction.on_commit(nudge)

@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from notifications import views
+
+urlpatterns = [
+    path("settings/", views.settings_page, name="notify-settings"),
+    path("channels/", views.channel_add_view, name="notify-channel-add"),
+    path("channels/<int:pk>/<str:action>/", views.channel_change_view, name="notify-channel-change"),
+    path("subscriptions/", views.subscription_save_view, name="notify-subscription-add"),
+    path("subscriptions/<int:pk>/", views.subscription_save_view, name="notify-subscription-save"),
+    path("subscriptions/<int:pk>/remove/", views.subscription_remove_view, name="notify-subscription-remove"),
+    path("link/<str:token>/", views.link_open, name="notify-link"),
+]
