@@ -199,6 +199,9 @@ def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
     kept: list[Goal] = []
     abandoned: set[int] = set()
     for goal, state in goals:
+        if (not state.progressed and not state.abandoned and (goal.progress, goal.confidence, goal.times_advanced,
+                goal.times_regressed) == (state.progress, state.confidence, state.times_advanced, state.times_regressed)):
+            continue  # nothing to write (about half the goals of a cycle): the CASE below stays small
         goal.progress = state.progress
         goal.confidence = state.confidence
         goal.times_advanced = state.times_advanced
