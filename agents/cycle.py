@@ -68,9 +68,9 @@ from goals.system import (
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.plan_services import PlanAlreadyReplanned
 from planning.planner import MAX_REPLANS, plan_generate, plan_retry_due
 from planning.services import (
+    PlanAlreadyReplanned,
     plan_abandon,
     plan_replan_schedule,
     step_finish,

@@ -36,9 +36,9 @@ from agents.declared_tools import DESCRIPTION_MAX, MAX_PROPERTIES, MAX_TOOLS, NA
 from agents.models import Agent, AgentToken
 from agents.tools import MAX_LOOP_RUNS
 from planner_site.validators import json_problem
-from planning import external
-from planning.external import ExternalError
 from planning.live.hub import changes_watched
+from planning.services import external
+from planning.services.external import ExternalError
 
 # From the environment; a Django setting of the same name overrides (tests do).
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes

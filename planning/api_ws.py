@@ -18,8 +18,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agents.models import Agent, AgentToken
-from planning.external import NotFound, plan_next_read
 from planning.live.hub import changes_watched
+from planning.services.external import NotFound, plan_next_read
 
 
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> str:

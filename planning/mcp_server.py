@@ -2,7 +2,7 @@
 
 An MCP client (an editor, a desktop assistant, an agent runtime) connects with an agent's API token
 (`Authorization: Bearer <token>`, from `manage.py agent_token NAME`) and acts only on that agent, as over
-/api/v1/. Its tools call the very services the API calls (planning.external): plans are checked by the
+/api/v1/. Its tools call the very services the API calls (planning.services.external): plans are checked by the
 planner's validator against the tools the agent declared, each write records its PlanEvent with the
 agent as the actor and pushes after commit, so the dashboard shows an MCP agent like any other.
 
@@ -35,9 +35,10 @@ from pydantic import Field, ValidationError
 from agents.declared_tools import MAX_TOOLS
 from agents.models import AgentToken
 from planner_site.asgi_guards import ASGIApp, Receive, Scope, Send, header
-from planning import api, external
+from planning import api
 from planning.api import PLAN_MAX_STEPS_DOC, PlanIn, StepIn, ToolIn, VersionIn
-from planning.external import ExternalError
+from planning.services import external
+from planning.services.external import ExternalError
 
 MCP_PATHS = ("/mcp", "/mcp/")
 WAIT_MAX_SECONDS = api.LONG_POLL_MAX_SECONDS  # as the API's ?wait= (API_LONG_POLL_MAX_SECONDS)

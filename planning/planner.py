@@ -1,7 +1,7 @@
 """Making plans: restate the goal, ask the model chain, parse, repair, validate, retry with reasons.
 
 LLM calls happen outside transactions (they take seconds); each write is a service of
-planning/plan_services.py (its own short transaction, its event, a push after commit), so the plan page
+planning/services/versions.py (its own short transaction, its event, a push after commit), so the plan page
 shows "validating" and every rejected attempt while the planner works.
 
 One deadline (PLAN_DEADLINE_SECONDS) covers the whole of one plan: the restatement, every attempt,
@@ -37,7 +37,7 @@ from planning.engine.parse import NO_JSON_PLAN, plan_parse
 from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
 from planning.engine.validate import PlanSpec, plan_validate, step_plan_data, steps_repeating_declined
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.plan_services import (
+from planning.services import (
     PlanNoLongerValidating,
     attempt_reject,
     plan_accept,

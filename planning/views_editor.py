@@ -22,14 +22,14 @@ from planning import services
 from planning.engine.validate import StepSpec
 from planning.forms import agent_tool_names
 from planning.models import Plan, PlanStep
-from planning.steer_selectors import plan_chain, plans_compare
-from planning.steer_services import (
+from planning.services import (
     EDITABLE_PLAN_STATUSES,
     KEPT_STEP_STATUSES,
     PlanEditInvalid,
     StaleVersion,
     plan_edit_save,
 )
+from planning.steer_selectors import plan_chain, plans_compare
 from planning.views import operator
 
 INPUT_MAX = 20000

@@ -17,8 +17,9 @@ from django.test import AsyncClient
 from agents.models import Agent, AgentToken, ApiRequest
 from planner_site.asgi import application
 from planning import api as api_module
-from planning import external, services
+from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
+from planning.services import external
 from tests.api.conftest import PLAN, TOOLS
 from tests.factories import UserFactory
 

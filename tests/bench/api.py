@@ -26,8 +26,9 @@ def setup(name: str, steps: int) -> tuple[Any, str, Any, Any]:
     from django.contrib.auth.models import User
 
     from agents.models import Agent, AgentToken
-    from planning import external, services
+    from planning import services
     from planning.models import Plan
+    from planning.services import external
 
     tools = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
     agent = Agent.objects.create(name=name, kind=Agent.Kind.EXTERNAL, declared_tools=tools)
@@ -51,7 +52,7 @@ def bench_steps() -> list[dict[str, Any]]:
     from django.core.cache import cache
     from django.test import Client, override_settings
 
-    from planning import external
+    from planning.services import external
 
     agent, raw, plan, _ = setup("bench api steps", STEPS)
     client = Client(headers={"Authorization": f"Bearer {raw}"})

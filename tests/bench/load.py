@@ -35,7 +35,7 @@ GOAL_MS = 300.0
 AGENTS = r"""
 import json
 from agents.models import Agent, AgentToken
-from planning import external
+from planning.services import external
 tools = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 def make(name, policy, steps):
     agent = Agent.objects.create(name=name, kind=Agent.Kind.EXTERNAL, declared_tools=tools, approval_policy=policy)

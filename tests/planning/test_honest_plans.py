@@ -265,7 +265,7 @@ def test_cancel_on_a_failed_planning_stops_its_automatic_retries(models: LLMTest
 
 
 def test_a_planning_under_way_can_be_stopped_from_its_page(operator: Any) -> None:
-    from planning.plan_services import PlanNoLongerValidating, attempt_reject, plan_start
+    from planning.services import PlanNoLongerValidating, attempt_reject, plan_start
 
     agent = tool_agent()
     plan = plan_start(agent=agent, goal_text=GOAL, goal=None, previous=None, reason="", actor_label="runner")

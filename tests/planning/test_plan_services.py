@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from planner_site import events
-from planning import plan_services, services
+from planning import services
 from planning.engine.validate import PlanSpec, StepSpec
 from planning.models import Plan, PlanEvent, PlanStep
 from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
@@ -39,43 +39,43 @@ def spec(*actions: str) -> PlanSpec:
 
 
 def start_new() -> Plan:
-    return plan_services.plan_start(agent=AgentFactory(kind=Agent.Kind.TOOL), goal_text="List files", goal=None,
+    return services.plan_start(agent=AgentFactory(kind=Agent.Kind.TOOL), goal_text="List files", goal=None,
                                     previous=None, reason="", actor_label="runner r1")
 
 
 def start_next() -> Plan:
     previous = PlanFactory(agent=AgentFactory(kind=Agent.Kind.TOOL), status=Plan.Status.ACTIVE)
     PlanStepFactory(plan=previous)
-    return plan_services.plan_start(agent=previous.agent, goal_text=previous.goal_text, goal=previous.goal,
+    return services.plan_start(agent=previous.agent, goal_text=previous.goal_text, goal=previous.goal,
                                     previous=previous, reason="step 1 failed", actor_label="runner r1")
 
 
 def reject() -> Plan:
     plan = validating()
-    plan_services.attempt_reject(plan=plan, model="big-model", reasons=["unknown tool x"], output="{}",
+    services.attempt_reject(plan=plan, model="big-model", reasons=["unknown tool x"], output="{}",
                                  hints=["use file.list"], actor_label="runner r1")
     return plan
 
 
 def accept() -> Plan:
     plan = validating(Agent.Kind.PERSONA)
-    return plan_services.plan_accept(plan=plan, spec=spec("go to store", "cook"), flags=[], model="m", kept=[],
+    return services.plan_accept(plan=plan, spec=spec("go to store", "cook"), flags=[], model="m", kept=[],
                                      actor_label="runner r1")
 
 
 def ask() -> Plan:
-    return plan_services.plan_ask(plan=validating(), question="Which folder?", model="m", actor_label="runner r1")
+    return services.plan_ask(plan=validating(), question="Which folder?", model="m", actor_label="runner r1")
 
 
 def fail() -> Plan:
-    return plan_services.plan_fail(plan=validating(), headline="no model answered", actor_label="runner r1")
+    return services.plan_fail(plan=validating(), headline="no model answered", actor_label="runner r1")
 
 
 def retry() -> Plan:
     plan = PlanFactory(agent=AgentFactory(kind=Agent.Kind.TOOL), status=Plan.Status.FAILED,
                        failure_reason="no model answered\nbig-model: 500",
                        retry_at=timezone.now() - timedelta(seconds=1))
-    retried = plan_services.plan_retry_start(agent=plan.agent, runner="runner r1")
+    retried = services.plan_retry_start(agent=plan.agent, runner="runner r1")
     assert retried is not None
     return retried
 
@@ -135,9 +135,9 @@ def test_a_planner_write_records_its_event_and_pushes_after_commit(
 def test_plan_accept_inserts_all_its_steps_at_once(django_assert_max_num_queries: Any) -> None:
     small, big = validating(Agent.Kind.PERSONA), validating(Agent.Kind.PERSONA)
     with django_assert_max_num_queries(20) as few:
-        plan_services.plan_accept(plan=small, spec=spec("cook", "eat"), flags=[], model="m", kept=[], actor_label="r")
+        services.plan_accept(plan=small, spec=spec("cook", "eat"), flags=[], model="m", kept=[], actor_label="r")
     with django_assert_max_num_queries(len(few.captured_queries)):
-        plan_services.plan_accept(plan=big, spec=spec(*["cook", "eat", "sleep", "work", "relax", "socialize"]),
+        services.plan_accept(plan=big, spec=spec(*["cook", "eat", "sleep", "work", "relax", "socialize"]),
                                   flags=[], model="m", kept=[], actor_label="r")
     assert big.steps.count() == 6
 
@@ -155,7 +155,7 @@ def test_a_replan_is_scheduled_once_and_not_on_a_plan_no_longer_active() -> None
 def test_restatement_is_pushed_to_the_plan_page(pushed: list[set[int]], django_capture_on_commit_callbacks: Any) -> None:
     plan = validating()
     with django_capture_on_commit_callbacks(execute=True):
-        plan_services.plan_restatement_save(plan=plan, restatement={"who": "Archivist", "what": "list files"})
+        services.plan_restatement_save(plan=plan, restatement={"who": "Archivist", "what": "list files"})
     plan.refresh_from_db()
     assert (plan.who, plan.what, plan.why) == ("Archivist", "list files", "")
     assert pushed == [{plan.pk}]
@@ -164,6 +164,6 @@ def test_restatement_is_pushed_to_the_plan_page(pushed: list[set[int]], django_c
 def test_a_retry_taken_meanwhile_records_nothing() -> None:
     plan = PlanFactory(agent=AgentFactory(kind=Agent.Kind.TOOL), status=Plan.Status.ACTIVE)
     Agent.objects.filter(pk=plan.agent_id).update(plan_retry_at=timezone.now() - timedelta(seconds=1))
-    assert plan_services.plan_retry_start(agent=plan.agent, runner="r") is None
+    assert services.plan_retry_start(agent=plan.agent, runner="r") is None
     assert not PlanEvent.objects.filter(kind=PlanEvent.Kind.PLAN_RETRIED).exists()
     assert Agent.objects.get(pk=plan.agent_id).plan_retry_at is None  # the stale time is cleared

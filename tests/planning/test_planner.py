@@ -398,7 +398,7 @@ def test_the_next_cycle_fails_a_validating_plan_left_by_a_dead_one() -> None:
 
 
 def plan_start_orphan(agent: Agent, *, runner: str) -> Plan:
-    from planning.plan_services import plan_start
+    from planning.services import plan_start
 
     return plan_start(agent=agent, goal_text="List the workspace", goal=None, previous=None, reason="",
                       actor_label=runner)

@@ -9,6 +9,7 @@ from goals.models import Goal
 from goals.system import MAX_GOALS
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
+from planning.services import transactions
 from tests.factories import AgentFactory, GoalFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
@@ -184,7 +185,7 @@ def test_a_deadlocked_decision_is_retried_and_applied_once(operator: object, mon
     from django.db import OperationalError
 
     step = awaiting_step()
-    real_lock = services.plan_lock
+    real_lock = transactions.plan_lock
     calls = []
 
     def lock_that_deadlocks_once(pk: int) -> Plan:
@@ -193,7 +194,8 @@ def test_a_deadlocked_decision_is_retried_and_applied_once(operator: object, mon
             raise OperationalError("deadlock detected") from DeadlockDetected()
         return real_lock(pk)
 
-    monkeypatch.setattr(services, "plan_lock", lock_that_deadlocks_once)
+    # step_approve locks through step_lock, which looks plan_lock up in planning/services/transactions.py
+    monkeypatch.setattr(transactions, "plan_lock", lock_that_deadlocks_once)
     services.step_approve(step=step, user=operator)
     assert len(calls) == 2
     step.refresh_from_db()
@@ -211,7 +213,7 @@ def test_other_database_errors_are_not_retried(operator: object, monkeypatch: py
         calls.append(pk)
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(services, "plan_lock", broken_lock)
+    monkeypatch.setattr(transactions, "plan_lock", broken_lock)
     with pytest.raises(OperationalError):
         services.step_approve(step=awaiting_step(), user=operator)
     assert len(calls) == 1

@@ -12,7 +12,7 @@ from django.urls import reverse
 from agents.models import Agent
 from planning.engine.validate import StepSpec
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.steer_services import PlanEditInvalid, StaleVersion, plan_edit_save
+from planning.services import PlanEditInvalid, StaleVersion, plan_edit_save
 from tests.factories import PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db

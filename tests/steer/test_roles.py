@@ -188,7 +188,7 @@ async def test_nav_count_socket_counts_a_question_of_the_planner() -> None:
 
 
 def asking(agent: Any) -> Plan:
-    from planning.plan_services import plan_ask, plan_start
+    from planning.services import plan_ask, plan_start
 
     plan = plan_start(agent=agent, goal_text="Do the thing", goal=None, previous=None, reason="", actor_label="r")
     return plan_ask(plan=plan, question="What should I do?", model="offline-rules", actor_label="r")

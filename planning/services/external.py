@@ -20,17 +20,12 @@ from agents.models import Agent, ApiRequest
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.plan_services import PlanAlreadyReplanned, plan_accept, plan_start, plan_start_by_policy
 from planning.planner import plan_generate
-from planning.services import (
-    DecisionError,
-    event_agent_record,
-    event_record,
-    plan_cancel,
-    step_finish,
-    step_move,
-    step_request_approval,
-)
+from planning.services.errors import DecisionError, PlanAlreadyReplanned
+from planning.services.events import event_agent_record, event_record
+from planning.services.plans import plan_cancel
+from planning.services.steps import step_finish, step_move, step_request_approval
+from planning.services.versions import plan_accept, plan_start, plan_start_by_policy
 
 RESULT_MAX_CHARS = 20000
 REQUEST_ID_MAX = 100

@@ -1,0 +1,53 @@
+"""Why a service refused: each error's message says what is wrong and that nothing was changed."""
+
+from __future__ import annotations
+
+from planning.models import Plan, PlanStep
+
+
+class DecisionError(Exception):
+    """An operator decision that cannot apply as asked; the message says why, and nothing changed."""
+
+
+class StepNotAwaitingApproval(DecisionError):
+    def __init__(self, step: PlanStep) -> None:
+        super().__init__(
+            f"Step {step.key} is no longer awaiting approval (it is {step.get_status_display().lower()}); "
+            "someone else may have decided it already. Nothing was changed."
+        )
+
+
+class PlanNotAwaitingApproval(DecisionError):
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(
+            f"Plan v{plan.version} is no longer awaiting approval (it is {plan.get_status_display().lower()}). "
+            "Nothing was changed."
+        )
+
+
+class StaleVersion(DecisionError):
+    """The operator decided or edited what they saw, but the plan has moved on to a newer version."""
+
+    def __init__(self, seen: int, current: Plan) -> None:
+        self.current = current
+        super().__init__(
+            f"You were looking at version {seen}, but the plan is now version {current.version} "
+            f"({current.get_status_display().lower()}). Nothing was changed; look at version {current.version} and "
+            "decide again."
+        )
+
+
+class PlanEditInvalid(DecisionError):
+    """The edited plan did not pass the planner's validator; `problems` says what, step by step."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("The edited plan is not valid: " + "; ".join(problems) + ". Nothing was saved.")
+
+
+class PlanAlreadyReplanned(Exception):
+    """Another runner or operator already made the next version of this plan."""
+
+
+class PlanNoLongerValidating(Exception):
+    """The plan left "validating" while the planner worked (failed as interrupted, or cancelled)."""

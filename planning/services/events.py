@@ -1,0 +1,51 @@
+"""The PlanEvent every write records (who, what, why and the diff), pushed to the open pages after commit
+(planner_site/events.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from agents.models import Agent
+from planner_site.events import publish_changed_on_commit
+from planner_site.validators import text_problem
+from planning.models import Plan, PlanEvent, PlanStep
+from planning.services.errors import DecisionError
+
+REASON_MAX_LENGTH = 2000
+
+
+def reason_clean(reason: str, *, what: str = "Reason", required: bool = False) -> str:
+    """A reason or feedback as stored: trimmed and checked; DecisionError says what is wrong with it."""
+    reason = reason.strip()
+    if required and not reason:
+        raise DecisionError(f"{what} is required. Nothing was changed.")
+    if problem := text_problem(reason, max_length=REASON_MAX_LENGTH):
+        raise DecisionError(f"{what} {problem}. Nothing was changed.")
+    return reason
+
+
+def actor_name(user: User) -> str:
+    return user.get_username()
+
+
+def event_record(*, plan: Plan, kind: str, actor: User | None = None, actor_label: str = "",
+                 step: PlanStep | None = None, reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
+    """Record an event and push the plan to open pages once the transaction commits."""
+    event = PlanEvent.objects.create(
+        plan=plan, agent_id=plan.agent_id, step=step, kind=kind, actor=actor,
+        actor_label=actor_label or (actor_name(actor) if actor else "system"), reason=reason, detail=detail or {},
+    )
+    publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=kind)
+    return event
+
+
+def event_agent_record(*, agent: Agent, kind: str, actor: User | None = None, actor_label: str = "",
+                       reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
+    """Record an event about an agent that no plan carries (a goal given, a pause while idle), and push it."""
+    event = PlanEvent.objects.create(agent=agent, kind=kind, actor=actor,
+                                     actor_label=actor_label or (actor_name(actor) if actor else "system"),
+                                     reason=reason, detail=detail or {})
+    publish_changed_on_commit(agent_id=agent.pk, kind=kind)
+    return event

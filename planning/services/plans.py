@@ -1,0 +1,180 @@
+"""A plan's decisions and transitions: approved, cancelled, sent back to be replanned, a question answered
+(by operators, policies and external agents), and completed or abandoned (by the runner). One transaction
+each, a PlanEvent, a push after commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from agents.models import Agent
+from goals.models import Goal
+from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
+from planning.models import Plan, PlanEvent, PlanStep
+from planning.services.agents import agent_retry_sync
+from planning.services.errors import DecisionError, PlanNotAwaitingApproval
+from planning.services.events import event_record, reason_clean
+from planning.services.transactions import atomic_retried, plan_lock
+
+# A plan in one of these states is history: nothing reopens it (a failed plan may still be replanned).
+PLAN_FINAL = (Plan.Status.COMPLETED, Plan.Status.CANCELLED, Plan.Status.REPLANNED, Plan.Status.REJECTED)
+
+
+# --- operator decisions -------------------------------------------------------------------------------------
+
+
+@atomic_retried
+def plan_approve(*, plan: Plan, user: User, mode: str, actor_label: str = "", detail: dict[str, Any] | None = None,
+                 approve_permission_steps: bool = True) -> PlanEvent:
+    """Approve a validated plan: run all steps, or ask for each step (seed 002). A policy (`actor_label` names it)
+    may leave the steps that require permission to be decided one by one."""
+    if mode not in (Plan.ApprovalMode.ALL, Plan.ApprovalMode.STEP):
+        raise DecisionError(f"Unknown approval mode {mode!r}. Nothing was changed.")
+    plan = plan_lock(plan.pk)
+    if plan.status != Plan.Status.AWAITING_APPROVAL:
+        raise PlanNotAwaitingApproval(plan)
+    plan.status = Plan.Status.ACTIVE
+    plan.approval_mode = mode
+    plan.save(update_fields=["status", "approval_mode", "updated_at"])
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    approved: list[str] = []
+    if mode == Plan.ApprovalMode.ALL:
+        # "Approve all" is what it says: every step, risky and requires-permission ones included.
+        unapproved = plan.steps.filter(status=PlanStep.Status.PENDING, approved_by__isnull=True)
+        if not approve_permission_steps:
+            unapproved = unapproved.exclude(requires_permission=True)
+        approved = list(unapproved.values_list("key", flat=True))
+        unapproved.update(approved_by=user)
+    label = f"approved all {len(approved)} steps" if mode == Plan.ApprovalMode.ALL else "approved step by step"
+    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED, actor=user, actor_label=actor_label,
+                        reason=label, detail={"mode": mode, "approved_steps": approved} | (detail or {}))
+
+
+@atomic_retried
+def plan_cancel(*, plan: Plan, user: User | None, reason: str = "", seen_status: str | None = None,
+                actor_label: str = "") -> PlanEvent:
+    """Cancel an open plan; its pending steps are skipped and the agent stops pursuing it. An operator (`user`)
+    cancels it, or an external agent withdraws its own plan (no user; `actor_label` names the agent).
+
+    `seen_status` is the status the operator saw when they chose to cancel (None: not known): a plan that moved on
+    since (approved by another operator meanwhile, an answered question) is not cancelled: of two opposite
+    decisions at once, the first wins and the second is refused.
+
+    A plan whose planning failed can be cancelled too: its automatic retries stop (a planning still under way
+    stops at its next write, see planning/services/versions.py)."""
+    reason = reason_clean(reason)
+    plan = plan_lock(plan.pk)
+    retrying = plan.status == Plan.Status.FAILED and not Plan.objects.filter(previous=plan).exists()
+    if not plan.is_open and not retrying:
+        raise DecisionError(f"Plan v{plan.version} is already {plan.get_status_display().lower()}. Nothing was changed.")
+    if seen_status and plan.status != seen_status:
+        if seen_status == Plan.Status.AWAITING_APPROVAL:
+            raise PlanNotAwaitingApproval(plan)
+        raise DecisionError(f"Plan v{plan.version} is now {plan.get_status_display().lower()}, no longer "
+                            f"{Plan.Status(seen_status).label.lower() if seen_status in Plan.Status.values else seen_status}; "
+                            "look at it again before cancelling. Nothing was changed.")
+    plan.status = Plan.Status.CANCELLED
+    plan.retry_at = None
+    plan.save(update_fields=["status", "retry_at", "updated_at"])
+    if retrying:
+        agent_retry_sync(agent_id=plan.agent_id)  # the agent's next automatic retry is another plan's, or none
+    unfinished = plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.FAILED,
+                                                PlanStep.Status.DECLINED, PlanStep.Status.SKIPPED])
+    # Steps locked in one order (by id) after the plan, like every other service.
+    keys = [s.key for s in unfinished.select_for_update(no_key=True).order_by("pk").only("pk", "key")]
+    PlanStep.objects.filter(plan=plan, key__in=keys).update(status=PlanStep.Status.SKIPPED)
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    if plan.goal_id:
+        Goal.objects.filter(pk=plan.goal_id).active().update(status=Goal.Status.ABANDONED)
+    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED, actor=user, actor_label=actor_label,
+                        reason=reason, detail={"skipped": keys})
+
+
+@atomic_retried
+def plan_replan_request(*, plan: Plan, user: User, reason: str, actor_label: str = "",
+                        detail: dict[str, Any] | None = None, once: bool = False) -> PlanEvent:
+    """An operator asks for a new version of an active plan; the runner replans next cycle. With `once`, a plan
+    whose new version is already asked for is refused (two operators declining the same plan at once)."""
+    if not reason.strip():
+        raise DecisionError("Say why the plan should be replanned. Nothing was changed.")
+    reason = reason_clean(reason)
+    plan = plan_lock(plan.pk)
+    if plan.status not in (Plan.Status.ACTIVE, Plan.Status.AWAITING_APPROVAL, Plan.Status.FAILED):
+        raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it cannot be replanned. "
+                            "Nothing was changed.")
+    if once and plan.replan_reason:
+        raise DecisionError(f"Plan v{plan.version} was already sent back ({plan.replan_reason}); it waits for the "
+                            "agent's next version. Nothing was changed.")
+    if plan.status == Plan.Status.FAILED:
+        plan.status = Plan.Status.ACTIVE
+    plan.replan_reason = f"{actor_label or 'operator'}: {reason}"
+    plan.save(update_fields=["status", "replan_reason", "updated_at"])
+    return event_record(plan=plan, kind=PlanEvent.Kind.REPLAN_REQUESTED, actor=user, actor_label=actor_label,
+                        reason=reason, detail={"replan_requested": reason} | (detail or {}))
+
+
+@atomic_retried
+def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
+    """Answer the planner's question (seed 003); planning resumes with the answer as part of the goal."""
+    answer = " ".join(answer.split())
+    if not answer:
+        raise DecisionError("Write an answer to the planner's question. Nothing was changed.")
+    answer = reason_clean(answer, what="The answer")
+    plan = plan_lock(plan.pk)
+    if plan.status != Plan.Status.CLARIFYING:
+        raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it asks no question. "
+                            "Nothing was changed.")
+    plan.clarification_answer = answer[:2000]
+    plan.status = Plan.Status.ACTIVE
+    plan.replan_reason = f"operator answered '{plan.clarification_question[:200]}': {answer[:500]}"
+    plan.save(update_fields=["clarification_answer", "status", "replan_reason", "updated_at"])
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    return event_record(plan=plan, kind=PlanEvent.Kind.CLARIFIED, actor=user, reason=answer[:4000],
+                        detail={"question": plan.clarification_question, "answer": answer})
+
+
+# --- the runner's transitions -------------------------------------------------------------------------------
+
+
+@atomic_retried
+def plan_replan_schedule(*, plan: Plan, runner: str, reason: str) -> PlanEvent | None:
+    """The runner found the plan cannot go on as it is (steps that can never run): it is replanned next cycle.
+    None when a replan is already scheduled or the plan is no longer active."""
+    plan = plan_lock(plan.pk)
+    if plan.status != Plan.Status.ACTIVE or plan.replan_reason:
+        return None
+    plan.replan_reason = reason
+    plan.save(update_fields=["replan_reason", "updated_at"])
+    return event_record(plan=plan, kind=PlanEvent.Kind.REPLAN_REQUESTED, actor_label=runner, reason=reason,
+                        detail={"replan_requested": reason})
+
+
+def plan_complete(*, plan: Plan, runner: str) -> None:
+    plan.status = Plan.Status.COMPLETED
+    plan.save(update_fields=["status", "updated_at"])
+    if plan.goal_id:
+        goal = Goal.objects.select_for_update(no_key=True).get(pk=plan.goal_id)
+        goal.progress = clamp_unit(goal.progress + PLAN_COMPLETION_BONUS)
+        if plan.agent.kind == Agent.Kind.TOOL:
+            goal.progress = 1.0
+            goal.status = Goal.Status.COMPLETED
+        goal.save()
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_COMPLETED, actor_label=runner, reason="all steps done")
+
+
+@atomic_retried
+def plan_abandon(*, plan: Plan, runner: str, reason: str) -> None:
+    """MAX_REPLANS exceeded (seed 000): the plan fails and its goal loses confidence."""
+    plan = plan_lock(plan.pk)
+    plan.status = Plan.Status.FAILED
+    plan.failure_reason = reason
+    plan.replan_reason = ""
+    plan.save(update_fields=["status", "failure_reason", "replan_reason", "updated_at"])
+    if plan.goal_id:
+        goal = Goal.objects.select_for_update(no_key=True).get(pk=plan.goal_id)
+        goal.confidence = clamp_unit(goal.confidence - PLAN_ABANDON_PENALTY)
+        goal.save(update_fields=["confidence"])
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan '{plan.goal_text[:60]}' abandoned: {reason[:120]}")
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason,
+                 detail={"abandoned": True, "confidence_penalty": PLAN_ABANDON_PENALTY})

@@ -1,0 +1,261 @@
+"""A step's decisions and transitions: approved, declined, skipped, edited or rolled back by an operator;
+put up for approval, started and finished by the runner. One transaction each, a PlanEvent, a push after
+commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from agents.declared_tools import agent_plan_terms
+from agents.models import Agent
+from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
+from agents.world import ACTIONS
+from planner_site.validators import json_problem, text_problem
+from planning.engine.schedule import step_transition_check
+from planning.engine.validate import plan_validate_edit
+from planning.models import Plan, PlanEvent, PlanStep
+from planning.services.errors import DecisionError, StepNotAwaitingApproval
+from planning.services.events import actor_name, event_record, reason_clean
+from planning.services.plans import plan_complete
+from planning.services.transactions import atomic_retried, step_lock
+
+EDITABLE_STEP_FIELDS = ("description", "action_hint", "tool", "tool_input", "expected_outcome", "requires_permission")
+STEP_TEXT_LIMITS = {"description": 500, "action_hint": 200, "tool": 64, "expected_outcome": 500}
+STEP_JSON_FIELDS = ("tool_input", "depends_on")
+UNSTARTED = (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL)
+
+
+# --- operator decisions -------------------------------------------------------------------------------------
+
+
+@atomic_retried
+def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
+    """Approve a step that waits for an operator; the runner runs it next cycle."""
+    step = step_lock(step.pk)
+    if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
+        raise StepNotAwaitingApproval(step)
+    step.status = PlanStep.Status.PENDING
+    step.approved_by = user  # type: ignore[assignment]
+    step.save(update_fields=["status", "approved_by", "updated_at"])
+    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason="")
+    return event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_APPROVED, actor=user,
+                        actor_label=actor_label, reason=f"approved step {step.key}: {step.description}",
+                        detail=detail)
+
+
+@atomic_retried
+def step_decline(*, step: PlanStep, user: User, feedback: str, actor_label: str = "",
+                 detail: dict[str, Any] | None = None) -> PlanEvent:
+    """Decline a step with the operator's feedback; the agent replans, keeping its completed steps."""
+    if not feedback.strip():
+        raise DecisionError("Feedback is required to decline a step. Nothing was changed.")
+    feedback = reason_clean(feedback, what="Feedback")
+    step = step_lock(step.pk)
+    if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
+        raise StepNotAwaitingApproval(step)
+    step.status = PlanStep.Status.DECLINED
+    step.failure_reason = f"declined by {actor_label or actor_name(user)}: {feedback}"
+    step.save(update_fields=["status", "failure_reason", "updated_at"])
+    plan = step.plan
+    plan.replan_reason = f"step {step.key} declined: {feedback}"
+    plan.save(update_fields=["replan_reason", "updated_at"])
+    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    return event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_DECLINED, actor=user, actor_label=actor_label,
+                        reason=feedback, detail={"feedback": feedback} | (detail or {}))
+
+
+@atomic_retried
+def step_skip(*, step: PlanStep, user: User, reason: str = "") -> PlanEvent:
+    """Skip a step that has not started; steps depending on it may then run."""
+    reason = reason_clean(reason)
+    step = step_lock(step.pk)
+    if step.status not in (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL) or not step.plan.is_open:
+        raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only steps not yet started "
+                            "can be skipped. Nothing was changed.")
+    step_move(step=step, status=PlanStep.Status.SKIPPED)
+    step.save(update_fields=["status", "updated_at"])
+    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason="")
+    plan = step.plan
+    event = event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_SKIPPED, actor=user,
+                         reason=reason or f"skipped step {step.key}", detail={"skipped": step.key})
+    if plan.status == Plan.Status.ACTIVE and not plan.steps.exclude(
+            status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED]).exists():
+        plan_complete(plan=plan, runner=actor_name(user))
+    return event
+
+
+def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Why a step cannot be saved with these changes, and the risk flags raised: each value checked on its
+    own, then the whole plan validated again as it would be (a new step, without a pk, is appended).
+
+    The one check of a step's content, for the operator's edit form, the admin and the API alike."""
+    problems: list[str] = []
+    for name, value in changes.items():
+        label = PlanStep._meta.get_field(name).verbose_name.capitalize()  # type: ignore[union-attr]
+        if name in STEP_JSON_FIELDS:
+            problem = json_problem(value)
+        elif isinstance(value, str):
+            problem = text_problem(value, max_length=STEP_TEXT_LIMITS.get(name))
+        else:
+            problem = None
+        if problem:
+            problems.append(f"{label} {problem}")
+    if problems:
+        return problems, []
+    agent = plan.agent
+    edited = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.get_fields() if f.concrete})
+    for name, value in changes.items():
+        setattr(edited, name, value)
+    specs = [(edited if other.pk == step.pk else other).as_spec() for other in plan.steps.all()]
+    if step.pk is None:
+        specs.append(edited.as_spec())
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)  # external agents: their declared tools
+    return plan_validate_edit(kind=kind, steps=specs, key=edited.key, changes={},
+                              workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,
+                              max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS), tools=tools)
+
+
+@atomic_retried
+def step_edit(*, step: PlanStep, user: User, changes: dict[str, Any], reason: str = "") -> PlanEvent:
+    """Edit a step that has not started; the whole plan is validated again and the diff recorded."""
+    reason = reason_clean(reason)
+    step = step_lock(step.pk)
+    if step.status not in UNSTARTED:
+        raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only steps not yet started "
+                            "can be edited. Nothing was changed.")
+    if not step.plan.is_open:
+        raise DecisionError(f"Plan v{step.plan.version} is {step.plan.get_status_display().lower()}; it cannot be "
+                            "edited. Nothing was changed.")
+    changes = {k: v for k, v in changes.items() if k in EDITABLE_STEP_FIELDS and getattr(step, k) != v}
+    if not changes:
+        raise DecisionError("Nothing to change.")
+    problems, flags = step_changes_problems(step=step, plan=step.plan, changes=changes)
+    if problems:
+        raise DecisionError("The edited plan is not valid: " + "; ".join(problems) + ". Nothing was changed.")
+    diff = {k: [getattr(step, k), v] for k, v in changes.items()}
+    for k, v in changes.items():
+        setattr(step, k, v)
+    if flags and step.tool:
+        step.requires_permission = True
+        step.risk = PlanStep.Risk.RISKY
+    step.save()
+    return event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_EDITED, actor=user, reason=reason,
+                        detail={"changed": {step.key: diff}, "flags": flags})
+
+
+@transaction.atomic  # not retried: it restores files, which a second attempt would do again
+def step_rollback(*, step: PlanStep, user: User) -> PlanEvent:
+    """Undo a completed tool step (seed 003 rollback): the files it changed are restored, the files it created
+    removed; refused while a completed step that changed files on top of it still stands."""
+    step = step_lock(step.pk)
+    if step.status != PlanStep.Status.COMPLETED or not step.tool:
+        raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only a completed tool step "
+                            "can be rolled back. Nothing was changed.")
+    later = step.plan.steps.filter(status=PlanStep.Status.COMPLETED, risk=PlanStep.Risk.RISKY).only("key", "depends_on")
+    later_keys = [s.key for s in later if step.key in s.depends_on]
+    if later_keys:
+        raise DecisionError(f"Step {', '.join(later_keys)} built on step {step.key}: roll "
+                            f"{'it' if len(later_keys) == 1 else 'them'} back first. Nothing was changed.")
+    workspace = step.plan.agent.workspace
+    try:
+        done = tool_rollback(workspace, undo_dir_for(workspace, str(step.pk)))
+    except ToolError as exc:
+        raise DecisionError(f"Step {step.key} cannot be rolled back: {exc}. Nothing was changed.") from exc
+    step_move(step=step, status=PlanStep.Status.ROLLED_BACK)
+    step.save(update_fields=["status", "updated_at"])
+    return event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_ROLLED_BACK, actor=user,
+                        reason=f"rolled back step {step.key}: " + ("; ".join(done) or "nothing to undo"),
+                        detail={"undone": done})
+
+
+# --- the runner's transitions -------------------------------------------------------------------------------
+
+
+def step_move(*, step: PlanStep, status: str) -> None:
+    """Guarded transition (no completed -> running); raises IllegalTransition."""
+    step_transition_check(step.status, status)
+    step.status = status
+
+
+@atomic_retried
+def step_request_approval(*, step: PlanStep, runner: str) -> None:
+    step = step_lock(step.pk)
+    if step.status != PlanStep.Status.PENDING:
+        return
+    step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
+    if step.tool:  # seed 002: what the step will touch, shown before the operator decides
+        step.precheck = tool_precheck(step.tool, step.tool_input, step.plan.agent.workspace)[:2000]
+    step.save(update_fields=["status", "precheck", "updated_at"])
+    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason=f"step {step.key} awaits approval")
+    reason = "requires permission" if step.requires_permission else "step-by-step approval"
+    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason)
+    from policies.services import policies_step_waiting  # noqa: PLC0415 (policies decide through these services)
+
+    policies_step_waiting(step=step)
+
+
+@atomic_retried
+def step_start(*, step: PlanStep, runner: str) -> PlanStep | None:
+    """A tool step starts running (the runner calls its tool next, outside the transaction); None when it is no
+    longer pending (an operator skipped it, another runner started it)."""
+    step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
+    if step.status != PlanStep.Status.PENDING:
+        return None
+    step_move(step=step, status=PlanStep.Status.RUNNING)
+    step.actual_cycles += 1
+    step.save(update_fields=["status", "actual_cycles", "updated_at"])
+    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner,
+                 reason=f"{step.tool} {step.tool_input}"[:500])
+    return step
+
+
+@atomic_retried
+def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "", error: str = "",
+                experience_id: int | None = None) -> PlanStep:
+    """Complete a step, or count a failed try: retried up to max_retries, then failed and the plan replans."""
+    step = step_lock(step.pk)
+    plan = step.plan
+    if step.is_done or step.status in (PlanStep.Status.FAILED, PlanStep.Status.DECLINED):
+        return step  # already decided: never applied twice
+    detail: dict[str, Any] = {"experience": experience_id} if experience_id else {}
+    step.elapsed_ms = step_elapsed_ms(step)
+    if step.elapsed_ms is not None:
+        detail["elapsed_ms"] = step.elapsed_ms
+    if succeeded:
+        step_move(step=step, status=PlanStep.Status.COMPLETED)
+        step.result = result[:20000]
+        step.error = ""
+        step.save()
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label=runner,
+                     reason=result[:500], detail=detail)
+        if not plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED]).exists():
+            plan_complete(plan=plan, runner=runner)
+        return step
+    step.error = error[:20000]
+    if step.retries < step.max_retries:
+        step.retries += 1
+        if step.status != PlanStep.Status.PENDING:
+            step_move(step=step, status=PlanStep.Status.PENDING)
+        step.save()
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_RETRIED, actor_label=runner, reason=error[:500],
+                     detail=detail | {"retry": step.retries, "max_retries": step.max_retries})
+        return step
+    step_move(step=step, status=PlanStep.Status.FAILED)
+    step.failure_reason = error[:2000]
+    step.save()
+    plan.replan_reason = f"step {step.key} failed after {step.retries} retries: {error[:300]}"
+    plan.save(update_fields=["replan_reason", "updated_at"])
+    event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_FAILED, actor_label=runner, reason=error[:500], detail=detail)
+    return step
+
+
+def step_elapsed_ms(step: PlanStep) -> int | None:
+    """Seed 002: how long a step took, from its last start to now (None if it never started)."""
+    started = (step.events.filter(kind=PlanEvent.Kind.STEP_STARTED).order_by("-created_at", "-pk")
+               .values_list("created_at", flat=True).first())
+    return None if started is None else max(int((timezone.now() - started).total_seconds() * 1000), 0)
