@@ -12,6 +12,8 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from planning.engine.validate import StepSpec
+
 
 class PlanQuerySet(models.QuerySet["Plan"]):
     """The filters written again and again over plans."""
@@ -170,22 +172,14 @@ class PlanStep(models.Model):
         """The tool input as the JSON the planner wrote."""
         return json.dumps(self.tool_input, ensure_ascii=False)
 
-    def as_spec(self) -> dict[str, object]:
-        """The step as plain values, for diffs and prompts."""
-        return {
-            "key": self.key,
-            "description": self.description,
-            "tool": self.tool,
-            "input": self.tool_input,
-            "action_hint": self.action_hint,
-            "expected_outcome": self.expected_outcome,
-            "depends_on": list(self.depends_on),
-            "requires_permission": self.requires_permission,
-            "status": self.status,
-            "estimated_cycles": self.estimated_cycles,
-            "tools_needed": list(self.tools_needed),
-            "loop": dict(self.loop),
-        }
+    def spec(self) -> StepSpec:
+        """The step as the product's one step type: what it does, without its row state."""
+        return StepSpec.from_step(self)
+
+    def diff_values(self) -> dict[str, Any]:
+        """The step as plain values for a diff (stored in events, shown on the compare page): its spec and,
+        alongside it, its status."""
+        return self.spec().as_dict() | {"status": self.status}
 
 
 class PlanEvent(models.Model):

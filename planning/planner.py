@@ -267,7 +267,7 @@ def steps_declined(plan: Plan | None) -> list[dict[str, Any]]:
     said = PlanEvent.objects.filter(step=OuterRef("pk"), kind=PlanEvent.Kind.STEP_DECLINED).order_by("-created_at", "-pk")
     steps = (PlanStep.objects.filter(plan_id__in=ids, status=PlanStep.Status.DECLINED)
              .annotate(feedback=Subquery(said.values("reason")[:1])).order_by("plan__version", "position"))
-    return [s.as_spec() | {"feedback": s.feedback or s.failure_reason} for s in steps]  # type: ignore[attr-defined]
+    return [s.spec().as_dict() | {"feedback": s.feedback or s.failure_reason} for s in steps]  # type: ignore[attr-defined]
 
 
 def plan_with_steps(plan: Plan | None) -> Plan | None:
@@ -365,8 +365,8 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
     if previous is not None:
         failed = previous.steps.filter(status__in=[PlanStep.Status.FAILED, PlanStep.Status.DECLINED]).first()
         return prompt_replan(
-            **common, completed_steps=[s.as_spec() for s in kept],
-            failed_step=failed.as_spec() | {"failure_reason": failed.failure_reason} if failed else None,
+            **common, completed_steps=[s.spec().as_dict() for s in kept],
+            failed_step=failed.spec().as_dict() | {"failure_reason": failed.failure_reason} if failed else None,
             reason=reason, declined_steps=declined,
         )
     return prompt_plan(**common)
@@ -398,7 +398,7 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
         kept_keys = {s.key for s in kept}
         # The model may repeat completed steps; they are kept as they were, never redone.
         new = [s for s in steps if not (isinstance(s, dict) and str(s.get("id", "")) in kept_keys)]
-        data["steps"] = [step_plan_data(s.as_spec(), kind) for s in kept] + new
+        data["steps"] = [step_plan_data(s.spec(), kind) for s in kept] + new
         if not new:
             return Check(["replan has no remaining steps"])
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None

@@ -197,19 +197,14 @@ def plan_chain(plan: Plan) -> list[Plan]:
     return chain
 
 
-def step_spec(step: PlanStep) -> dict[str, Any]:
-    """A step as plain values for comparing, estimates and risk included."""
-    return step.as_spec() | {"estimated_cycles": step.estimated_cycles, "risk": step.risk}
-
-
 PLAN_COMPARED = ("status", "model", "confidence", "risks", "approval_mode")
 
 
 def plans_compare(old: Plan, new: Plan) -> dict[str, Any]:
     """Two versions side by side: steps added, removed and changed field by field; the plan's own fields;
     and the totals of estimated cycles and risky steps."""
-    old_steps = [step_spec(s) for s in old.steps.all()]
-    new_steps = [step_spec(s) for s in new.steps.all()]
+    old_steps = [s.diff_values() for s in old.steps.all()]
+    new_steps = [s.diff_values() for s in new.steps.all()]
     diff = plan_diff(old_steps, new_steps)
     def shown(plan: Plan, name: str) -> Any:
         display = getattr(plan, f"get_{name}_display", None)

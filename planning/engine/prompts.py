@@ -306,7 +306,7 @@ def _prompt_compact(*, kind: str, goal: str, agent_name: str, tools: Sequence[To
 
 
 def _step_record(step: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON-safe parts of a step mapping (a PlanStep.as_spec() or StepSpec.as_dict())."""
+    """The JSON-safe parts of a step mapping (a StepSpec.as_dict(), perhaps with a reason)."""
     key = step.get("key", step.get("id", ""))
     return {
         "key": str(key),

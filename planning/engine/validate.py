@@ -11,9 +11,9 @@ import difflib
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agents.llm.placeholders import junk_problem
 from agents.tools import (
@@ -27,6 +27,9 @@ from agents.tools import (
     tool_input_problems,
     workspace_resolve,
 )
+
+if TYPE_CHECKING:
+    from planning.models import PlanStep
 
 KINDS = ("tool", "persona")
 TOP_LEVEL_KEYS = (
@@ -132,7 +135,9 @@ _PLACEHOLDERS: list[re.Pattern[str]] = [
 
 @dataclass
 class StepSpec:
-    """A validated step, in the names of the PlanStep model."""
+    """A plan step, in the names of the PlanStep model: THE step type inside the product, from the validated
+    model answer to the stored row (`from_step`) to diffs, prompts and the editor. Its outside renderings are
+    `step_plan_data` (the shape a model writes) and planning/services/external.py `step_data` (the API's)."""
 
     key: str
     description: str
@@ -147,8 +152,19 @@ class StepSpec:
     tools_needed: list[str] = field(default_factory=list)
     loop: dict[str, Any] = field(default_factory=dict)  # {"for_each": key} or {"repeat": n} (seed 002)
 
+    @classmethod
+    def from_step(cls, step: PlanStep) -> StepSpec:
+        """A stored step's spec (its row state, such as status or result, stays on the row)."""
+        return cls(
+            key=step.key, description=step.description, tool=step.tool, input=dict(step.tool_input),
+            action_hint=step.action_hint, expected_outcome=step.expected_outcome,
+            estimated_cycles=step.estimated_cycles, depends_on=list(step.depends_on),
+            requires_permission=step.requires_permission, risk=step.risk, tools_needed=list(step.tools_needed),
+            loop=dict(step.loop),
+        )
+
     def as_dict(self) -> dict[str, Any]:
-        """The step as plain values (the shape `plan_diff` and `PlanStep.as_spec` use)."""
+        """The step as plain values, every field (the shape `plan_diff` and the prompts read)."""
         return {
             "key": self.key,
             "description": self.description,
@@ -160,6 +176,8 @@ class StepSpec:
             "depends_on": list(self.depends_on),
             "requires_permission": self.requires_permission,
             "risk": self.risk,
+            "tools_needed": list(self.tools_needed),
+            "loop": dict(self.loop),
         }
 
 
@@ -723,36 +741,39 @@ def _meaning(goal_text: str, goal: str, summary: str, steps: Sequence[StepSpec],
                                        steered=steered)
 
 
-def step_plan_data(step: Mapping[str, Any], kind: str) -> dict[str, Any]:
-    """A stored step (PlanStep.as_spec()) in the shape a model writes, to validate it again."""
-    depends_on = list(step.get("depends_on") or [])
+def step_plan_data(step: StepSpec, kind: str, *, estimate: bool = False) -> dict[str, Any]:
+    """A step in the shape a model writes, to validate it again (a kept step, an operator's edit).
+
+    A persona step carries its estimated cycles; a tool step only with `estimate` (the editor shows and
+    sends it; models write none for tool steps)."""
     if kind == "tool":
         data: dict[str, Any] = {
-            "id": step["key"], "tool": step.get("tool", ""), "intent": step.get("description", ""),
-            "input": step.get("input") or {}, "requiresPermission": bool(step.get("requires_permission")),
-            "dependsOn": depends_on, "expects": step.get("expected_outcome", ""),
+            "id": step.key, "tool": step.tool, "intent": step.description, "input": dict(step.input),
+            "requiresPermission": step.requires_permission, "dependsOn": list(step.depends_on),
+            "expects": step.expected_outcome,
         }
-        loop = step.get("loop") or {}
-        if "for_each" in loop:
-            data["forEach"] = loop["for_each"]
-        elif "repeat" in loop:
-            data["repeat"] = loop["repeat"]
+        if "for_each" in step.loop:
+            data["forEach"] = step.loop["for_each"]
+        elif "repeat" in step.loop:
+            data["repeat"] = step.loop["repeat"]
+        if estimate:
+            data["estimated_cycles"] = step.estimated_cycles
     else:
-        data = {"id": step["key"], "description": step.get("description", ""),
-                "action_hint": step.get("action_hint", ""), "expected_outcome": step.get("expected_outcome", ""),
-                "estimated_cycles": step.get("estimated_cycles", 1), "depends_on": depends_on}
-    if step.get("tools_needed"):
-        data["tools_needed" if kind != "tool" else "toolsNeeded"] = list(step["tools_needed"])
+        data = {"id": step.key, "description": step.description, "action_hint": step.action_hint,
+                "expected_outcome": step.expected_outcome, "estimated_cycles": step.estimated_cycles,
+                "depends_on": list(step.depends_on)}
+    if step.tools_needed:
+        data["tools_needed" if kind != "tool" else "toolsNeeded"] = list(step.tools_needed)
     return data
 
 
-_EDIT_FIELDS = {"tool_input": "input"}  # PlanStep field -> as_spec key, where they differ
+_EDIT_FIELDS = {"tool_input": "input"}  # PlanStep field -> StepSpec field, where they differ
 
 
 def plan_validate_edit(
     *,
     kind: str,
-    steps: Sequence[Mapping[str, Any]],
+    steps: Sequence[StepSpec],
     key: str,
     changes: Mapping[str, Any],
     workspace: Path | None = None,
@@ -763,8 +784,8 @@ def plan_validate_edit(
     """Validate the whole plan as it would be after an operator's edit of step `key`: (problems, flags)."""
     rows = []
     for step in steps:
-        if step["key"] == key:
-            step = dict(step) | {_EDIT_FIELDS.get(name, name): value for name, value in changes.items()}
+        if step.key == key:
+            step = replace(step, **{_EDIT_FIELDS.get(name, name): value for name, value in changes.items()})
         rows.append(step_plan_data(step, kind))
     result = plan_validate({"steps": rows}, kind=kind, workspace=workspace, max_steps=max_steps,
                            allowed_actions=allowed_actions, tools=tools)
@@ -775,7 +796,7 @@ def steps_repeating_declined(steps: Sequence[StepSpec], declined: Sequence[Mappi
     """Seed 002: a declined step never comes back unchanged. A proposed step with the description of a step the
     operator declined (in any earlier version) and the same action, or the same tool and input, is a problem
     whose reason quotes the operator's feedback, so the planner's retry, reflection and fallback work on it.
-    `declined`: the declined steps as plain values (PlanStep.as_spec()) with their "feedback"."""
+    `declined`: the declined steps as plain values (StepSpec.as_dict()) with their "feedback"."""
     problems = []
     for step in steps:
         for old in declined:

@@ -111,9 +111,9 @@ def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]
     edited = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.get_fields() if f.concrete})
     for name, value in changes.items():
         setattr(edited, name, value)
-    specs = [(edited if other.pk == step.pk else other).as_spec() for other in plan.steps.all()]
+    specs = [(edited if other.pk == step.pk else other).spec() for other in plan.steps.all()]
     if step.pk is None:
-        specs.append(edited.as_spec())
+        specs.append(edited.spec())
     kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)  # external agents: their declared tools
     return plan_validate_edit(kind=kind, steps=specs, key=edited.key, changes={},
                               workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -170,7 +171,7 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
                              "updated_at"])
     detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
     if plan.previous is not None:
-        detail["diff"] = plan_diff([s.as_spec() for s in plan.previous.steps.all()], [s.as_spec() for s in steps])
+        detail["diff"] = plan_diff([s.diff_values() for s in plan.previous.steps.all()], [s.diff_values() for s in steps])
     agent_waiting_set(agent_id=plan.agent_id, reason="" if persona else f"plan v{plan.version} awaits approval")
     event_record(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label=actor_label, reason="; ".join(flags)[:4000],
                  detail=detail)
@@ -267,14 +268,6 @@ def plan_retry_start(*, agent: Agent, runner: str) -> Plan | None:
 # --- an operator's edit: version n+1, and decisions made on a stale version ------------------------------
 
 
-def edited_step_data(step: StepSpec, kind: str) -> dict[str, Any]:
-    """A step as the operator left it in the editor, in the shape the planner's validator reads."""
-    data = step_plan_data(step.as_dict() | {"tools_needed": list(step.tools_needed), "loop": dict(step.loop)}, kind)
-    if kind == Agent.Kind.TOOL:
-        data["estimated_cycles"] = step.estimated_cycles
-    return data
-
-
 def plan_latest(plan: Plan) -> Plan:
     """The newest version of this plan's lineage (itself when it has no next version)."""
     current = plan
@@ -330,7 +323,9 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
         problems.append(f"the reason {reason_problem}")
     if problems:  # checked here too, so no caller stores what the forms refuse
         raise PlanEditInvalid(problems)
-    rows = [step_plan_data(s.as_spec(), kind) for s in kept] + [edited_step_data(s, kind) for s in edited]
+    # The edited steps as the operator left them in the editor, which shows a tool step's estimate too.
+    rows = ([step_plan_data(s.spec(), kind) for s in kept]
+            + [step_plan_data(s, kind, estimate=True) for s in edited])
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
@@ -357,10 +352,10 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
                 flags.append(f"step {spec.key}: '{spec.action_hint}' spends money; requires permission raised to true")
         before = old_by_key.get(spec.key)
         unchanged = before is not None and before.status == PlanStep.Status.PENDING and not plan_diff(
-            [before.as_spec()], [{**before.as_spec(), "description": spec.description, "tool": spec.tool,
-                                  "input": spec.input, "action_hint": spec.action_hint,
-                                  "expected_outcome": spec.expected_outcome, "depends_on": spec.depends_on,
-                                  "requires_permission": requires_permission}])["changed"]
+            [before.spec().as_dict()], [replace(
+                before.spec(), description=spec.description, tool=spec.tool, input=spec.input,
+                action_hint=spec.action_hint, expected_outcome=spec.expected_outcome, depends_on=spec.depends_on,
+                requires_permission=requires_permission).as_dict()])["changed"]
         PlanStep.objects.create(
             plan=new, key=spec.key, position=position, description=spec.description[:500],
             action_hint=spec.action_hint[:200], tool=spec.tool, tool_input=spec.input,
@@ -377,7 +372,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
     plan.replan_reason = ""
     plan.save(update_fields=["status", "replan_reason", "updated_at"])
     why = f"edited by {user.get_username()}" + (f": {reason}" if reason else "")
-    diff = plan_diff([s.as_spec() for s in old_steps], [s.as_spec() for s in new.steps.all()])
+    diff = plan_diff([s.diff_values() for s in old_steps], [s.diff_values() for s in new.steps.all()])
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_EDITED, actor=user, reason=why,
                  detail={"next_plan": new.pk, "next_version": new.version, "diff": diff})
     event_record(plan=new, kind=PlanEvent.Kind.CREATED, actor=user, reason=why,

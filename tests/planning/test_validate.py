@@ -167,3 +167,36 @@ def test_etc_passwd_in_a_path_is_judged_as_a_path_never_as_a_shell_command() -> 
     assert plan_validate(plan("backup/etc/passwd"), kind="tool").ok
     said = plan_validate(plan("notes.txt", intent="Then cat /etc/passwd"), kind="tool")
     assert said.problems == ["step 1: prohibited reference to a system file: '/etc/passwd'"]
+
+
+@pytest.mark.parametrize("kind", ["tool", "persona"])
+def test_a_step_has_one_type_from_parse_to_row_and_back(kind: str) -> None:
+    """A validated StepSpec stored as a PlanStep comes back as the same StepSpec (`spec()`), and written out in
+    the model's shape (`step_plan_data`) it validates again to the same StepSpec: loops and tools too."""
+    from planning.engine.validate import step_plan_data
+    from planning.models import PlanStep
+
+    if kind == "tool":
+        steps: list[dict[str, Any]] = [
+            tool_step("1", "file.read", {"path": "notes.txt"}, False, repeat=2, toolsNeeded=["file.read"]),
+            tool_step("2", "file.write", {"path": "out.txt", "content": "Summary of notes"}, True, dependsOn=["1"],
+                      expects="a file"),
+        ]
+    else:
+        steps = [{"id": "a", "description": "Find a job", "action_hint": "look for work", "estimated_cycles": 3,
+                  "tools_needed": ["browser"]},
+                 {"id": "b", "description": "Work a shift", "action_hint": "work", "expected_outcome": "paid"}]
+    result = plan_validate({"steps": steps}, kind=kind, allowed_actions=ACTIONS)
+    assert result.plan is not None, result.problems
+    rows = [PlanStep(key=s.key, position=n, description=s.description, action_hint=s.action_hint, tool=s.tool,
+                     tool_input=s.input, expected_outcome=s.expected_outcome, estimated_cycles=s.estimated_cycles,
+                     depends_on=s.depends_on, requires_permission=s.requires_permission, risk=s.risk,
+                     tools_needed=s.tools_needed, loop=s.loop) for n, s in enumerate(result.plan.steps, start=1)]
+    specs = [row.spec() for row in rows]
+    assert specs == result.plan.steps
+    assert set(specs[0].as_dict()) == {"key", "description", "tool", "input", "action_hint", "expected_outcome",
+                                       "estimated_cycles", "depends_on", "requires_permission", "risk",
+                                       "tools_needed", "loop"}
+    assert rows[0].diff_values() == specs[0].as_dict() | {"status": "pending"}
+    again = plan_validate({"steps": [step_plan_data(s, kind) for s in specs]}, kind=kind, allowed_actions=ACTIONS)
+    assert again.plan is not None and again.plan.steps == specs
