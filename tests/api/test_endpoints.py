@@ -520,6 +520,7 @@ def test_version_after_decline_keeps_completed_steps_and_records_the_diff(tooled
     first = step_id(plan_id, "1")
     tooled.post(f"/api/v1/steps/{first}/start", {"request_id": "s1"})
     tooled.post(f"/api/v1/steps/{first}/result", {"request_id": "r1", "succeeded": True, "output": "report.pdf"})
+    PlanStep.objects.filter(pk=first).update(estimated_cycles=3)  # as an operator's edit left it
     tooled.get(f"/api/v1/plans/{plan_id}/next")
     services.step_decline(step=PlanStep.objects.get(pk=step_id(plan_id, "2")), user=operator, feedback="Use the finance drive")
     status, body = tooled.post(f"/api/v1/plans/{plan_id}/versions", {"steps": [
@@ -531,6 +532,7 @@ def test_version_after_decline_keeps_completed_steps_and_records_the_diff(tooled
     new = Plan.objects.get(pk=body["id"])
     kept = new.steps.get(key="1")
     assert (kept.status, kept.carried_over, kept.result) == (PlanStep.Status.COMPLETED, True, "report.pdf")
+    assert kept.estimated_cycles == 3  # a kept step is kept whole, its estimate too
     assert [s.key for s in new.steps.all()] == ["1", "2b", "3"]
     assert Plan.objects.get(pk=plan_id).status == Plan.Status.REPLANNED
     diff = new.events.get(kind=PlanEvent.Kind.VALIDATED).detail["diff"]
