@@ -67,7 +67,7 @@ from goals.system import (
 )
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep, step_current
 from planning.planner import MAX_REPLANS, plan_generate, plan_retry_due
 from planning.services import (
     PlanAlreadyReplanned,
@@ -152,20 +152,6 @@ def plan_replan(*, agent: Agent, plan: Plan, runner: str) -> str:
     except PlanAlreadyReplanned:
         return "already replanned"
     return f"replanned to v{new.version} ({new.status})"
-
-
-def step_needs_approval(step: PlanStep, plan: Plan) -> bool:
-    """Steps flagged requires-permission always wait for an operator; in step-by-step mode every step does."""
-    return step.approved_by_id is None and (step.requires_permission or plan.approval_mode == Plan.ApprovalMode.STEP)
-
-
-def current_step(steps: list[PlanStep]) -> PlanStep | None:
-    """The step a plan is on: running or awaiting approval, else the next runnable pending one."""
-    running = [s for s in steps if s.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL)]
-    if running:
-        return running[0]
-    keys = steps_runnable([(s.key, s.status, s.depends_on) for s in steps], limit=1)
-    return next((s for s in steps if s.key in keys), None)
 
 
 # --- persona agents -----------------------------------------------------------------------------------------
@@ -334,10 +320,10 @@ def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, 
     for plan in state.plans:
         if plan.status != Plan.Status.ACTIVE or plan.replan_reason:
             continue
-        step = current_step(state.steps.get(plan.pk, []))
+        step = step_current(state.steps.get(plan.pk, []))
         if step is None or step.status == PlanStep.Status.AWAITING_APPROVAL:
             continue
-        if step.status == PlanStep.Status.PENDING and step_needs_approval(step, plan):
+        if step.status == PlanStep.Status.PENDING and step.needs_approval(plan):
             step_request_approval(step=step, runner=runner)
             step.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
             continue
@@ -542,7 +528,7 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
     agent.workspace.mkdir(parents=True, exist_ok=True)
     started: list[PlanStep] = []
     for step in (s for s in steps if s.key in keys):
-        if step_needs_approval(step, plan):
+        if step.needs_approval(plan):
             step_request_approval(step=step, runner=runner)
             done.append(f"{step.key} awaits approval")
             continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from planning.engine.schedule import steps_runnable
 from planning.engine.validate import StepSpec
 
 
@@ -163,6 +164,11 @@ class PlanStep(models.Model):
     def __str__(self) -> str:
         return f"{self.plan} step {self.key}"
 
+    def needs_approval(self, plan: Plan) -> bool:
+        """Seed 002/003: a step flagged requires-permission always waits for an operator, and in step-by-step
+        mode every step does, until one approves it. One rule for built-in and external agents."""
+        return self.approved_by_id is None and (self.requires_permission or plan.approval_mode == Plan.ApprovalMode.STEP)
+
     @property
     def is_done(self) -> bool:
         return self.status in (self.Status.COMPLETED, self.Status.SKIPPED)
@@ -180,6 +186,18 @@ class PlanStep(models.Model):
         """The step as plain values for a diff (stored in events, shown on the compare page): its spec and,
         alongside it, its status."""
         return self.spec().as_dict() | {"status": self.status}
+
+
+def step_current(steps: Sequence[PlanStep]) -> PlanStep | None:
+    """The step a plan is on, one rule for the runner, the dashboard and the plan page: the step waiting for an
+    operator, else the running one, else the next pending step whose dependencies are done (none when every
+    pending step is blocked). `steps` in plan order."""
+    for status in (PlanStep.Status.AWAITING_APPROVAL, PlanStep.Status.RUNNING):
+        for step in steps:
+            if step.status == status:
+                return step
+    keys = steps_runnable([(s.key, s.status, s.depends_on) for s in steps], limit=1)
+    return next((s for s in steps if s.key in keys), None)
 
 
 class PlanEvent(models.Model):

@@ -14,7 +14,7 @@ from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Subquer
 from agents.models import Agent, Experience, LLMCall, Need
 from agents.selectors import persona_page
 from agents.tools import undo_dir_for
-from planning.models import Plan, PlanEvent, PlanStep, steps_done, steps_done_q
+from planning.models import Plan, PlanEvent, PlanStep, step_current, steps_done, steps_done_q
 
 DASHBOARD_PAGE_SIZE = 50
 TIMELINE_PAGE_SIZE = 50
@@ -38,20 +38,11 @@ class AgentRow:
         return round(100 * self.done / self.total) if self.total else 0
 
 
-def plan_current_step(plan: Plan, steps: list[PlanStep]) -> PlanStep | None:
-    """The step an operator cares about now: waiting for them, running, or next pending."""
-    for status in (PlanStep.Status.AWAITING_APPROVAL, PlanStep.Status.RUNNING, PlanStep.Status.PENDING):
-        for step in steps:
-            if step.status == status:
-                return step
-    return None
-
-
 # Only the columns a row shows (`only`): building whole model instances (and decoding JSON) was the page's main cost.
 ROW_AGENT_FIELDS = ("id", "name", "kind", "status", "waiting_reason", "cycle_count")
 ROW_NEED_FIELDS = ("id", "agent_id", "name", "satisfaction")
 ROW_PLAN_FIELDS = ("id", "agent_id", "goal_text", "version", "status")
-ROW_STEP_FIELDS = ("id", "plan_id", "key", "position", "description", "status", "retries")
+ROW_STEP_FIELDS = ("id", "plan_id", "key", "position", "description", "status", "retries", "depends_on")
 
 
 def dashboard_rows(*, agent_ids: list[int]) -> list[AgentRow]:
@@ -80,7 +71,7 @@ def dashboard_rows(*, agent_ids: list[int]) -> list[AgentRow]:
         plan_steps = steps[plan.pk] if plan else []
         rows.append(AgentRow(
             agent=agent, plan=plan,
-            step=plan_current_step(plan, plan_steps) if plan else None,
+            step=step_current(plan_steps) if plan else None,
             done=steps_done((s.status for s in plan_steps), plan_status=plan.status) if plan else 0,
             total=len(plan_steps),
             needs=needs[pk], steps=plan_steps,
@@ -305,7 +296,7 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "agent": plan.agent,
         "steps": steps,
         "step_keys": {s.key: s for s in steps},
-        "current": plan_current_step(plan, steps),
+        "current": step_current(steps),
         "events": events.object_list,
         "events_page": events,
         "attempts": list(reversed(attempts)),

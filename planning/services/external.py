@@ -109,11 +109,6 @@ def agent_step_get(*, agent: Agent, step_id: int) -> PlanStep:
     return step
 
 
-def step_needs_approval(step: PlanStep, plan: Plan) -> bool:
-    """As for built-in agents: permission steps always wait for an operator, and every step does step by step."""
-    return step.approved_by_id is None and (step.requires_permission or plan.approval_mode == Plan.ApprovalMode.STEP)
-
-
 def replan_feedback(plan: Plan) -> str:
     """The operators' words: each declined step's feedback, and each replan an operator asked for (a plan
     declined before it was approved), newest first."""
@@ -162,7 +157,7 @@ def plan_next(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[str, An
     keys = steps_runnable(table, limit=1)
     if keys:
         step = next(s for s in steps if s.key == keys[0])
-        if step_needs_approval(step, plan):
+        if step.needs_approval(plan):
             step_request_approval(step=step, runner=agent_actor(agent, via))
             step.refresh_from_db()
             if step.status != PlanStep.Status.AWAITING_APPROVAL:  # a policy decided it at once: what now
@@ -352,7 +347,7 @@ def step_start(*, agent: Agent, step_id: int, request_id: str, via: str = VIA_AP
         if step.status != PlanStep.Status.PENDING:
             raise ExternalError(f"Step {step.key} is {step.get_status_display().lower()}; it cannot start. "
                                 "Nothing was changed.")
-        if step_needs_approval(step, plan):
+        if step.needs_approval(plan):
             raise ExternalError(f"Step {step.key} needs an operator's approval first; ask GET "
                                 "/api/v1/plans/{id}/next. Nothing was changed.")
         table = [(s.key, s.status, s.depends_on) for s in plan.steps.all()]

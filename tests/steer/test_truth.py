@@ -8,7 +8,6 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents.cycle import step_needs_approval
 from agents.models import Agent
 from agents.tools import undo_dir_for
 from goals.models import Goal
@@ -27,7 +26,7 @@ def test_approve_all_approves_risky_steps_so_none_waits_again(operator) -> None:
     plan.refresh_from_db()
     for step in (safe, risky):
         step.refresh_from_db()
-        assert not step_needs_approval(step, plan)
+        assert not step.needs_approval(plan)
     assert PlanEvent.objects.get(kind=PlanEvent.Kind.PLAN_APPROVED).detail["approved_steps"] == [safe.key, risky.key]
 
 
@@ -37,7 +36,7 @@ def test_step_by_step_still_asks_for_every_step(operator) -> None:  # type: igno
     services.plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.STEP)
     plan.refresh_from_db()
     step.refresh_from_db()
-    assert step_needs_approval(step, plan)
+    assert step.needs_approval(plan)
 
 
 def test_skipping_a_step_is_logged_as_step_skipped(operator) -> None:  # type: ignore[no-untyped-def]
@@ -159,3 +158,23 @@ def test_roll_back_is_offered_only_where_undo_copies_were_kept(operator_client: 
     (undo / "manifest.json").write_text('{"entries": []}', encoding="utf-8")
     html = operator_client.get(ran.plan.get_absolute_url()).content.decode()
     assert f"Roll back step {ran.key}?" in html
+
+
+def test_the_current_step_shown_is_the_one_the_runner_takes_next() -> None:
+    """One rule for the runner, the dashboard row and the plan page: a pending step whose dependency failed
+    is not current; the next step that can run is (before, the pages showed the blocked one)."""
+    from planning.models import step_current
+    from planning.selectors import dashboard_rows, plan_context
+
+    plan = PlanFactory(status=Plan.Status.ACTIVE)
+    PlanStepFactory(plan=plan, key="1", position=1, status=PlanStep.Status.COMPLETED)
+    PlanStepFactory(plan=plan, key="2", position=2, status=PlanStep.Status.FAILED)
+    PlanStepFactory(plan=plan, key="3", position=3, depends_on=["2"], description="Blocked by 2")
+    PlanStepFactory(plan=plan, key="4", position=4, description="Free to run")
+    steps = list(plan.steps.order_by("position"))
+    assert step_current(steps).key == "4"  # type: ignore[union-attr]
+    [row] = dashboard_rows(agent_ids=[plan.agent_id])
+    assert row.step is not None and row.step.description == "Free to run"
+    assert plan_context(plan.pk)["current"].key == "4"
+    awaiting = PlanStepFactory(plan=plan, key="5", position=5, status=PlanStep.Status.AWAITING_APPROVAL)
+    assert step_current(list(plan.steps.order_by("position"))) == awaiting  # an operator's turn comes first
