@@ -33,11 +33,10 @@ def agents_driven() -> QuerySet[Agent]:
     return Agent.objects.filter(DRIVEN)
 
 
-def cycle_run(agent_id: int, runner: str, *, release: bool = True) -> str:
-    """Run one cycle of an agent and give the thread's connection back (`release=False`: the caller has more
-    to do first, and gives it back itself). Both runtimes run one cycle of an agent at a time, so planning
-    found "validating" when a cycle starts was left by a cycle that died (a killed worker, a restarted
-    process): it fails first, with that reason, and the agent plans again."""
+def cycle_run(agent_id: int, runner: str) -> str:
+    """Run one cycle of an agent and give the thread's connection back. Both runtimes run one cycle of an
+    agent at a time, so planning found "validating" when a cycle starts was left by a cycle that died (a
+    killed worker, a restarted process): it fails first, with that reason, and the agent plans again."""
     try:
         plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
         return agent_cycle(agent_id=agent_id, runner=runner)
@@ -45,8 +44,7 @@ def cycle_run(agent_id: int, runner: str, *, release: bool = True) -> str:
         connection_recover()
         raise
     finally:
-        if release:
-            connection_release()
+        connection_release()
 
 
 def plans_orphaned_fail(*, runner: str, busy: set[int] | frozenset[int] = frozenset(),

@@ -25,7 +25,7 @@ from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.jobs import Status
 
-from agents.connections import CONNECTION_ERRORS, connection_release
+from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import agents_driven, cycle_run, error_brief, plans_orphaned_fail
@@ -81,9 +81,7 @@ def agent_cycle_job(context: JobContext, agent_id: int) -> str:
 
 def agent_cycle_run(context: JobContext, agent_id: int) -> str:
     try:
-        # The connection stays checked out until the next cycle is deferred below: one pool checkout (and
-        # its check, a round trip) per cycle instead of two (`make bench`'s scale_*_cpu_per_cycle).
-        return cycle_run(agent_id, runner_name(context), release=False)
+        return cycle_run(agent_id, runner_name(context))
     except Agent.DoesNotExist:
         return "agent deleted"  # its chain ends here: it is driven no more
     except CONNECTION_ERRORS as exc:  # not a cycle that happened: the next one comes all the same
@@ -94,11 +92,30 @@ def agent_cycle_run(context: JobContext, agent_id: int) -> str:
         return "failed"
     finally:
         try:
+            chain_next(agent_id)
+        finally:
+            connection_release()
+
+
+# A lost connection as Django raises it (the driven read) or as the engine wraps it (the defer).
+CHAIN_ERRORS: tuple[type[Exception], ...] = (*CONNECTION_ERRORS, exceptions.ConnectorException)
+
+
+def chain_next(agent_id: int) -> None:
+    """Defer the agent's next cycle after its interval, while it is driven. A connection cut just now (the
+    cycle's connection was given back; this one is checked out afresh, but can be cut after its check) is
+    recovered and tried once more; failing again, it is logged and the sweep starts the chain again."""
+    for attempt in (1, 2):
+        try:
             interval = agents_driven().filter(pk=agent_id).values_list("cycle_interval", flat=True).first()
             if interval is not None:
                 cycle_defer(agent_id, after=interval)
-        finally:
-            connection_release()
+            return
+        except CHAIN_ERRORS as exc:
+            connection_recover()
+            if attempt == 2:
+                logger.warning("next cycle of agent %s not deferred (%s); the sweep starts its chain again",
+                               agent_id, error_brief(exc))
 
 
 async def jobs_unfinished_settle(app: Any) -> int:

@@ -112,3 +112,29 @@ async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() 
     async with worker_app.open_async():
         assert await tasks.jobs_unfinished_settle(worker_app) == 1
     assert await sync_to_async(cycle_jobs)() == []  # the lock is free: the sweep starts the agent's next chain
+
+
+async def test_a_connection_cut_while_the_next_cycle_is_deferred_is_tried_again() -> None:
+    """The chain goes on: a connection cut just as a cycle defers its successor (after the pool's check) is
+    recovered and the defer tried once more, instead of failing the job and leaving the chain to the sweep."""
+    from unittest import mock
+
+    from django.db import OperationalError
+
+    from agents.runtime import tasks
+    from tests.factories import AgentFactory
+
+    agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=5)
+    real = tasks.cycle_defer
+    calls: list[int] = []
+
+    def cut_once(agent_id: int, *, after: float = 0.0) -> bool:
+        calls.append(agent_id)
+        if len(calls) == 1:
+            raise OperationalError("terminating connection due to administrator command")
+        return real(agent_id, after=after)
+
+    with mock.patch.object(tasks, "cycle_defer", cut_once):
+        await sync_to_async(tasks.chain_next)(agent.pk)
+    assert calls == [agent.pk, agent.pk]
+    assert await sync_to_async(cycle_jobs)() == [(f"agent:{agent.pk}", "todo")]
