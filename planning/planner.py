@@ -398,7 +398,7 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
         kept_keys = {s.key for s in kept}
         # The model may repeat completed steps; they are kept as they were, never redone.
         new = [s for s in steps if not (isinstance(s, dict) and str(s.get("id", "")) in kept_keys)]
-        data["steps"] = [step_plan_data(s.spec(), kind, estimate=True) for s in kept] + new
+        data["steps"] = [step_plan_data(s.spec(), kind) for s in kept] + new
         if not new:
             return Check(["replan has no remaining steps"])
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None

@@ -741,11 +741,9 @@ def _meaning(goal_text: str, goal: str, summary: str, steps: Sequence[StepSpec],
                                        steered=steered)
 
 
-def step_plan_data(step: StepSpec, kind: str, *, estimate: bool = False) -> dict[str, Any]:
-    """A step in the shape a model writes, to validate it again (a kept step, an operator's edit).
-
-    A persona step carries its estimated cycles; a tool step only with `estimate` (the editor shows and
-    sends it; models write none for tool steps)."""
+def step_plan_data(step: StepSpec, kind: str) -> dict[str, Any]:
+    """A step in the shape a model writes, to validate it again (a kept step, an operator's edit), its
+    estimated cycles included: models write none for tool steps, but a stored step keeps the one it has."""
     if kind == "tool":
         data: dict[str, Any] = {
             "id": step.key, "tool": step.tool, "intent": step.description, "input": dict(step.input),
@@ -756,8 +754,7 @@ def step_plan_data(step: StepSpec, kind: str, *, estimate: bool = False) -> dict
             data["forEach"] = step.loop["for_each"]
         elif "repeat" in step.loop:
             data["repeat"] = step.loop["repeat"]
-        if estimate:
-            data["estimated_cycles"] = step.estimated_cycles
+        data["estimated_cycles"] = step.estimated_cycles
     else:
         data = {"id": step.key, "description": step.description, "action_hint": step.action_hint,
                 "expected_outcome": step.expected_outcome, "estimated_cycles": step.estimated_cycles,

@@ -270,7 +270,7 @@ def plan_version_submit(*, agent: Agent, plan: Plan, data: Mapping[str, Any], vi
         if not new:
             raise PlanInvalid("The new version has no remaining steps. Nothing was stored.",
                               problems=["replan has no remaining steps"])
-        payload["steps"] = [step_plan_data(s.spec(), "tool", estimate=True) for s in kept] + new
+        payload["steps"] = [step_plan_data(s.spec(), "tool") for s in kept] + new
     result = plan_check_external(agent=agent, data=payload)
     goal_text = " ".join(str(payload.get("goal") or "").split()) or previous.goal_text
     reason = previous.replan_reason or "replanned by the agent"

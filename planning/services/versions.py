@@ -324,8 +324,8 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
     if problems:  # checked here too, so no caller stores what the forms refuse
         raise PlanEditInvalid(problems)
     # The edited steps as the operator left them in the editor, which shows a tool step's estimate too.
-    rows = ([step_plan_data(s.spec(), kind, estimate=True) for s in kept]
-            + [step_plan_data(s, kind, estimate=True) for s in edited])
+    rows = ([step_plan_data(s.spec(), kind) for s in kept]
+            + [step_plan_data(s, kind) for s in edited])
     workspace = agent.workspace if agent.kind == Agent.Kind.TOOL else None
     if workspace is not None:
         workspace.mkdir(parents=True, exist_ok=True)
