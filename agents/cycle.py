@@ -39,6 +39,7 @@ from agents.services import (
     agent_cycle_count,
     goal_plans_close,
     persona_cycle_record,
+    persona_cycles_record,
     plan_repeat,
 )
 from agents.tools import ToolError, tool_run, undo_dir_for
@@ -164,6 +165,7 @@ class PersonaState:
     agent: Agent
     needs: dict[str, float]
     rates: dict[str, float]
+    need_ids: dict[str, int]
     goals: list[Goal]  # active, short-term first; each with .planned (an open or failed plan exists)
     plans: list[Plan] = field(default_factory=list)  # open, short-term goal first
     steps: dict[int, list[PlanStep]] = field(default_factory=dict)
@@ -182,33 +184,52 @@ class PersonaRows:
 
 
 def persona_rows(agent_id: int) -> PersonaRows:
-    """The reads of a persona cycle (of any agent's: it tells the runner the agent's kind and status), three
-    queries (a tool agent's: two, the needs and its row; its cycle reads its plans itself): the needs with their
-    agent (or the agent's row alone when it has none); the active goals, each with whether a plan holds it (`planned`) and
-    its open plan (`open_plan_id`: a plan still planning has no steps yet); the open plans' steps in order,
-    each with its plan and the plan's goal."""
-    needs = list(Need.objects.filter(agent_id=agent_id).select_related("agent").order_by("name"))
-    agent = needs[0].agent if needs else agent_read(agent_id)  # an agent without needs: its row alone
+    """The reads of one agent's cycle (of any agent's: it tells the runner the agent's kind and status), as
+    persona_rows_many reads them; raises Agent.DoesNotExist for an agent deleted meanwhile."""
+    rows = persona_rows_many([agent_id]).get(agent_id)
+    if rows is None:
+        raise Agent.DoesNotExist(f"agent {agent_id} does not exist")
+    return rows
+
+
+def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
+    """The reads of persona cycles, for one agent or a batch of them (the scale-out runtime's), three queries
+    whatever their number (a tool agent's: its needs and its row; its cycle reads its plans itself): the needs
+    with their agent (or the agent's row alone when it has none); the active goals, each with whether a plan
+    holds it (`planned`) and its open plan (`open_plan_id`: a plan still planning has no steps yet); the open
+    plans' steps in order, each with its plan and the plan's goal. Agents that do not exist are left out."""
+    needs = list(Need.objects.filter(agent_id__in=agent_ids).select_related("agent").order_by("agent_id", "name"))
+    agents: dict[int, Agent] = {}
+    by_agent: dict[int, list[Need]] = {}
     for need in needs:
-        need.agent = agent  # one agent for every need, as the cycle changes it
-    if agent.kind != Agent.Kind.PERSONA:
-        return PersonaRows(agent=agent, needs=needs, goals=[], steps=[])
-    open_plan = Plan.objects.filter(goal=OuterRef("pk")).open().order_by("-pk").values("pk")[:1]
-    goals = list(Goal.objects.filter(agent_id=agent_id).active()
-                 .annotate(planned=Exists(Plan.objects.filter(goal=OuterRef("pk")).held()),
-                           open_plan_id=Subquery(open_plan)).order_by())
-    steps = list(PlanStep.objects.filter(plan__agent_id=agent_id, plan__status__in=Plan.OPEN_STATUSES)
-                 .select_related("plan", "plan__goal").order_by("plan__created_at", "plan_id", "position"))
-    plans: dict[int, Plan] = {}
-    for step in steps:
-        step.plan = plans.setdefault(step.plan_id, step.plan)  # one plan object for all its steps
-    return PersonaRows(agent=agent, needs=needs, goals=goals, steps=steps)
+        need.agent = agents.setdefault(need.agent_id, need.agent)  # one agent for every need, as the cycle changes it
+        by_agent.setdefault(need.agent_id, []).append(need)
+    missing = [pk for pk in agent_ids if pk not in agents]
+    if missing:  # agents without needs: their rows alone
+        agents.update({a.pk: a for a in Agent.objects.filter(pk__in=missing)})
+    personas = [pk for pk, a in agents.items() if a.kind == Agent.Kind.PERSONA]
+    goals: dict[int, list[Goal]] = {}
+    steps: dict[int, list[PlanStep]] = {}
+    if personas:
+        open_plan = Plan.objects.filter(goal=OuterRef("pk")).open().order_by("-pk").values("pk")[:1]
+        for goal in (Goal.objects.filter(agent_id__in=personas).active()
+                     .annotate(planned=Exists(Plan.objects.filter(goal=OuterRef("pk")).held()),
+                               open_plan_id=Subquery(open_plan)).order_by()):
+            goals.setdefault(goal.agent_id, []).append(goal)
+        plans: dict[int, Plan] = {}
+        for step in (PlanStep.objects.filter(plan__agent_id__in=personas, plan__status__in=Plan.OPEN_STATUSES)
+                     .select_related("plan", "plan__goal").order_by("plan__created_at", "plan_id", "position")):
+            step.plan = plans.setdefault(step.plan_id, step.plan)  # one plan object for all its steps
+            steps.setdefault(step.plan.agent_id, []).append(step)
+    return {pk: PersonaRows(agent=agent, needs=by_agent.get(pk, []), goals=goals.get(pk, []), steps=steps.get(pk, []))
+            for pk, agent in agents.items()}
 
 
 def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
     goals = sorted(rows.goals, key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
     state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in rows.needs},
-                         rates={n.name: n.decay_per_hour for n in rows.needs}, goals=goals)
+                         rates={n.name: n.decay_per_hour for n in rows.needs},
+                         need_ids={n.name: n.pk for n in rows.needs}, goals=goals)
     plans: dict[int, Plan] = {}
     for step in rows.steps:
         plans[step.plan_id] = step.plan
@@ -242,13 +263,61 @@ def persona_reload(agent: Agent) -> PersonaState:
     return persona_state(rows.agent, rows)
 
 
+def plans_finished(state: PersonaState) -> list[Plan]:
+    """Open plans whose goal finished since (milestone, operator): they stop."""
+    return [p for p in state.plans if p.goal is not None and p.goal.status != Goal.Status.ACTIVE]
+
+
+def persona_goal_room(state: PersonaState) -> list[str]:
+    """The needs that call for a new goal when goals are re-evaluated this cycle (empty otherwise). A need whose
+    goal waits for a person is room for another goal: the person finds another way meanwhile."""
+    if not goals_reevaluation_due(state.agent.cycle_count):
+        return []
+    waiting = plans_waiting(state)
+    served = [n for g in state.goals if g.pk not in waiting for n in g.source_needs]
+    return goals_room(needs=state.needs, served=served, active=len(state.goals))
+
+
+def plans_held(state: PersonaState, finished: Sequence[Plan]) -> dict[int, str | None]:
+    """The open plans that hold their horizon, with it. Seed 000: at most MAX_ACTIVE_PLANS open plans, one per
+    horizon; a plan without steps (still planning, or retrying a failed planning) holds its horizon like any
+    other. A plan that waits for a person is parked in the inbox: it keeps its goal, but the person goes on with
+    the next goal of its horizon meanwhile."""
+    return {p.pk: p.goal.horizon if p.goal else None for p in state.plans
+            if p not in finished and not plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
+
+
+def persona_goal_to_plan(state: PersonaState, held: Mapping[int, str | None]) -> Goal | None:
+    """The most urgent active goal without a plan whose horizon is free and which may be planned now."""
+    if len(held) >= MAX_ACTIVE_PLANS:
+        return None
+    open_horizons = set(held.values())
+    for goal in state.goals:
+        if goal.planned or goal.horizon in open_horizons:  # type: ignore[attr-defined]
+            continue
+        if goal_plannable(horizon=goal.horizon, source_needs=goal.source_needs, needs=state.needs):
+            return goal
+    return None
+
+
+def persona_prepare_due(state: PersonaState) -> bool:
+    """Whether persona_prepare has anything to do this cycle (it writes, and may ask the model): a plan to stop
+    or replan, goals to re-evaluate with room for one, or a goal to plan. Reads nothing."""
+    finished = plans_finished(state)
+    if finished or any(p.replan_reason for p in state.plans):
+        return True
+    return bool(persona_goal_room(state)) or persona_goal_to_plan(state, plans_held(state, finished)) is not None
+
+
 def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     """The uncommon paths, each its own service call (and at most one model call each): replan a plan that
     asks for it, re-evaluate goals when due and there is room, plan the most urgent unplanned goal.
     Returns whether anything was written (the state must then be read again)."""
+    if not persona_prepare_due(state):
+        return False
     agent = state.agent
     changed = False
-    finished = [p for p in state.plans if p.goal is not None and p.goal.status != Goal.Status.ACTIVE]
+    finished = plans_finished(state)
     for plan in finished:  # a goal finished since (milestone, operator): its plan stops
         goal = plan.goal
         assert goal is not None
@@ -259,12 +328,9 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             plan_replan(agent=agent, plan=plan, runner=runner)
             changed = True
             break  # one replan per cycle: a model call each
-    # A need whose goal waits for a person is room for another goal: the person finds another way meanwhile.
-    waiting = plans_waiting(state)
-    served = [n for g in state.goals if g.pk not in waiting for n in g.source_needs]
-    room = goals_room(needs=state.needs, served=served, active=len(state.goals)) if goals_reevaluation_due(
-        agent.cycle_count) else []
+    room = persona_goal_room(state)
     if room:
+        waiting = plans_waiting(state)
         recurred = goals_recur(agent=agent, needs=state.needs, room=room)
         served_now = {n for g in recurred for n in g.source_needs}
         generated = []
@@ -274,38 +340,29 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         if recurred or generated:
             changed = True
             state = persona_reload(agent)
-    # Seed 000: at most MAX_ACTIVE_PLANS open plans, one per horizon; a plan without steps (still planning, or
-    # retrying a failed planning) holds its horizon like any other. A plan that waits for a person is parked in
-    # the inbox: it keeps its goal, but the person goes on with the next goal of its horizon meanwhile.
-    held = {p.pk: p.goal.horizon if p.goal else None for p in state.plans
-            if p not in finished and not plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
+    held = plans_held(state, finished)
     if changed:  # a plan begun since the read (this cycle's replan, another runner's planning)
         held |= dict(Plan.objects.filter(agent=agent).open()
                      .exclude(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
                      .exclude(steps__status=PlanStep.Status.AWAITING_APPROVAL)
                      .exclude(pk__in=[p.pk for p in finished]).values_list("pk", "goal__horizon"))
-    if len(held) >= MAX_ACTIVE_PLANS:
+    goal = persona_goal_to_plan(state, held)
+    if goal is None:
         return changed
-    open_horizons = set(held.values())
-    for goal in state.goals:
-        if goal.planned or goal.horizon in open_horizons:  # type: ignore[attr-defined]
-            continue
-        if goal_plannable(horizon=goal.horizon, source_needs=goal.source_needs, needs=state.needs):
-            # A plan that completed for a goal in the same words is the person's routine for it: seed 000
-            # plans a goal once.
-            source = Plan.objects.filter(agent=agent, goal_text__iexact=goal.description,
-                                         status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").first()
-            routine = None
-            if source is not None:
-                routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
-            if routine is None:
-                plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
-                return True
-            if changed:
-                return True
-            persona_state_add(state, goal=goal, plan=routine[0], steps=routine[1])
-            return False  # the state in hand is current: no need to read it again
-    return changed
+    # A plan that completed for a goal in the same words is the person's routine for it: seed 000 plans a goal
+    # once.
+    source = Plan.objects.filter(agent=agent, goal_text__iexact=goal.description,
+                                 status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").first()
+    routine = None
+    if source is not None:
+        routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
+    if routine is None:
+        plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
+        return True
+    if changed:
+        return True
+    persona_state_add(state, goal=goal, plan=routine[0], steps=routine[1])
+    return False  # the state in hand is current: no need to read it again
 
 
 def plans_waiting(state: PersonaState) -> set[int | None]:
@@ -314,9 +371,11 @@ def plans_waiting(state: PersonaState) -> set[int | None]:
     return {p.goal_id for p in state.plans if plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
 
 
-def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, PlanStep | None]:
+def persona_step_pick(state: PersonaState) -> tuple[Plan | None, PlanStep | None, list[PlanStep]]:
     """Seed 000's get_current_step: the current step of the highest-priority plan that can act now
-    (short-term first, then mid, then long). A step that waits for an operator lets the next plan act."""
+    (short-term first, then mid, then long). A step that waits for an operator lets the next plan act; so does
+    a pending step that must first ask for an operator's yes: those are returned too (reads nothing)."""
+    asks: list[PlanStep] = []
     for plan in state.plans:
         if plan.status != Plan.Status.ACTIVE or plan.replan_reason:
             continue
@@ -324,11 +383,37 @@ def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, 
         if step is None or step.status == PlanStep.Status.AWAITING_APPROVAL:
             continue
         if step.status == PlanStep.Status.PENDING and step.needs_approval(plan):
-            step_request_approval(step=step, runner=runner)
-            step.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
+            asks.append(step)
             continue
-        return plan, step
-    return None, None
+        return plan, step, asks
+    return None, None, asks
+
+
+def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, PlanStep | None]:
+    """persona_step_pick, with each step that must ask for an operator's yes put in the inbox on the way."""
+    plan, step, asks = persona_step_pick(state)
+    for waiting in asks:
+        step_request_approval(step=waiting, runner=runner)
+        waiting.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
+    return plan, step
+
+
+def persona_action(state: PersonaState, plan: Plan | None, step: PlanStep | None, *,
+                   asking: bool = True) -> tuple[str, str] | None:
+    """The action this cycle and why it leaves the step (empty when it follows it): the step's action hint,
+    unless a need is urgent and the rules would override it, which the model decides (a decision taken for
+    the same situation stands). `asking=False`: None instead of a model call."""
+    suggested = step.action_hint if step is not None else None
+    action, override_reason = action_choose(suggested=suggested, needs=state.needs)
+    if urgent_need(state.needs) is not None and action != suggested:
+        # The uncommon case asks the model: a need pressing enough that the rules would leave the step.
+        decided = action_decide(state=state, plan=plan, step=step, fallback=(action, override_reason), asking=asking)
+        if decided is None:
+            return None
+        action, override_reason = decided
+        if suggested is not None and action == suggested:
+            override_reason = ""
+    return action, override_reason
 
 
 def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
@@ -342,16 +427,34 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
         state = persona_reload(agent)
         if state.agent.cycle_count != expected or state.agent.status != Agent.Status.RUNNING:
             return "cycle already done"
-    agent = state.agent
     plan, step = persona_step_choose(state, runner)
-    needs = state.needs
+    chosen = persona_action(state, plan, step)
+    assert chosen is not None  # asking, the model or the rules always decide
+    record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=expected, runner=runner)
+    try:
+        persona_cycle_record(record)
+    except CycleAlreadyDone:
+        return "cycle already done"
+    persona_milestones_check(record, runner=runner)
+    return f"{record.action}: {record.outcome}"
+
+
+def persona_milestones_check(record: CycleRecord, *, runner: str) -> None:
+    """Seed 001: a goal whose progress crossed the milestone line asks the model whether it is achieved."""
+    for goal, goal_state in record.goals:
+        if goal_state.crossed_milestone and goal_milestone_check(goal=goal):
+            goal_plans_close(goal=goal, runner=runner, reason=f"goal completed: {goal.description}", completed=True)
+
+
+def persona_record(*, state: PersonaState, plan: Plan | None, step: PlanStep | None, chosen: tuple[str, str],
+                   expected: int, runner: str) -> CycleRecord:
+    """What one experience does (seeds 000, 001), computed from what the cycle read, without writing: the world
+    applies the action, needs and goals decay by the hours it took, and the experience advances or stalls the
+    step, the plan and the goals."""
+    agent = state.agent
+    action, override_reason = chosen
     suggested = step.action_hint if step is not None else None
-    action, override_reason = action_choose(suggested=suggested, needs=needs)
-    if urgent_need(needs) is not None and action != suggested:
-        # The uncommon case asks the model: a need pressing enough that the rules would leave the step.
-        action, override_reason = action_decide(state=state, plan=plan, step=step, fallback=(action, override_reason))
-        if suggested is not None and action == suggested:
-            override_reason = ""
+    needs = state.needs
     outcome = action_apply(action, needs)
     hours = idle_hours(needs=needs, rates=state.rates) if outcome.action == "idle" else action_hours(outcome.action)
     followed = suggested is not None and outcome.action == suggested
@@ -382,7 +485,7 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     # Should an operator's decision meanwhile keep the plan from completing, its goal gets no bonus.
     unrewarded = next((goal_after(g, 0.0) for g in state.goals if g.pk == bonus_goal), None)
     abandoned = {g.pk for g, s in goals if s.abandoned}
-    record = CycleRecord(
+    return CycleRecord(
         agent=agent, expected_cycle=expected, runner=runner, action=outcome.action, outcome=outcome.outcome,
         succeeded=outcome.succeeded, hours=hours, need_deltas=outcome.need_deltas, need_changes=changes,
         needs_after=after, followed=followed, override_reason=override_reason if not followed else "",
@@ -391,15 +494,46 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
                         if p.goal_id in abandoned and not (change is not None and change.plan_completed and p == plan)],
         emotions=emotions_update(agent.emotions, needs=after, succeeded=outcome.succeeded, followed_plan=followed),
         lesson=None if outcome.succeeded else action_lesson(outcome.action, needs),
+        need_ids=state.need_ids,
     )
-    try:
-        persona_cycle_record(record)
-    except CycleAlreadyDone:
-        return "cycle already done"
-    for goal, goal_state in goals:
-        if goal_state.crossed_milestone and goal_milestone_check(goal=goal):
-            goal_plans_close(goal=goal, runner=runner, reason=f"goal completed: {goal.description}", completed=True)
-    return f"{outcome.action}: {outcome.outcome}"
+
+
+def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, str], list[int]]:
+    """One cycle of each of many persona agents, as the scale-out runtime drives them: one read for all
+    (persona_rows_many), each experience computed by the rules the single cycle uses (persona_record), and
+    every cycle recorded in one transaction (persona_cycles_record). A cycle that needs more than the common
+    path (a model call, a plan to make, stop or replan, a step to put in the inbox first, a retry due, a
+    milestone crossed) is not done here: its agent is returned, to run its own cycle (agent_cycle). Returns
+    what happened to each agent whose cycle was recorded here, and those agents."""
+    rows = persona_rows_many(agent_ids)
+    now = timezone.now()
+    records: list[CycleRecord] = []
+    alone: list[int] = []
+    for agent_id in agent_ids:
+        row = rows.get(agent_id)
+        if row is None or row.agent.status != Agent.Status.RUNNING or row.agent.kind != Agent.Kind.PERSONA:
+            continue
+        agent = row.agent
+        if agent.plan_retry_at is not None and agent.plan_retry_at <= now:
+            alone.append(agent_id)
+            continue
+        state = persona_state(agent, row)
+        if persona_prepare_due(state):
+            alone.append(agent_id)
+            continue
+        plan, step, asks = persona_step_pick(state)
+        chosen = None if asks else persona_action(state, plan, step, asking=False)
+        if chosen is None:
+            alone.append(agent_id)
+            continue
+        record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=agent.cycle_count,
+                                runner=runner)
+        if any(goal_state.crossed_milestone for _, goal_state in record.goals):
+            alone.append(agent_id)
+            continue
+        records.append(record)
+    done = persona_cycles_record(records) if records else {}
+    return {r.agent.pk: f"{r.action}: {r.outcome}" for r in records if r.agent.pk in done}, alone
 
 
 DECISION_KEPT_SECONDS = 6 * 3600  # a decision stands for its situation this long
@@ -415,14 +549,17 @@ def decision_situation(*, agent: Agent, needs: Mapping[str, float], step: PlanSt
 
 
 def action_decide(*, state: PersonaState, plan: Plan | None, step: PlanStep | None,
-                  fallback: tuple[str, str]) -> tuple[str, str]:
+                  fallback: tuple[str, str], asking: bool = True) -> tuple[str, str] | None:
     """Seed 000's action decision by the fast model: the plan step is a strong suggestion, urgent needs may
     override. An unusable answer (no JSON, an unknown action) falls back to the world's rules. A decision taken
-    for a situation stands: the same situation again is not asked of the model (decision_situation)."""
+    for a situation stands: the same situation again is not asked of the model (decision_situation).
+    `asking=False`: None when no decision stands for the situation, instead of asking."""
     key = decision_situation(agent=state.agent, needs=state.needs, step=step)
     kept = cache.get(key)
     if kept is not None:
         return kept[0], kept[1]
+    if not asking:
+        return None
     try:
         decision = action_decide_asked(state=state, plan=plan, step=step, fallback=fallback)
     except LLMError as exc:  # no answer: nothing was decided, the next cycle asks again

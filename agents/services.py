@@ -78,6 +78,24 @@ class CycleRecord:
     emotions: dict[str, float] = field(default_factory=dict)
     lesson: str | None = None
     goal_unrewarded: GoalState | None = None  # the completing plan's goal without the completion bonus
+    need_ids: dict[str, int] = field(default_factory=dict)  # the need rows by name (the batch writes them by id)
+
+    @property
+    def writes_plans(self) -> bool:
+        """Whether the cycle changes a plan's row (completes it, asks for its replan, closes plans): uncommon."""
+        change = self.step_change
+        return bool(self.plans_to_close) or (change is not None and (change.plan_completed or change.verdict.replan))
+
+
+def cycle_next_at(agent: Agent, now: Any) -> Any:
+    """When the agent's next cycle is due: one interval after this one was due, so that a cycle run late keeps
+    the agent's pace (cycle_interval is a rate, as the operator set it); never before `now`, and an agent far
+    behind (paused, a runner away) starts afresh one interval from now instead of catching up in a burst."""
+    interval = timedelta(seconds=agent.cycle_interval)
+    due = agent.next_cycle_at
+    if due is not None and now < due + interval <= now + interval:
+        return due + interval
+    return now + interval
 
 
 @transaction.atomic
@@ -101,7 +119,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     # First write after the plans', so PostgreSQL locks the agent row at once: a second runner on this agent
     # waits here and then finds cycle_count moved on.
     updated = Agent.objects.filter(pk=agent.pk, cycle_count=record.expected_cycle).update(
-        cycle_count=cycle, emotions=record.emotions, next_cycle_at=now + timedelta(seconds=agent.cycle_interval))
+        cycle_count=cycle, emotions=record.emotions, next_cycle_at=cycle_next_at(agent, now))
     if not updated:
         raise CycleAlreadyDone(f"{agent} cycle {cycle} was already recorded")
     needs_apply(agent_id=agent.pk, changes=record.need_changes)
@@ -132,9 +150,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     for plan, why in plans_to_close:
         events += plan_closed_steps(plan=plan, runner=record.runner, reason=why, now=now)
         pushed.add(plan.pk)
-    if record.lesson:  # a failed action's lesson, learned once (the agent's row, locked above, keeps it one writer)
-        Lesson.objects.get_or_create(agent=agent, description=record.lesson,
-                                     defaults={"source_experience": experience})
+    lessons_learn([(agent, record.lesson, experience)])  # a failed action's lesson, learned once
     if events:
         PlanEvent.objects.bulk_create(events)
     # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
@@ -226,21 +242,20 @@ def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
     return abandoned
 
 
-def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
-               plan_written: Mapping[str, Any]) -> list[PlanEvent]:
-    """The current step's counters and status after the experience; the events that say so (unsaved).
-    `plan_written`: the plan's values before cycle_plans_claim wrote it for this step (completed, replan)."""
+def step_written(*, change: StepChange, runner: str, experience_id: int,
+                 now: Any) -> tuple[dict[str, Any], list[PlanEvent]]:
+    """The current step's new values after the experience, and the events that say so (unsaved; the plan's
+    own event apart)."""
     step, plan, verdict = change.step, change.plan, change.verdict
     detail = {"experience": experience_id}
     events: list[PlanEvent] = []
 
-    def event(kind: str, reason: str, extra: dict[str, Any] | None = None, on_step: bool = True) -> None:
-        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, step=step if on_step else None, kind=kind,
-                                actor_label=runner, reason=reason[:2000], detail=detail | (extra or {})))
+    def event(kind: str, reason: str, extra: dict[str, Any] | None = None) -> None:
+        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, step=step, kind=kind, actor_label=runner,
+                                reason=reason[:2000], detail=detail | (extra or {})))
 
     fields: dict[str, Any] = {"actual_cycles": verdict.actual_cycles, "overrides": verdict.overrides,
                               "updated_at": now}
-    read_status = step.status
     if step.status == PlanStep.Status.PENDING:
         event(PlanEvent.Kind.STEP_STARTED, step.description)
         fields["status"] = PlanStep.Status.RUNNING
@@ -252,9 +267,18 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
     elif verdict.replan:
         fields |= {"status": PlanStep.Status.FAILED, "failure_reason": verdict.failure}
         event(PlanEvent.Kind.STEP_FAILED, verdict.failure, {"replan_scheduled": True})
+    return fields, events
+
+
+def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
+               plan_written: Mapping[str, Any]) -> list[PlanEvent]:
+    """The current step's counters and status after the experience; the events that say so (unsaved).
+    `plan_written`: the plan's values before cycle_plans_claim wrote it for this step (completed, replan)."""
+    step, plan, verdict = change.step, change.plan, change.verdict
+    fields, events = step_written(change=change, runner=runner, experience_id=experience_id, now=now)
     # Only over the status this cycle read: a step an operator skipped or declined meanwhile stays so, and
     # so does its plan (written first for this step, it gets its values back).
-    if not PlanStep.objects.filter(pk=step.pk, status=read_status).update(**fields):
+    if not PlanStep.objects.filter(pk=step.pk, status=step.status).update(**fields):
         if plan_written:
             Plan.objects.filter(pk=plan.pk).update(**plan_written, updated_at=now)
         return []
@@ -264,8 +288,105 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
         plan.replan_reason = verdict.failure
     if change.plan_completed:
         plan.status = Plan.Status.COMPLETED
-        event(PlanEvent.Kind.PLAN_COMPLETED, "all steps done", {"goal_progress_bonus": True}, on_step=False)
+        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_COMPLETED,
+                                actor_label=runner, reason="all steps done",
+                                detail={"experience": experience_id, "goal_progress_bonus": True}))
     return events
+
+
+# The step columns a cycle writes (step_written), for the batch's one UPDATE of all its steps.
+STEP_WRITTEN = ["actual_cycles", "overrides", "status", "result", "error", "failure_reason", "updated_at"]
+
+
+@transaction.atomic
+def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experience]:
+    """Record many persona cycles in one transaction (the scale-out runtime's batch), with what
+    persona_cycle_record writes for each, in a fixed number of statements whatever their number. A cycle
+    already recorded (its agent's count moved on) is left out and nothing of it is written; so is a step an
+    operator changed meanwhile (its experience is recorded, the step stays as the operator left it). A cycle
+    that changes a plan's row is recorded on its own, by persona_cycle_record (uncommon). Returns the
+    experiences recorded, by agent."""
+    done: dict[int, Experience] = {}
+    for record in (r for r in records if r.writes_plans):
+        try:
+            with transaction.atomic():
+                done[record.agent.pk] = persona_cycle_record(record)
+        except CycleAlreadyDone:
+            pass
+    now = timezone.now()
+    batch = [r for r in records if not r.writes_plans]
+    # The agents' rows, locked in id order (the lock a second runner on one of them waits on), then only the
+    # cycles whose count is still the one read.
+    counts = dict(Agent.objects.select_for_update().filter(pk__in=[r.agent.pk for r in batch]).order_by("pk")
+                  .values_list("pk", "cycle_count"))
+    batch = [r for r in batch if counts.get(r.agent.pk) == r.expected_cycle]
+    if not batch:
+        return done
+    for record in batch:
+        agent = record.agent
+        agent.cycle_count, agent.emotions = record.expected_cycle + 1, record.emotions
+        agent.next_cycle_at = cycle_next_at(agent, now)
+    Agent.objects.bulk_update([r.agent for r in batch], ["cycle_count", "emotions", "next_cycle_at"])
+    moving = [(r.need_ids[name], delta) for r in batch for name, delta in sorted(r.need_changes.items())
+              if delta and name in r.need_ids]
+    if moving:  # each need moved by its change, within 0..1, by the database (an operator's edit is moved)
+        delta = Case(*[When(pk=pk, then=Value(d)) for pk, d in moving], default=Value(0.0), output_field=FloatField())
+        Need.objects.filter(pk__in=[pk for pk, _ in moving]).update(
+            satisfaction=Greatest(Value(0.0), Least(Value(1.0), F("satisfaction") + delta)), updated_at=now)
+    experiences = Experience.objects.bulk_create([
+        Experience(agent=r.agent, cycle=r.expected_cycle + 1, action=r.action, need_deltas=r.need_deltas,
+                   step=r.step_change.step if r.step_change else None, followed_plan=r.followed,
+                   override_reason=r.override_reason[:300], outcome=r.outcome, hours=r.hours,
+                   needs_after=r.needs_after,
+                   goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in r.goals})
+        for r in batch])
+    events: list[PlanEvent] = []
+    changes = [(r, e) for r, e in zip(batch, experiences, strict=True) if r.step_change is not None]
+    statuses = dict(PlanStep.objects.select_for_update().filter(pk__in=[r.step_change.step.pk for r, _ in changes
+                                                                        if r.step_change]).order_by("pk")
+                    .values_list("pk", "status"))
+    steps: list[PlanStep] = []
+    for record, experience in changes:
+        change = record.step_change
+        assert change is not None
+        if statuses.get(change.step.pk) != change.step.status:
+            continue  # an operator's decision meanwhile stands
+        fields, step_events = step_written(change=change, runner=record.runner, experience_id=experience.pk, now=now)
+        for name, value in fields.items():
+            setattr(change.step, name, value)
+        steps.append(change.step)
+        events += step_events
+    if steps:
+        PlanStep.objects.bulk_update(steps, STEP_WRITTEN)
+    goals = [pair for r in batch for pair in r.goals]
+    abandoned = goals_apply(goals=goals, now=now)
+    by_agent = {r.agent.pk: e for r, e in zip(batch, experiences, strict=True)}
+    events += [
+        PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=r.runner,
+                  reason=f"{goal.description}: confidence {state.confidence:.0%} fell below its horizon's line",
+                  detail={"goal": goal.pk, "horizon": goal.horizon, "experience": by_agent[goal.agent_id].pk})
+        for r in batch for goal, state in r.goals if goal.pk in abandoned]
+    lessons_learn([(r.agent, r.lesson, by_agent[r.agent.pk]) for r in batch if r.lesson])
+    if events:
+        PlanEvent.objects.bulk_create(events)
+    for record in batch:  # one message for the transaction (publish_changed_on_commit gathers them)
+        change = record.step_change
+        publish_changed_on_commit(agent_id=record.agent.pk, plan_id=change.plan.pk if change else None,
+                                  kind="experience")
+    return done | by_agent
+
+
+def lessons_learn(learned: Sequence[tuple[Agent, str | None, Experience]]) -> None:
+    """Failed actions' lessons, each learned once per agent (the agents' rows, locked by the caller, keep it one
+    writer): one read, one insert."""
+    wanted = {(agent.pk, text): (agent, experience) for agent, text, experience in learned if text}
+    if not wanted:
+        return
+    known = set(Lesson.objects.filter(agent_id__in={pk for pk, _ in wanted},
+                                      description__in={text for _, text in wanted})
+                .values_list("agent_id", "description"))
+    Lesson.objects.bulk_create([Lesson(agent=agent, description=text, source_experience=experience)
+                                for (pk, text), (agent, experience) in wanted.items() if (pk, text) not in known])
 
 
 PLAN_CLOSED = {"status": Plan.Status.CANCELLED, "replan_reason": ""}
