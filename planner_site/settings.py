@@ -300,6 +300,8 @@ RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "100"))
 RUNNER_HEARTBEAT_SECONDS = float(os.environ.get("RUNNER_HEARTBEAT_SECONDS", "2"))
 RUNNER_STALLED_SECONDS = float(os.environ.get("RUNNER_STALLED_SECONDS", "10"))
 RUNNER_SWEEP_SECONDS = int(os.environ.get("RUNNER_SWEEP_SECONDS", "2"))
+# Scale-out: persona agents are driven in passes, one chain of passes per shard (agents/runtime/tasks.py).
+RUNNER_PERSONA_SHARDS = int(os.environ.get("RUNNER_PERSONA_SHARDS", "4"))
 RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
 RUNNER_DB_RETRY_MAX_SECONDS = float(os.environ.get("RUNNER_DB_RETRY_MAX_SECONDS", "10"))  # backoff ceiling
 RUNNER_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("RUNNER_SHUTDOWN_GRACE_SECONDS", "30"))

@@ -1,7 +1,14 @@
 """Agent cycles as Procrastinate jobs (the scale-out runtime; PostgreSQL).
 
-Every driven agent has one chain of `agents.cycle` jobs: each cycle, when it ends, defers the next one
-`cycle_interval` seconds later. Every cycle job carries the agent's lock (`agent:<id>`), so the engine never
+Persona agents are driven in passes: the driven personas are split into RUNNER_PERSONA_SHARDS shards (by id),
+and each shard has one chain of `agents.personas` jobs. A pass runs one cycle of each of the shard's due
+personas at once (agents/cycle.py, persona_cycles: one read, one transaction), then defers the shard's next
+pass to when its next persona falls due. Its lock (`personas:<shard>/<shards>`) keeps one pass of a shard
+under way at a time. A persona whose cycle needs more than the common path (a model call, a plan to make)
+gets a cycle job of its own, below; passes leave it alone while that job waits or runs.
+
+Every other driven agent (tool agents) has one chain of `agents.cycle` jobs: each cycle, when it ends, defers
+the next one `cycle_interval` seconds later. Every cycle job carries the agent's lock (`agent:<id>`), so the engine never
 starts a cycle of an agent while another runs, on any worker; and its queueing lock (the same string), so an
 agent never has two cycles waiting. A chain breaks when a cycle's worker dies (the engine retries the job
 once the worker's heartbeats stop: `jobs_stalled_retry`) or when an agent is created or resumed; the
@@ -21,11 +28,14 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db.models import F, Min, Q, QuerySet
+from django.db.models.functions import Mod
 from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.jobs import Status
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
+from agents.cycle import persona_cycles
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import agents_driven, cycle_run, error_brief, plans_orphaned_fail
@@ -35,6 +45,9 @@ logger = logging.getLogger("planner.runner")
 CYCLES_QUEUE = "cycles"
 CONTROL_QUEUE = "control"  # the sweep, the stalled-job retry and pruning: never behind a backlog of cycles
 LOCK_PREFIX = "agent:"
+PASS_PREFIX = "personas:"
+PERSONAS_PER_PASS = 400  # a bigger backlog goes on in the next pass, deferred at once
+PASS_GAP_SECONDS = 0.05  # the least time between two passes of a shard
 PRUNE_BUDGET_SECONDS = 5.0  # one pruning round; a bigger backlog goes on in the next round
 
 blueprint = Blueprint()
@@ -97,17 +110,110 @@ def agent_cycle_run(context: JobContext, agent_id: int) -> str:
             connection_release()
 
 
+def agents_chained() -> QuerySet[Agent]:
+    """The driven agents that have chains of their own: all but personas, which passes drive."""
+    return agents_driven().exclude(kind=Agent.Kind.PERSONA)
+
+
+def shard_personas(shard: int, shards: int) -> QuerySet[Agent]:
+    return agents_driven().filter(kind=Agent.Kind.PERSONA).annotate(shard=Mod(F("pk"), shards)).filter(shard=shard)
+
+
+def pass_lock(shard: int, shards: int) -> str:
+    return f"{PASS_PREFIX}{shard}/{shards}"
+
+
+def pass_defer(shard: int, shards: int, *, after: float = 0.0) -> bool:
+    """Defer a pass of the shard `after` seconds from now; False when one is already waiting."""
+    try:
+        personas_pass_job.configure(lock=pass_lock(shard, shards), queueing_lock=pass_lock(shard, shards),
+                                    schedule_at=timezone.now() + timedelta(seconds=max(after, 0.0))
+                                    ).defer(shard=shard, shards=shards)
+    except exceptions.AlreadyEnqueued:
+        return False
+    return True
+
+
+def personas_due(shard: int, shards: int, *, limit: int) -> list[int]:
+    """The shard's due personas (never-run ones first, then the longest overdue), without those whose own cycle
+    job waits or runs."""
+    due = shard_personas(shard, shards).filter(Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=timezone.now()))
+    ids = list(due.order_by(F("next_cycle_at").asc(nulls_first=True), "pk").values_list("pk", flat=True)[:limit])
+    if not ids:
+        return []
+    alone = agents_with_cycles("todo", "doing")
+    return [pk for pk in ids if pk not in alone]
+
+
+def personas_pass(shard: int, shards: int, runner: str) -> tuple[int, int, bool]:
+    """One pass of a shard: one cycle of each of its due personas, and a cycle job for each that needs its
+    own. Returns the cycles recorded here, the personas sent to their own cycle, and whether more were due
+    than a pass takes."""
+    ids = personas_due(shard, shards, limit=PERSONAS_PER_PASS)
+    if not ids:
+        return 0, 0, False
+    done, alone = persona_cycles(ids, runner=runner)
+    for agent_id in alone:
+        cycle_defer(agent_id)
+    return len(done), len(alone), len(ids) >= PERSONAS_PER_PASS
+
+
+@blueprint.task(name="agents.personas", queue=CYCLES_QUEUE, pass_context=True)
+def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
+    """A pass of one shard of personas, then the shard's next pass deferred to when its next persona is due."""
+    backlog = False
+    try:
+        done, alone, backlog = personas_pass(shard, shards, runner_name(context))
+        return f"{done} cycles, {alone} on their own"
+    except CONNECTION_ERRORS as exc:  # not cycles that happened: the next pass tries again
+        logger.warning("pass of personas %s cut off by the database (%s)", pass_lock(shard, shards), error_brief(exc))
+        return "cut off by the database"
+    except Exception:  # a broken pass must not end the shard's chain: it is logged and the next one comes
+        logger.exception("pass of personas %s failed", pass_lock(shard, shards))
+        return "failed"
+    finally:
+        try:
+            pass_next(shard, shards, backlog=backlog)
+        finally:
+            connection_release()
+            if context.job is not None and context.job.id is not None:
+                with _returned_lock:
+                    _returned[context.job.id] = time.monotonic()
+
+
+def pass_next(shard: int, shards: int, *, backlog: bool) -> None:
+    """Defer the shard's next pass: at once with a backlog, else when its next persona falls due (within a
+    sweep). A shard of another number of shards (the setting changed) ends here: the sweep starts the new."""
+    if shards != settings.RUNNER_PERSONA_SHARDS:
+        return
+    for attempt in (1, 2):
+        try:
+            after = PASS_GAP_SECONDS
+            if not backlog:
+                at = shard_personas(shard, shards).aggregate(at=Min("next_cycle_at"))["at"]
+                wait = settings.RUNNER_SWEEP_SECONDS if at is None else (at - timezone.now()).total_seconds()
+                after = min(max(wait, PASS_GAP_SECONDS), settings.RUNNER_SWEEP_SECONDS)
+            pass_defer(shard, shards, after=after)
+            return
+        except CHAIN_ERRORS as exc:
+            connection_recover()
+            if attempt == 2:
+                logger.warning("next pass of personas %s not deferred (%s); the sweep starts it again",
+                               pass_lock(shard, shards), error_brief(exc))
+
+
 # A lost connection as Django raises it (the driven read) or as the engine wraps it (the defer).
 CHAIN_ERRORS: tuple[type[Exception], ...] = (*CONNECTION_ERRORS, exceptions.ConnectorException)
 
 
 def chain_next(agent_id: int) -> None:
-    """Defer the agent's next cycle after its interval, while it is driven. A connection cut just now (the
+    """Defer the agent's next cycle after its interval, while it is driven by a chain (a persona's own cycle
+    is one cycle: passes drive it again). A connection cut just now (the
     cycle's connection was given back; this one is checked out afresh, but can be cut after its check) is
     recovered and tried once more; failing again, it is logged and the sweep starts the chain again."""
     for attempt in (1, 2):
         try:
-            interval = agents_driven().filter(pk=agent_id).values_list("cycle_interval", flat=True).first()
+            interval = agents_chained().filter(pk=agent_id).values_list("cycle_interval", flat=True).first()
             if interval is not None:
                 cycle_defer(agent_id, after=interval)
             return
@@ -142,31 +248,45 @@ async def jobs_unfinished_settle(app: Any) -> int:
     return len(stuck)
 
 
-def agents_with_cycles(*statuses: str) -> set[int]:
-    """Agents with a cycle job in one of these states (the engine's jobs table, through its Django model)."""
+def jobs_locked(prefix: str, *statuses: str) -> list[str]:
+    """The locks starting with `prefix` of jobs in one of these states (the engine's jobs table, through its
+    Django model)."""
     from procrastinate.contrib.django.models import ProcrastinateJob
 
     jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
-    return {int(lock.removeprefix(LOCK_PREFIX)) for lock in jobs.filter(
-        status__in=statuses, lock__startswith=LOCK_PREFIX).values_list("lock", flat=True)}
+    return list(jobs.filter(status__in=statuses, lock__startswith=prefix).values_list("lock", flat=True))
+
+
+def agents_with_cycles(*statuses: str) -> set[int]:
+    """Agents with a cycle job in one of these states."""
+    return {int(lock.removeprefix(LOCK_PREFIX)) for lock in jobs_locked(LOCK_PREFIX, *statuses)}
 
 
 def agents_unscheduled() -> list[int]:
-    """Driven agents with no cycle waiting or under way, overdue by more than a sweep (a chain between two
+    """Chain-driven agents with no cycle waiting or under way, overdue by more than a sweep (a chain between two
     jobs is not one of them)."""
     held = agents_with_cycles("todo", "doing")
     overdue = timezone.now() - timedelta(seconds=settings.RUNNER_SWEEP_SECONDS)
-    due = agents_driven().filter(next_cycle_at__isnull=True) | agents_driven().filter(next_cycle_at__lt=overdue)
+    due = agents_chained().filter(Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lt=overdue))
     return [pk for pk in due.values_list("pk", flat=True) if pk not in held]
+
+
+def shards_unscheduled() -> list[int]:
+    """The persona shards with no pass waiting or under way."""
+    shards = settings.RUNNER_PERSONA_SHARDS
+    held = set(jobs_locked(PASS_PREFIX, "todo", "doing"))
+    return [shard for shard in range(shards) if pass_lock(shard, shards) not in held]
 
 
 @blueprint.periodic(cron=f"* * * * * */{settings.RUNNER_SWEEP_SECONDS}")
 @blueprint.task(name="agents.schedule", queue=CONTROL_QUEUE, pass_context=True)
 def agents_schedule(context: JobContext, timestamp: int) -> int:
-    """Start a chain of cycles for every driven agent without one; fail planning left by dead cycles of
-    agents no cycle drives any more (a paused agent's)."""
+    """Start a chain of cycles for every chain-driven agent without one, and of passes for every persona shard
+    without one; fail planning left by dead cycles of agents no cycle drives any more (a paused agent's, or a
+    persona's whose own cycle died)."""
     try:
         started = sum(cycle_defer(pk) for pk in agents_unscheduled())
+        started += sum(pass_defer(shard, settings.RUNNER_PERSONA_SHARDS) for shard in shards_unscheduled())
         plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing"))
         return started
     finally:

@@ -1,6 +1,7 @@
 """The scale-out runtime on the job engine (agents/runtime/tasks.py, worker.py), in this process against the
-test database: each driven agent has one chain of cycles, runs them one at a time, and the chain stops for a
-paused agent and starts again when it runs; /healthz counts the engine's live workers."""
+test database: personas are driven in passes, one chain of passes per shard; every other driven agent has one
+chain of cycles, runs them one at a time, and the chain stops for a paused agent and starts again when it
+runs; /healthz counts the engine's live workers."""
 
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ pytestmark = [
 ]
 
 
-def cycle_jobs() -> list[tuple[str, str]]:
+def cycle_jobs(prefix: str = "agent:") -> list[tuple[str, str]]:
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    return sorted(ProcrastinateJob.objects.filter(lock__startswith="agent:").values_list("lock", "status"))
+    return sorted(ProcrastinateJob.objects.filter(lock__startswith=prefix).values_list("lock", "status"))
 
 
 async def run_worker(*, cycles: int, timeout: float = 60) -> None:
@@ -33,19 +34,26 @@ async def run_worker(*, cycles: int, timeout: float = 60) -> None:
 
 
 async def test_each_agent_runs_its_cycles_once_each_with_one_chain() -> None:
+    from tests.factories import AgentFactory
     from tests.runners import personas
 
-    agents = await sync_to_async(personas)(3)
+    agents = await sync_to_async(personas)(5)
+    tool = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0)
     await run_worker(cycles=3)
 
     def check() -> None:
-        for agent in agents:
+        for agent in [*agents, tool]:
             agent.refresh_from_db()
             assert agent.cycle_count >= 3
+        for agent in agents:
             cycles = sorted(Experience.objects.filter(agent=agent).values_list("cycle", flat=True))
             assert cycles == list(range(1, agent.cycle_count + 1))  # none doubled, none lost
-        # One next cycle waiting per agent (the queueing lock), none left "doing" by a clean stop.
-        assert cycle_jobs() == sorted((f"agent:{a.pk}", "todo") for a in agents)
+        # One next pass waiting per shard of personas and one next cycle for the tool agent (the queueing
+        # locks), none left "doing" by a clean stop; a persona has a cycle job of its own only while its
+        # cycle needs one (a plan to make), never a chain.
+        shards = settings.RUNNER_PERSONA_SHARDS
+        assert cycle_jobs("personas:") == sorted((f"personas:{k}/{shards}", "todo") for k in range(shards))
+        assert cycle_jobs() == [(f"agent:{tool.pk}", "todo")]
 
     await sync_to_async(check)()
 
