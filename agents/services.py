@@ -16,17 +16,13 @@ from typing import Any
 from django.core import serializers
 from django.db import transaction
 from django.db.models import (
-    Case,
     CharField,
     F,
     Field,
     FloatField,
     IntegerField,
     QuerySet,
-    Value,
-    When,
 )
-from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
@@ -122,7 +118,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         cycle_count=cycle, emotions=record.emotions, next_cycle_at=cycle_next_at(agent, now))
     if not updated:
         raise CycleAlreadyDone(f"{agent} cycle {cycle} was already recorded")
-    needs_apply(agent_id=agent.pk, changes=record.need_changes)
+    needs_move([record], now)
     experience = Experience.objects.create(
         agent=agent, cycle=cycle, action=record.action, need_deltas=record.need_deltas,
         step=change.step if change else None, followed_plan=record.followed,
@@ -141,7 +137,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         # The plan did not complete after all (an operator cancelled it or changed its step meanwhile).
         rewarded = record.step_change.plan.goal_id if record.step_change else None
         goals = [(g, record.goal_unrewarded if g.pk == rewarded else s) for g, s in goals]
-    abandoned = goals_apply(goals=goals, now=now)
+    abandoned = goals_write(goals=goals, now=now)
     events += [
         PlanEvent(agent_id=agent.pk, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=record.runner,
                   reason=f"{goal.description}: confidence {state.confidence:.0%} fell below its horizon's line",
@@ -189,57 +185,11 @@ def cycle_plans_claim(record: CycleRecord, now: Any) -> tuple[StepChange | None,
     return change, before, [(p, why) for p, why in record.plans_to_close if p.pk in claimed]
 
 
-def needs_apply(*, agent_id: int, changes: Mapping[str, float]) -> None:
-    """Add each need's change to its stored value, kept within 0..1 by the database, so an operator's edit
-    made meanwhile is moved, not overwritten. One UPDATE for all needs (each name its own delta)."""
-    moving = [(name, delta) for name, delta in sorted(changes.items()) if delta]
-    if not moving:
-        return
-    delta = Case(*[When(name=name, then=Value(d)) for name, d in moving], default=Value(0.0),
-                 output_field=FloatField())
-    Need.objects.filter(agent_id=agent_id, name__in=[name for name, _ in moving]).update(
-        satisfaction=Greatest(Value(0.0), Least(Value(1.0), F("satisfaction") + delta)), updated_at=timezone.now())
-
-
 # The columns a cycle writes of each active goal, with their types (for the CASE of each); last_progressed
 # apart (it becomes the cycle's time or stays).
 GOAL_WRITTEN: dict[str, Field[Any, Any]] = {"progress": FloatField(), "confidence": FloatField(),
                                             "times_advanced": IntegerField(), "times_regressed": IntegerField(),
                                             "status": CharField()}
-
-
-def goals_apply(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
-    """Progress, confidence and counters of every active goal after the experience, in one UPDATE; only of
-    goals still active (one an operator completed or abandoned meanwhile stays so). Returns the goals this
-    cycle abandoned: each its own UPDATE, so that only a goal it really abandoned gets the event."""
-    kept: list[Goal] = []
-    abandoned: set[int] = set()
-    for goal, state in goals:
-        if (not state.progressed and not state.abandoned and (goal.progress, goal.confidence, goal.times_advanced,
-                goal.times_regressed) == (state.progress, state.confidence, state.times_advanced, state.times_regressed)):
-            continue  # nothing to write (about half the goals of a cycle): the CASE below stays small
-        goal.progress = state.progress
-        goal.confidence = state.confidence
-        goal.times_advanced = state.times_advanced
-        goal.times_regressed = state.times_regressed
-        if state.progressed:
-            goal.last_progressed = now
-        if state.abandoned:
-            goal.status = Goal.Status.ABANDONED
-            if Goal.objects.filter(pk=goal.pk).active().update(
-                    last_progressed=goal.last_progressed, **{name: getattr(goal, name) for name in GOAL_WRITTEN}):
-                abandoned.add(goal.pk)
-        else:
-            kept.append(goal)
-    if kept:
-        # One statement for every goal still active (bulk_update's CASE per field, with the status condition).
-        Goal.objects.filter(pk__in=[g.pk for g in kept]).active().update(**{
-            name: Case(*[When(pk=g.pk, then=Value(getattr(g, name), output_field=field)) for g in kept],
-                       output_field=field)
-            for name, field in GOAL_WRITTEN.items()},
-            last_progressed=Case(When(pk__in=[g.pk for g, state in goals if state.progressed], then=Value(now)),
-                                 default=F("last_progressed")))
-    return abandoned
 
 
 def step_written(*, change: StepChange, runner: str, experience_id: int,
@@ -326,13 +276,8 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
         agent = record.agent
         agent.cycle_count, agent.emotions = record.expected_cycle + 1, record.emotions
         agent.next_cycle_at = cycle_next_at(agent, now)
-    Agent.objects.bulk_update([r.agent for r in batch], ["cycle_count", "emotions", "next_cycle_at"])
-    moving = [(r.need_ids[name], delta) for r in batch for name, delta in sorted(r.need_changes.items())
-              if delta and name in r.need_ids]
-    if moving:  # each need moved by its change, within 0..1, by the database (an operator's edit is moved)
-        delta = Case(*[When(pk=pk, then=Value(d)) for pk, d in moving], default=Value(0.0), output_field=FloatField())
-        Need.objects.filter(pk__in=[pk for pk, _ in moving]).update(
-            satisfaction=Greatest(Value(0.0), Least(Value(1.0), F("satisfaction") + delta)), updated_at=now)
+    rows_write(Agent, [r.agent for r in batch], ["cycle_count", "emotions", "next_cycle_at"])
+    needs_move(batch, now)
     experiences = Experience.objects.bulk_create([
         Experience(agent=r.agent, cycle=r.expected_cycle + 1, action=r.action, need_deltas=r.need_deltas,
                    step=r.step_change.step if r.step_change else None, followed_plan=r.followed,
@@ -357,9 +302,9 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
         steps.append(change.step)
         events += step_events
     if steps:
-        PlanStep.objects.bulk_update(steps, STEP_WRITTEN)
+        rows_write(PlanStep, steps, STEP_WRITTEN)
     goals = [pair for r in batch for pair in r.goals]
-    abandoned = goals_apply(goals=goals, now=now)
+    abandoned = goals_write(goals=goals, now=now)
     by_agent = {r.agent.pk: e for r, e in zip(batch, experiences, strict=True)}
     events += [
         PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=r.runner,
@@ -374,6 +319,57 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
         publish_changed_on_commit(agent_id=record.agent.pk, plan_id=change.plan.pk if change else None,
                                   kind="experience")
     return done | by_agent
+
+
+def rows_write(model: Any, rows: Sequence[Any], fields: Sequence[str]) -> None:
+    """Write these fields of existing rows, each row its own values, in one statement: bulk_create's
+    update_conflicts (INSERT ... ON CONFLICT (id) DO UPDATE SET those fields), a documented QuerySet method.
+    bulk_update builds a CASE WHEN per row and field, whose construction cost the persona batch most of its
+    CPU per cycle (`make bench`, scale_*_cpu_per_cycle). The callers hold the rows' locks and write only
+    rows they read and checked."""
+    if rows:
+        model.objects.bulk_create(rows, update_conflicts=True, unique_fields=["id"], update_fields=list(fields))
+
+
+def needs_move(batch: Sequence[CycleRecord], now: Any) -> None:
+    """Each need of the batch moved by its change, within 0..1, from its value now (locked): an operator's edit
+    made meanwhile is moved, not overwritten."""
+    moving = {r.need_ids[name]: delta for r in batch for name, delta in r.need_changes.items()
+              if delta and name in r.need_ids}
+    if not moving:
+        return
+    needs = list(Need.objects.select_for_update().filter(pk__in=moving).order_by("pk"))
+    for need in needs:
+        need.satisfaction = min(1.0, max(0.0, need.satisfaction + moving[need.pk]))
+        need.updated_at = now
+    rows_write(Need, needs, ["satisfaction", "updated_at"])
+
+
+def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
+    """Progress, confidence and counters of the goals the experiences moved, in one statement; only of goals
+    still active (locked: one an operator completed or abandoned meanwhile stays so). Returns the goals these
+    cycles abandoned, each of which gets its event."""
+    moved = [(g, s) for g, s in goals if s.progressed or s.abandoned or (g.progress, g.confidence, g.times_advanced,
+             g.times_regressed) != (s.progress, s.confidence, s.times_advanced, s.times_regressed)]
+    if not moved:
+        return set()
+    active = set(Goal.objects.select_for_update().filter(pk__in=[g.pk for g, _ in moved]).active().order_by("pk")
+                 .values_list("pk", flat=True))
+    written: list[Goal] = []
+    abandoned: set[int] = set()
+    for goal, state in moved:
+        if goal.pk not in active:
+            continue  # one an operator completed or abandoned meanwhile stays so
+        goal.progress, goal.confidence = state.progress, state.confidence
+        goal.times_advanced, goal.times_regressed = state.times_advanced, state.times_regressed
+        if state.progressed:
+            goal.last_progressed = now
+        if state.abandoned:
+            goal.status = Goal.Status.ABANDONED
+            abandoned.add(goal.pk)
+        written.append(goal)
+    rows_write(Goal, written, [*GOAL_WRITTEN, "last_progressed"])
+    return abandoned
 
 
 def lessons_learn(learned: Sequence[tuple[Agent, str | None, Experience]]) -> None:

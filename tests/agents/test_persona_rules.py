@@ -428,32 +428,34 @@ def cycle_statements(agent: Agent) -> list[str]:
             if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
 
 
-def test_common_cycle_costs_at_most_eight_queries() -> None:
+def test_common_cycle_costs_at_most_ten_queries() -> None:
     """Three reads (needs with the agent, goals, steps with their plans), then one write each for the agent, its
-    needs, the experience, the goals and the step: plain ORM querysets, none growing with needs, goals or steps."""
+    needs, the experience, the goals and the step (the needs and goals locked and read first, so that what an
+    operator changed meanwhile is moved, not overwritten): plain ORM querysets, none growing with needs, goals
+    or steps."""
     agent = person()
     for horizon in ("short_term", "mid_term", "long_term"):
         plan_with_steps(agent, horizon, ["work", "work"], source="money", estimated=5)
     cycle(agent)  # the steps start
     statements = cycle_statements(agent)
-    assert len(statements) <= 8, "\n".join(statements)
+    assert len(statements) <= 10, "\n".join(statements)
 
 
 def test_a_step_starting_or_ending_adds_one_statement_and_a_plan_completing_one_more() -> None:
     """The demo's steps last a cycle or two: these paths are most cycles. Events go in one INSERT; a plan
-    completes with one UPDATE (no lock read first). The common cycle's eight, plus these."""
+    completes with one UPDATE (no lock read first). The common cycle's ten, plus these."""
     agent = person({**CALM, "money": 0.5})  # work improves money every cycle: each step completes
     # The goal serves another need: its progress stays short of the milestone check, which is not counted here.
     plan = plan_with_steps(agent, "short_term", ["work", "work"], source="social", estimated=2)
     starting = cycle_statements(agent)
-    assert len(starting) <= 9, "\n".join(starting)
+    assert len(starting) <= 11, "\n".join(starting)
     ending = cycle_statements(agent)
-    assert len(ending) <= 9, "\n".join(ending)
+    assert len(ending) <= 11, "\n".join(ending)
     assert plan.steps.get(key="1").status == PlanStep.Status.COMPLETED
     cycle(agent)
     completing = cycle_statements(agent)
     assert Plan.objects.get(pk=plan.pk).status == Plan.Status.COMPLETED
-    assert len(completing) <= 10, "\n".join(completing)
+    assert len(completing) <= 12, "\n".join(completing)
     assert sum(s.startswith('INSERT INTO "planning_planevent"') for s in completing) == 1
 
 

@@ -1,0 +1,159 @@
+"""Persona cycles in batches (agents/cycle.py persona_cycles, agents/services.py persona_cycles_record), as the
+scale-out runtime drives personas: the same rules as one agent's cycle, every cycle of a batch recorded in one
+transaction in a fixed number of statements, an operator's decision or another runner's cycle made meanwhile
+standing, and the uncommon cycles (a model call, a plan to make) left to the agent's own cycle."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from agents import cycle as cycle_module
+from agents.cycle import agent_cycle, persona_cycles
+from agents.models import Agent, Experience, Need
+from goals.models import Goal
+from planning.models import Plan, PlanEvent, PlanStep
+from planning.services import step_skip
+from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def person(*, money: float = 0.3, hunger: float = 0.7, steps: tuple[tuple[str, int], ...] = (("work", 2), ("eat", 1)),
+           cycle_count: int = 1) -> Agent:
+    """A persona following a plan for its short-term goal, with nothing else to plan (its other needs fine)."""
+    agent = AgentFactory(kind=Agent.Kind.PERSONA, cycle_count=cycle_count, emotions={"hope": 0.5})
+    for name, value in {"money": money, "hunger": hunger, "energy": 0.8, "social": 0.9, "fun": 0.9}.items():
+        NeedFactory(agent=agent, name=name, satisfaction=value, decay_per_hour=0.02)
+    goal = GoalFactory(agent=agent, description="Keep fed", horizon=Goal.Horizon.SHORT, source_needs=["hunger"])
+    plan = PlanFactory(agent=agent, goal=goal)
+    for position, (hint, estimate) in enumerate(steps, start=1):
+        PlanStepFactory(plan=plan, key=str(position), position=position, action_hint=hint, description=f"Go {hint}",
+                        estimated_cycles=estimate, depends_on=[str(position - 1)] if position > 1 else [])
+    return agent
+
+
+def seen(agent: Agent) -> dict[str, Any]:
+    """What an operator sees of a persona after its cycles (its pages, timeline and audit)."""
+    agent.refresh_from_db()
+    return {
+        "cycles": agent.cycle_count,
+        "emotions": agent.emotions,
+        "needs": {n.name: round(n.satisfaction, 4) for n in Need.objects.filter(agent=agent)},
+        "experiences": list(Experience.objects.filter(agent=agent).order_by("cycle").values_list(
+            "cycle", "action", "outcome", "followed_plan", "override_reason")),
+        "steps": list(PlanStep.objects.filter(plan__agent=agent).order_by("plan_id", "position").values_list(
+            "plan__status", "key", "status", "actual_cycles", "overrides")),
+        "goals": list(Goal.objects.filter(agent=agent).order_by("pk").values_list(
+            "status", "progress", "confidence", "times_advanced", "times_regressed")),
+        "events": [(kind, re.sub(r"#\d+", "#", reason)) for kind, reason in  # plan ids differ
+                   PlanEvent.objects.filter(agent=agent).order_by("pk").values_list("kind", "reason")],
+        "lessons": sorted(agent.lessons.values_list("description", flat=True)),
+    }
+
+
+def test_a_batch_does_to_each_persona_what_its_own_cycles_do() -> None:
+    shapes = [dict(), dict(money=0.05), dict(hunger=0.45, steps=(("eat", 1),)), dict(steps=(("relax", 1), ("work", 3)))]
+    batched = [person(**shape) for shape in shapes]  # type: ignore[arg-type]
+    alone = [person(**shape) for shape in shapes]  # type: ignore[arg-type]
+    recorded_here = 0
+    for _ in range(6):
+        done, own = persona_cycles([a.pk for a in batched], runner="runner test")
+        recorded_here += len(done)
+        for agent_id in own:  # as the runtime does: the uncommon cycle runs as the agent's own
+            agent_cycle(agent_id=agent_id, runner="runner test")
+        for agent in alone:
+            agent_cycle(agent_id=agent.pk, runner="runner test")
+    assert recorded_here >= 12  # most cycles took the batch's path
+    for one, other in zip(batched, alone, strict=True):
+        assert seen(one) == seen(other)
+    assert all(seen(a)["cycles"] == 7 for a in batched)
+
+
+def records_then(meanwhile: Any) -> Any:
+    """persona_cycles_record, with something happening between the batch's read and its write."""
+    real = cycle_module.persona_cycles_record
+
+    def record(records: Any) -> Any:
+        meanwhile()
+        return real(records)
+
+    return mock.patch.object(cycle_module, "persona_cycles_record", record)
+
+
+def test_a_step_an_operator_skipped_meanwhile_stays_skipped_and_the_rest_is_recorded() -> None:
+    agent, other = person(), person()
+    step = PlanStep.objects.get(plan__agent=agent, key="1")
+    operator = User.objects.create_user("olivia", password="pw-123456789")
+    with records_then(lambda: step_skip(step=step, user=operator, reason="not today")):
+        done, own = persona_cycles([agent.pk, other.pk], runner="runner test")
+    assert set(done) == {agent.pk, other.pk} and own == []
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.SKIPPED and step.actual_cycles == 0
+    assert not PlanEvent.objects.filter(step=step, kind=PlanEvent.Kind.STEP_STARTED).exists()
+    assert Experience.objects.filter(agent=agent).count() == 1  # the experience itself happened
+    assert PlanStep.objects.get(plan__agent=other, key="1").status == PlanStep.Status.RUNNING
+
+
+def test_a_cycle_another_runner_recorded_meanwhile_is_not_recorded_twice() -> None:
+    agent, other = person(), person()
+
+    def another_runner() -> None:
+        agent_cycle(agent_id=agent.pk, runner="runner elsewhere")
+
+    with records_then(another_runner):
+        done, _ = persona_cycles([agent.pk, other.pk], runner="runner test")
+    assert set(done) == {other.pk}
+    assert list(Experience.objects.filter(agent=agent).values_list("cycle", flat=True)) == [2]
+    agent.refresh_from_db()
+    assert agent.cycle_count == 2
+    assert PlanStep.objects.get(plan__agent=agent, key="1").actual_cycles == 1  # moved once
+
+
+def test_cycles_that_need_a_model_or_a_write_first_are_left_to_the_agents_own_cycle() -> None:
+    to_plan = person()
+    Plan.objects.filter(agent=to_plan).delete()  # its goal has no plan: the cycle plans it (a model call)
+    to_ask = person(steps=(("buy food", 1),))
+    PlanStep.objects.filter(plan__agent=to_ask).update(requires_permission=True)  # it must ask an operator first
+    starving = person(hunger=0.05)  # urgent: the model decides, and no decision stands for it yet
+    retrying = person()
+    Agent.objects.filter(pk=retrying.pk).update(plan_retry_at="2000-01-01T00:00:00Z")
+    common = person()
+    ids = [to_plan.pk, to_ask.pk, starving.pk, retrying.pk, common.pk]
+    done, own = persona_cycles(ids, runner="runner test")
+    assert set(done) == {common.pk}
+    assert own == [to_plan.pk, to_ask.pk, starving.pk, retrying.pk]
+    for agent in (to_plan, to_ask, starving, retrying):  # nothing of theirs written by the batch
+        assert seen(agent)["cycles"] == 1 and seen(agent)["experiences"] == []
+    assert not Plan.objects.filter(agent=to_plan).exists()
+    assert PlanStep.objects.get(plan__agent=to_ask).status == PlanStep.Status.PENDING
+
+
+def test_an_urgent_decision_that_stands_for_the_situation_is_taken_in_the_batch() -> None:
+    starving = person(hunger=0.05)
+    agent_cycle(agent_id=starving.pk, runner="runner test")  # asks the model once; the decision stands
+    Need.objects.filter(agent=starving, name="hunger").update(satisfaction=0.05)
+    done, own = persona_cycles([starving.pk], runner="runner test")
+    assert own == [] and set(done) == {starving.pk}
+    actions = list(Experience.objects.filter(agent=starving).order_by("cycle").values_list("action", flat=True))
+    assert actions[0] == actions[1]
+    cache.clear()
+
+
+def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
+    small = [person().pk for _ in range(2)]
+    large = [person().pk for _ in range(10)]
+    counts = []
+    for ids in (small, large):
+        with CaptureQueriesContext(connection) as queries:
+            done, own = persona_cycles(ids, runner="runner test")
+        assert len(done) == len(ids) and own == []
+        counts.append(len(queries))
+    assert counts[0] == counts[1]
