@@ -26,7 +26,7 @@ from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
-from agents.llm.gateway import LLMError, llm_complete
+from agents.llm.gateway import LLMError, answers_at_once, llm_complete
 from agents.llm.placeholders import junk_problem, placeholder_or_example
 from agents.llm.schemas import decide_schema
 from agents.models import Agent, Need
@@ -503,8 +503,9 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     (persona_rows_many), each experience computed by the rules the single cycle uses (persona_record), and
     every cycle recorded in one transaction (persona_cycles_record). A cycle that needs more than the common
     path (a model call, a plan to make, stop or replan, a step to put in the inbox first, a retry due, a
-    milestone crossed) is not done here: its agent is returned, to run its own cycle (agent_cycle). Returns
-    what happened to each agent whose cycle was recorded here, and those agents."""
+    milestone crossed) runs after them as the agent's own cycle (persona_cycle), or, when it may wait on a
+    model server, is returned to run apart (agent_cycle). Returns what happened to each agent whose cycle ran
+    here, and the agents returned."""
     rows = persona_rows_many(agent_ids)
     now = timezone.now()
     records: list[CycleRecord] = []
@@ -532,8 +533,21 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             alone.append(agent_id)
             continue
         records.append(record)
-    done = persona_cycles_record(records) if records else {}
-    return {r.agent.pk: f"{r.action}: {r.outcome}" for r in records if r.agent.pk in done}, alone
+    recorded = persona_cycles_record(records) if records else {}
+    done = {r.agent.pk: f"{r.action}: {r.outcome}" for r in records if r.agent.pk in recorded}
+    # The uncommon cycles whose model calls, if any, wait on nothing (the offline models) run here, each as its
+    # own cycle; those that may wait on a model server are returned to run apart, so that no pass waits on one.
+    apart = []
+    for agent_id in alone:
+        row = rows[agent_id]
+        if not answers_at_once(agent_models=row.agent.planner_models):
+            apart.append(agent_id)
+            continue
+        try:
+            done[agent_id] = persona_cycle(agent=row.agent, rows=row, runner=runner)
+        except Exception:  # one agent's broken cycle must never stop the others'
+            logger.exception("cycle of agent %s failed", agent_id)
+    return done, apart
 
 
 DECISION_KEPT_SECONDS = 6 * 3600  # a decision stands for its situation this long

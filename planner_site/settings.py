@@ -335,6 +335,8 @@ LLM_PROVIDERS = {
     "offline": {"answer": "agents.offline_model.offline_answer", "models": ["offline-rules", "offline-sloppy"]},
     "openai": {"answer": "agents.llm.openai_provider.openai_complete", "models": ["*"]},
 }
+# The providers that answer in this process without waiting on anything (no network, no server).
+LLM_PROVIDERS_AT_ONCE = ["offline"]
 # Records every model call, answered or failed, and returns the row's id: the call log (LLMCall), then the
 # agent's budget check (a budget reached pauses the agent).
 LLM_CALL_RECORDER = "agents.llm_calls.llm_call_record"

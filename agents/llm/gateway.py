@@ -28,6 +28,7 @@ from agents.llm.structured import CallOptions, call_options
 logger = logging.getLogger("planner.llm")
 
 FAST_PURPOSES = {"restate", "reflect", "goals", "milestone", "decide"}
+PURPOSES = (*sorted(FAST_PURPOSES), "plan", "replan")
 COST_PLACES = Decimal("0.000001")  # LLMCall.cost keeps six decimal places
 ERROR_CHARS = 5000
 RESPONSE_STORED_BYTES = 64 * 1024  # one long-winded model must not fill the database or the plan page
@@ -153,6 +154,14 @@ def model_chain(purpose: str, *, agent_models: str = "") -> list[str]:
         return own
     by_purpose = getattr(settings, "LLM_PURPOSE_MODELS", {}).get(purpose)
     return list(by_purpose or settings.LLM_MODELS.get(key) or [settings.LLM_DEFAULT_MODEL])
+
+
+def answers_at_once(*, agent_models: str = "") -> bool:
+    """Whether every model a call of any purpose may reach (with the agent's own planner chain) is served in this
+    process without waiting on anything (settings.LLM_PROVIDERS_AT_ONCE: the offline models). A runtime that
+    drives many agents together can then make such calls in line, since none waits."""
+    models = {model for purpose in PURPOSES for model in model_chain(purpose, agent_models=agent_models)}
+    return all(provider_name(model) in settings.LLM_PROVIDERS_AT_ONCE for model in models)
 
 
 def provider_name(model: str) -> str:

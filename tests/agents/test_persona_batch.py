@@ -60,9 +60,10 @@ def seen(agent: Agent) -> dict[str, Any]:
 
 
 def test_a_batch_does_to_each_persona_what_its_own_cycles_do() -> None:
-    shapes = [dict(), dict(money=0.05), dict(hunger=0.45, steps=(("eat", 1),)), dict(steps=(("relax", 1), ("work", 3)))]
-    batched = [person(**shape) for shape in shapes]  # type: ignore[arg-type]
-    alone = [person(**shape) for shape in shapes]  # type: ignore[arg-type]
+    shapes: list[dict[str, Any]] = [{}, {"money": 0.05}, {"hunger": 0.45, "steps": (("eat", 1),)},
+                                    {"steps": (("relax", 1), ("work", 3))}]
+    batched = [person(**shape) for shape in shapes]
+    alone = [person(**shape) for shape in shapes]
     recorded_here = 0
     for _ in range(6):
         done, own = persona_cycles([a.pk for a in batched], runner="runner test")
@@ -117,23 +118,39 @@ def test_a_cycle_another_runner_recorded_meanwhile_is_not_recorded_twice() -> No
     assert PlanStep.objects.get(plan__agent=agent, key="1").actual_cycles == 1  # moved once
 
 
-def test_cycles_that_need_a_model_or_a_write_first_are_left_to_the_agents_own_cycle() -> None:
+def uncommon() -> list[Agent]:
+    """Personas whose cycle needs more than the common path."""
     to_plan = person()
-    Plan.objects.filter(agent=to_plan).delete()  # its goal has no plan: the cycle plans it (a model call)
+    Plan.objects.filter(agent=to_plan).delete()  # its goal has no plan: the cycle plans it
     to_ask = person(steps=(("buy food", 1),))
     PlanStep.objects.filter(plan__agent=to_ask).update(requires_permission=True)  # it must ask an operator first
     starving = person(hunger=0.05)  # urgent: the model decides, and no decision stands for it yet
     retrying = person()
     Agent.objects.filter(pk=retrying.pk).update(plan_retry_at="2000-01-01T00:00:00Z")
+    return [to_plan, to_ask, starving, retrying]
+
+
+def test_cycles_that_may_wait_on_a_model_server_are_left_to_run_apart(settings: Any) -> None:
+    settings.LLM_MODELS = {"planner": ["gpt-4o-mini"], "fast": ["gpt-4o-mini"]}  # served over the network
+    to_plan, to_ask, starving, retrying = uncommon()
     common = person()
     ids = [to_plan.pk, to_ask.pk, starving.pk, retrying.pk, common.pk]
     done, own = persona_cycles(ids, runner="runner test")
     assert set(done) == {common.pk}
     assert own == [to_plan.pk, to_ask.pk, starving.pk, retrying.pk]
-    for agent in (to_plan, to_ask, starving, retrying):  # nothing of theirs written by the batch
+    for agent in (to_plan, to_ask, starving, retrying):  # nothing of theirs written by the pass
         assert seen(agent)["cycles"] == 1 and seen(agent)["experiences"] == []
     assert not Plan.objects.filter(agent=to_plan).exists()
     assert PlanStep.objects.get(plan__agent=to_ask).status == PlanStep.Status.PENDING
+
+
+def test_cycles_whose_models_answer_at_once_run_in_the_pass_as_their_own() -> None:
+    to_plan, to_ask, starving, retrying = uncommon()
+    done, own = persona_cycles([to_plan.pk, to_ask.pk, starving.pk], runner="runner test")
+    assert own == [] and set(done) == {to_plan.pk, to_ask.pk, starving.pk}
+    assert Plan.objects.filter(agent=to_plan).exists()  # planned by the offline model
+    assert PlanStep.objects.get(plan__agent=to_ask).status == PlanStep.Status.AWAITING_APPROVAL  # in the inbox
+    assert all(seen(a)["cycles"] == 2 for a in (to_plan, to_ask, starving))
 
 
 def test_an_urgent_decision_that_stands_for_the_situation_is_taken_in_the_batch() -> None:
