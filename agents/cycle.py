@@ -70,6 +70,7 @@ from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep, step_current
 from planning.planner import MAX_REPLANS, plan_generate, plan_retry_due
+from planning.selectors import plan_feedback
 from planning.services import (
     PlanAlreadyReplanned,
     plan_abandon,
@@ -124,17 +125,6 @@ def tool_open_plan(agent: Agent) -> Plan | None:
     ))
 
 
-def plan_feedback(plan: Plan) -> list[str]:
-    """Operator feedback on this plan and every earlier version, oldest first: none is forgotten by a replan."""
-    ids = [plan.pk]
-    cursor = plan.previous_id
-    while cursor is not None and cursor not in ids:
-        ids.append(cursor)
-        cursor = Plan.objects.filter(pk=cursor).values_list("previous_id", flat=True).first()
-    reasons = PlanEvent.objects.filter(plan_id__in=ids, kind=PlanEvent.Kind.STEP_DECLINED).order_by("created_at", "pk")
-    return list(dict.fromkeys(r for r in reasons.values_list("reason", flat=True) if r))
-
-
 def plan_was_abandoned(plan: Plan) -> bool:
     return plan.events.filter(kind=PlanEvent.Kind.PLAN_FAILED, detail__abandoned=True).exists()
 
@@ -149,7 +139,9 @@ def plan_replan(*, agent: Agent, plan: Plan, runner: str) -> str:
         return "plan abandoned"
     try:
         new = plan_generate(agent=agent, goal_text=plan.goal_text, goal=plan.goal, previous=plan,
-                            reason=plan.replan_reason, feedback=plan_feedback(plan), actor_label=runner)
+                            reason=plan.replan_reason,
+                            feedback=[words for words in plan_feedback(plan) if words != plan.replan_reason],
+                            actor_label=runner)
     except PlanAlreadyReplanned:
         return "already replanned"
     return f"replanned to v{new.version} ({new.status})"

@@ -246,6 +246,20 @@ def plan_versions(plan: Plan) -> list[Plan]:
     return chain
 
 
+def plan_feedback(plan: Plan) -> list[str]:
+    """The operators' words on a plan and on every earlier version of it, oldest first, each once: each declined
+    step's feedback and each replan an operator asked for. None is forgotten by a replan. The one reader for the
+    built-in planner (agents/cycle.py) and for agents outside (planning/services/external.py)."""
+    ids = [plan.pk]
+    cursor = plan.previous_id
+    while cursor is not None and cursor not in ids:
+        ids.append(cursor)
+        cursor = Plan.objects.filter(pk=cursor).values_list("previous_id", flat=True).first()
+    words = PlanEvent.objects.filter(plan_id__in=ids, kind__in=[PlanEvent.Kind.STEP_DECLINED,
+                                                               PlanEvent.Kind.REPLAN_REQUESTED])
+    return list(dict.fromkeys(r for r in words.order_by("created_at", "pk").values_list("reason", flat=True) if r))
+
+
 def plan_steps(plan: Plan) -> list[PlanStep]:
     """The steps of a plan as its page shows them: one query, whatever their number."""
     return list(plan.steps.select_related("approved_by").order_by("position"))

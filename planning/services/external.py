@@ -21,6 +21,7 @@ from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import plan_generate
+from planning.selectors import plan_feedback
 from planning.services.errors import DecisionError, PlanAlreadyReplanned
 from planning.services.events import event_agent_record, event_record
 from planning.services.plans import plan_cancel
@@ -110,11 +111,9 @@ def agent_step_get(*, agent: Agent, step_id: int) -> PlanStep:
 
 
 def replan_feedback(plan: Plan) -> str:
-    """The operators' words: each declined step's feedback, and each replan an operator asked for (a plan
-    declined before it was approved), newest first."""
-    asked = plan.events.filter(kind__in=[PlanEvent.Kind.STEP_DECLINED, PlanEvent.Kind.REPLAN_REQUESTED])
-    declined = [r for r in asked.order_by("created_at", "pk").values_list("reason", flat=True) if r]
-    return "; ".join(reversed(declined)) or plan.replan_reason
+    """The operators' words (plan_feedback: on this plan and its earlier versions), newest first, as one line
+    for the agent; the replan's reason when there are none."""
+    return "; ".join(reversed(plan_feedback(plan))) or plan.replan_reason
 
 
 def plan_next(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[str, Any]:

@@ -731,7 +731,7 @@ def persona_declines(plan: Plan, action: str, feedback: str, operator: Any) -> N
 
 
 def test_offline_persona_replans_never_bring_back_a_declined_step(operator: Any) -> None:
-    from agents.cycle import plan_feedback
+    from planning.selectors import plan_feedback
     from tests.factories import GoalFactory, NeedFactory
 
     agent = AgentFactory(name="Jenbina")
@@ -758,7 +758,7 @@ def test_offline_persona_replans_never_bring_back_a_declined_step(operator: Any)
 
 
 def test_offline_persona_replan_after_declining_meeting_the_friend_leaves_it_out(operator: Any) -> None:
-    from agents.cycle import plan_feedback
+    from planning.selectors import plan_feedback
     from tests.factories import GoalFactory, NeedFactory
 
     agent = AgentFactory(name="Marco")
