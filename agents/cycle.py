@@ -35,12 +35,14 @@ from agents.selectors import plan_waits_for_a_person
 from agents.services import (
     CycleAlreadyDone,
     CycleRecord,
+    Routine,
     StepChange,
     agent_cycle_count,
     goal_plans_close,
     persona_cycle_record,
     persona_cycles_record,
     plan_repeat,
+    routines_start,
 )
 from agents.tools import ToolError, tool_run, undo_dir_for
 from agents.world import (
@@ -292,13 +294,22 @@ def persona_goal_to_plan(state: PersonaState, held: Mapping[int, str | None]) ->
     return None
 
 
-def persona_prepare_due(state: PersonaState) -> bool:
-    """Whether persona_prepare has anything to do this cycle (it writes, and may ask the model): a plan to stop
-    or replan, goals to re-evaluate with room for one, or a goal to plan. Reads nothing."""
+def persona_prepare_work(state: PersonaState) -> str | Goal:
+    """What persona_prepare has to do this cycle (it writes, and may ask the model), reading nothing: "stop"
+    or "replan" a plan, re-evaluate "goals" with room for one, or the goal to plan; "" for nothing."""
     finished = plans_finished(state)
-    if finished or any(p.replan_reason for p in state.plans):
-        return True
-    return bool(persona_goal_room(state)) or persona_goal_to_plan(state, plans_held(state, finished)) is not None
+    if finished:
+        return "stop"
+    if any(p.replan_reason for p in state.plans):
+        return "replan"
+    if persona_goal_room(state):
+        return "goals"
+    return persona_goal_to_plan(state, plans_held(state, finished)) or ""
+
+
+def persona_prepare_due(state: PersonaState) -> bool:
+    """Whether persona_prepare has anything to do this cycle."""
+    return bool(persona_prepare_work(state))
 
 
 def persona_prepare(*, state: PersonaState, runner: str) -> bool:
@@ -343,8 +354,7 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         return changed
     # A plan that completed for a goal in the same words is the person's routine for it: seed 000 plans a goal
     # once.
-    source = Plan.objects.filter(agent=agent, goal_text__iexact=goal.description,
-                                 status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").first()
+    source = routine_sources([goal]).get(goal.pk)
     routine = None
     if source is not None:
         routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
@@ -492,16 +502,17 @@ def persona_record(*, state: PersonaState, plan: Plan | None, step: PlanStep | N
 
 def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, str], list[int]]:
     """One cycle of each of many persona agents, as the scale-out runtime drives them: one read for all
-    (persona_rows_many), each experience computed by the rules the single cycle uses (persona_record), and
-    every cycle recorded in one transaction (persona_cycles_record). A cycle that needs more than the common
-    path (a model call, a plan to make, stop or replan, a step to put in the inbox first, a retry due, a
-    milestone crossed) runs after them as the agent's own cycle (persona_cycle), or, when it may wait on a
-    model server, is returned to run apart (agent_cycle). Returns what happened to each agent whose cycle ran
-    here, and the agents returned."""
+    (persona_rows_many), the routines their goals call for started together (routines_start), each
+    experience computed by the rules the single cycle uses (persona_record), and every cycle recorded in one
+    transaction (persona_cycles_record). A cycle that needs more than that (a model call, a plan to stop or
+    replan, goals to re-evaluate, a step to put in the inbox first, a retry due, a milestone crossed) runs after
+    them as the agent's own cycle (persona_cycle), or, when it may wait on a model server, is returned to run
+    apart (agent_cycle). Returns what happened to each agent whose cycle ran here, and the agents returned."""
     rows = persona_rows_many(agent_ids)
     now = timezone.now()
     records: list[CycleRecord] = []
     alone: list[int] = []
+    routines: list[tuple[PersonaState, Goal]] = []
     for agent_id in agent_ids:
         row = rows.get(agent_id)
         if row is None or row.agent.status != Agent.Status.RUNNING or row.agent.kind != Agent.Kind.PERSONA:
@@ -511,20 +522,20 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             alone.append(agent_id)
             continue
         state = persona_state(agent, row)
-        if persona_prepare_due(state):
+        work = persona_prepare_work(state)
+        if isinstance(work, Goal):  # a goal to plan: its routine, when it has one, is started below
+            routines.append((state, work))
+        elif work:
             alone.append(agent_id)
-            continue
-        plan, step, asks = persona_step_pick(state)
-        chosen = None if asks else persona_action(state, plan, step, asking=False)
-        if chosen is None:
-            alone.append(agent_id)
-            continue
-        record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=agent.cycle_count,
-                                runner=runner)
-        if any(goal_state.crossed_milestone for _, goal_state in record.goals):
-            alone.append(agent_id)
-            continue
-        records.append(record)
+        else:
+            persona_common(state, runner=runner, records=records, alone=alone)
+    started = persona_routines_start(routines, runner=runner)
+    for state, goal in routines:
+        if goal.pk in started:
+            persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
+            persona_common(state, runner=runner, records=records, alone=alone)
+        else:
+            alone.append(state.agent.pk)  # no routine to repeat: the model plans it
     recorded = persona_cycles_record(records) if records else {}
     done = {r.agent.pk: f"{r.action}: {r.outcome}" for r in records if r.agent.pk in recorded}
     # The uncommon cycles whose model calls, if any, wait on nothing (the offline models) run here, each as its
@@ -536,10 +547,56 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             apart.append(agent_id)
             continue
         try:
-            done[agent_id] = persona_cycle(agent=row.agent, rows=row, runner=runner)
+            if any(state.agent.pk == agent_id for state, _ in routines):  # a plan begun since the read: read again
+                done[agent_id] = agent_cycle(agent_id=agent_id, runner=runner)
+            else:
+                done[agent_id] = persona_cycle(agent=row.agent, rows=row, runner=runner)
         except Exception:  # one agent's broken cycle must never stop the others'
             logger.exception("cycle of agent %s failed", agent_id)
     return done, apart
+
+
+def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecord], alone: list[int]) -> None:
+    """The common path of a cycle in a batch: the step followed and the experience computed, added to
+    `records`; or the agent added to `alone` when the cycle needs more (a step to put in the inbox first, a
+    model's decision, a milestone crossed)."""
+    plan, step, asks = persona_step_pick(state)
+    chosen = None if asks else persona_action(state, plan, step, asking=False)
+    if chosen is None:
+        alone.append(state.agent.pk)
+        return
+    record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=state.agent.cycle_count,
+                            runner=runner)
+    if any(goal_state.crossed_milestone for _, goal_state in record.goals):
+        alone.append(state.agent.pk)
+        return
+    records.append(record)
+
+
+def persona_routines_start(wanted: Sequence[tuple[PersonaState, Goal]], *,
+                           runner: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
+    """The routines of goals to plan (seed 000 plans a goal once: a plan that completed for a goal in the same
+    words is done again), started together; by goal. A goal without one is left out (the model plans it)."""
+    if not wanted:
+        return {}
+    sources = routine_sources([goal for _, goal in wanted])
+    steps: dict[int, list[PlanStep]] = {}
+    for source_step in PlanStep.objects.filter(plan_id__in={s.pk for s in sources.values()}).order_by("plan_id",
+                                                                                                   "position"):
+        steps.setdefault(source_step.plan_id, []).append(source_step)
+    return routines_start([Routine(goal=goal, source=sources[goal.pk], steps=steps.get(sources[goal.pk].pk, []),
+                                   needs=state.needs) for state, goal in wanted if goal.pk in sources], runner=runner)
+
+
+def routine_sources(goals: Sequence[Goal]) -> dict[int, Plan]:
+    """For each goal, the newest plan that completed for a goal in the same words (the agent's), if any: one
+    query for all."""
+    newest = (Plan.objects.filter(agent_id=OuterRef("agent_id"), goal_text__iexact=OuterRef("description"),
+                                  status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").values("pk")[:1])
+    ids = dict(Goal.objects.filter(pk__in=[g.pk for g in goals]).annotate(source=Subquery(newest))
+               .exclude(source=None).values_list("pk", "source"))
+    plans = Plan.objects.in_bulk(set(ids.values()))
+    return {goal_pk: plans[plan_pk] for goal_pk, plan_pk in ids.items() if plan_pk in plans}
 
 
 DECISION_KEPT_SECONDS = 6 * 3600  # a decision stands for its situation this long

@@ -502,35 +502,61 @@ def admin_row_create(*, user: Any, obj: Any, what: str,
                               diff={"created": ["", str(obj)]})
 
 
-@transaction.atomic
+@dataclass
+class Routine:
+    """A goal's routine to start: the completed plan it repeats, that plan's steps, the needs now."""
+
+    goal: Goal
+    source: Plan
+    steps: Sequence[PlanStep]
+    needs: Mapping[str, float]
+
+
 def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float],
                 runner: str) -> tuple[Plan, list[PlanStep]] | None:
     """A goal whose plan (or a plan for the same goal in the same words) completed does the same again: a
     new plan with the completed plan's steps, made without a model call (the person's routine). Steps
     that only served needs that are fine now are left out; none left: None, the caller asks the model.
     Steps that spend money wait for an operator's yes again. Returns the plan and its steps, as created."""
-    steps = [s for s in source.steps.all() if s.status == PlanStep.Status.COMPLETED and routine_keeps(
-        effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {}, source_needs=goal.source_needs,
-        needs=needs, fine_above=ROUTINE_FINE_ABOVE)]
-    if not steps:
-        return None
-    plan = Plan.objects.create(
-        agent_id=goal.agent_id, goal=goal, goal_text=source.goal_text, status=Plan.Status.ACTIVE,
-        approval_mode=Plan.ApprovalMode.ALL, thinking_summary=source.thinking_summary, confidence=source.confidence,
-        risks=list(source.risks), model=source.model,
-    )
+    started = routines_start([Routine(goal=goal, source=source, steps=list(source.steps.all()), needs=needs)],
+                             runner=runner)
+    return started.get(goal.pk)
+
+
+@transaction.atomic
+def routines_start(routines: Sequence[Routine], *, runner: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
+    """plan_repeat for many goals at once (a batch of persona cycles): one INSERT for the plans, one for their
+    steps, one for their events, pushed after commit. By goal; a goal none of whose steps is kept is left out."""
+    kept: list[tuple[Routine, list[PlanStep]]] = []
+    for routine in routines:
+        steps = [s for s in routine.steps if s.status == PlanStep.Status.COMPLETED and routine_keeps(
+            effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {},
+            source_needs=routine.goal.source_needs, needs=routine.needs, fine_above=ROUTINE_FINE_ABOVE)]
+        if steps:
+            kept.append((routine, steps))
+    if not kept:
+        return {}
+    plans = Plan.objects.bulk_create([
+        Plan(agent_id=r.goal.agent_id, goal=r.goal, goal_text=r.source.goal_text, status=Plan.Status.ACTIVE,
+             approval_mode=Plan.ApprovalMode.ALL, thinking_summary=r.source.thinking_summary,
+             confidence=r.source.confidence, risks=list(r.source.risks), model=r.source.model)
+        for r, _ in kept])
     made = PlanStep.objects.bulk_create([
         PlanStep(plan=plan, key=s.key, position=position, description=s.description, action_hint=s.action_hint,
                  expected_outcome=s.expected_outcome, estimated_cycles=s.estimated_cycles,
                  depends_on=[d for d in s.depends_on if d in {t.key for t in steps}],
                  requires_permission=s.requires_permission, risk=s.risk)
-        for position, s in enumerate(steps, start=1)
-    ])
-    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=runner,
-                             reason=f"repeats plan #{source.pk}, which completed; no model call",
-                             detail={"repeats": source.pk, "version": plan.version})
-    publish_changed_on_commit(agent_id=goal.agent_id, plan_id=plan.pk, kind="plan_created")
-    return plan, made
+        for plan, (_, steps) in zip(plans, kept, strict=True) for position, s in enumerate(steps, start=1)])
+    PlanEvent.objects.bulk_create([
+        PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=runner,
+                  reason=f"repeats plan #{r.source.pk}, which completed; no model call",
+                  detail={"repeats": r.source.pk, "version": plan.version})
+        for plan, (r, _) in zip(plans, kept, strict=True)])
+    started: dict[int, tuple[Plan, list[PlanStep]]] = {}
+    for plan, (routine, _) in zip(plans, kept, strict=True):
+        started[routine.goal.pk] = (plan, [s for s in made if s.plan is plan])
+        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_created")
+    return started
 
 
 @transaction.atomic

@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents import cycle as cycle_module
 from agents.cycle import agent_cycle, persona_cycles
-from agents.models import Agent, Experience, Need
+from agents.models import Agent, Experience, LLMCall, Need
 from goals.models import Goal
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import step_skip
@@ -137,7 +137,7 @@ def test_cycles_that_may_wait_on_a_model_server_are_left_to_run_apart(settings: 
     ids = [to_plan.pk, to_ask.pk, starving.pk, retrying.pk, common.pk]
     done, own = persona_cycles(ids, runner="runner test")
     assert set(done) == {common.pk}
-    assert own == [to_plan.pk, to_ask.pk, starving.pk, retrying.pk]
+    assert sorted(own) == sorted([to_plan.pk, to_ask.pk, starving.pk, retrying.pk])
     for agent in (to_plan, to_ask, starving, retrying):  # nothing of theirs written by the pass
         assert seen(agent)["cycles"] == 1 and seen(agent)["experiences"] == []
     assert not Plan.objects.filter(agent=to_plan).exists()
@@ -174,3 +174,20 @@ def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
         assert len(done) == len(ids) and own == []
         counts.append(len(queries))
     assert counts[0] == counts[1]
+
+
+def test_routines_start_in_the_pass_and_are_followed_in_the_same_cycle() -> None:
+    """Seed 000 plans a goal once: a goal whose plan completed repeats it, without a model call, for every
+    persona of the pass together, and each follows its routine's first step in that cycle."""
+    agents = [person(), person()]
+    Plan.objects.filter(agent__in=agents).update(status=Plan.Status.COMPLETED)
+    PlanStep.objects.filter(plan__agent__in=agents).update(status=PlanStep.Status.COMPLETED)
+    done, own = persona_cycles([a.pk for a in agents], runner="runner test")
+    assert own == [] and set(done) == {a.pk for a in agents}
+    for agent in agents:
+        routine = Plan.objects.filter(agent=agent, status=Plan.Status.ACTIVE).get()
+        assert routine.events.filter(kind=PlanEvent.Kind.CREATED, reason__startswith="repeats plan #").exists()
+        assert list(routine.steps.values_list("action_hint", flat=True)) == ["work", "eat"]
+        experience = Experience.objects.get(agent=agent)
+        assert experience.followed_plan and experience.action == "work"
+    assert not LLMCall.objects.exists()  # no model call
