@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
-from agents.cycle import agent_cycle
+from agents.cycle import agent_cycle, persona_cycles
 from agents.models import Agent
 from planning.models import Plan
 from planning.planner import plans_interrupted_fail
@@ -40,6 +40,18 @@ def cycle_run(agent_id: int, runner: str) -> str:
     try:
         plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
         return agent_cycle(agent_id=agent_id, runner=runner)
+    except CONNECTION_ERRORS:
+        connection_recover()
+        raise
+    finally:
+        connection_release()
+
+
+def personas_run(agent_ids: list[int], runner: str) -> tuple[dict[int, str], list[int]]:
+    """One pass of these personas (persona_cycles), then the thread's connection given back: what happened to
+    each whose cycle ran, and those whose cycle runs apart (it may wait on a model server)."""
+    try:
+        return persona_cycles(agent_ids, runner=runner)
     except CONNECTION_ERRORS:
         connection_recover()
         raise

@@ -3,7 +3,9 @@
 The simplest in-process scheduler: nothing is leased or claimed, because no other process drives agents on
 the embedded stack (several processes mean the scale-out stack, agents/runtime/tasks.py). An agent runs at
 most one cycle at a time; up to RUNNER_CONCURRENCY cycles run at once, each in a thread of its own whose
-model calls are awaited on this loop (the thread's database connection is given back meanwhile). The loop
+model calls are awaited on this loop (the thread's database connection is given back meanwhile). The personas
+due together run as one pass, as on the scale-out stack (agents/cycle.py persona_cycles); those whose cycle
+may wait on a model server then run their own. The loop
 asks the database for due agents on its tick, when an agent it drives falls due again, or at once while
 agents wait for a free slot. Database errors are logged and waited out with a growing backoff.
 """
@@ -18,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -26,8 +28,16 @@ from django.db.models import F, Min
 from django.utils import timezone
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
+from agents.models import Agent
 from agents.retention import retention_prune
-from agents.runtime.cycles import agents_driven, cycle_run, error_brief, plans_orphaned_fail, runner_id_new
+from agents.runtime.cycles import (
+    agents_driven,
+    cycle_run,
+    error_brief,
+    personas_run,
+    plans_orphaned_fail,
+    runner_id_new,
+)
 
 logger = logging.getLogger("planner.runner")
 
@@ -38,16 +48,23 @@ PRUNE_BUDGET_SECONDS = 5.0
 current: Scheduler | None = None
 
 
-def agents_due(*, exclude: set[int], limit: int) -> tuple[list[tuple[int, float]], datetime | None]:
-    """Up to `limit` due agents (never-run ones first, then the longest overdue) with their intervals, and
-    when the earliest of the others falls due."""
+class Due(NamedTuple):
+    pk: int
+    interval: float
+    kind: str
+
+
+def agents_due(*, exclude: set[int], limit: int) -> tuple[list[Due], datetime | None]:
+    """Up to `limit` due agents (never-run ones first, then the longest overdue) with their intervals and kinds,
+    and when the earliest of the others falls due."""
     now = timezone.now()
     driven = agents_driven().exclude(pk__in=exclude)
-    due = list(driven.filter(next_cycle_at__isnull=True).values_list("pk", "cycle_interval")[:limit])
+    due = [Due(*row) for row in driven.filter(next_cycle_at__isnull=True)
+           .values_list("pk", "cycle_interval", "kind")[:limit]]
     if len(due) < limit:
-        due += driven.filter(next_cycle_at__lte=now).order_by(F("next_cycle_at").asc(), "pk") \
-            .values_list("pk", "cycle_interval")[:limit - len(due)]
-    later = driven.exclude(pk__in=[pk for pk, _ in due]).aggregate(at=Min("next_cycle_at"))["at"]
+        due += [Due(*row) for row in driven.filter(next_cycle_at__lte=now).order_by(F("next_cycle_at").asc(), "pk")
+                .values_list("pk", "cycle_interval", "kind")[:limit - len(due)]]
+    later = driven.exclude(pk__in=[d.pk for d in due]).aggregate(at=Min("next_cycle_at"))["at"]
     return due, later
 
 
@@ -120,6 +137,30 @@ class Scheduler:
             self.next_due = at if self.next_due is None else min(self.next_due, at)
             self.wake.set()
 
+    async def drive_pass(self, due: list[Due]) -> None:
+        """One pass of the due personas; then each whose cycle may wait on a model server runs its own."""
+        apart: list[int] = []
+        try:
+            done, apart = await sync_to_async(personas_run, thread_sensitive=False, executor=self.cycle_threads)(
+                [d.pk for d in due], self.id)
+            for agent_id in done:
+                self.done[agent_id] += 1
+        except CONNECTION_ERRORS as exc:  # not cycles that happened: they run once the database is back
+            logger.warning("%s: a pass of %d personas cut off by the database (%s)", self.id, len(due),
+                           error_brief(exc))
+        except Exception:  # a broken pass must never stop the others
+            logger.exception("a pass of %d personas failed", len(due))
+        finally:
+            for d in due:
+                if d.pk not in apart:
+                    self.inflight.pop(d.pk, None)
+            at = time.monotonic() + min(d.interval for d in due)
+            self.next_due = at if self.next_due is None else min(self.next_due, at)
+            self.wake.set()
+        for d in due:
+            if d.pk in apart:
+                self.inflight[d.pk] = asyncio.create_task(self.drive(d.pk, d.interval))
+
     async def look(self) -> bool:
         """Start the due agents' cycles; False when --cycles is reached for every agent."""
         limit = self.concurrency - len(self.inflight)
@@ -129,8 +170,14 @@ class Scheduler:
         self.backlog = len(due) >= limit
         wait = None if later is None else (later - timezone.now()).total_seconds()
         self.next_due = time.monotonic() + wait if wait is not None and wait > 0 else None
-        for agent_id, interval in due:
-            self.inflight[agent_id] = asyncio.create_task(self.drive(agent_id, interval))
+        personas = [d for d in due if d.kind == Agent.Kind.PERSONA]
+        if personas:
+            task = asyncio.create_task(self.drive_pass(personas))
+            for d in personas:
+                self.inflight[d.pk] = task
+        for d in due:
+            if d.kind != Agent.Kind.PERSONA:
+                self.inflight[d.pk] = asyncio.create_task(self.drive(d.pk, d.interval))
         if self.cycles is not None and not due and not self.inflight:
             return bool(await self.db(agents_remaining, finished=self.finished))
         return True

@@ -35,10 +35,9 @@ from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.jobs import Status
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
-from agents.cycle import persona_cycles
 from agents.models import Agent
 from agents.retention import retention_prune
-from agents.runtime.cycles import agents_driven, cycle_run, error_brief, plans_orphaned_fail
+from agents.runtime.cycles import agents_driven, cycle_run, error_brief, personas_run, plans_orphaned_fail
 
 logger = logging.getLogger("planner.runner")
 
@@ -152,7 +151,7 @@ def personas_pass(shard: int, shards: int, runner: str) -> tuple[int, int, bool]
     ids = personas_due(shard, shards, limit=PERSONAS_PER_PASS)
     if not ids:
         return 0, 0, False
-    done, alone = persona_cycles(ids, runner=runner)
+    done, alone = personas_run(ids, runner)
     for agent_id in alone:
         cycle_defer(agent_id)
     return len(done), len(alone), len(ids) >= PERSONAS_PER_PASS

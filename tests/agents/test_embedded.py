@@ -35,7 +35,7 @@ def test_due_agents_are_never_run_ones_then_the_longest_overdue() -> None:
     soon = now + timedelta(minutes=3)
     AgentFactory(kind="tool", next_cycle_at=soon)
     due, later = agents_due(exclude=set(), limit=2)
-    assert [pk for pk, _interval in due] == [new.pk, late.pk]
+    assert [d.pk for d in due] == [new.pk, late.pk]
     assert later is not None and later <= now  # the overdue one left out falls due first
 
 
@@ -74,6 +74,40 @@ async def test_scheduler_drives_each_agent_n_cycles() -> None:
     counts = await database_sync_to_async(lambda: sorted(Agent.objects.values_list("cycle_count", flat=True)))()
     assert counts == [2, 2, 2]
     assert embedded.current is None  # a stopped scheduler no longer counts as a runner
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_personas_due_together_run_in_passes_each_cycle_once() -> None:
+    """As on the scale-out stack, the personas due together run as one pass (one read, one transaction); each
+    still has its cycles one at a time, numbered, none doubled or lost; a tool agent runs its own."""
+    from agents.models import Experience
+    from tests.runners import personas
+
+    agents = await database_sync_to_async(personas)(4)
+    tool = await database_sync_to_async(lambda: AgentFactory(kind="tool", cycle_interval=0))()
+    passes: list[list[int]] = []
+    real = embedded.personas_run
+
+    def watched(agent_ids: list[int], runner: str) -> Any:
+        passes.append(list(agent_ids))
+        return real(agent_ids, runner)
+
+    scheduler = Scheduler(runner_id="passes", cycles=3, tick=0.01)
+    with mock.patch.object(embedded, "personas_run", watched):
+        await asyncio.wait_for(scheduler.run(), timeout=60)
+
+    def check() -> None:
+        for agent in agents:
+            agent.refresh_from_db()
+            cycles = sorted(Experience.objects.filter(agent=agent).values_list("cycle", flat=True))
+            assert agent.cycle_count >= 3 and cycles == list(range(1, agent.cycle_count + 1))
+        tool.refresh_from_db()
+        assert tool.cycle_count >= 3
+
+    await database_sync_to_async(check)()
+    assert any(len(ids) > 1 for ids in passes)  # several personas in one pass
+    assert all(tool.pk not in ids for ids in passes)
+    assert all(len(set(ids)) == len(ids) for ids in passes)
 
 
 @pytest.mark.django_db(transaction=True)
