@@ -191,3 +191,19 @@ def test_routines_start_in_the_pass_and_are_followed_in_the_same_cycle() -> None
         experience = Experience.objects.get(agent=agent)
         assert experience.followed_plan and experience.action == "work"
     assert not LLMCall.objects.exists()  # no model call
+
+
+def test_a_cycle_run_late_keeps_the_agents_pace_and_one_far_behind_starts_afresh() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from agents.services import cycle_next_at
+
+    now = timezone.now()
+    agent = Agent(cycle_interval=2.0, next_cycle_at=now - timedelta(seconds=0.5))  # this cycle ran 0.5 s late
+    assert cycle_next_at(agent, now) == now + timedelta(seconds=1.5)  # still one cycle every 2 s
+    agent.next_cycle_at = now - timedelta(seconds=10)  # far behind (paused, no runner): no burst to catch up
+    assert cycle_next_at(agent, now) == now + timedelta(seconds=2)
+    agent.next_cycle_at = None  # its first cycle
+    assert cycle_next_at(agent, now) == now + timedelta(seconds=2)
