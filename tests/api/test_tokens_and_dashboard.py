@@ -72,7 +72,7 @@ def test_the_runner_never_drives_an_external_agent() -> None:
 
     external = Agent.objects.create(name="Outside", kind=Agent.Kind.EXTERNAL, cycle_interval=0)
     persona = AgentFactory()
-    due = [pk for pk, _interval in agents_due(exclude=set(), limit=10)[0]]
+    due = [d.pk for d in agents_due(exclude=set(), limit=10)[0]]
     assert persona.pk in due
     assert external.pk not in due
 
