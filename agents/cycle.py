@@ -511,6 +511,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     rows = persona_rows_many(agent_ids)
     now = timezone.now()
     records: list[CycleRecord] = []
+    checks: list[CycleRecord] = []
     alone: list[int] = []
     routines: list[tuple[PersonaState, Goal]] = []
     for agent_id in agent_ids:
@@ -528,16 +529,22 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
         elif work:
             alone.append(agent_id)
         else:
-            persona_common(state, runner=runner, records=records, alone=alone)
+            persona_common(state, runner=runner, records=records, alone=alone, checks=checks)
     started = persona_routines_start(routines, runner=runner)
     for state, goal in routines:
         if goal.pk in started:
             persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
-            persona_common(state, runner=runner, records=records, alone=alone)
+            persona_common(state, runner=runner, records=records, alone=alone, checks=checks)
         else:
             alone.append(state.agent.pk)  # no routine to repeat: the model plans it
     recorded = persona_cycles_record(records) if records else {}
     done = {r.agent.pk: f"{r.action}: {r.outcome}" for r in records if r.agent.pk in recorded}
+    for record in checks:  # seed 001: a milestone crossed is checked once its experience is recorded
+        if record.agent.pk in recorded:
+            try:
+                persona_milestones_check(record, runner=runner)
+            except Exception:  # one agent's broken check must never stop the others'
+                logger.exception("milestone check of agent %s failed", record.agent.pk)
     # The uncommon cycles whose model calls, if any, wait on nothing (the offline models) run here, each as its
     # own cycle; those that may wait on a model server are returned to run apart, so that no pass waits on one.
     apart = []
@@ -556,20 +563,25 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     return done, apart
 
 
-def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecord], alone: list[int]) -> None:
-    """The common path of a cycle in a batch: the step followed and the experience computed, added to
-    `records`; or the agent added to `alone` when the cycle needs more (a step to put in the inbox first, a
-    model's decision, a milestone crossed)."""
-    plan, step, asks = persona_step_pick(state)
-    chosen = None if asks else persona_action(state, plan, step, asking=False)
+def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecord], alone: list[int],
+                   checks: list[CycleRecord]) -> None:
+    """The common path of a cycle in a batch: the step followed (a step that must first ask an operator is put
+    in the inbox on the way, as in a single cycle) and the experience computed, added to `records`; a goal's
+    milestone crossed is checked after the batch is recorded (`checks`) when the model answers at once. The
+    agent goes to `alone` when the cycle needs more: a model's decision, or a milestone check that may wait on
+    a model server."""
+    plan, step = persona_step_choose(state, runner)
+    chosen = persona_action(state, plan, step, asking=False)
     if chosen is None:
         alone.append(state.agent.pk)
         return
     record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=state.agent.cycle_count,
                             runner=runner)
     if any(goal_state.crossed_milestone for _, goal_state in record.goals):
-        alone.append(state.agent.pk)
-        return
+        if not answers_at_once(agent_models=state.agent.planner_models):
+            alone.append(state.agent.pk)
+            return
+        checks.append(record)
     records.append(record)
 
 

@@ -130,27 +130,40 @@ def uncommon() -> list[Agent]:
     return [to_plan, to_ask, starving, retrying]
 
 
+def near_milestone() -> Agent:
+    """A persona whose next meal takes its goal's progress over the milestone line."""
+    agent = person(steps=(("eat", 1),))
+    Goal.objects.filter(agent=agent).update(progress=0.84)
+    return agent
+
+
 def test_cycles_that_may_wait_on_a_model_server_are_left_to_run_apart(settings: Any) -> None:
     settings.LLM_MODELS = {"planner": ["gpt-4o-mini"], "fast": ["gpt-4o-mini"]}  # served over the network
     to_plan, to_ask, starving, retrying = uncommon()
+    milestone = near_milestone()
     common = person()
-    ids = [to_plan.pk, to_ask.pk, starving.pk, retrying.pk, common.pk]
+    ids = [to_plan.pk, to_ask.pk, starving.pk, retrying.pk, milestone.pk, common.pk]
     done, own = persona_cycles(ids, runner="runner test")
-    assert set(done) == {common.pk}
-    assert sorted(own) == sorted([to_plan.pk, to_ask.pk, starving.pk, retrying.pk])
-    for agent in (to_plan, to_ask, starving, retrying):  # nothing of theirs written by the pass
+    assert set(done) == {common.pk, to_ask.pk}  # putting a step in the inbox asks no model
+    assert sorted(own) == sorted([to_plan.pk, starving.pk, retrying.pk, milestone.pk])
+    for agent in (to_plan, starving, retrying, milestone):  # nothing of theirs written by the pass
         assert seen(agent)["cycles"] == 1 and seen(agent)["experiences"] == []
     assert not Plan.objects.filter(agent=to_plan).exists()
-    assert PlanStep.objects.get(plan__agent=to_ask).status == PlanStep.Status.PENDING
+    assert PlanStep.objects.get(plan__agent=to_ask).status == PlanStep.Status.AWAITING_APPROVAL
+    assert not LLMCall.objects.exists()
 
 
 def test_cycles_whose_models_answer_at_once_run_in_the_pass_as_their_own() -> None:
     to_plan, to_ask, starving, retrying = uncommon()
-    done, own = persona_cycles([to_plan.pk, to_ask.pk, starving.pk], runner="runner test")
-    assert own == [] and set(done) == {to_plan.pk, to_ask.pk, starving.pk}
+    milestone = near_milestone()
+    done, own = persona_cycles([to_plan.pk, to_ask.pk, starving.pk, milestone.pk], runner="runner test")
+    assert own == [] and set(done) == {to_plan.pk, to_ask.pk, starving.pk, milestone.pk}
     assert Plan.objects.filter(agent=to_plan).exists()  # planned by the offline model
     assert PlanStep.objects.get(plan__agent=to_ask).status == PlanStep.Status.AWAITING_APPROVAL  # in the inbox
-    assert all(seen(a)["cycles"] == 2 for a in (to_plan, to_ask, starving))
+    assert all(seen(a)["cycles"] == 2 for a in (to_plan, to_ask, starving, milestone))
+    # The milestone crossed was checked once its experience was recorded.
+    assert PlanEvent.objects.filter(agent=milestone, kind=PlanEvent.Kind.MILESTONE_CHECKED).count() == 1
+    assert Goal.objects.get(agent=milestone).milestone_checked_at is not None
 
 
 def test_an_urgent_decision_that_stands_for_the_situation_is_taken_in_the_batch() -> None:
