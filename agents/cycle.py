@@ -307,16 +307,11 @@ def persona_prepare_work(state: PersonaState) -> str | Goal:
     return persona_goal_to_plan(state, plans_held(state, finished)) or ""
 
 
-def persona_prepare_due(state: PersonaState) -> bool:
-    """Whether persona_prepare has anything to do this cycle."""
-    return bool(persona_prepare_work(state))
-
-
 def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     """The uncommon paths, each its own service call (and at most one model call each): replan a plan that
     asks for it, re-evaluate goals when due and there is room, plan the most urgent unplanned goal.
     Returns whether anything was written (the state must then be read again)."""
-    if not persona_prepare_due(state):
+    if not persona_prepare_work(state):
         return False
     agent = state.agent
     changed = False
@@ -373,11 +368,10 @@ def plans_waiting(state: PersonaState) -> set[int | None]:
     return {p.goal_id for p in state.plans if plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
 
 
-def persona_step_pick(state: PersonaState) -> tuple[Plan | None, PlanStep | None, list[PlanStep]]:
+def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, PlanStep | None]:
     """Seed 000's get_current_step: the current step of the highest-priority plan that can act now
-    (short-term first, then mid, then long). A step that waits for an operator lets the next plan act; so does
-    a pending step that must first ask for an operator's yes: those are returned too (reads nothing)."""
-    asks: list[PlanStep] = []
+    (short-term first, then mid, then long). A step that waits for an operator lets the next plan act; a
+    pending step that must first ask for an operator's yes is put in the inbox on the way."""
     for plan in state.plans:
         if plan.status != Plan.Status.ACTIVE or plan.replan_reason:
             continue
@@ -385,19 +379,11 @@ def persona_step_pick(state: PersonaState) -> tuple[Plan | None, PlanStep | None
         if step is None or step.status == PlanStep.Status.AWAITING_APPROVAL:
             continue
         if step.status == PlanStep.Status.PENDING and step.needs_approval(plan):
-            asks.append(step)
+            step_request_approval(step=step, runner=runner)
+            step.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
             continue
-        return plan, step, asks
-    return None, None, asks
-
-
-def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, PlanStep | None]:
-    """persona_step_pick, with each step that must ask for an operator's yes put in the inbox on the way."""
-    plan, step, asks = persona_step_pick(state)
-    for waiting in asks:
-        step_request_approval(step=waiting, runner=runner)
-        waiting.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
-    return plan, step
+        return plan, step
+    return None, None
 
 
 def persona_action(state: PersonaState, plan: Plan | None, step: PlanStep | None, *,
@@ -504,10 +490,10 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     """One cycle of each of many persona agents, as the scale-out runtime drives them: one read for all
     (persona_rows_many), the routines their goals call for started together (routines_start), each
     experience computed by the rules the single cycle uses (persona_record), and every cycle recorded in one
-    transaction (persona_cycles_record). A cycle that needs more than that (a model call, a plan to stop or
-    replan, goals to re-evaluate, a step to put in the inbox first, a retry due, a milestone crossed) runs after
-    them as the agent's own cycle (persona_cycle), or, when it may wait on a model server, is returned to run
-    apart (agent_cycle). Returns what happened to each agent whose cycle ran here, and the agents returned."""
+    transaction (persona_cycles_record); a step that must ask an operator first is put in the inbox on the way,
+    and a milestone crossed is checked once the pass is recorded. A cycle that needs more (a model planning or
+    decision, a plan to stop or replan, goals to re-evaluate, a retry due) runs after them as the agent's own
+    cycle (persona_cycle); any cycle that may wait on a model server is returned to run apart (agent_cycle). Returns what happened to each agent whose cycle ran here, and the agents returned."""
     rows = persona_rows_many(agent_ids)
     now = timezone.now()
     records: list[CycleRecord] = []
@@ -547,6 +533,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
                 logger.exception("milestone check of agent %s failed", record.agent.pk)
     # The uncommon cycles whose model calls, if any, wait on nothing (the offline models) run here, each as its
     # own cycle; those that may wait on a model server are returned to run apart, so that no pass waits on one.
+    reread = {state.agent.pk for state, _ in routines}  # a plan begun since the pass read them
     apart = []
     for agent_id in alone:
         row = rows[agent_id]
@@ -554,7 +541,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             apart.append(agent_id)
             continue
         try:
-            if any(state.agent.pk == agent_id for state, _ in routines):  # a plan begun since the read: read again
+            if agent_id in reread:
                 done[agent_id] = agent_cycle(agent_id=agent_id, runner=runner)
             else:
                 done[agent_id] = persona_cycle(agent=row.agent, rows=row, runner=runner)

@@ -15,14 +15,7 @@ from typing import Any
 
 from django.core import serializers
 from django.db import transaction
-from django.db.models import (
-    CharField,
-    F,
-    Field,
-    FloatField,
-    IntegerField,
-    QuerySet,
-)
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
@@ -89,7 +82,7 @@ def cycle_next_at(agent: Agent, now: Any) -> Any:
     behind (paused, a runner away) starts afresh one interval from now instead of catching up in a burst."""
     interval = timedelta(seconds=agent.cycle_interval)
     due = agent.next_cycle_at
-    if due is not None and now < due + interval <= now + interval:
+    if due is not None and now - interval < due <= now:
         return due + interval
     return now + interval
 
@@ -119,13 +112,8 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     if not updated:
         raise CycleAlreadyDone(f"{agent} cycle {cycle} was already recorded")
     needs_move([record], now)
-    experience = Experience.objects.create(
-        agent=agent, cycle=cycle, action=record.action, need_deltas=record.need_deltas,
-        step=change.step if change else None, followed_plan=record.followed,
-        override_reason=record.override_reason[:300], outcome=record.outcome, hours=record.hours,
-        needs_after=record.needs_after,
-        goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in record.goals},
-    )
+    experience = experience_of(record, step=change.step if change else None)
+    experience.save()
     events: list[PlanEvent] = []
     pushed: set[int] = set()
     if change is not None:
@@ -138,11 +126,8 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         rewarded = record.step_change.plan.goal_id if record.step_change else None
         goals = [(g, record.goal_unrewarded if g.pk == rewarded else s) for g, s in goals]
     abandoned = goals_write(goals=goals, now=now)
-    events += [
-        PlanEvent(agent_id=agent.pk, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=record.runner,
-                  reason=f"{goal.description}: confidence {state.confidence:.0%} fell below its horizon's line",
-                  detail={"goal": goal.pk, "horizon": goal.horizon, "experience": experience.pk})
-        for goal, state in goals if goal.pk in abandoned]
+    events += [goal_abandoned_event(goal, state, runner=record.runner, experience_id=experience.pk)
+               for goal, state in goals if goal.pk in abandoned]
     for plan, why in plans_to_close:
         events += plan_closed_steps(plan=plan, runner=record.runner, reason=why, now=now)
         pushed.add(plan.pk)
@@ -155,6 +140,23 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     for plan_id in sorted(pushed - {current}):
         publish_changed_on_commit(agent_id=agent.pk, plan_id=plan_id, kind="plan_closed")
     return experience
+
+
+def experience_of(record: CycleRecord, *, step: PlanStep | None) -> Experience:
+    """The cycle's experience row (unsaved): what the person did, on which step, and where needs and goals
+    stood after it."""
+    return Experience(
+        agent=record.agent, cycle=record.expected_cycle + 1, action=record.action, need_deltas=record.need_deltas,
+        step=step, followed_plan=record.followed, override_reason=record.override_reason[:300],
+        outcome=record.outcome, hours=record.hours, needs_after=record.needs_after,
+        goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in record.goals})
+
+
+def goal_abandoned_event(goal: Goal, state: GoalState, *, runner: str, experience_id: int) -> PlanEvent:
+    """The event of a goal a cycle abandoned (unsaved)."""
+    return PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=runner,
+                     reason=f"{goal.description}: confidence {state.confidence:.0%} fell below its horizon's line",
+                     detail={"goal": goal.pk, "horizon": goal.horizon, "experience": experience_id})
 
 
 def cycle_plans_claim(record: CycleRecord, now: Any) -> tuple[StepChange | None, dict[str, Any], list[tuple[Plan, str]]]:
@@ -185,11 +187,8 @@ def cycle_plans_claim(record: CycleRecord, now: Any) -> tuple[StepChange | None,
     return change, before, [(p, why) for p, why in record.plans_to_close if p.pk in claimed]
 
 
-# The columns a cycle writes of each active goal, with their types (for the CASE of each); last_progressed
-# apart (it becomes the cycle's time or stays).
-GOAL_WRITTEN: dict[str, Field[Any, Any]] = {"progress": FloatField(), "confidence": FloatField(),
-                                            "times_advanced": IntegerField(), "times_regressed": IntegerField(),
-                                            "status": CharField()}
+# The columns a cycle writes of each goal its experience moved.
+GOAL_WRITTEN = ["progress", "confidence", "times_advanced", "times_regressed", "status", "last_progressed"]
 
 
 def step_written(*, change: StepChange, runner: str, experience_id: int,
@@ -279,17 +278,11 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     rows_write(Agent, [r.agent for r in batch], ["cycle_count", "emotions", "next_cycle_at"])
     needs_move(batch, now)
     experiences = Experience.objects.bulk_create([
-        Experience(agent=r.agent, cycle=r.expected_cycle + 1, action=r.action, need_deltas=r.need_deltas,
-                   step=r.step_change.step if r.step_change else None, followed_plan=r.followed,
-                   override_reason=r.override_reason[:300], outcome=r.outcome, hours=r.hours,
-                   needs_after=r.needs_after,
-                   goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in r.goals})
-        for r in batch])
+        experience_of(r, step=r.step_change.step if r.step_change else None) for r in batch])
     events: list[PlanEvent] = []
     changes = [(r, e) for r, e in zip(batch, experiences, strict=True) if r.step_change is not None]
-    statuses = dict(PlanStep.objects.select_for_update().filter(pk__in=[r.step_change.step.pk for r, _ in changes
-                                                                        if r.step_change]).order_by("pk")
-                    .values_list("pk", "status"))
+    statuses = dict(PlanStep.objects.select_for_update().filter(
+        pk__in=[r.step_change.step.pk for r, _ in changes if r.step_change]).order_by("pk").values_list("pk", "status"))
     steps: list[PlanStep] = []
     for record, experience in changes:
         change = record.step_change
@@ -306,11 +299,8 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     goals = [pair for r in batch for pair in r.goals]
     abandoned = goals_write(goals=goals, now=now)
     by_agent = {r.agent.pk: e for r, e in zip(batch, experiences, strict=True)}
-    events += [
-        PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_ABANDONED, actor_label=r.runner,
-                  reason=f"{goal.description}: confidence {state.confidence:.0%} fell below its horizon's line",
-                  detail={"goal": goal.pk, "horizon": goal.horizon, "experience": by_agent[goal.agent_id].pk})
-        for r in batch for goal, state in r.goals if goal.pk in abandoned]
+    events += [goal_abandoned_event(goal, state, runner=r.runner, experience_id=by_agent[goal.agent_id].pk)
+               for r in batch for goal, state in r.goals if goal.pk in abandoned]
     lessons_learn([(r.agent, r.lesson, by_agent[r.agent.pk]) for r in batch if r.lesson])
     if events:
         PlanEvent.objects.bulk_create(events)
@@ -368,7 +358,7 @@ def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
             goal.status = Goal.Status.ABANDONED
             abandoned.add(goal.pk)
         written.append(goal)
-    rows_write(Goal, written, [*GOAL_WRITTEN, "last_progressed"])
+    rows_write(Goal, written, GOAL_WRITTEN)
     return abandoned
 
 
@@ -552,11 +542,12 @@ def routines_start(routines: Sequence[Routine], *, runner: str) -> dict[int, tup
                   reason=f"repeats plan #{r.source.pk}, which completed; no model call",
                   detail={"repeats": r.source.pk, "version": plan.version})
         for plan, (r, _) in zip(plans, kept, strict=True)])
-    started: dict[int, tuple[Plan, list[PlanStep]]] = {}
-    for plan, (routine, _) in zip(plans, kept, strict=True):
-        started[routine.goal.pk] = (plan, [s for s in made if s.plan is plan])
+    by_plan: dict[int, list[PlanStep]] = {}
+    for step in made:
+        by_plan.setdefault(step.plan_id, []).append(step)
+    for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_created")
-    return started
+    return {routine.goal.pk: (plan, by_plan[plan.pk]) for plan, (routine, _) in zip(plans, kept, strict=True)}
 
 
 @transaction.atomic
