@@ -38,7 +38,7 @@ from agents.services import (
     Routine,
     StepChange,
     agent_cycle_count,
-    goal_plans_close,
+    goals_plans_close,
     persona_cycle_record,
     persona_cycles_record,
     plan_repeat,
@@ -58,7 +58,7 @@ from agents.world import (
     urgent_need,
 )
 from goals.models import Goal
-from goals.services import goal_milestone_check, goals_generate, goals_recur
+from goals.services import goals_generate, goals_milestones_check, goals_recur
 from goals.system import (
     MAX_GOALS,
     PLAN_COMPLETION_BONUS,
@@ -168,12 +168,13 @@ class PersonaState:
 @dataclass
 class PersonaRows:
     """The rows of the persona read, as models: the agent, its needs by name (each with that agent), its
-    active goals (each with .planned), its open plans' steps in order (each with its plan and
-    the plan's goal)."""
+    active goals (each with .planned), its open plans (each with its goal) and their steps in order (each with
+    its plan)."""
 
     agent: Agent
     needs: list[Need]
     goals: Sequence[Goal]
+    plans: list[Plan]
     steps: list[PlanStep]
 
 
@@ -187,11 +188,13 @@ def persona_rows(agent_id: int) -> PersonaRows:
 
 
 def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
-    """The reads of persona cycles, for one agent or a batch of them (the scale-out runtime's), three queries
+    """The reads of persona cycles, for one agent or a batch of them (the runtimes' passes), four queries
     whatever their number (a tool agent's: its needs and its row; its cycle reads its plans itself): the needs
     with their agent (or the agent's row alone when it has none); the active goals, each with whether a plan
-    holds it (`planned`) and its open plan (`open_plan_id`: a plan still planning has no steps yet); the open
-    plans' steps in order, each with its plan and the plan's goal. Agents that do not exist are left out."""
+    holds it (`planned`); the open plans with their goal (a plan still planning has no steps yet); their steps
+    in order, each with its plan. The plans are read apart from their steps, each once: read with every step,
+    a plan and its goal were built again for each (the scale bench's CPU per cycle). Agents that do not exist
+    are left out."""
     needs = list(Need.objects.filter(agent_id__in=agent_ids).select_related("agent").order_by("agent_id", "name"))
     agents: dict[int, Agent] = {}
     by_agent: dict[int, list[Need]] = {}
@@ -203,38 +206,39 @@ def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
         agents.update({a.pk: a for a in Agent.objects.filter(pk__in=missing)})
     personas = [pk for pk, a in agents.items() if a.kind == Agent.Kind.PERSONA]
     goals: dict[int, list[Goal]] = {}
+    plans: dict[int, list[Plan]] = {}
     steps: dict[int, list[PlanStep]] = {}
     if personas:
-        open_plan = Plan.objects.filter(goal=OuterRef("pk")).open().order_by("-pk").values("pk")[:1]
         for goal in (Goal.objects.filter(agent_id__in=personas).active()
-                     .annotate(planned=Exists(Plan.objects.filter(goal=OuterRef("pk")).held()),
-                               open_plan_id=Subquery(open_plan)).order_by()):
+                     .annotate(planned=Exists(Plan.objects.filter(goal=OuterRef("pk")).held())).order_by()):
             goals.setdefault(goal.agent_id, []).append(goal)
-        plans: dict[int, Plan] = {}
-        for step in (PlanStep.objects.filter(plan__agent_id__in=personas, plan__status__in=Plan.OPEN_STATUSES)
-                     .select_related("plan", "plan__goal").order_by("plan__created_at", "plan_id", "position")):
-            step.plan = plans.setdefault(step.plan_id, step.plan)  # one plan object for all its steps
+        by_pk = {p.pk: p for p in Plan.objects.filter(agent_id__in=personas).open().select_related("goal")
+                 .order_by("created_at", "pk")}
+        for plan in by_pk.values():
+            plans.setdefault(plan.agent_id, []).append(plan)
+        for step in PlanStep.objects.filter(plan_id__in=by_pk).order_by("plan_id", "position"):
+            step.plan = by_pk[step.plan_id]
             steps.setdefault(step.plan.agent_id, []).append(step)
-    return {pk: PersonaRows(agent=agent, needs=by_agent.get(pk, []), goals=goals.get(pk, []), steps=steps.get(pk, []))
-            for pk, agent in agents.items()}
+    return {pk: PersonaRows(agent=agent, needs=by_agent.get(pk, []), goals=goals.get(pk, []),
+                            plans=plans.get(pk, []), steps=steps.get(pk, [])) for pk, agent in agents.items()}
 
 
 def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
-    goals = sorted(rows.goals, key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
+    goals = goals_by_priority(rows.goals)
     state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in rows.needs},
                          rates={n.name: n.decay_per_hour for n in rows.needs},
                          need_ids={n.name: n.pk for n in rows.needs}, goals=goals)
-    plans: dict[int, Plan] = {}
     for step in rows.steps:
-        plans[step.plan_id] = step.plan
         state.steps.setdefault(step.plan_id, []).append(step)
-    # An open plan without steps (planning, or a failed planning whose retry is due) holds its horizon and must
-    # be replanned like any other: read only when there is one, so the common cycle costs no query for it.
-    stepless = {g.open_plan_id for g in goals if g.open_plan_id is not None} - set(plans)  # type: ignore[attr-defined]
-    if stepless:
-        plans.update({p.pk: p for p in Plan.objects.filter(pk__in=stepless).open().select_related("goal")})
-    state.plans = sorted(plans.values(), key=plan_order)
+    # Every open plan, also one without steps (planning, or a failed planning whose retry is due): it holds its
+    # horizon and must be replanned like any other.
+    state.plans = sorted(rows.plans, key=plan_order)
     return state
+
+
+def goals_by_priority(goals: Sequence[Goal]) -> list[Goal]:
+    """Short-term first, then by confidence (seed 001's priority)."""
+    return sorted(goals, key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
 
 
 def plan_order(plan: Plan) -> tuple[int, object]:
@@ -316,10 +320,9 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     agent = state.agent
     changed = False
     finished = plans_finished(state)
-    for plan in finished:  # a goal finished since (milestone, operator): its plan stops
-        goal = plan.goal
-        assert goal is not None
-        goal_plans_close(goal=goal, runner=runner, reason=f"goal {goal.get_status_display().lower()}")
+    if finished:  # goals finished since (milestone, operator): their plans stop
+        ended = {p.goal.pk: p.goal for p in finished if p.goal is not None}
+        goals_plans_close([(g, f"goal {g.get_status_display().lower()}") for g in ended.values()], runner=runner)
         changed = True
     for plan in state.plans:
         if plan.replan_reason and plan not in finished:
@@ -335,9 +338,11 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         if any(n not in served_now for n in room) and len(state.goals) + len(recurred) < MAX_GOALS:
             generated = goals_generate(agent=agent, needs=state.needs,
                                        waiting=[g.description for g in state.goals if g.pk in waiting])
-        if recurred or generated:
+        if recurred or generated:  # new goals, without plans: the state in hand gets them, in priority order
             changed = True
-            state = persona_reload(agent)
+            for new in [*recurred, *generated]:
+                new.planned = False  # type: ignore[attr-defined]
+            state.goals = goals_by_priority([*state.goals, *recurred, *generated])
     held = plans_held(state, finished)
     if changed:  # a plan begun since the read (this cycle's replan, another runner's planning)
         held |= dict(Plan.objects.filter(agent=agent).open()
@@ -423,15 +428,28 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
         persona_cycle_record(record)
     except CycleAlreadyDone:
         return "cycle already done"
-    persona_milestones_check(record, runner=runner)
+    persona_milestones_check([record], runner=runner)
     return f"{record.action}: {record.outcome}"
 
 
-def persona_milestones_check(record: CycleRecord, *, runner: str) -> None:
-    """Seed 001: a goal whose progress crossed the milestone line asks the model whether it is achieved."""
-    for goal, goal_state in record.goals:
-        if goal_state.crossed_milestone and goal_milestone_check(goal=goal):
-            goal_plans_close(goal=goal, runner=runner, reason=f"goal completed: {goal.description}", completed=True)
+def persona_milestones_check(records: Sequence[CycleRecord], *, runner: str) -> None:
+    """Seed 001: a goal whose progress crossed the milestone line asks the model whether it is achieved (the
+    checks of a pass together: their needs read once, their verdicts recorded in one transaction); a goal
+    completed closes its open plans."""
+    crossed = [(record.agent, goal) for record in records for goal, state in record.goals if state.crossed_milestone]
+    if not crossed:
+        return
+    needs: dict[int, dict[str, float]] = {}
+    for agent_id, name, value in Need.objects.filter(agent_id__in={a.pk for a, _ in crossed}).values_list(
+            "agent_id", "name", "satisfaction"):
+        needs.setdefault(agent_id, {})[name] = value
+    for agent, goal in crossed:
+        goal.agent = agent  # the agent in hand: its row is not read again
+    completed = goals_milestones_check([(goal, {n: v for n, v in needs.get(agent.pk, {}).items()
+                                                if n in goal.source_needs}) for agent, goal in crossed])
+    if completed:
+        goals_plans_close([(goal, f"goal completed: {goal.description}") for _, goal in crossed if goal.pk in completed],
+                          runner=runner, completed=True)
 
 
 def persona_record(*, state: PersonaState, plan: Plan | None, step: PlanStep | None, chosen: tuple[str, str],
@@ -487,86 +505,102 @@ def persona_record(*, state: PersonaState, plan: Plan | None, step: PlanStep | N
 
 
 def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, str], list[int]]:
-    """One cycle of each of many persona agents, as the scale-out runtime drives them: one read for all
-    (persona_rows_many), the routines their goals call for started together (routines_start), each
-    experience computed by the rules the single cycle uses (persona_record), and every cycle recorded in one
-    transaction (persona_cycles_record); a step that must ask an operator first is put in the inbox on the way,
-    and a milestone crossed is checked once the pass is recorded. A cycle that needs more (a model planning or
-    decision, a plan to stop or replan, goals to re-evaluate, a retry due) runs after them as the agent's own
-    cycle (persona_cycle); any cycle that may wait on a model server is returned to run apart (agent_cycle). Returns what happened to each agent whose cycle ran here, and the agents returned."""
+    """One cycle of each of many persona agents, as the runtimes drive them: one read for all
+    (persona_rows_many), the routines their goals call for started together (routines_start), the uncommon
+    work (a plan to stop or replan, goals to re-evaluate, a goal the model plans) done by the services a single
+    cycle calls (persona_prepare) and the agents it changed read again together, each experience computed by
+    the rules the single cycle uses (persona_record), and every cycle recorded in one transaction
+    (persona_cycles_record); a step that must ask an operator first is put in the inbox on the way, and a
+    milestone crossed is checked once the pass is recorded. A cycle whose automatic planning retry is due runs
+    as the agent's own cycle (persona_cycle). Only models that answer at once (the offline ones) are asked in a
+    pass: a cycle that may wait on a model server is returned to run apart (agent_cycle), so that no pass waits
+    on one. Returns what happened to each agent whose cycle ran here, and the agents returned."""
     rows = persona_rows_many(agent_ids)
     now = timezone.now()
     records: list[CycleRecord] = []
     checks: list[CycleRecord] = []
-    alone: list[int] = []
+    apart: list[int] = []
+    done: dict[int, str] = {}
     routines: list[tuple[PersonaState, Goal]] = []
+    prepare: list[PersonaState] = []
+    retries: list[PersonaRows] = []
     for agent_id in agent_ids:
         row = rows.get(agent_id)
         if row is None or row.agent.status != Agent.Status.RUNNING or row.agent.kind != Agent.Kind.PERSONA:
             continue
         agent = row.agent
+        at_once = answers_at_once(agent_models=agent.planner_models)
         if agent.plan_retry_at is not None and agent.plan_retry_at <= now:
-            alone.append(agent_id)
+            if at_once:
+                retries.append(row)
+            else:
+                apart.append(agent_id)
             continue
         state = persona_state(agent, row)
         work = persona_prepare_work(state)
         if isinstance(work, Goal):  # a goal to plan: its routine, when it has one, is started below
             routines.append((state, work))
         elif work:
-            alone.append(agent_id)
+            prepare.append(state) if at_once else apart.append(agent_id)
         else:
-            persona_common(state, runner=runner, records=records, alone=alone, checks=checks)
+            persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
     started = persona_routines_start(routines, runner=runner)
     for state, goal in routines:
         if goal.pk in started:
             persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
-            persona_common(state, runner=runner, records=records, alone=alone, checks=checks)
+            persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
+        elif answers_at_once(agent_models=state.agent.planner_models):
+            prepare.append(state)  # no routine to repeat: the model plans it
         else:
-            alone.append(state.agent.pk)  # no routine to repeat: the model plans it
-    recorded = persona_cycles_record(records) if records else {}
-    done = {r.agent.pk: f"{r.action}: {r.outcome}" for r in records if r.agent.pk in recorded}
-    for record in checks:  # seed 001: a milestone crossed is checked once its experience is recorded
-        if record.agent.pk in recorded:
-            try:
-                persona_milestones_check(record, runner=runner)
-            except Exception:  # one agent's broken check must never stop the others'
-                logger.exception("milestone check of agent %s failed", record.agent.pk)
-    # The uncommon cycles whose model calls, if any, wait on nothing (the offline models) run here, each as its
-    # own cycle; those that may wait on a model server are returned to run apart, so that no pass waits on one.
-    reread = {state.agent.pk for state, _ in routines}  # a plan begun since the pass read them
-    apart = []
-    for agent_id in alone:
-        row = rows[agent_id]
-        if not answers_at_once(agent_models=row.agent.planner_models):
-            apart.append(agent_id)
-            continue
+            apart.append(state.agent.pk)
+    # The uncommon work, each agent's by the services a single cycle calls (their own transactions); the agents
+    # it changed are read again together, and their cycles go on with the others.
+    changed: dict[int, int] = {}
+    for state in prepare:
         try:
-            if agent_id in reread:
-                done[agent_id] = agent_cycle(agent_id=agent_id, runner=runner)
+            if persona_prepare(state=state, runner=runner):
+                changed[state.agent.pk] = state.agent.cycle_count
             else:
-                done[agent_id] = persona_cycle(agent=row.agent, rows=row, runner=runner)
+                persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
         except Exception:  # one agent's broken cycle must never stop the others'
-            logger.exception("cycle of agent %s failed", agent_id)
+            logger.exception("cycle of agent %s failed", state.agent.pk)
+    for agent_id, row in persona_rows_many(list(changed)).items():
+        if row.agent.cycle_count == changed[agent_id] and row.agent.status == Agent.Status.RUNNING:
+            persona_common(persona_state(row.agent, row), runner=runner, records=records, apart=apart, checks=checks)
+        else:
+            done[agent_id] = "cycle already done"
+    recorded = persona_cycles_record(records) if records else {}
+    done |= {r.agent.pk: f"{r.action}: {r.outcome}" for r in records if r.agent.pk in recorded}
+    try:  # seed 001: a milestone crossed is checked once its experience is recorded
+        persona_milestones_check([r for r in checks if r.agent.pk in recorded], runner=runner)
+    except Exception:  # broken checks must never stop the rest of the pass
+        logger.exception("milestone checks of a pass failed")
+    for row in retries:  # a failed planning whose automatic retry is due: the agent's own cycle
+        try:
+            done[row.agent.pk] = persona_cycle(agent=row.agent, rows=row, runner=runner)
+        except Exception:  # one agent's broken cycle must never stop the others'
+            logger.exception("cycle of agent %s failed", row.agent.pk)
     return done, apart
 
 
-def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecord], alone: list[int],
+def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecord], apart: list[int],
                    checks: list[CycleRecord]) -> None:
-    """The common path of a cycle in a batch: the step followed (a step that must first ask an operator is put
-    in the inbox on the way, as in a single cycle) and the experience computed, added to `records`; a goal's
-    milestone crossed is checked after the batch is recorded (`checks`) when the model answers at once. The
-    agent goes to `alone` when the cycle needs more: a model's decision, or a milestone check that may wait on
-    a model server."""
+    """The rest of a cycle in a pass, once its plans are prepared: the step followed (a step that must first
+    ask an operator is put in the inbox on the way, as in a single cycle), the action chosen (an urgent need's
+    decision asked of the model when it answers at once) and the experience computed, added to `records`; a
+    goal's milestone crossed is checked after the pass is recorded (`checks`). The agent goes to `apart` when
+    its cycle needs a model that may wait on a server: a decision, or a milestone check."""
+    at_once = answers_at_once(agent_models=state.agent.planner_models)
     plan, step = persona_step_choose(state, runner)
-    chosen = persona_action(state, plan, step, asking=False)
+    chosen = persona_action(state, plan, step, asking=at_once)
     if chosen is None:
-        alone.append(state.agent.pk)
+        apart.append(state.agent.pk)
         return
     record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=state.agent.cycle_count,
                             runner=runner)
     if any(goal_state.crossed_milestone for _, goal_state in record.goals):
-        if not answers_at_once(agent_models=state.agent.planner_models):
-            alone.append(state.agent.pk)
+        if not at_once:
+            apart.append(state.agent.pk)
             return
         checks.append(record)
     records.append(record)

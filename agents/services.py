@@ -69,12 +69,6 @@ class CycleRecord:
     goal_unrewarded: GoalState | None = None  # the completing plan's goal without the completion bonus
     need_ids: dict[str, int] = field(default_factory=dict)  # the need rows by name (the batch writes them by id)
 
-    @property
-    def writes_plans(self) -> bool:
-        """Whether the cycle changes a plan's row (completes it, asks for its replan, closes plans): uncommon."""
-        change = self.step_change
-        return bool(self.plans_to_close) or (change is not None and (change.plan_completed or change.verdict.replan))
-
 
 def cycle_next_at(agent: Agent, now: Any) -> Any:
     """When the agent's next cycle is due: one interval after this one was due, so that a cycle run late keeps
@@ -120,17 +114,12 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
         events += step_apply(change=change, runner=record.runner, experience_id=experience.pk, now=now,
                              plan_written=plan_written)
         pushed.add(change.plan.pk)
-    goals = record.goals
-    if record.goal_unrewarded is not None and not any(e.kind == PlanEvent.Kind.PLAN_COMPLETED for e in events):
-        # The plan did not complete after all (an operator cancelled it or changed its step meanwhile).
-        rewarded = record.step_change.plan.goal_id if record.step_change else None
-        goals = [(g, record.goal_unrewarded if g.pk == rewarded else s) for g, s in goals]
+    goals = goals_after(record, plan_completed=any(e.kind == PlanEvent.Kind.PLAN_COMPLETED for e in events))
     abandoned = goals_write(goals=goals, now=now)
     events += [goal_abandoned_event(goal, state, runner=record.runner, experience_id=experience.pk)
                for goal, state in goals if goal.pk in abandoned]
-    for plan, why in plans_to_close:
-        events += plan_closed_steps(plan=plan, runner=record.runner, reason=why, now=now)
-        pushed.add(plan.pk)
+    events += plans_closed_steps(plans_to_close, runner=record.runner, now=now)
+    pushed |= {plan.pk for plan, _ in plans_to_close}
     lessons_learn([(agent, record.lesson, experience)])  # a failed action's lesson, learned once
     if events:
         PlanEvent.objects.bulk_create(events)
@@ -150,6 +139,15 @@ def experience_of(record: CycleRecord, *, step: PlanStep | None) -> Experience:
         step=step, followed_plan=record.followed, override_reason=record.override_reason[:300],
         outcome=record.outcome, hours=record.hours, needs_after=record.needs_after,
         goals_after={str(g.pk): [round(s.progress, 4), round(s.confidence, 4)] for g, s in record.goals})
+
+
+def goals_after(record: CycleRecord, *, plan_completed: bool) -> list[tuple[Goal, GoalState]]:
+    """The goals as the cycle's experience moved them; should its plan not have completed after all (an
+    operator cancelled it or changed its step meanwhile), the plan's goal without the completion bonus."""
+    if record.goal_unrewarded is None or plan_completed or record.step_change is None:
+        return record.goals
+    rewarded = record.step_change.plan.goal_id
+    return [(g, record.goal_unrewarded if g.pk == rewarded else s) for g, s in record.goals]
 
 
 def goal_abandoned_event(goal: Goal, state: GoalState, *, runner: str, experience_id: int) -> PlanEvent:
@@ -173,10 +171,7 @@ def cycle_plans_claim(record: CycleRecord, now: Any) -> tuple[StepChange | None,
     writes: dict[int, tuple[Plan, dict[str, Any]]] = {p.pk: (p, dict(PLAN_CLOSED)) for p, _ in record.plans_to_close}
     for_step: dict[str, Any] = {}
     if change is not None and change.plan.pk not in writes:
-        if change.plan_completed:
-            for_step = {"status": Plan.Status.COMPLETED}
-        elif change.verdict.replan:
-            for_step = {"replan_reason": change.verdict.failure}
+        for_step = step_plan_values(change)
         if for_step:
             writes[change.plan.pk] = (change.plan, for_step)
     claimed = {pk for pk, (plan, values) in sorted(writes.items())
@@ -237,9 +232,7 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
         plan.replan_reason = verdict.failure
     if change.plan_completed:
         plan.status = Plan.Status.COMPLETED
-        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_COMPLETED,
-                                actor_label=runner, reason="all steps done",
-                                detail={"experience": experience_id, "goal_progress_bonus": True}))
+        events.append(plan_completed_event(plan, runner=runner, experience_id=experience_id))
     return events
 
 
@@ -249,21 +242,29 @@ STEP_WRITTEN = ["actual_cycles", "overrides", "status", "result", "error", "fail
 
 @transaction.atomic
 def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experience]:
-    """Record many persona cycles in one transaction (the scale-out runtime's batch), with what
+    """Record many persona cycles in one transaction (the scale-out runtime's pass), with what
     persona_cycle_record writes for each, in a fixed number of statements whatever their number. A cycle
-    already recorded (its agent's count moved on) is left out and nothing of it is written; so is a step an
-    operator changed meanwhile (its experience is recorded, the step stays as the operator left it). A cycle
-    that changes a plan's row is recorded on its own, by persona_cycle_record (uncommon). Returns the
-    experiences recorded, by agent."""
+    already recorded (its agent's count moved on) is left out and nothing of it is written. What an operator
+    decided meanwhile stands, as in a single cycle: a plan whose status changed keeps it and the cycle's change
+    to it and its step is dropped; a step whose status changed keeps it (the experience is recorded, the step
+    and its plan stay as the operator left them, and a plan that did not complete gives its goal no bonus). A
+    cycle that closes plans (a goal abandoned) is recorded on its own, by persona_cycle_record (uncommon).
+    Returns the experiences recorded, by agent."""
     done: dict[int, Experience] = {}
-    for record in (r for r in records if r.writes_plans):
+    for record in (r for r in records if r.plans_to_close):
         try:
             with transaction.atomic():
                 done[record.agent.pk] = persona_cycle_record(record)
         except CycleAlreadyDone:
             pass
     now = timezone.now()
-    batch = [r for r in records if not r.writes_plans]
+    batch = [r for r in records if not r.plans_to_close]
+    # The services' lock order: plans, agents, steps. First the plans the cycles complete or ask to replan,
+    # with their status now; a cycle whose plan's status moved on drops its change (cycle_plans_claim's rule).
+    plan_values = {r.agent.pk: step_plan_values(r.step_change) for r in batch if r.step_change is not None}
+    plan_status = dict(Plan.objects.select_for_update().filter(
+        pk__in=[r.step_change.plan.pk for r in batch if r.step_change is not None and plan_values[r.agent.pk]])
+        .order_by("pk").values_list("pk", "status"))
     # The agents' rows, locked in id order (the lock a second runner on one of them waits on), then only the
     # cycles whose count is still the one read.
     counts = dict(Agent.objects.select_for_update().filter(pk__in=[r.agent.pk for r in batch]).order_by("pk")
@@ -271,34 +272,51 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     batch = [r for r in batch if counts.get(r.agent.pk) == r.expected_cycle]
     if not batch:
         return done
+    changes: dict[int, StepChange] = {}
     for record in batch:
+        change = record.step_change
+        if change is not None and (not plan_values[record.agent.pk]
+                                   or plan_status.get(change.plan.pk) == change.plan.status):
+            changes[record.agent.pk] = change
         agent = record.agent
         agent.cycle_count, agent.emotions = record.expected_cycle + 1, record.emotions
         agent.next_cycle_at = cycle_next_at(agent, now)
     rows_write(Agent, [r.agent for r in batch], ["cycle_count", "emotions", "next_cycle_at"])
     needs_move(batch, now)
     experiences = Experience.objects.bulk_create([
-        experience_of(r, step=r.step_change.step if r.step_change else None) for r in batch])
+        experience_of(r, step=changes[r.agent.pk].step if r.agent.pk in changes else None) for r in batch])
+    by_agent = {r.agent.pk: e for r, e in zip(batch, experiences, strict=True)}
     events: list[PlanEvent] = []
-    changes = [(r, e) for r, e in zip(batch, experiences, strict=True) if r.step_change is not None]
-    statuses = dict(PlanStep.objects.select_for_update().filter(
-        pk__in=[r.step_change.step.pk for r, _ in changes if r.step_change]).order_by("pk").values_list("pk", "status"))
+    statuses = dict(PlanStep.objects.select_for_update().filter(pk__in=[c.step.pk for c in changes.values()])
+                    .order_by("pk").values_list("pk", "status"))
     steps: list[PlanStep] = []
-    for record, experience in changes:
-        change = record.step_change
-        assert change is not None
-        if statuses.get(change.step.pk) != change.step.status:
+    completed: list[Plan] = []
+    replans: list[Plan] = []
+    for record in batch:
+        change = changes.get(record.agent.pk)
+        if change is None or statuses.get(change.step.pk) != change.step.status:
             continue  # an operator's decision meanwhile stands
+        experience = by_agent[record.agent.pk]
         fields, step_events = step_written(change=change, runner=record.runner, experience_id=experience.pk, now=now)
         for name, value in fields.items():
             setattr(change.step, name, value)
         steps.append(change.step)
         events += step_events
-    if steps:
-        rows_write(PlanStep, steps, STEP_WRITTEN)
-    goals = [pair for r in batch for pair in r.goals]
+        plan, values = change.plan, plan_values[record.agent.pk]
+        if values:
+            for name, value in values.items():
+                setattr(plan, name, value)
+            plan.updated_at = now
+            (completed if "status" in values else replans).append(plan)
+        if change.plan_completed:
+            events.append(plan_completed_event(plan, runner=record.runner, experience_id=experience.pk))
+    rows_write(Plan, completed, ["status", "updated_at"])
+    rows_write(Plan, replans, ["replan_reason", "updated_at"])
+    rows_write(PlanStep, steps, STEP_WRITTEN)
+    rewarded = {p.pk for p in completed}
+    goals = [pair for r in batch for pair in goals_after(
+        r, plan_completed=r.step_change is not None and r.step_change.plan.pk in rewarded)]
     abandoned = goals_write(goals=goals, now=now)
-    by_agent = {r.agent.pk: e for r, e in zip(batch, experiences, strict=True)}
     events += [goal_abandoned_event(goal, state, runner=r.runner, experience_id=by_agent[goal.agent_id].pk)
                for r in batch for goal, state in r.goals if goal.pk in abandoned]
     lessons_learn([(r.agent, r.lesson, by_agent[r.agent.pk]) for r in batch if r.lesson])
@@ -309,6 +327,24 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
         publish_changed_on_commit(agent_id=record.agent.pk, plan_id=change.plan.pk if change else None,
                                   kind="experience")
     return done | by_agent
+
+
+def step_plan_values(change: StepChange | None) -> dict[str, Any]:
+    """What a cycle's step change writes to its plan: completed (the plan's last step done), or a replan asked
+    for (the step is stuck); nothing for the common step."""
+    if change is None:
+        return {}
+    if change.plan_completed:
+        return {"status": Plan.Status.COMPLETED}
+    if change.verdict.replan:
+        return {"replan_reason": change.verdict.failure}
+    return {}
+
+
+def plan_completed_event(plan: Plan, *, runner: str, experience_id: int) -> PlanEvent:
+    """The event of a plan whose last step a cycle completed (unsaved): its goal gets the completion bonus."""
+    return PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_COMPLETED, actor_label=runner,
+                     reason="all steps done", detail={"experience": experience_id, "goal_progress_bonus": True})
 
 
 def rows_write(model: Any, rows: Sequence[Any], fields: Sequence[str]) -> None:
@@ -378,47 +414,55 @@ def lessons_learn(learned: Sequence[tuple[Agent, str | None, Experience]]) -> No
 PLAN_CLOSED = {"status": Plan.Status.CANCELLED, "replan_reason": ""}
 
 
-def plan_close(*, plan: Plan, runner: str, reason: str) -> list[PlanEvent]:
-    """An open plan whose goal is finished (completed or abandoned) stops: its unfinished steps are skipped."""
-    now = timezone.now()
-    Plan.objects.filter(pk=plan.pk).update(**PLAN_CLOSED, updated_at=now)
-    return plan_closed_steps(plan=plan, runner=runner, reason=reason, now=now)
+UNFINISHED_STEP_STATUSES = [PlanStep.Status.PENDING, PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL]
 
 
-def plan_closed_steps(*, plan: Plan, runner: str, reason: str, now: Any) -> list[PlanEvent]:
-    """The rest of plan_close once the plan's row says closed: its unfinished steps skipped, the event (unsaved)."""
-    skipped = PlanStep.objects.filter(plan=plan, status__in=[PlanStep.Status.PENDING, PlanStep.Status.RUNNING,
-                                                             PlanStep.Status.AWAITING_APPROVAL])
-    rows = list(skipped.values_list("key", "status"))
-    keys = [key for key, _ in rows]
-    skipped.update(status=PlanStep.Status.SKIPPED, updated_at=now)
-    plan.status, plan.replan_reason = PLAN_CLOSED["status"], PLAN_CLOSED["replan_reason"]
-    detail: dict[str, Any] = {"skipped": keys, "goal_finished": True}
-    # A request that waited for an operator leaves the inbox with nobody's decision on it: the audit and the
-    # plan page say so, and why.
-    withdrawn = [key for key, status in rows if status == PlanStep.Status.AWAITING_APPROVAL]
-    if withdrawn:
-        detail["withdrawn"] = withdrawn
-        reason = f"{reason}; step {', '.join(withdrawn)} left the inbox with nobody's decision"
-    return [PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_CANCELLED, actor_label=runner,
-                      reason=reason[:2000], detail=detail)]
+def plans_closed_steps(closed: Sequence[tuple[Plan, str]], *, runner: str, now: Any) -> list[PlanEvent]:
+    """The rest of closing plans once their rows say closed: their unfinished steps skipped (one read, one
+    UPDATE), an event each (unsaved)."""
+    skipped = PlanStep.objects.filter(plan__in=[plan for plan, _ in closed], status__in=UNFINISHED_STEP_STATUSES)
+    rows: dict[int, list[tuple[str, str]]] = {}
+    for plan_id, key, status in skipped.order_by("plan_id", "position").values_list("plan_id", "key", "status"):
+        rows.setdefault(plan_id, []).append((key, status))
+    if rows:
+        skipped.update(status=PlanStep.Status.SKIPPED, updated_at=now)
+    events = []
+    for plan, reason in closed:
+        plan.status, plan.replan_reason = PLAN_CLOSED["status"], PLAN_CLOSED["replan_reason"]
+        keys = [key for key, _ in rows.get(plan.pk, [])]
+        detail: dict[str, Any] = {"skipped": keys, "goal_finished": True}
+        # A request that waited for an operator leaves the inbox with nobody's decision on it: the audit and the
+        # plan page say so, and why.
+        withdrawn = [key for key, status in rows.get(plan.pk, []) if status == PlanStep.Status.AWAITING_APPROVAL]
+        if withdrawn:
+            detail["withdrawn"] = withdrawn
+            reason = f"{reason}; step {', '.join(withdrawn)} left the inbox with nobody's decision"
+        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_CANCELLED,
+                                actor_label=runner, reason=reason[:2000], detail=detail))
+    return events
 
 
 @transaction.atomic
-def goal_plans_close(*, goal: Goal, runner: str, reason: str, completed: bool = False) -> None:
-    """Close every open plan of a goal that just finished (its own transaction). `completed`: the milestone
-    check said yes just now, which the agent's timeline records as "Goal completed" with its explanation."""
-    plans = list(Plan.objects.select_for_update().filter(goal=goal).open())
-    events = [e for plan in plans for e in plan_close(plan=plan, runner=runner, reason=reason)]
+def goals_plans_close(closing: Sequence[tuple[Goal, str]], *, runner: str, completed: bool = False) -> None:
+    """Close every open plan of goals that just finished, each with its reason, in one transaction (a pass's
+    milestones completed together). `completed`: the milestone check said yes just now, which the agent's
+    timeline records as "Goal completed" with its explanation."""
+    reasons = {goal.pk: reason for goal, reason in closing}
+    plans = list(Plan.objects.select_for_update().filter(goal_id__in=reasons).open().order_by("pk"))
+    now = timezone.now()
+    if plans:
+        Plan.objects.filter(pk__in=[p.pk for p in plans]).update(**PLAN_CLOSED, updated_at=now)
+    events = plans_closed_steps([(plan, reasons[plan.goal_id or 0]) for plan in plans], runner=runner, now=now)
     if completed:
-        events.append(PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_COMPLETED, actor_label=runner,
-                                reason=f"{goal.description}: {goal.milestone_explanation}"[:2000],
-                                detail={"goal": goal.pk, "milestone": True}))
+        events += [PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_COMPLETED, actor_label=runner,
+                             reason=f"{goal.description}: {goal.milestone_explanation}"[:2000],
+                             detail={"goal": goal.pk, "milestone": True}) for goal, _ in closing]
     PlanEvent.objects.bulk_create(events)
     if completed:
-        publish_changed_on_commit(agent_id=goal.agent_id, kind="goal_completed")
+        for agent_id in sorted({goal.agent_id for goal, _ in closing}):
+            publish_changed_on_commit(agent_id=agent_id, kind="goal_completed")
     for plan in plans:
-        publish_changed_on_commit(agent_id=goal.agent_id, plan_id=plan.pk, kind="plan_closed")
+        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_closed")
 
 
 # --- the Django admin -----------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from django.utils import timezone
 from agents.llm.gateway import LLMError, llm_complete
 from agents.llm.schemas import goals_schema, milestone_schema
 from agents.models import Agent
+from agents.services import rows_write
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
 from goals.system import (
@@ -27,6 +28,7 @@ from goals.system import (
     goal_horizon_placed,
     milestone_after,
 )
+from planner_site.events import publish_changed_on_commit
 from planning.models import PlanEvent
 from planning.services import event_agent_record
 
@@ -135,44 +137,77 @@ def milestone_situation(*, goal: Goal, needs: Mapping[str, float]) -> str:
 
 
 def goal_milestone_check(*, goal: Goal) -> bool:
-    """Progress reached MILESTONE_CHECK_THRESHOLD: ask whether the goal is achieved. Yes completes it (the
-    caller closes its open plans); no takes progress back (milestone_after). The explanation is kept. The
-    verdict for a situation stands: the same goal at the same levels is not asked of the model again."""
-    agent = goal.agent
-    needs = {n.name: n.satisfaction for n in agent.needs.filter(name__in=goal.source_needs)}
-    key = milestone_situation(goal=goal, needs=needs)
-    kept = cache.get(key)
-    if kept is not None:
-        achieved, explanation = bool(kept[0]), str(kept[1])
-    else:
+    """Progress reached MILESTONE_CHECK_THRESHOLD: ask whether the goal is achieved (goals_milestones_check,
+    for one goal, its source needs read now). Returns whether it completed."""
+    needs = dict(goal.agent.needs.filter(name__in=goal.source_needs).values_list("name", "satisfaction"))
+    return goal.pk in goals_milestones_check([(goal, needs)])
+
+
+def goals_milestones_check(checks: Sequence[tuple[Goal, Mapping[str, float]]]) -> set[int]:
+    """Goals whose progress reached MILESTONE_CHECK_THRESHOLD, each with its source needs' levels now: ask
+    whether each is achieved. Yes completes it (the caller closes its open plans); no takes progress back
+    (milestone_after). The explanation is kept, with its event. The verdict for a situation stands: the same
+    goal at the same levels is not asked of the model again (one cache read for all). The verdicts are recorded
+    in one transaction (a pass's checks together): only of goals still active. Returns the goals completed."""
+    keys = {goal.pk: milestone_situation(goal=goal, needs=needs) for goal, needs in checks}
+    kept = cache.get_many(list(keys.values()))
+    verdicts: dict[int, tuple[bool, str]] = {}
+    for goal, needs in checks:
+        hit = kept.get(keys[goal.pk])
+        if hit is not None:
+            verdicts[goal.pk] = bool(hit[0]), str(hit[1])
+            continue
+        agent = goal.agent
         experiences = [f"{e.action}: {e.outcome}" for e in agent.experiences.order_by("-cycle")[:RECENT_EXPERIENCES]]
         try:
             answer = llm_complete(purpose="milestone", agent_id=agent.pk, messages=prompt_milestone(
                 goal=goal.description, experiences=list(reversed(experiences)), needs=needs), schema=milestone_schema())
-            achieved, explanation = milestone_verdict(answer.text)
+            verdicts[goal.pk] = milestone_verdict(answer.text)
         except (LLMError, AnswerUnreadable) as exc:
             logger.info("milestone check of %s failed: %s", goal, exc)
-            return False
-        cache.set(key, [achieved, explanation], MILESTONE_KEPT_SECONDS)
-    with transaction.atomic():
-        locked = Goal.objects.select_for_update().get(pk=goal.pk)
-        if locked.status != Goal.Status.ACTIVE:
-            return False
-        level = sum(needs.values()) / len(needs) if needs else None
-        locked.progress, completed = milestone_after(progress=locked.progress, achieved=achieved, needs_level=level)
-        if completed:
-            locked.status = Goal.Status.COMPLETED
-        locked.milestone_explanation = explanation
-        locked.milestone_checked_at = timezone.now()
-        fields = ["status", "progress", "milestone_explanation", "milestone_checked_at"]
-        before = goal.progress
-        locked.save(update_fields=fields)
-        event_agent_record(agent=agent, kind=PlanEvent.Kind.MILESTONE_CHECKED, actor_label="milestone check",
-                           reason=f"{goal.description}: {'achieved' if completed else 'not yet'} ({explanation})"[:4000],
-                           detail={"goal": goal.pk, "achieved": completed,
-                                   "diff": {"progress": [round(before, 3), round(locked.progress, 3)],
-                                            "status": [Goal.Status.ACTIVE, locked.status]}})
-    for name in fields:  # the caller's goal says what was stored (its plans' closing quotes the explanation)
-        setattr(goal, name, getattr(locked, name))
-    return completed
+            continue
+        cache.set(keys[goal.pk], list(verdicts[goal.pk]), MILESTONE_KEPT_SECONDS)
+    if not verdicts:
+        return set()
+    return milestones_record([(goal, needs, verdicts[goal.pk]) for goal, needs in checks if goal.pk in verdicts])
 
+
+MILESTONE_WRITTEN = ["status", "progress", "milestone_explanation", "milestone_checked_at"]
+
+
+@transaction.atomic
+def milestones_record(verdicts: Sequence[tuple[Goal, Mapping[str, float], tuple[bool, str]]]) -> set[int]:
+    """The milestone verdicts of goals, in one transaction: each goal still active (locked) moves by
+    milestone_after, with its MILESTONE_CHECKED event and the diff; the callers' goals say what was stored.
+    Returns the goals completed."""
+    now = timezone.now()
+    locked = {g.pk: g for g in Goal.objects.select_for_update().filter(pk__in=[g.pk for g, _, _ in verdicts])
+              .active().order_by("pk")}
+    written: list[Goal] = []
+    events: list[PlanEvent] = []
+    completed: set[int] = set()
+    for goal, needs, (achieved, explanation) in verdicts:
+        row = locked.get(goal.pk)
+        if row is None:
+            continue  # one an operator completed or abandoned meanwhile stays so
+        level = sum(needs.values()) / len(needs) if needs else None
+        before = row.progress
+        row.progress, done = milestone_after(progress=row.progress, achieved=achieved, needs_level=level)
+        if done:
+            row.status = Goal.Status.COMPLETED
+            completed.add(goal.pk)
+        row.milestone_explanation, row.milestone_checked_at = explanation, now
+        written.append(row)
+        events.append(PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.MILESTONE_CHECKED,
+                                actor_label="milestone check",
+                                reason=f"{goal.description}: {'achieved' if done else 'not yet'} ({explanation})"[:4000],
+                                detail={"goal": goal.pk, "achieved": done,
+                                        "diff": {"progress": [round(before, 3), round(row.progress, 3)],
+                                                 "status": [Goal.Status.ACTIVE, row.status]}}))
+        for name in MILESTONE_WRITTEN:  # the caller's goal says what was stored (its plans' closing quotes it)
+            setattr(goal, name, getattr(row, name))
+    rows_write(Goal, written, MILESTONE_WRITTEN)
+    PlanEvent.objects.bulk_create(events)
+    for agent_id in sorted({goal.agent_id for goal in written}):
+        publish_changed_on_commit(agent_id=agent_id, kind=PlanEvent.Kind.MILESTONE_CHECKED)
+    return completed

@@ -25,9 +25,11 @@ _loop: asyncio.AbstractEventLoop | None = None
 def nudge() -> None:
     """After a commit of an event that may notify someone: dispatch now rather than on the next sweep."""
     if settings.SCALE_OUT:
+        from notifications.selectors import anyone_listening
         from notifications.tasks import dispatch_defer
 
-        dispatch_defer()
+        if anyone_listening():  # with nobody subscribed, no job to run
+            dispatch_defer()
         return
     loop, wake = _loop, _wake
     if loop is not None and wake is not None:

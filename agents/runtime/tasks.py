@@ -46,7 +46,9 @@ CONTROL_QUEUE = "control"  # the sweep, the stalled-job retry and pruning: never
 LOCK_PREFIX = "agent:"
 PASS_PREFIX = "personas:"
 PERSONAS_PER_PASS = 400  # a bigger backlog goes on in the next pass, deferred at once
-PASS_GAP_SECONDS = 0.05  # the least time between two passes of a shard
+PASS_GAP_SECONDS = 0.25  # the least time between two passes of a shard: personas due meanwhile wait for it (at most
+# this late; cycle_next_at keeps their pace), so that a pass takes many at once (the scale bench: each pass costs
+# its job, its reads and its writes whatever its size)
 PRUNE_BUDGET_SECONDS = 5.0  # one pruning round; a bigger backlog goes on in the next round
 
 blueprint = Blueprint()

@@ -66,8 +66,8 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
 def agent_waiting_set(*, agent_id: int, reason: str, retry_sync: bool = False) -> None:
     """What the agent waits for, on its row (the dashboard's "waiting" filter); pushed with the caller's event.
     With retry_sync, the earliest automatic retry too, in the same statement (see agent_retry_sync)."""
-    if not retry_sync:  # the common case, twice in every planning
-        Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300])
+    if not retry_sync:  # the common case, twice in every planning: a row that says so already is not written
+        Agent.objects.filter(pk=agent_id).exclude(waiting_reason=reason[:300]).update(waiting_reason=reason[:300])
         return
     Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300],
                                              plan_retry_at=agent_retry_earliest(agent_id=agent_id))

@@ -47,7 +47,7 @@ def test_needs_read_is_the_queryset_with_its_agent(persona: Agent) -> None:
     with CaptureQueriesContext(connection) as queries:
         got = persona_rows(persona.pk).needs
         assert got[0].agent.emotions == {"hope": 0.5}  # no second query for the agent
-    assert len(queries) == 3  # the whole read: needs with their agent, goals, steps (no query for the agent)
+    assert len(queries) == 4  # the whole read: needs with their agent, goals, open plans, steps (none for the agent)
     assert [values(n) for n in got] == [values(n) for n in expected]
     assert values(got[0].agent) == values(expected[0].agent)
     assert all(n.agent is got[0].agent for n in got)
@@ -69,7 +69,7 @@ def test_goals_and_open_steps_read_are_the_querysets(persona: Agent) -> None:
     with CaptureQueriesContext(connection) as queries:
         state = persona_state(persona, persona_rows(persona.pk))
         read = [(values(s), values(s.plan), values(s.plan.goal)) for p in state.plans for s in state.steps[p.pk]]
-    assert len(queries) == 3  # needs with the agent, goals, steps with their plan and goal
+    assert len(queries) == 4  # needs with the agent, goals, open plans with their goal, their steps
     assert [g.horizon for g in state.goals] == ["short_term", "mid_term"]  # priority order
     assert {g.pk: (values(g), g.planned) for g in state.goals} == expected_goals(persona)  # type: ignore[attr-defined]
     assert sorted(read, key=lambda r: r[0]["id"]) == sorted(expected_steps(persona), key=lambda r: r[0]["id"])

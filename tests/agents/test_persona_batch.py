@@ -220,3 +220,43 @@ def test_a_cycle_run_late_keeps_the_agents_pace_and_one_far_behind_starts_afresh
     assert cycle_next_at(agent, now) == now + timedelta(seconds=2)
     agent.next_cycle_at = None  # its first cycle
     assert cycle_next_at(agent, now) == now + timedelta(seconds=2)
+
+
+def test_a_plan_an_operator_cancelled_meanwhile_stays_cancelled() -> None:
+    """A pass completes plans in its one transaction; an operator's cancel made after the pass read the plan
+    wins, as it does against a single cycle: the plan stays cancelled, its step as the cancel left it, and its
+    goal as the cancel left it."""
+    from planning.services import plan_cancel
+
+    agent, other = person(steps=(("eat", 1),)), person(steps=(("eat", 1),))
+    plan = Plan.objects.get(agent=agent)
+    operator = User.objects.create_user("olivia", password="pw-123456789")
+    with records_then(lambda: plan_cancel(plan=Plan.objects.get(pk=plan.pk), user=operator, reason="not now")):
+        done, own = persona_cycles([agent.pk, other.pk], runner="runner test")
+    assert set(done) == {agent.pk, other.pk} and own == []
+    assert Plan.objects.get(agent=other).status == Plan.Status.COMPLETED  # the pass did complete a plan
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.CANCELLED
+    assert not plan.events.filter(kind=PlanEvent.Kind.PLAN_COMPLETED).exists()
+    assert not plan.steps.filter(status=PlanStep.Status.COMPLETED).exists()
+    assert Experience.objects.filter(agent=agent).count() == 1  # the experience itself happened
+    goal = Goal.objects.get(agent=agent)
+    assert (goal.status, goal.progress) == (Goal.Status.ABANDONED, 0.0)  # as the operator's cancel left it
+
+
+def test_a_plan_kept_from_completing_in_a_pass_gives_its_goal_no_bonus() -> None:
+    """The step a plan's completion hung on changed after the pass read it (behind the services' back, so the
+    plan stays open): the plan is not completed and its goal moves by the experience alone."""
+    from goals.system import PLAN_COMPLETION_BONUS
+
+    agent, other = person(steps=(("eat", 1),)), person(steps=(("eat", 1),))
+    plan = Plan.objects.get(agent=agent)
+    with records_then(lambda: PlanStep.objects.filter(plan=plan).update(status=PlanStep.Status.SKIPPED)):
+        done, _ = persona_cycles([agent.pk, other.pk], runner="runner test")
+    assert set(done) == {agent.pk, other.pk}
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.ACTIVE
+    assert not plan.events.filter(kind=PlanEvent.Kind.PLAN_COMPLETED).exists()
+    rewarded, unrewarded = Goal.objects.get(agent=other), Goal.objects.get(agent=agent)
+    assert Plan.objects.get(agent=other).status == Plan.Status.COMPLETED
+    assert unrewarded.status == Goal.Status.ACTIVE
+    assert rewarded.progress == pytest.approx(unrewarded.progress + PLAN_COMPLETION_BONUS, abs=0.001)

@@ -2,7 +2,8 @@
 
 For each fleet size (SCALE_AGENTS, default 200,1000,2000) demo personas cycle at the default 2 s interval,
 driven by two `manage.py runagents` processes (Procrastinate workers) against a database of their own;
-`manage.py serve --no-runner` serves the pages. After a warm-up, for SCALE_SECONDS (default 30):
+`manage.py serve --no-runner` serves the pages. After a warm-up (SCALE_WARMUP_SECONDS, default 15), for
+SCALE_SECONDS (default 30):
 
 - scale_<N>_due_cycles: cycles achieved / cycles due (N / interval); goal >= 95 % at 1,000 agents. The note says
   how many model calls a cycle the window had (the personas' first cycles plan and check milestones most).
@@ -42,7 +43,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PG = ["-h", "127.0.0.1", "-U", "postgres"]
 INTERVAL = 2.0  # Agent.cycle_interval's default
 RUNNERS = 2
-WARMUP_SECONDS = 15.0
+# The window starts this long after the runners (SCALE_WARMUP_SECONDS): by default the personas' first cycles,
+# when they plan their goals; a longer warm-up measures a fleet that has been running a while.
+WARMUP_SECONDS = float(os.environ.get("SCALE_WARMUP_SECONDS", "15"))
 SEED = """
 import sys
 from django.db import transaction
