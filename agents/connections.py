@@ -8,7 +8,7 @@ connection each. SQLite keeps each thread's connection (opening one is cheap and
 
 from __future__ import annotations
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 
 # What a lost connection or a database outage raises (a terminated backend, a refused connect, a
 # restart): the runner waits and retries these; any other error is a bug in one cycle.
@@ -17,13 +17,13 @@ CONNECTION_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceErr
 
 def connection_release() -> None:
     """Give this thread's connection back to the pool, unless a transaction still needs it."""
-    if connection.vendor == "sqlite" or connection.in_atomic_block:
+    if connection.vendor == "sqlite" or not transaction.get_autocommit():
         return
     connection.close()
 
 
 def connection_recover() -> None:
     """After an error: drop this thread's connection if it is broken, so the next query opens a fresh one."""
-    if connection.in_atomic_block:
+    if not transaction.get_autocommit():
         return
-    connection.close_if_unusable_or_obsolete()  # Django's own check after an error (as at a request's end)
+    close_old_connections()  # Django's own check after an error (as at a request's end)

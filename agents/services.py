@@ -322,7 +322,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     lessons_learn([(r.agent, r.lesson, by_agent[r.agent.pk]) for r in batch if r.lesson])
     if events:
         PlanEvent.objects.bulk_create(events)
-    for record in batch:  # one message for the transaction (publish_changed_on_commit gathers them)
+    for record in batch:  # the runner publishes the pass's changes together (published_together)
         change = record.step_change
         publish_changed_on_commit(agent_id=record.agent.pk, plan_id=change.plan.pk if change else None,
                                   kind="experience")

@@ -1,6 +1,6 @@
 """The live-event publisher: after a change commits, tell the open pages which agents and plans changed.
 
-A change is one small message ("agents 3, plans 12 changed"), published once per transaction to the
+A change is one small message ("agents 3, plans 12 changed"), published after its transaction commits to the
 one group every web process listens on (`LIVE_GROUP`); the web process renders what its pages show
 (planning/live/), once per page and audience, whoever made the change.
 
@@ -12,6 +12,9 @@ How a message travels, by where it starts:
   `manage.py shell`): nowhere. The embedded stack is one process; open pages show another process's
   changes when they are next loaded (or reconnect). Live pages with several processes need Redis.
 
+The changes of a runner's cycle or pass go out as one message when it ends (`published_together`);
+elsewhere (a request, the admin, a shell) each change goes out once its transaction commits.
+
 Each message carries the publisher's id and a sequence number; a publisher that failed to send sets
 `gap` on its next message, so pages that may have missed something re-render their full state.
 """
@@ -22,15 +25,16 @@ import asyncio
 import atexit
 import contextlib
 import contextvars
+import functools
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 logger = logging.getLogger("planner.events")
 
@@ -156,19 +160,34 @@ publisher = Publisher()
 atexit.register(publisher.drain)
 
 
-class _TransactionChanges:
-    """What one transaction changed; published once, after it commits."""
+class _Changes:
+    """The agents and plans whose changes committed inside one `published_together` block."""
 
     def __init__(self) -> None:
         self.agents: set[int] = set()
         self.plans: set[int] = set()
 
-    def __call__(self) -> None:
-        _pending.changes = None
-        publisher.publish(agents=self.agents, plans=self.plans)
+    def publish(self) -> None:
+        agents, plans = self.agents, self.plans
+        self.agents, self.plans = set(), set()
+        publisher.publish(agents=agents, plans=plans)
 
 
-_pending = threading.local()
+_together: contextvars.ContextVar[_Changes | None] = contextvars.ContextVar("published_together", default=None)
+
+
+@contextlib.contextmanager
+def published_together() -> Iterator[None]:
+    """The changes committed inside this block go out as one message when it ends (a runner's cycle or pass:
+    one message instead of one per event). Only committed changes are gathered (each is added by its own
+    `transaction.on_commit` callback, which a rollback discards), so nothing rolled back is ever pushed."""
+    changes = _Changes()
+    token = _together.set(changes)
+    try:
+        yield
+    finally:
+        _together.reset(token)
+        changes.publish()
 
 
 def publish_changed(*, agent_id: int, plan_id: int | None = None, kind: str = "changed") -> None:
@@ -176,20 +195,17 @@ def publish_changed(*, agent_id: int, plan_id: int | None = None, kind: str = "c
     publisher.publish(agents={agent_id}, plans={plan_id} if plan_id else set())
 
 
-def publish_changed_on_commit(*, agent_id: int, plan_id: int | None = None, kind: str = "changed") -> None:
-    """Publish once the surrounding transaction commits, so pages never show what was rolled back.
-
-    All the changes of one transaction go out as one message.
-    """
-    if not connection.in_atomic_block:
+def _committed(agent_id: int, plan_id: int | None, kind: str) -> None:
+    changes = _together.get()
+    if changes is None:
         publish_changed(agent_id=agent_id, plan_id=plan_id, kind=kind)
         return
-    changes: _TransactionChanges | None = getattr(_pending, "changes", None)
-    # A callback dropped by a rollback is no longer queued: start afresh.
-    if changes is None or not any(entry[1] is changes for entry in connection.run_on_commit):
-        changes = _TransactionChanges()
-        _pending.changes = changes
-        transaction.on_commit(changes)
     changes.agents.add(agent_id)
     if plan_id:
         changes.plans.add(plan_id)
+
+
+def publish_changed_on_commit(*, agent_id: int, plan_id: int | None = None, kind: str = "changed") -> None:
+    """Publish once the surrounding transaction commits (at once outside one), so pages never show what was
+    rolled back. Inside `published_together`, with the block's other changes when it ends."""
+    transaction.on_commit(functools.partial(_committed, agent_id, plan_id, kind))

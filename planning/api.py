@@ -20,7 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig
-from django.db import connection
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
 from django.utils import timezone
@@ -433,7 +433,7 @@ def plan_next_checked(*, agent: Agent, plan_id: int, token_id: int | None, via: 
         if token_id is not None and not token_active(token_id):
             raise TokenRevoked
     except BaseException:
-        if not connection.in_atomic_block:
+        if transaction.get_autocommit():
             connection.close()
         raise
     return external.plan_next_read(agent=agent, plan_id=plan_id, via=via)

@@ -15,6 +15,7 @@ from django.utils import timezone
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
 from agents.cycle import agent_cycle, persona_cycles
 from agents.models import Agent
+from planner_site.events import published_together
 from planning.models import Plan
 from planning.planner import plans_interrupted_fail
 
@@ -38,8 +39,9 @@ def cycle_run(agent_id: int, runner: str) -> str:
     agent at a time, so planning found "validating" when a cycle starts was left by a cycle that died (a
     killed worker, a restarted process): it fails first, with that reason, and the agent plans again."""
     try:
-        plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
-        return agent_cycle(agent_id=agent_id, runner=runner)
+        with published_together():  # the cycle's changes: one message to the open pages
+            plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
+            return agent_cycle(agent_id=agent_id, runner=runner)
     except CONNECTION_ERRORS:
         connection_recover()
         raise
@@ -51,7 +53,8 @@ def personas_run(agent_ids: list[int], runner: str) -> tuple[dict[int, str], lis
     """One pass of these personas (persona_cycles), then the thread's connection given back: what happened to
     each whose cycle ran, and those whose cycle runs apart (it may wait on a model server)."""
     try:
-        return persona_cycles(agent_ids, runner=runner)
+        with published_together():  # the pass's changes: one message to the open pages
+            return persona_cycles(agent_ids, runner=runner)
     except CONNECTION_ERRORS:
         connection_recover()
         raise

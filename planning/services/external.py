@@ -177,7 +177,7 @@ def plan_next_read(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[st
     try:
         return plan_next(agent=agent, plan_id=plan_id, via=via)
     finally:
-        if not connection.in_atomic_block:  # a caller's transaction (a test's) keeps its connection
+        if transaction.get_autocommit():  # a caller's transaction (a test's) keeps its connection
             connection.close()
 
 

@@ -39,7 +39,7 @@ def atomic_retried[**P, R](func: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if transaction.get_connection().in_atomic_block:
+        if not transaction.get_autocommit():  # inside an outer transaction
             with transaction.atomic():
                 return func(*args, **kwargs)
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):

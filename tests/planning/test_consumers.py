@@ -284,20 +284,41 @@ async def test_websocket_while_the_layer_is_down_is_closed_with_4503(settings: A
     await comm.disconnect()
 
 
-async def test_one_transaction_is_one_publish(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_runner_cycle_is_one_publish_of_what_committed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner's cycle or pass (published_together): its committed changes go out as one message when it ends;
+    what a transaction rolled back is never pushed, inside the block or after it."""
     sent: list[tuple[set[int], set[int]]] = []
     monkeypatch.setattr(events.publisher, "publish", lambda *, agents, plans: sent.append((set(agents), set(plans))))
     step = await database_sync_to_async(PlanStepFactory)()
+    other = await database_sync_to_async(PlanStepFactory)()
+    rolled_back = await database_sync_to_async(PlanStepFactory)()
 
-    def several() -> None:
-        with transaction.atomic():
-            for i in range(3):
-                services.event_record(plan=step.plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label="t", reason=str(i))
-        with transaction.atomic():
-            services.event_record(plan=step.plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label="t", reason="x")
-            transaction.set_rollback(True)  # rolled back: nothing to publish
+    def record(plan: Any, reason: str) -> None:
+        services.event_record(plan=plan, kind=PlanEvent.Kind.STEP_EDITED, actor_label="t", reason=reason)
 
-    await database_sync_to_async(several)()
+    def cycle() -> None:
+        with events.published_together():
+            with transaction.atomic():
+                for i in range(3):
+                    record(step.plan, str(i))
+            with transaction.atomic():
+                record(rolled_back.plan, "x")
+                transaction.set_rollback(True)  # rolled back: nothing to publish
+            record(other.plan, "y")  # its own transaction (autocommit)
+            assert sent == []  # nothing goes out before the block ends
+
+    await database_sync_to_async(cycle)()
+    assert sent == [({step.plan.agent_id, other.plan.agent_id}, {step.plan_id, other.plan_id})]
+
+    def request() -> None:  # outside a block (a request, the admin): each committed change, nothing rolled back
+        with transaction.atomic():
+            record(rolled_back.plan, "z")
+            transaction.set_rollback(True)
+        with transaction.atomic():
+            record(step.plan, "w")
+
+    sent.clear()
+    await database_sync_to_async(request)()
     assert sent == [({step.plan.agent_id}, {step.plan_id})]
 
 
