@@ -4,13 +4,14 @@ planner records what it waits for and its earliest automatic retry."""
 from __future__ import annotations
 
 from django.contrib.auth.models import User
-from django.db.models import Subquery
+from django.db.models import CharField, OuterRef, Subquery, Value
+from django.db.models.functions import Cast, Coalesce, Concat, Left
 
 from agents.models import Agent
 from goals.models import Goal
 from goals.system import MAX_GOALS
 from planner_site.validators import text_problem
-from planning.models import Plan, PlanEvent
+from planning.models import Plan, PlanEvent, PlanStep
 from planning.services.errors import DecisionError
 from planning.services.events import event_agent_record, event_record
 from planning.services.transactions import atomic_retried
@@ -64,13 +65,35 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
 
 
 def agent_waiting_set(*, agent_id: int, reason: str, retry_sync: bool = False) -> None:
-    """What the agent waits for, on its row (the dashboard's "waiting" filter); pushed with the caller's event.
+    """What the agent waits for, on its row (the dashboard's "waiting" filter and count); pushed with the
+    caller's event. An empty `reason` (what it waited for was decided, or it plans afresh) leaves on the row
+    whatever else still waits for an operator (waiting_still): a persona plans its next goal while another
+    plan's step awaits approval, and that step is still in the inbox.
     With retry_sync, the earliest automatic retry too, in the same statement (see agent_retry_sync)."""
+    value: str | Coalesce = reason[:300] if reason else waiting_still()
     if not retry_sync:  # the common case, twice in every planning: a row that says so already is not written
-        Agent.objects.filter(pk=agent_id).exclude(waiting_reason=reason[:300]).update(waiting_reason=reason[:300])
+        Agent.objects.filter(pk=agent_id).exclude(waiting_reason=value).update(waiting_reason=value)
         return
-    Agent.objects.filter(pk=agent_id).update(waiting_reason=reason[:300],
-                                             plan_retry_at=agent_retry_earliest(agent_id=agent_id))
+    Agent.objects.filter(pk=agent_id).update(waiting_reason=value, plan_retry_at=agent_retry_earliest(agent_id=agent_id))
+
+
+def waiting_still() -> Coalesce:
+    """What the agent (the row updated) still waits on, as the services word it, for an UPDATE of its row: a
+    step awaiting approval in an active plan, else a plan awaiting approval, else a plan's question, else ""
+    (what the inbox counts: planning.steer_selectors.inbox_count)."""
+    agent = OuterRef("pk")
+    step = (PlanStep.objects.filter(plan__agent_id=agent, plan__status=Plan.Status.ACTIVE,
+                                    status=PlanStep.Status.AWAITING_APPROVAL)
+            .order_by("updated_at", "pk")
+            .values(text=Concat(Value("step "), "key", Value(" awaits approval"), output_field=CharField()))[:1])
+    plans = Plan.objects.filter(agent_id=agent).order_by("created_at", "pk")
+    version = Cast("version", CharField())
+    plan = (plans.filter(status=Plan.Status.AWAITING_APPROVAL, replan_reason="")
+            .values(text=Concat(Value("plan v"), version, Value(" awaits approval"), output_field=CharField()))[:1])
+    question = (plans.filter(status=Plan.Status.CLARIFYING)
+                .values(text=Left(Concat(Value("plan v"), version, Value(" asks: "), "clarification_question",
+                                         output_field=CharField()), 300))[:1])
+    return Coalesce(Subquery(step), Subquery(plan), Subquery(question), Value(""), output_field=CharField())
 
 
 def agent_retry_earliest(*, agent_id: int) -> Subquery:

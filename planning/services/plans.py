@@ -12,7 +12,7 @@ from agents.models import Agent
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.services.agents import agent_retry_sync
+from planning.services.agents import agent_retry_sync, agent_waiting_set
 from planning.services.errors import DecisionError, PlanNotAwaitingApproval
 from planning.services.events import event_record, reason_clean
 from planning.services.transactions import atomic_retried, plan_lock
@@ -37,7 +37,7 @@ def plan_approve(*, plan: Plan, user: User, mode: str, actor_label: str = "", de
     plan.status = Plan.Status.ACTIVE
     plan.approval_mode = mode
     plan.save(update_fields=["status", "approval_mode", "updated_at"])
-    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    agent_waiting_set(agent_id=plan.agent_id, reason="")
     approved: list[str] = []
     if mode == Plan.ApprovalMode.ALL:
         # "Approve all" is what it says: every step, risky and requires-permission ones included.
@@ -84,7 +84,7 @@ def plan_cancel(*, plan: Plan, user: User | None, reason: str = "", seen_status:
     # Steps locked in one order (by id) after the plan, like every other service.
     keys = [s.key for s in unfinished.select_for_update(no_key=True).order_by("pk").only("pk", "key")]
     PlanStep.objects.filter(plan=plan, key__in=keys).update(status=PlanStep.Status.SKIPPED)
-    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    agent_waiting_set(agent_id=plan.agent_id, reason="")
     if plan.goal_id:
         Goal.objects.filter(pk=plan.goal_id).active().update(status=Goal.Status.ABANDONED)
     return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED, actor=user, actor_label=actor_label,
@@ -129,7 +129,7 @@ def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
     plan.status = Plan.Status.ACTIVE
     plan.replan_reason = f"operator answered '{plan.clarification_question[:200]}': {answer[:500]}"
     plan.save(update_fields=["clarification_answer", "status", "replan_reason", "updated_at"])
-    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    agent_waiting_set(agent_id=plan.agent_id, reason="")
     return event_record(plan=plan, kind=PlanEvent.Kind.CLARIFIED, actor=user, reason=answer[:4000],
                         detail={"question": plan.clarification_question, "answer": answer})
 

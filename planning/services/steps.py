@@ -19,6 +19,7 @@ from planner_site.validators import json_problem, text_problem
 from planning.engine.schedule import step_transition_check
 from planning.engine.validate import plan_validate_edit
 from planning.models import Plan, PlanEvent, PlanStep
+from planning.services.agents import agent_waiting_set
 from planning.services.errors import DecisionError, StepNotAwaitingApproval
 from planning.services.events import actor_name, event_record, reason_clean
 from planning.services.plans import plan_complete
@@ -42,7 +43,7 @@ def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: d
     step.status = PlanStep.Status.PENDING
     step.approved_by = user  # type: ignore[assignment]
     step.save(update_fields=["status", "approved_by", "updated_at"])
-    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason="")
+    agent_waiting_set(agent_id=step.plan.agent_id, reason="")
     return event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_APPROVED, actor=user,
                         actor_label=actor_label, reason=f"approved step {step.key}: {step.description}",
                         detail=detail)
@@ -64,7 +65,7 @@ def step_decline(*, step: PlanStep, user: User, feedback: str, actor_label: str 
     plan = step.plan
     plan.replan_reason = f"step {step.key} declined: {feedback}"
     plan.save(update_fields=["replan_reason", "updated_at"])
-    Agent.objects.filter(pk=plan.agent_id).update(waiting_reason="")
+    agent_waiting_set(agent_id=plan.agent_id, reason="")
     return event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_DECLINED, actor=user, actor_label=actor_label,
                         reason=feedback, detail={"feedback": feedback} | (detail or {}))
 
@@ -79,7 +80,7 @@ def step_skip(*, step: PlanStep, user: User, reason: str = "") -> PlanEvent:
                             "can be skipped. Nothing was changed.")
     step_move(step=step, status=PlanStep.Status.SKIPPED)
     step.save(update_fields=["status", "updated_at"])
-    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason="")
+    agent_waiting_set(agent_id=step.plan.agent_id, reason="")
     plan = step.plan
     event = event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_SKIPPED, actor=user,
                          reason=reason or f"skipped step {step.key}", detail={"skipped": step.key})

@@ -380,5 +380,5 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
     event_record(plan=new, kind=PlanEvent.Kind.VALIDATED, actor=user, reason="; ".join(flags)[:4000],
                  detail={"flags": flags, "steps": len(result.plan.steps), "diff": diff, "edited": True})
     waiting = f"plan v{new.version} awaits approval" if new.status == Plan.Status.AWAITING_APPROVAL else ""
-    Agent.objects.filter(pk=agent.pk).update(waiting_reason=waiting)
+    agent_waiting_set(agent_id=agent.pk, reason=waiting)
     return new

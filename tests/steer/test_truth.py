@@ -146,6 +146,34 @@ def test_dashboard_counts_agree_with_the_inbox(viewer_client: Client) -> None:
     assert "<b>1</b> agent waiting for an operator" in html  # and says that it counts agents here
 
 
+def test_an_agent_still_waiting_on_one_step_says_so_after_it_plans_anew_or_another_is_decided(
+        operator, viewer_client: Client) -> None:  # type: ignore[no-untyped-def]
+    """A persona plans its next goal while a step of another plan awaits approval, and an operator decides one of
+    two waiting steps: the row still says what waits, and the dashboard counts the agent as waiting, as the inbox
+    still lists the step."""
+    agent = AgentFactory(kind=Agent.Kind.PERSONA)
+    first = PlanStepFactory(plan__agent=agent, plan__status=Plan.Status.ACTIVE, key="2", status=PlanStep.Status.PENDING,
+                            requires_permission=True)
+    services.step_request_approval(step=first, runner="runner-test")
+    goal = GoalFactory(agent=agent, description="Visit the library")
+    services.plan_start(agent=agent, goal=goal, goal_text=goal.description, previous=None, reason="",
+                        actor_label="runner-test")
+    agent.refresh_from_db()
+    assert agent.waiting_reason == "step 2 awaits approval"
+
+    second = PlanStepFactory(plan__agent=agent, plan__status=Plan.Status.ACTIVE, key="5", status=PlanStep.Status.PENDING)
+    services.step_request_approval(step=second, runner="runner-test")
+    services.step_approve(step=second, user=operator)
+    agent.refresh_from_db()
+    assert agent.waiting_reason == "step 2 awaits approval"
+    html = viewer_client.get(reverse("dashboard")).content.decode()
+    assert "<b>1</b> agent waiting for an operator" in html
+
+    services.step_decline(step=first, user=operator, feedback="Not today")
+    agent.refresh_from_db()
+    assert agent.waiting_reason == ""  # nothing waits any more
+
+
 def test_roll_back_is_offered_only_where_undo_copies_were_kept(operator_client: Client) -> None:
     external = PlanStepFactory(plan__agent__kind=Agent.Kind.EXTERNAL, status=PlanStep.Status.COMPLETED,
                                tool="file.write", risk="risky")  # run by the external agent: the server kept nothing
