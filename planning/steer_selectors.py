@@ -10,7 +10,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Avg, Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import Avg, Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
 from django.utils import timezone
 
@@ -131,15 +131,12 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
 
 
 def inbox_count() -> int:
-    """How many things wait for a person (the number in every page's navigation): one query, one row over the
-    matching plans (grouped by a constant, which makes no GROUP BY at all)."""
-    plans, steps = Plan.objects.filter(
-        plans_waiting_q() | Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)
-    ).order_by().values(everyone=Value(1)).annotate(
-        plans_waiting=Count("pk", filter=plans_waiting_q(), distinct=True),
-        steps_waiting=Count("steps", filter=Q(status=Plan.Status.ACTIVE, steps__status=PlanStep.Status.AWAITING_APPROVAL)),
-    ).values_list("plans_waiting", "steps_waiting").get()
-    return int(plans or 0) + int(steps or 0)
+    """How many things wait for a person (the number in every page's navigation): the plans waiting, and the
+    steps awaiting approval in active plans, counted apart. The dashboard bench (1,000 agents, one step waiting
+    each) measured one joined count at 10 ms of PostgreSQL against 3 ms for these two, on every page's load."""
+    plans = Plan.objects.filter(plans_waiting_q()).count()
+    steps = PlanStep.objects.filter(status=PlanStep.Status.AWAITING_APPROVAL, plan__status=Plan.Status.ACTIVE).count()
+    return plans + steps
 
 
 def goal_queue(goal: Goal) -> tuple[Plan | None, int]:

@@ -1,9 +1,7 @@
-"""`{% step_row step %}`, `{% agent_row row %}`: a plan's step row and a dashboard row, each rendered from its
-template's partial (the same partial the live pushes render)."""
+"""`{% step_row step %}`: a plan's step row, rendered from its template's partial (the same partial the live
+pushes render)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from django import template
 from django.template.loader import get_template
@@ -32,9 +30,3 @@ def step_row(context: template.Context, step: PlanStep) -> SafeString:
 def overrides_limit() -> int:
     """Seed 000: this many overrides of a persona's step in a row replan its plan."""
     return MAX_OVERRIDES
-
-
-@register.simple_tag
-def agent_row(row: Any) -> SafeString:
-    """A dashboard row."""
-    return mark_safe(get_template("planning/dashboard.html#row").render({"row": row}))  # noqa: S308 (autoescaped there)
