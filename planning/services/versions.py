@@ -172,7 +172,8 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
     detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
     if plan.previous is not None:
         detail["diff"] = plan_diff([s.diff_values() for s in plan.previous.steps.all()], [s.diff_values() for s in steps])
-    agent_waiting_set(agent_id=plan.agent_id, reason="" if persona else f"plan v{plan.version} awaits approval")
+    if not persona:  # a persona's plan starts at once: nothing new waits (plan_start said what still does)
+        agent_waiting_set(agent_id=plan.agent_id, reason=f"plan v{plan.version} awaits approval")
     event_record(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label=actor_label, reason="; ".join(flags)[:4000],
                  detail=detail)
     if not persona:
