@@ -260,3 +260,21 @@ def test_a_plan_kept_from_completing_in_a_pass_gives_its_goal_no_bonus() -> None
     assert Plan.objects.get(agent=other).status == Plan.Status.COMPLETED
     assert unrewarded.status == Goal.Status.ACTIVE
     assert rewarded.progress == pytest.approx(unrewarded.progress + PLAN_COMPLETION_BONUS, abs=0.001)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_is_one_push_to_the_open_pages_naming_every_persona_it_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's pass (personas_run) commits its personas' cycles, then tells the open pages once, naming every
+    agent and plan it changed: not once per transaction or per persona."""
+    from agents.runtime.cycles import personas_run
+    from planner_site import events
+
+    sent: list[tuple[set[int], set[int]]] = []
+    monkeypatch.setattr(events.publisher, "publish", lambda *, agents, plans: sent.append((set(agents), set(plans))))
+    people = [person(), person(money=0.5), person(hunger=0.4)]
+    done, apart = personas_run([p.pk for p in people], "runner-test")
+    assert set(done) == {p.pk for p in people} and not apart
+    assert len(sent) == 1, sent
+    agents, plans = sent[0]
+    assert agents == {p.pk for p in people}
+    assert plans <= set(Plan.objects.filter(agent__in=people).values_list("pk", flat=True)) and plans
