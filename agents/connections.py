@@ -9,21 +9,33 @@ connection each. SQLite keeps each thread's connection (opening one is cheap and
 from __future__ import annotations
 
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
+from django.db.transaction import TransactionManagementError
 
 # What a lost connection or a database outage raises (a terminated backend, a refused connect, a
 # restart): the runner waits and retries these; any other error is a bug in one cycle.
 CONNECTION_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
 
 
+def in_transaction() -> bool:
+    """Whether this thread is inside `atomic()` (a caller's transaction, a test's), found without opening a
+    connection: `transaction.get_autocommit()` connects first, which here would take a pooled connection only to
+    give it back, or wait out the pool's timeout during an outage. The rollback flag exists only inside atomic()."""
+    try:
+        transaction.get_rollback()
+    except TransactionManagementError:
+        return False
+    return True
+
+
 def connection_release() -> None:
     """Give this thread's connection back to the pool, unless a transaction still needs it."""
-    if connection.vendor == "sqlite" or not transaction.get_autocommit():
+    if connection.vendor == "sqlite" or in_transaction():
         return
     connection.close()
 
 
 def connection_recover() -> None:
     """After an error: drop this thread's connection if it is broken, so the next query opens a fresh one."""
-    if not transaction.get_autocommit():
+    if in_transaction():
         return
     close_old_connections()  # Django's own check after an error (as at a request's end)

@@ -20,7 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import RequestDataTooBig
-from django.db import connection, transaction
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver
 from django.utils import timezone
@@ -32,6 +32,7 @@ from ninja.security import HttpBearer
 from ninja.throttling import SimpleRateThrottle
 from pydantic import AliasChoices, BaseModel, ConfigDict, model_validator
 
+from agents.connections import in_transaction
 from agents.declared_tools import DESCRIPTION_MAX, MAX_PROPERTIES, MAX_TOOLS, NAME_PATTERN, RISK_NAMES
 from agents.models import Agent, AgentToken
 from agents.tools import MAX_LOOP_RUNS
@@ -433,7 +434,7 @@ def plan_next_checked(*, agent: Agent, plan_id: int, token_id: int | None, via: 
         if token_id is not None and not token_active(token_id):
             raise TokenRevoked
     except BaseException:
-        if transaction.get_autocommit():
+        if not in_transaction():
             connection.close()
         raise
     return external.plan_next_read(agent=agent, plan_id=plan_id, via=via)

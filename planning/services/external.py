@@ -15,6 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
+from agents.connections import in_transaction
 from agents.declared_tools import tool_registry, tools_declaration_problems
 from agents.models import Agent, ApiRequest
 from planning.engine.schedule import steps_blocked, steps_runnable
@@ -177,7 +178,7 @@ def plan_next_read(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[st
     try:
         return plan_next(agent=agent, plan_id=plan_id, via=via)
     finally:
-        if transaction.get_autocommit():  # a caller's transaction (a test's) keeps its connection
+        if not in_transaction():  # a caller's transaction (a test's) keeps its connection
             connection.close()
 
 
