@@ -168,9 +168,7 @@ class _Changes:
         self.plans: set[int] = set()
 
     def publish(self) -> None:
-        agents, plans = self.agents, self.plans
-        self.agents, self.plans = set(), set()
-        publisher.publish(agents=agents, plans=plans)
+        publisher.publish(agents=self.agents, plans=self.plans)
 
 
 _together: contextvars.ContextVar[_Changes | None] = contextvars.ContextVar("published_together", default=None)

@@ -27,6 +27,12 @@ class PlanQuerySet(models.QuerySet["Plan"]):
         """Plans that hold their goal: open, or failed (a failed planning retries)."""
         return self.filter(status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
 
+    def waiting(self) -> PlanQuerySet:
+        """Plans that wait for a person: a question of the planner, or a plan awaiting approval that was not sent
+        back for a new version (declined with feedback, it waits for its agent)."""
+        return self.filter(models.Q(status=Plan.Status.CLARIFYING)
+                           | models.Q(status=Plan.Status.AWAITING_APPROVAL, replan_reason=""))
+
 
 class Plan(models.Model):
     """One version of an agent's plan for a goal; a replan makes version n+1 linked to version n."""

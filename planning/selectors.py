@@ -24,6 +24,9 @@ CALLS_PAGE_SIZE = 20
 ATTEMPTS_SHOWN = 20
 
 
+LOW_BELOW = 0.4  # a need this low shows as "low" on the dashboard (below URGENT_BELOW, "urgent")
+
+
 class NeedLevel(NamedTuple):
     """A need as a dashboard row shows it: its name, its level in percent, and how low it is ("urgent" below
     the world's URGENT_BELOW, "low" below LOW_BELOW, else "")."""
@@ -36,9 +39,6 @@ class NeedLevel(NamedTuple):
     def of(cls, name: str, satisfaction: float) -> NeedLevel:
         level = "urgent" if satisfaction < URGENT_BELOW else "low" if satisfaction < LOW_BELOW else ""
         return cls(name, round(satisfaction * 100), level)
-
-
-LOW_BELOW = 0.4
 
 
 @dataclass

@@ -72,19 +72,15 @@ def agent_waiting_set(*, agent_id: int, reason: str, retry_sync: bool = False) -
     approval, and that step is still in the inbox. Every wait writes its reason when it starts, so a row that
     says nothing waits is left alone (one UPDATE that matches nothing, the common case, as in every planning),
     and only a row that said something is read again."""
+    reason = reason[:300]
+    row = Agent.objects.filter(pk=agent_id)
     if retry_sync:
-        Agent.objects.filter(pk=agent_id).update(
-            waiting_reason=reason[:300], plan_retry_at=agent_retry_earliest(agent_id=agent_id))
-        if reason:
-            return
-    elif reason:
-        Agent.objects.filter(pk=agent_id).exclude(waiting_reason=reason[:300]).update(waiting_reason=reason[:300])
-        return
-    elif not Agent.objects.filter(pk=agent_id).exclude(waiting_reason="").update(waiting_reason=""):
-        return
-    still = waiting_still(agent_id=agent_id)
-    if still:
-        Agent.objects.filter(pk=agent_id).update(waiting_reason=still[:300])
+        row.update(waiting_reason=reason, plan_retry_at=agent_retry_earliest(agent_id=agent_id))
+        cleared = not reason  # whether it said something before is not known here: read
+    else:  # a row that says so already is not written
+        cleared = bool(row.exclude(waiting_reason=reason).update(waiting_reason=reason)) and not reason
+    if cleared and (still := waiting_still(agent_id=agent_id)):
+        row.update(waiting_reason=still[:300])
 
 
 def waiting_still(*, agent_id: int) -> str:
@@ -98,8 +94,7 @@ def waiting_still(*, agent_id: int) -> str:
         if status == PlanStep.Status.AWAITING_APPROVAL)
     if waiting:
         return f"step {waiting[0][2]} awaits approval"
-    plan = (Plan.objects.filter(agent_id=agent_id, status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
-            .exclude(status=Plan.Status.AWAITING_APPROVAL, replan_reason__gt="")
+    plan = (Plan.objects.filter(agent_id=agent_id).waiting()
             .order_by("status", "created_at", "pk")  # "awaiting_approval" sorts before "needs_clarification"
             .only("status", "version", "clarification_question").first())
     if plan is None:
