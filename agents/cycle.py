@@ -58,7 +58,7 @@ from agents.world import (
     urgent_need,
 )
 from goals.models import Goal
-from goals.services import goals_generate, goals_milestones_check, goals_recur
+from goals.services import goals_generate, goals_milestones_check, goals_recur, goals_recur_many
 from goals.system import (
     MAX_GOALS,
     PLAN_COMPLETION_BONUS,
@@ -524,6 +524,17 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     routines: list[tuple[PersonaState, Goal]] = []
     prepare: list[PersonaState] = []
     retries: list[PersonaRows] = []
+    reevaluating: list[PersonaState] = []
+
+    def dispatch(state: PersonaState, work: str | Goal) -> None:
+        if isinstance(work, Goal):  # a goal to plan: its routine, when it has one, is started below
+            routines.append((state, work))
+        elif work:
+            prepare.append(state) if answers_at_once(agent_models=state.agent.planner_models) else apart.append(
+                state.agent.pk)
+        else:
+            persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
+
     for agent_id in agent_ids:
         row = rows.get(agent_id)
         if row is None or row.agent.status != Agent.Status.RUNNING or row.agent.kind != Agent.Kind.PERSONA:
@@ -538,12 +549,16 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             continue
         state = persona_state(agent, row)
         work = persona_prepare_work(state)
-        if isinstance(work, Goal):  # a goal to plan: its routine, when it has one, is started below
-            routines.append((state, work))
-        elif work:
-            prepare.append(state) if at_once else apart.append(agent_id)
+        if work == "goals":  # goals re-evaluated: what recurs is created below, for all together
+            reevaluating.append(state)
         else:
-            persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
+            dispatch(state, work)
+    try:
+        persona_goals_recur(reevaluating)
+    except Exception:  # a broken batch must never stop the rest of the pass: each re-evaluates on its own
+        logger.exception("goals recurring in a pass failed")
+    for state in reevaluating:  # a need with no goal to recur, or a new goal to plan
+        dispatch(state, persona_prepare_work(state))
     started = persona_routines_start(routines, runner=runner)
     for state, goal in routines:
         if goal.pk in started:
@@ -581,6 +596,20 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
         except Exception:  # one agent's broken cycle must never stop the others'
             logger.exception("cycle of agent %s failed", row.agent.pk)
     return done, apart
+
+
+def persona_goals_recur(states: Sequence[PersonaState]) -> None:
+    """The goals re-evaluation of a pass's personas as far as it needs no model (seed 001 with recurring
+    goals): for each need that calls for a goal, the goal that served it last time recurs, for all of them
+    together (goals_recur_many); each state gets its new goals, unplanned, in priority order. What is left
+    (a need no goal ever served) is the model's, asked by the agent's own re-evaluation (persona_prepare)."""
+    created = goals_recur_many([(state.agent, state.needs, persona_goal_room(state)) for state in states])
+    for state in states:
+        new = created.get(state.agent.pk, [])
+        for goal in new:
+            goal.planned = False  # type: ignore[attr-defined]
+        if new:
+            state.goals = goals_by_priority([*state.goals, *new])
 
 
 def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecord], apart: list[int],

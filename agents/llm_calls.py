@@ -6,19 +6,22 @@ pruned by retention); after an answered call the agent's budget is checked, and 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from agents.llm.gateway import CallRecord
 from agents.models import LLMCall
 from policies.services import budget_after_call
 
 
-def llm_call_record(record: CallRecord) -> int:
-    """Record one model call; the id of its LLMCall row (LLMResult.call_id)."""
-    call = LLMCall.objects.create(
+def llm_calls_record(records: Sequence[CallRecord]) -> list[int]:
+    """Record model calls (one, or a runner pass's together), in one INSERT; the ids of their LLMCall rows, in
+    order (LLMResult.call_id). Then each agent that had an answer is checked against its budget once."""
+    calls = LLMCall.objects.bulk_create([LLMCall(
         agent_id=record.agent_id, plan_id=record.plan_id, purpose=record.purpose, prompt=record.prompt,
         provider=record.provider, model=record.model, latency_ms=record.latency_ms, error=record.error,
         response=record.response, tokens_in=record.tokens_in, tokens_out=record.tokens_out, cost=record.cost,
         finish_reason=record.finish_reason, response_format=record.response_format,
-    )
-    if not record.error:
-        budget_after_call(agent_id=record.agent_id, plan_id=record.plan_id)
-    return call.pk
+    ) for record in records])
+    for agent_id, plan_id in dict.fromkeys((r.agent_id, r.plan_id) for r in records if not r.error):
+        budget_after_call(agent_id=agent_id, plan_id=plan_id)
+    return [call.pk for call in calls]

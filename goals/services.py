@@ -13,11 +13,13 @@ from collections.abc import Mapping, Sequence
 
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
-from agents.llm.gateway import LLMError, llm_complete
+from agents.llm.gateway import LLMError, calls_recorded_together, llm_complete
 from agents.llm.schemas import goals_schema, milestone_schema
-from agents.models import Agent
+from agents.models import Agent, Experience
 from agents.services import rows_write
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
@@ -30,7 +32,6 @@ from goals.system import (
 )
 from planner_site.events import publish_changed_on_commit
 from planning.models import PlanEvent
-from planning.services import event_agent_record
 
 logger = logging.getLogger("planner.goals")
 
@@ -59,36 +60,102 @@ def goals_generate(*, agent: Agent, needs: Mapping[str, float], waiting: Sequenc
 
 RECUR_LOOKBACK = 20  # completed goals searched for one that served a need that is low again
 
+Proposal = Mapping[str, object]
 
-def goals_recur(*, agent: Agent, needs: Mapping[str, float], room: Sequence[str]) -> list[Goal]:
-    """A need that drops below the line again brings back the goal that served it last time, without a model
-    call: the person knows what to do about hunger once they have done it (docs/seeds.md, "recurring goals").
-    `room` lists the needs no active goal serves, lowest first; the model is asked only for those with no
-    such goal. One query; the goals are created by goals_create like generated ones."""
+
+def goals_done_recent(agent_ids: Sequence[int]) -> dict[int, list[dict[str, object]]]:
+    """Each agent's last RECUR_LOOKBACK completed goals, newest first, as the values a proposal needs: one query
+    for any number of agents (a window numbers each agent's goals)."""
+    rank = Window(RowNumber(), partition_by=[F("agent_id")], order_by=F("pk").desc())
+    done: dict[int, list[dict[str, object]]] = {}
+    for row in (Goal.objects.filter(agent_id__in=agent_ids, status=Goal.Status.COMPLETED).annotate(rank=rank)
+                .filter(rank__lte=RECUR_LOOKBACK).order_by("agent_id", "-pk")
+                .values("agent_id", "description", "horizon", "source_needs", "recommended_actions", "source_lessons")):
+        done.setdefault(row["agent_id"], []).append({k: v for k, v in row.items() if k != "agent_id"})
+    return done
+
+
+def recur_proposals(done: Sequence[Mapping[str, object]], *, needs: Mapping[str, float],
+                    room: Sequence[str]) -> list[dict[str, object]]:
+    """The goals that recur for the needs in `room` (lowest first): for each, the newest completed goal that
+    served it, as a proposal; a need none served is left out (the model is asked for it)."""
     wanted = list(room)
     proposals: list[dict[str, object]] = []
-    done = Goal.objects.filter(agent=agent, status=Goal.Status.COMPLETED).order_by("-pk").values(
-        "description", "horizon", "source_needs", "recommended_actions", "source_lessons")[:RECUR_LOOKBACK]
     for goal in done:
-        need = next((n for n in wanted if n in goal["source_needs"]), None)
+        served = goal["source_needs"]
+        need = next((n for n in wanted if isinstance(served, list) and n in served), None)
         if need is None:
             continue
-        wanted = [n for n in wanted if n not in goal["source_needs"]]
+        wanted = [n for n in wanted if n not in served]  # type: ignore[operator]
         horizon = Goal.Horizon.SHORT if needs[need] < RECUR_SHORT_BELOW else Goal.Horizon.MID
         proposals.append({**goal, "horizon": horizon, "reasoning": f"{need.capitalize()} is low again at {needs[need]:.0%}; "
                                                 f"this goal was achieved before, so it recurs."})
         if not wanted:
             break
-    if not proposals:
-        return []
-    return goals_create(agent=agent, proposals=proposals, needs=needs, lessons=[])
+    return proposals
+
+
+def goals_recur(*, agent: Agent, needs: Mapping[str, float], room: Sequence[str]) -> list[Goal]:
+    """A need that drops below the line again brings back the goal that served it last time, without a model
+    call: the person knows what to do about hunger once they have done it (docs/seeds.md, "recurring goals").
+    `room` lists the needs no active goal serves, lowest first; the model is asked only for those with no
+    such goal. The goals are created by goals_create like generated ones."""
+    return goals_recur_many([(agent, needs, room)]).get(agent.pk, [])
+
+
+def goals_recur_many(wanted: Sequence[tuple[Agent, Mapping[str, float], Sequence[str]]]) -> dict[int, list[Goal]]:
+    """goals_recur for many agents at once (a pass of persona cycles): one read of their completed goals, one
+    transaction creating what recurs (goals_create_many). The goals created, by agent."""
+    done = goals_done_recent([agent.pk for agent, _, room in wanted if room])
+    batch: list[tuple[Agent, Sequence[Proposal], Mapping[str, float], Sequence[str]]] = [
+        (agent, proposals, needs, []) for agent, needs, room in wanted
+        if (proposals := recur_proposals(done.get(agent.pk, []), needs=needs, room=room))]
+    return goals_create_many(batch) if batch else {}
+
+
+def goals_create(*, agent: Agent, proposals: Sequence[Proposal], needs: Mapping[str, float],
+                 lessons: Sequence[str]) -> list[Goal]:
+    """Create an agent's proposed goals (goals_create_many, for one agent)."""
+    return goals_create_many([(agent, proposals, needs, lessons)]).get(agent.pk, [])
 
 
 @transaction.atomic
-def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], needs: Mapping[str, float],
-                 lessons: Sequence[str]) -> list[Goal]:
-    Agent.objects.select_for_update().filter(pk=agent.pk).first()  # one generation at a time per agent
-    active = list(Goal.objects.filter(agent=agent).active().values_list("description", "horizon"))
+def goals_create_many(batch: Sequence[tuple[Agent, Sequence[Proposal], Mapping[str, float], Sequence[str]]]
+                      ) -> dict[int, list[Goal]]:
+    """Create the proposed goals of agents (each with its needs now and lessons), in one transaction whatever
+    their number: the agents locked (one generation at a time per agent), their active goals read, each
+    proposal kept by goals_from_proposals, one INSERT of the goals and one of their GOALS_GENERATED events
+    (which goals, for which needs), pushed after commit. The goals created, by agent."""
+    ids = sorted({agent.pk for agent, _, _, _ in batch})
+    list(Agent.objects.select_for_update().filter(pk__in=ids).order_by("pk").values_list("pk", flat=True))
+    active: dict[int, list[tuple[str, str]]] = {pk: [] for pk in ids}
+    for agent_id, description, horizon in Goal.objects.filter(agent_id__in=ids).active().values_list(
+            "agent_id", "description", "horizon"):
+        active[agent_id].append((description, horizon))
+    created: dict[int, list[Goal]] = {}
+    for agent, proposals, needs, lessons in batch:
+        goals = goals_from_proposals(agent=agent, active=active[agent.pk], proposals=proposals, needs=needs,
+                                     lessons=lessons)
+        if goals:
+            created.setdefault(agent.pk, []).extend(goals)
+            active[agent.pk] += [(g.description, g.horizon) for g in goals]
+    Goal.objects.bulk_create([goal for goals in created.values() for goal in goals])
+    PlanEvent.objects.bulk_create([
+        PlanEvent(agent_id=agent_id, kind=PlanEvent.Kind.GOALS_GENERATED, actor_label="goal generation",
+                  reason="; ".join(g.description for g in goals)[:4000],
+                  detail={"goals": [{"description": g.description, "horizon": g.horizon,
+                                     "source_needs": g.source_needs} for g in goals]})
+        for agent_id, goals in created.items()])
+    for agent_id in created:
+        publish_changed_on_commit(agent_id=agent_id, kind=PlanEvent.Kind.GOALS_GENERATED)
+    return created
+
+
+def goals_from_proposals(*, agent: Agent, active: Sequence[tuple[str, str]], proposals: Sequence[Proposal],
+                         needs: Mapping[str, float], lessons: Sequence[str]) -> list[Goal]:
+    """The goals to create from proposals (unsaved), given the agent's active goals (description, horizon):
+    duplicates of active goals, unknown horizons and goals beyond MAX_GOALS are dropped, and each goal's
+    horizon follows seed 001's mix (goal_horizon_placed)."""
     seen = {" ".join(d.lower().split()) for d, _ in active}
     room = MAX_GOALS - len(active)
     mix = Counter(h for _, h in active)
@@ -115,12 +182,6 @@ def goals_create(*, agent: Agent, proposals: Sequence[Mapping[str, object]], nee
         ))
         seen.add(description.lower())
         room -= 1
-    Goal.objects.bulk_create(created)
-    if created:  # recorded like every write: which goals, for which needs (event_agent_record pushes after commit)
-        event_agent_record(agent=agent, kind=PlanEvent.Kind.GOALS_GENERATED, actor_label="goal generation",
-                           reason="; ".join(g.description for g in created)[:4000],
-                           detail={"goals": [{"description": g.description, "horizon": g.horizon,
-                                              "source_needs": g.source_needs} for g in created]})
     return created
 
 
@@ -151,25 +212,39 @@ def goals_milestones_check(checks: Sequence[tuple[Goal, Mapping[str, float]]]) -
     in one transaction (a pass's checks together): only of goals still active. Returns the goals completed."""
     keys = {goal.pk: milestone_situation(goal=goal, needs=needs) for goal, needs in checks}
     kept = cache.get_many(list(keys.values()))
-    verdicts: dict[int, tuple[bool, str]] = {}
-    for goal, needs in checks:
-        hit = kept.get(keys[goal.pk])
-        if hit is not None:
-            verdicts[goal.pk] = bool(hit[0]), str(hit[1])
-            continue
-        agent = goal.agent
-        experiences = [f"{e.action}: {e.outcome}" for e in agent.experiences.order_by("-cycle")[:RECENT_EXPERIENCES]]
-        try:
-            answer = llm_complete(purpose="milestone", agent_id=agent.pk, messages=prompt_milestone(
-                goal=goal.description, experiences=list(reversed(experiences)), needs=needs), schema=milestone_schema())
-            verdicts[goal.pk] = milestone_verdict(answer.text)
-        except (LLMError, AnswerUnreadable) as exc:
-            logger.info("milestone check of %s failed: %s", goal, exc)
-            continue
-        cache.set(keys[goal.pk], list(verdicts[goal.pk]), MILESTONE_KEPT_SECONDS)
+    verdicts: dict[int, tuple[bool, str]] = {
+        goal.pk: (bool(hit[0]), str(hit[1])) for goal, _ in checks if (hit := kept.get(keys[goal.pk])) is not None}
+    asked = [(goal, needs) for goal, needs in checks if goal.pk not in verdicts]
+    recent = experiences_recent({goal.agent_id for goal, _ in asked})
+    fresh: dict[str, list[object]] = {}
+    with calls_recorded_together():  # the checks' calls: one write
+        for goal, needs in asked:
+            try:
+                answer = llm_complete(purpose="milestone", agent_id=goal.agent_id, messages=prompt_milestone(
+                    goal=goal.description, experiences=recent.get(goal.agent_id, []), needs=needs),
+                    schema=milestone_schema())
+                verdicts[goal.pk] = milestone_verdict(answer.text)
+            except (LLMError, AnswerUnreadable) as exc:
+                logger.info("milestone check of %s failed: %s", goal, exc)
+                continue
+            fresh[keys[goal.pk]] = list(verdicts[goal.pk])
+    if fresh:
+        cache.set_many(fresh, MILESTONE_KEPT_SECONDS)
     if not verdicts:
         return set()
     return milestones_record([(goal, needs, verdicts[goal.pk]) for goal, needs in checks if goal.pk in verdicts])
+
+
+def experiences_recent(agent_ids: set[int]) -> dict[int, list[str]]:
+    """Each agent's last RECENT_EXPERIENCES experiences, oldest first, as the milestone prompt lists them: one
+    query for any number of agents (a window numbers each agent's experiences)."""
+    rank = Window(RowNumber(), partition_by=[F("agent_id")], order_by=F("cycle").desc())
+    recent: dict[int, list[str]] = {}
+    for agent_id, action, outcome in (Experience.objects.filter(agent_id__in=agent_ids).annotate(rank=rank)
+                                      .filter(rank__lte=RECENT_EXPERIENCES).order_by("agent_id", "cycle")
+                                      .values_list("agent_id", "action", "outcome")):
+        recent.setdefault(agent_id, []).append(f"{action}: {outcome}")
+    return recent
 
 
 MILESTONE_WRITTEN = ["status", "progress", "milestone_explanation", "milestone_checked_at"]

@@ -339,7 +339,7 @@ LLM_PROVIDERS = {
 LLM_PROVIDERS_AT_ONCE = ["offline"]
 # Records every model call, answered or failed, and returns the row's id: the call log (LLMCall), then the
 # agent's budget check (a budget reached pauses the agent).
-LLM_CALL_RECORDER = "agents.llm_calls.llm_call_record"
+LLM_CALL_RECORDER = "agents.llm_calls.llm_calls_record"
 
 
 def model_list(text: str) -> list[str]:

@@ -4,17 +4,19 @@ Providers come from settings.LLM_PROVIDERS: the offline rules models (the defaul
 they live with the world they simulate, agents/offline_model.py) and any OpenAI-compatible server through the
 `openai` SDK (agents/llm/openai_provider.py). A chain of models is tried in order; a model that errors hands
 over to the next one. Each call, answered or failed, goes to settings.LLM_CALL_RECORDER (the domain's call
-log), so this layer imports no model and no app. `llm_complete` is called from sync code (services, the
+log), so this layer imports no model and no app (`calls_recorded_together` hands it many at once). `llm_complete` is called from sync code (services, the
 runner's agent threads); an HTTP model's answer is still awaited on the runner's event loop (see
 openai_provider).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
@@ -77,11 +79,12 @@ class Deadline:
 
 @dataclass
 class LLMResult:
-    """The answer of the first model that answered, and the id of the call log's row recording it."""
+    """The answer of the first model that answered, and the id of the call log's row recording it (None for a
+    call made inside `calls_recorded_together`: its row is written when the block ends)."""
 
     text: str
     model: str
-    call_id: int
+    call_id: int | None
     tokens_in: int = 0
     tokens_out: int = 0
     latency_ms: int = 0
@@ -115,7 +118,8 @@ class Provider(Protocol):
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One call as the call log keeps it: what settings.LLM_CALL_RECORDER is given (it returns the row's id)."""
+    """One call as the call log keeps it: what settings.LLM_CALL_RECORDER is given (a sequence of them; it
+    returns their rows' ids)."""
 
     purpose: str
     provider: str
@@ -139,10 +143,41 @@ def imported(path: str) -> Any:
     return import_string(path)
 
 
-def call_record(record: CallRecord) -> int:
-    """Hand a call to the domain's call log (settings.LLM_CALL_RECORDER); the id of its row."""
+# The calls of the innermost `calls_recorded_together` block under way, if any.
+_together: ContextVar[list[CallRecord] | None] = ContextVar("llm_calls_together", default=None)
+
+
+def call_record(record: CallRecord) -> int | None:
+    """Hand a call to the domain's call log (settings.LLM_CALL_RECORDER); the id of its row, or None inside
+    `calls_recorded_together` (the row is written when the block ends)."""
+    held = _together.get()
+    if held is not None:
+        held.append(record)
+        return None
+    return calls_record([record])[0]
+
+
+def calls_record(records: Sequence[CallRecord]) -> list[int]:
     recorder = imported(settings.LLM_CALL_RECORDER)
-    return int(recorder(record))
+    return [int(pk) for pk in recorder(records)]
+
+
+@contextlib.contextmanager
+def calls_recorded_together() -> Iterator[None]:
+    """The calls made inside the block are recorded together when it ends (also when it raises: they were
+    made), in one write whatever their number: a runner pass's milestone checks. Their results carry no
+    call_id, and the recorder's budget check follows at the block's end. A block inside another adds to it."""
+    if _together.get() is not None:
+        yield
+        return
+    records: list[CallRecord] = []
+    token = _together.set(records)
+    try:
+        yield
+    finally:
+        _together.reset(token)
+        if records:
+            calls_record(records)
 
 
 def model_chain(purpose: str, *, agent_models: str = "") -> list[str]:
