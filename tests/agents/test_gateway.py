@@ -24,6 +24,7 @@ from agents.llm.gateway import (
     LLMDeadlineError,
     LLMError,
     ProviderAnswer,
+    calls_recorded_together,
     llm_complete,
     model_chain,
 )
@@ -441,3 +442,19 @@ def test_a_long_answer_is_stored_up_to_64_kb_and_shown_behind_show_all(llm_serve
     html = viewer_client.get(plan.get_absolute_url()).content.decode()
     assert "show all (" in html
     assert len(html) < 200_000  # one chatty model no longer makes a megabyte page
+
+
+@pytest.mark.django_db
+def test_calls_recorded_together_are_one_insert_at_the_end_even_when_the_block_fails(
+        django_assert_num_queries: Any) -> None:
+    """A runner pass's milestone checks: each call is still in the call log, written in one INSERT when the
+    block ends, also when it ends with an error (the calls were made)."""
+    with pytest.raises(RuntimeError), calls_recorded_together():
+        with django_assert_num_queries(0):  # nothing written while the calls are made
+            first = llm_complete(purpose="milestone", messages=MESSAGES, models=[OFFLINE_MODEL])
+            second = llm_complete(purpose="goals", messages=MESSAGES, models=[OFFLINE_MODEL])
+        assert first.call_id is None and second.call_id is None  # no row yet
+        assert not LLMCall.objects.exists()
+        raise RuntimeError("the pass broke after its calls")
+    calls = list(LLMCall.objects.order_by("pk"))
+    assert [(c.purpose, c.response) for c in calls] == [("milestone", first.text), ("goals", second.text)]

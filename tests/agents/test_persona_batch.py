@@ -19,6 +19,7 @@ from agents import cycle as cycle_module
 from agents.cycle import agent_cycle, persona_cycles
 from agents.models import Agent, Experience, LLMCall, Need
 from goals.models import Goal
+from goals.system import GENERATION_INTERVAL
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import step_skip
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
@@ -278,3 +279,57 @@ def test_a_pass_is_one_push_to_the_open_pages_naming_every_persona_it_moved(monk
     agents, plans = sent[0]
     assert agents == {p.pk for p in people}
     assert plans <= set(Plan.objects.filter(agent__in=people).values_list("pk", flat=True)) and plans
+
+
+def due_for_goals(*, done: bool = True) -> Agent:
+    """A persona whose goals are re-evaluated this cycle, with money low and no goal serving it; `done`: it
+    earned money before (a completed goal that served it)."""
+    agent = person(money=0.2, cycle_count=GENERATION_INTERVAL)
+    if done:
+        GoalFactory(agent=agent, description="Earn some money", horizon=Goal.Horizon.MID, source_needs=["money"],
+                    recommended_actions=["work"], status=Goal.Status.COMPLETED, progress=1.0)
+    return agent
+
+
+def test_goals_recur_in_the_pass_for_every_persona_in_a_fixed_number_of_statements() -> None:
+    """Seed 001's re-evaluation with recurring goals: a need low again brings back the goal that served it,
+    for every persona of the pass together, without a model call; its event says which goal, for which need."""
+    small = [due_for_goals() for _ in range(2)]
+    large = [due_for_goals() for _ in range(6)]
+    counts = []
+    for agents in (small, large):
+        with CaptureQueriesContext(connection) as queries:
+            done, own = persona_cycles([a.pk for a in agents], runner="runner test")
+        assert own == [] and set(done) == {a.pk for a in agents}
+        counts.append(len(queries))
+    assert counts[0] == counts[1]
+    for agent in [*small, *large]:
+        recurred = Goal.objects.get(agent=agent, description="Earn some money", status=Goal.Status.ACTIVE)
+        assert recurred.source_needs == ["money"] and recurred.horizon == Goal.Horizon.SHORT  # money is at 20 %
+        event = PlanEvent.objects.get(agent=agent, kind=PlanEvent.Kind.GOALS_GENERATED)
+        assert event.detail["goals"] == [{"description": "Earn some money", "horizon": Goal.Horizon.SHORT, "source_needs": ["money"]}]
+        assert seen(agent)["cycles"] == GENERATION_INTERVAL + 1
+    assert not LLMCall.objects.filter(purpose="goals").exists()
+
+
+def test_a_need_no_goal_ever_served_is_the_models_in_the_same_pass() -> None:
+    recurring, new = due_for_goals(), due_for_goals(done=False)
+    done, own = persona_cycles([recurring.pk, new.pk], runner="runner test")
+    assert own == [] and set(done) == {recurring.pk, new.pk}
+    assert LLMCall.objects.filter(purpose="goals").values_list("agent_id", flat=True).get() == new.pk
+    active = Goal.objects.filter(agent=new, status=Goal.Status.ACTIVE).values_list("source_needs", flat=True)
+    assert any("money" in needs for needs in active)  # the offline model proposed a goal for money
+
+
+def test_a_pass_records_its_milestone_checks_model_calls_in_one_insert() -> None:
+    agents = [near_milestone() for _ in range(3)]
+    with CaptureQueriesContext(connection) as queries:
+        done, own = persona_cycles([a.pk for a in agents], runner="runner test")
+    assert own == [] and set(done) == {a.pk for a in agents}
+    inserts = [q["sql"] for q in queries if q["sql"].startswith('INSERT INTO "agents_llmcall"')]
+    assert len(inserts) == 1
+    for agent in agents:
+        call = LLMCall.objects.get(agent=agent, purpose="milestone")
+        assert call.response and "Keep fed" in str(call.prompt)
+        assert PlanEvent.objects.filter(agent=agent, kind=PlanEvent.Kind.MILESTONE_CHECKED).count() == 1
+    cache.clear()  # the verdicts stand for their situation: other tests ask again
