@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,9 +311,12 @@ def persona_prepare_work(state: PersonaState) -> str | Goal:
     return persona_goal_to_plan(state, plans_held(state, finished)) or ""
 
 
-def persona_prepare(*, state: PersonaState, runner: str) -> bool:
+def persona_prepare(*, state: PersonaState, runner: str, routineless: Collection[int] = (),
+                    recurred: bool = False) -> bool:
     """The uncommon paths, each its own service call (and at most one model call each): replan a plan that
     asks for it, re-evaluate goals when due and there is room, plan the most urgent unplanned goal.
+    What a pass did for all its personas at once is not done again: `routineless`, goals known to have no
+    routine to repeat; `recurred`, the goals that recur were created (persona_goals_recur).
     Returns whether anything was written (the state must then be read again)."""
     if not persona_prepare_work(state):
         return False
@@ -332,17 +335,17 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     room = persona_goal_room(state)
     if room:
         waiting = plans_waiting(state)
-        recurred = goals_recur(agent=agent, needs=state.needs, room=room)
-        served_now = {n for g in recurred for n in g.source_needs}
+        recurring = [] if recurred else goals_recur(agent=agent, needs=state.needs, room=room)
+        served_now = {n for g in recurring for n in g.source_needs}
         generated = []
-        if any(n not in served_now for n in room) and len(state.goals) + len(recurred) < MAX_GOALS:
+        if any(n not in served_now for n in room) and len(state.goals) + len(recurring) < MAX_GOALS:
             generated = goals_generate(agent=agent, needs=state.needs,
                                        waiting=[g.description for g in state.goals if g.pk in waiting])
-        if recurred or generated:  # new goals, without plans: the state in hand gets them, in priority order
+        if recurring or generated:  # new goals, without plans: the state in hand gets them, in priority order
             changed = True
-            for new in [*recurred, *generated]:
+            for new in [*recurring, *generated]:
                 new.planned = False  # type: ignore[attr-defined]
-            state.goals = goals_by_priority([*state.goals, *recurred, *generated])
+            state.goals = goals_by_priority([*state.goals, *recurring, *generated])
     held = plans_held(state, finished)
     if changed:  # a plan begun since the read (this cycle's replan, another runner's planning)
         held |= dict(Plan.objects.filter(agent=agent).open()
@@ -354,7 +357,7 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
         return changed
     # A plan that completed for a goal in the same words is the person's routine for it: seed 000 plans a goal
     # once.
-    source = routine_sources([goal]).get(goal.pk)
+    source = None if goal.pk in routineless else routine_sources([goal]).get(goal.pk)
     routine = None
     if source is not None:
         routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
@@ -553,18 +556,22 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             reevaluating.append(state)
         else:
             dispatch(state, work)
+    recurred: set[int] = set()
     try:
         persona_goals_recur(reevaluating)
+        recurred = {state.agent.pk for state in reevaluating}
     except Exception:  # a broken batch must never stop the rest of the pass: each re-evaluates on its own
         logger.exception("goals recurring in a pass failed")
     for state in reevaluating:  # a need with no goal to recur, or a new goal to plan
         dispatch(state, persona_prepare_work(state))
     started = persona_routines_start(routines, runner=runner)
+    routineless: set[int] = set()
     for state, goal in routines:
         if goal.pk in started:
             persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
             persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
         elif answers_at_once(agent_models=state.agent.planner_models):
+            routineless.add(goal.pk)
             prepare.append(state)  # no routine to repeat: the model plans it
         else:
             apart.append(state.agent.pk)
@@ -573,7 +580,8 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     changed: dict[int, int] = {}
     for state in prepare:
         try:
-            if persona_prepare(state=state, runner=runner):
+            if persona_prepare(state=state, runner=runner, routineless=routineless,
+                               recurred=state.agent.pk in recurred):
                 changed[state.agent.pk] = state.agent.cycle_count
             else:
                 persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
