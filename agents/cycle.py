@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
-from agents.llm.gateway import LLMError, answers_at_once, llm_complete
+from agents.llm.gateway import Deadline, LLMError, answers_at_once, llm_complete
 from agents.llm.placeholders import junk_problem, placeholder_or_example
 from agents.llm.schemas import decide_schema
 from agents.models import Agent, Need
@@ -71,7 +72,7 @@ from goals.system import (
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep, step_current
-from planning.planner import MAX_REPLANS, plan_generate, plan_retry_due
+from planning.planner import MAX_REPLANS, personas_plans_first, plan_continue, plan_generate, plan_retry_due
 from planning.selectors import plan_feedback
 from planning.services import (
     PlanAlreadyReplanned,
@@ -311,12 +312,10 @@ def persona_prepare_work(state: PersonaState) -> str | Goal:
     return persona_goal_to_plan(state, plans_held(state, finished)) or ""
 
 
-def persona_prepare(*, state: PersonaState, runner: str, routineless: Collection[int] = (),
-                    recurred: bool = False) -> bool:
+def persona_prepare(*, state: PersonaState, runner: str, recurred: bool = False) -> bool:
     """The uncommon paths, each its own service call (and at most one model call each): replan a plan that
     asks for it, re-evaluate goals when due and there is room, plan the most urgent unplanned goal.
-    What a pass did for all its personas at once is not done again: `routineless`, goals known to have no
-    routine to repeat; `recurred`, the goals that recur were created (persona_goals_recur).
+    `recurred`: a pass created the goals that recur for all its personas at once (persona_goals_recur).
     Returns whether anything was written (the state must then be read again)."""
     if not persona_prepare_work(state):
         return False
@@ -357,7 +356,7 @@ def persona_prepare(*, state: PersonaState, runner: str, routineless: Collection
         return changed
     # A plan that completed for a goal in the same words is the person's routine for it: seed 000 plans a goal
     # once.
-    source = None if goal.pk in routineless else routine_sources([goal]).get(goal.pk)
+    source = routine_sources([goal]).get(goal.pk)
     routine = None
     if source is not None:
         routine = plan_repeat(goal=goal, source=source, needs=state.needs, runner=runner)
@@ -565,23 +564,22 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     for state in reevaluating:  # a need with no goal to recur, or a new goal to plan
         dispatch(state, persona_prepare_work(state))
     started = persona_routines_start(routines, runner=runner)
-    routineless: set[int] = set()
+    planning: list[tuple[PersonaState, Goal]] = []
     for state, goal in routines:
         if goal.pk in started:
             persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
             persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
         elif answers_at_once(agent_models=state.agent.planner_models):
-            routineless.add(goal.pk)
-            prepare.append(state)  # no routine to repeat: the model plans it
+            planning.append((state, goal))  # no routine to repeat: the model plans it, below
         else:
             apart.append(state.agent.pk)
     # The uncommon work, each agent's by the services a single cycle calls (their own transactions); the agents
     # it changed are read again together, and their cycles go on with the others.
     changed: dict[int, int] = {}
+    persona_goals_plan(planning, runner=runner, changed=changed)
     for state in prepare:
         try:
-            if persona_prepare(state=state, runner=runner, routineless=routineless,
-                               recurred=state.agent.pk in recurred):
+            if persona_prepare(state=state, runner=runner, recurred=state.agent.pk in recurred):
                 changed[state.agent.pk] = state.agent.cycle_count
             else:
                 persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
@@ -604,6 +602,26 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
         except Exception:  # one agent's broken cycle must never stop the others'
             logger.exception("cycle of agent %s failed", row.agent.pk)
     return done, apart
+
+
+def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner: str, changed: dict[int, int]) -> None:
+    """The goals a pass's personas plan with the model (no routine to repeat), planned together
+    (personas_plans_first); a planning whose first answer is not a plan goes on alone (plan_continue). Each
+    agent whose planning ran is added to `changed` (its state is read again), with the cycle count read."""
+    if not planning:
+        return
+    try:
+        _, rest = personas_plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner)
+    except Exception:  # a broken batch must never stop the rest of the pass; what it left "validating" is failed
+        logger.exception("plannings of a pass failed")  # by the sweep (plans_orphaned_fail)
+        return
+    changed.update({state.agent.pk: state.agent.cycle_count for state, _ in planning})
+    for agent, goal, plan, first in rest:
+        try:
+            plan_continue(agent=agent, plan=plan, goal_text=goal.description, goal=goal, actor_label=runner,
+                          deadline=Deadline.after(float(settings.PLAN_DEADLINE_SECONDS)), first=first)
+        except Exception:  # one agent's broken planning must never stop the others'
+            logger.exception("planning of agent %s failed", agent.pk)
 
 
 def persona_goals_recur(states: Sequence[PersonaState]) -> None:

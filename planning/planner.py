@@ -23,7 +23,15 @@ from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
 from agents.llm.extract import ExtractError, json_extract
-from agents.llm.gateway import Deadline, LLMDeadlineError, LLMError, LLMResult, llm_complete, model_chain
+from agents.llm.gateway import (
+    Deadline,
+    LLMDeadlineError,
+    LLMError,
+    LLMResult,
+    calls_recorded_together,
+    llm_complete,
+    model_chain,
+)
 from agents.llm.placeholders import placeholder_or_example
 from agents.llm.schemas import PathChoices, plan_schema, reflect_schema, restate_schema
 from agents.llm.structured import model_profile, prompt_budget, tokens_estimate
@@ -40,6 +48,8 @@ from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import (
     PlanNoLongerValidating,
     attempt_reject,
+    personas_plans_accept,
+    personas_plans_start,
     plan_accept,
     plan_ask,
     plan_fail,
@@ -95,16 +105,55 @@ def plan_generate(
         goal_text = f"{goal_text} ({previous.clarification_answer})"[:500]
     plan = plan_start(agent=agent, goal_text=goal_text, goal=goal, previous=previous, reason=reason,
                       actor_label=actor_label)
+    return plan_continue(agent=agent, plan=plan, goal_text=goal_text, goal=goal, previous=previous, reason=reason,
+                         feedback=feedback, actor_label=actor_label, deadline=deadline)
+
+
+def plan_continue(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None, previous: Plan | None = None,
+                  reason: str = "", feedback: Sequence[str] = (), actor_label: str, deadline: Deadline,
+                  first: Asked | None = None) -> Plan:
+    """The planning of a version started (plan_start), to its end: accepted, a question, or failed. `first`:
+    the first model's answer, already asked (personas_plans_first)."""
     try:
         return plan_attempts(agent=agent, plan=plan, goal_text=goal_text, goal=goal, previous=previous,
-                             reason=reason, feedback=feedback, actor_label=actor_label, deadline=deadline)
+                             reason=reason, feedback=feedback, actor_label=actor_label, deadline=deadline,
+                             first=first)
     except PlanNoLongerValidating:
         plan.refresh_from_db()
         return plan
 
 
+def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str) -> tuple[
+        dict[int, Plan], list[tuple[Agent, Goal, Plan, Asked]]]:
+    """plan_generate for the first plans of many personas' goals at once (a runner's pass; their models answer at
+    once): the versions started together (personas_plans_start), each goal asked of its chain's first model as
+    plan_attempts asks it, the calls recorded in one INSERT, and the plans whose answer is a valid plan accepted
+    together (personas_plans_accept). Returns the plans accepted, by goal, and the others with their first
+    answer, for the caller to take on one by one (plan_continue: a rejection, a question, a model error)."""
+    if not wanted:
+        return {}, []
+    deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
+    plans = personas_plans_start(wanted, actor_label=actor_label)
+    asked: list[tuple[Agent, Goal, Plan, Asked]] = []
+    with calls_recorded_together():
+        for (agent, goal), plan in zip(wanted, plans, strict=True):
+            restatement = plan_restatement(agent=agent, plan=plan, previous=None, goal_text=goal.description,
+                                           deadline=deadline)
+            asked.append((agent, goal, plan, plan_ask_model(
+                agent=agent, plan=plan, model=model_chain("plan", agent_models=agent.planner_models)[0],
+                purpose="plan", goal_text=goal.description, restatement=restatement, previous=None, kept=[],
+                reason="", feedback=(), memory=RetryContext(), deadline=deadline)))
+    accepted = personas_plans_accept([(plan, first.check.spec, list(first.check.flags), first.model)
+                                      for _, _, plan, first in asked
+                                      if first.check is not None and first.check.spec is not None],
+                                     actor_label=actor_label)
+    return ({goal.pk: accepted[plan.pk] for _, goal, plan, _ in asked if plan.pk in accepted},
+            [item for item in asked if item[2].pk not in accepted])
+
+
 def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None, previous: Plan | None,
-                  reason: str, feedback: Sequence[str], actor_label: str, deadline: Deadline) -> Plan:
+                  reason: str, feedback: Sequence[str], actor_label: str, deadline: Deadline,
+                  first: Asked | None = None) -> Plan:
     base = plan_with_steps(previous)
     kept = list(base.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED])) if base else []
     declined = steps_declined(previous)
@@ -124,7 +173,8 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
             outcome = plan_attempt(agent=agent, plan=plan, model=model, purpose=purpose, goal_text=goal_text,
                                    restatement=restatement, previous=base, kept=kept, reason=reason,
                                    feedback=feedback, memory=memory, deadline=deadline, actor_label=actor_label,
-                                   declined=declined)
+                                   declined=declined, asked=first if first is not None and first.model == model
+                                   and index == 0 and attempt == 1 else None)
             if outcome is None and deadline.expired:
                 return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
             if outcome is None:
@@ -161,11 +211,22 @@ def deadline_headline(deadline: Deadline, memory: RetryContext) -> str:
     return f"no acceptable plan within {deadline.seconds:g} s: {counted(memory.rejected, 'answer')} rejected"
 
 
-def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_text: str, restatement: dict[str, str],
-                 previous: Plan | None, kept: list[PlanStep], reason: str, feedback: Sequence[str],
-                 memory: RetryContext, deadline: Deadline, actor_label: str, simple: bool = False,
-                 declined: Sequence[dict[str, Any]] = ()) -> Plan | bool | None:
-    """One ask of one model: the accepted (or clarifying) plan, False when rejected, None when it did not answer."""
+@dataclass
+class Asked:
+    """One ask of one model, before anything of it is written: the answer judged, or the model's error."""
+
+    model: str
+    answer: LLMResult | None = None
+    check: Check | None = None
+    error: LLMError | None = None
+
+
+def plan_ask_model(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_text: str, restatement: dict[str, str],
+                   previous: Plan | None, kept: list[PlanStep], reason: str, feedback: Sequence[str],
+                   memory: RetryContext, deadline: Deadline, simple: bool = False,
+                   declined: Sequence[dict[str, Any]] = ()) -> Asked:
+    """Ask one model for the plan and judge its answer (plan_check); the call is recorded, nothing else is
+    written."""
     messages = plan_messages_fitted(
         model=model, purpose=purpose, agent=agent, goal_text=goal_text, restatement=restatement, previous=previous,
         kept=kept, reason=reason, feedback=feedback, memory=memory, simple=simple, declined=declined)
@@ -173,15 +234,32 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
         answer = llm_complete(purpose=purpose, messages=messages, models=[model], agent_id=agent.pk,
                               plan_id=plan.pk, deadline=deadline, schema=plan_answer_schema(agent, goal_text, model))
     except LLMError as exc:
+        return Asked(model=model, error=exc)
+    return Asked(model=model, answer=answer, check=plan_check(
+        agent=agent, text=answer.text, kept=kept, declined=declined, goal_text=goal_text, answer=answer,
+        steered=bool(feedback or declined)))
+
+
+def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_text: str, restatement: dict[str, str],
+                 previous: Plan | None, kept: list[PlanStep], reason: str, feedback: Sequence[str],
+                 memory: RetryContext, deadline: Deadline, actor_label: str, simple: bool = False,
+                 declined: Sequence[dict[str, Any]] = (), asked: Asked | None = None) -> Plan | bool | None:
+    """One ask of one model (or its answer `asked` already): the accepted (or clarifying) plan, False when
+    rejected, None when it did not answer."""
+    if asked is None:
+        asked = plan_ask_model(agent=agent, plan=plan, model=model, purpose=purpose, goal_text=goal_text,
+                               restatement=restatement, previous=previous, kept=kept, reason=reason,
+                               feedback=feedback, memory=memory, deadline=deadline, simple=simple, declined=declined)
+    if asked.error is not None or asked.answer is None or asked.check is None:
+        exc = asked.error or LLMError("no answer")
         if isinstance(exc, LLMDeadlineError) and not exc.failures:
             return None  # nothing was asked: the time was up before
         memory.errors += 1
         attempt_reject(plan=plan, model=model, reasons=[f"model error: {exc.reason}"], output="", hints=[],
                        actor_label=actor_label)
         return None
+    answer, check = asked.answer, asked.check
     memory.answered_by = model
-    check = plan_check(agent=agent, text=answer.text, kept=kept, declined=declined, goal_text=goal_text,
-                       answer=answer, steered=bool(feedback or declined))
     if check.spec is not None:
         flags = [*check.flags, *(["accepted from a simpler request after rejected answers"] if simple else [])]
         return plan_accept(plan=plan, spec=check.spec, flags=flags, model=model, kept=kept, actor_label=actor_label)

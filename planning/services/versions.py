@@ -158,20 +158,9 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
     """Store the validated steps (one INSERT); tool plans wait for the operator, persona plans start at once."""
     plan = plan_locked_validating(plan)
     persona = plan.agent.kind == Agent.Kind.PERSONA
-    steps_permission_raise(plan=plan, spec=spec, kept_keys={s.key for s in kept}, flags=flags)
-    steps = plan_steps_build(plan=plan, spec=spec, kept=kept)
+    steps, detail = plan_accepted(plan=plan, spec=spec, flags=flags, model=model, kept=kept)
     PlanStep.objects.bulk_create(steps)  # one INSERT
-    plan.status = Plan.Status.ACTIVE if persona else Plan.Status.AWAITING_APPROVAL
-    plan.approval_mode = Plan.ApprovalMode.ALL if persona else Plan.ApprovalMode.PENDING
-    plan.thinking_summary = spec.thinking_summary[:4000]
-    plan.confidence = max(0.0, min(1.0, spec.confidence))
-    plan.risks = list(spec.risks)
-    plan.model = model
-    plan.save(update_fields=["status", "approval_mode", "thinking_summary", "confidence", "risks", "model",
-                             "updated_at"])
-    detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
-    if plan.previous is not None:
-        detail["diff"] = plan_diff([s.diff_values() for s in plan.previous.steps.all()], [s.diff_values() for s in steps])
+    plan.save(update_fields=ACCEPTED_FIELDS)
     if not persona:  # a persona's plan starts at once: nothing new waits (plan_start said what still does)
         agent_waiting_set(agent_id=plan.agent_id, reason=f"plan v{plan.version} awaits approval")
     event_record(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label=actor_label, reason="; ".join(flags)[:4000],
@@ -182,6 +171,78 @@ def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kep
         if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
             plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
     return plan
+
+
+ACCEPTED_FIELDS = ["status", "approval_mode", "thinking_summary", "confidence", "risks", "model", "updated_at"]
+
+
+def plan_accepted(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str,
+                  kept: Sequence[PlanStep]) -> tuple[list[PlanStep], dict[str, Any]]:
+    """A validated plan accepted, without writing: its fields set (ACCEPTED_FIELDS: a persona's plan starts at
+    once, a tool plan waits for the operator), its steps as rows, and its VALIDATED event's detail (the diff
+    against the previous version)."""
+    persona = plan.agent.kind == Agent.Kind.PERSONA
+    steps_permission_raise(plan=plan, spec=spec, kept_keys={s.key for s in kept}, flags=flags)
+    steps = plan_steps_build(plan=plan, spec=spec, kept=kept)
+    plan.status = Plan.Status.ACTIVE if persona else Plan.Status.AWAITING_APPROVAL
+    plan.approval_mode = Plan.ApprovalMode.ALL if persona else Plan.ApprovalMode.PENDING
+    plan.thinking_summary = spec.thinking_summary[:4000]
+    plan.confidence = max(0.0, min(1.0, spec.confidence))
+    plan.risks = list(spec.risks)
+    plan.model = model
+    plan.updated_at = timezone.now()
+    detail: dict[str, Any] = {"model": model, "flags": flags, "steps": len(spec.steps)}
+    if plan.previous is not None:
+        detail["diff"] = plan_diff([s.diff_values() for s in plan.previous.steps.all()], [s.diff_values() for s in steps])
+    return steps, detail
+
+
+@transaction.atomic
+def personas_plans_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str) -> list[Plan]:
+    """plan_start for the first versions of many personas' goals at once (a runner's pass): one INSERT of the
+    plans ("validating"), one of their CREATED events, pushed after commit. An agent whose row said something
+    waits has it said again (agent_waiting_set), as plan_start does. The plans, in order."""
+    plans = Plan.objects.bulk_create([
+        Plan(agent=agent, goal=goal, goal_text=goal.description[:500], status=Plan.Status.VALIDATING, version=1)
+        for agent, goal in wanted])
+    for agent, _ in wanted:
+        if agent.waiting_reason:
+            agent_waiting_set(agent_id=agent.pk, reason="")
+    PlanEvent.objects.bulk_create([
+        PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=actor_label,
+                  detail={"version": 1, "previous": None}) for plan in plans])
+    for plan in plans:
+        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.CREATED)
+    return plans
+
+
+@transaction.atomic
+def personas_plans_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]], *,
+                          actor_label: str) -> dict[int, Plan]:
+    """plan_accept for many personas' first versions at once (a runner's pass), by plan_accepted's rules: the
+    plans still "validating" locked, one INSERT of their steps, one UPDATE of the plans, one INSERT of their
+    VALIDATED events, pushed after commit. A plan someone ended meanwhile is left as it is. The plans
+    accepted, by id."""
+    validating = set(Plan.objects.select_for_update().filter(
+        pk__in=[plan.pk for plan, _, _, _ in accepted], status=Plan.Status.VALIDATING).order_by("pk")
+        .values_list("pk", flat=True))
+    plans: list[Plan] = []
+    steps: list[PlanStep] = []
+    events: list[PlanEvent] = []
+    for plan, spec, flags, model in accepted:
+        if plan.pk not in validating or plan.agent.kind != Agent.Kind.PERSONA or plan.previous_id is not None:
+            continue
+        plan_steps, detail = plan_accepted(plan=plan, spec=spec, flags=flags, model=model, kept=[])
+        plans.append(plan)
+        steps += plan_steps
+        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.VALIDATED,
+                                actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
+    PlanStep.objects.bulk_create(steps)
+    Plan.objects.bulk_update(plans, ACCEPTED_FIELDS)
+    PlanEvent.objects.bulk_create(events)
+    for plan in plans:
+        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
+    return {plan.pk: plan for plan in plans}
 
 
 @transaction.atomic
