@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, Subquery, prefetch_related_objects
 from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
@@ -134,6 +134,8 @@ def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: s
         return {}, []
     deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
     plans = personas_plans_start(wanted, actor_label=actor_label)
+    # What each prompt shows of its persona (plan_messages: needs, lessons), read for all at once.
+    prefetch_related_objects([agent for agent, _ in wanted], "needs", "lessons")
     asked: list[tuple[Agent, Goal, Plan, Asked]] = []
     with calls_recorded_together():
         for (agent, goal), plan in zip(wanted, plans, strict=True):
@@ -431,7 +433,7 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
     files = workspace_listing(agent.workspace) if agent.kind == Agent.Kind.TOOL else []
     backstory = agent.backstory
     if agent.kind == Agent.Kind.PERSONA:  # seed 000's plan inputs: emotions and learned lessons too
-        lessons = list(agent.lessons.values_list("description", flat=True)[:PERSONA_LESSONS_IN_PROMPT])
+        lessons = [lesson.description for lesson in agent.lessons.all()[:PERSONA_LESSONS_IN_PROMPT]]
         backstory = "\n".join([backstory, *persona_situation(emotions=agent.emotions, lessons=lessons)]).strip()
     common: dict[str, Any] = {
         "kind": kind, "goal": goal_text, "agent_name": agent.name, "backstory": backstory, "tools": tools,

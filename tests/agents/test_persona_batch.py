@@ -20,6 +20,7 @@ from agents.cycle import agent_cycle, persona_cycles
 from agents.models import Agent, Experience, LLMCall, Need
 from goals.models import Goal
 from goals.system import GENERATION_INTERVAL
+from planning import planner as planner_module
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import step_skip
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
@@ -333,3 +334,57 @@ def test_a_pass_records_its_milestone_checks_model_calls_in_one_insert() -> None
         assert call.response and "Keep fed" in str(call.prompt)
         assert PlanEvent.objects.filter(agent=agent, kind=PlanEvent.Kind.MILESTONE_CHECKED).count() == 1
     cache.clear()  # the verdicts stand for their situation: other tests ask again
+
+
+def to_plan() -> Agent:
+    """A persona whose short-term goal has no plan and no routine: the model plans it this cycle."""
+    agent = person()
+    Plan.objects.filter(agent=agent).delete()
+    return agent
+
+
+def test_a_pass_plans_its_personas_goals_together_in_a_fixed_number_of_statements() -> None:
+    """The fleet's first cycles: every persona plans a goal. The pass plans them together, each as
+    plan_generate would (its model asked, the answer validated, the plan started at once), and each follows
+    its new plan's first step in the same cycle."""
+    small = [to_plan() for _ in range(2)]
+    large = [to_plan() for _ in range(6)]
+    persona_cycles([to_plan().pk], runner="runner test")  # the policies' state, read once per few seconds
+    counts = []
+    for agents in (small, large):
+        with CaptureQueriesContext(connection) as queries:
+            done, own = persona_cycles([a.pk for a in agents], runner="runner test")
+        assert own == [] and set(done) == {a.pk for a in agents}
+        counts.append(len(queries))
+    assert counts[0] == counts[1]
+    for agent in [*small, *large]:
+        plan = Plan.objects.get(agent=agent)
+        assert plan.status == Plan.Status.ACTIVE and plan.model == "offline-rules" and plan.steps.exists()
+        assert list(plan.events.values_list("kind", flat=True).order_by("pk")) == [
+            PlanEvent.Kind.CREATED, PlanEvent.Kind.VALIDATED, PlanEvent.Kind.STEP_STARTED]
+        assert LLMCall.objects.get(agent=agent, purpose="plan").plan_id == plan.pk
+        assert Experience.objects.get(agent=agent).followed_plan  # its first step, in the same cycle
+
+
+def test_a_first_answer_that_is_no_plan_goes_on_alone_as_plan_generate_would() -> None:
+    agent, other = to_plan(), to_plan()
+    real = planner_module.llm_complete
+    asked: list[int | None] = []
+
+    def first_answer_is_prose(**kwargs: Any) -> Any:
+        result = real(**kwargs)
+        if kwargs["agent_id"] == agent.pk and not asked:
+            asked.append(kwargs["plan_id"])
+            result.text = "I would rather not plan today."
+        return result
+
+    with mock.patch.object(planner_module, "llm_complete", first_answer_is_prose):
+        done, own = persona_cycles([agent.pk, other.pk], runner="runner test")
+    assert own == [] and set(done) == {agent.pk, other.pk}
+    plan = Plan.objects.get(agent=agent)
+    assert asked == [plan.pk] and plan.status == Plan.Status.ACTIVE  # the second answer was a plan
+    kinds = list(plan.events.values_list("kind", flat=True).order_by("pk"))
+    assert kinds[:3] == [PlanEvent.Kind.CREATED, PlanEvent.Kind.ATTEMPT_REJECTED, PlanEvent.Kind.VALIDATED]
+    assert "no JSON plan" in plan.events.get(kind=PlanEvent.Kind.ATTEMPT_REJECTED).reason
+    assert LLMCall.objects.filter(plan=plan, purpose="plan").count() == 2
+    assert Plan.objects.get(agent=other).status == Plan.Status.ACTIVE
