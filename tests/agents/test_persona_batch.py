@@ -179,16 +179,21 @@ def test_an_urgent_decision_that_stands_for_the_situation_is_taken_in_the_batch(
     cache.clear()
 
 
-def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
-    small = [person().pk for _ in range(2)]
-    large = [person().pk for _ in range(10)]
+def passes_statements(*batches: list[Agent]) -> list[int]:
+    """The statements of one pass of each batch, every cycle of which ran in the pass."""
     counts = []
-    for ids in (small, large):
+    for agents in batches:
         with CaptureQueriesContext(connection) as queries:
-            done, own = persona_cycles(ids, runner="runner test")
-        assert len(done) == len(ids) and own == []
+            done, own = persona_cycles([a.pk for a in agents], runner="runner test")
+        assert own == [] and set(done) == {a.pk for a in agents}
         counts.append(len(queries))
-    assert counts[0] == counts[1]
+    return counts
+
+
+def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
+    small_statements, large_statements = passes_statements([person() for _ in range(2)],
+                                                           [person() for _ in range(10)])
+    assert small_statements == large_statements
 
 
 def test_routines_start_in_the_pass_and_are_followed_in_the_same_cycle() -> None:
@@ -297,13 +302,8 @@ def test_goals_recur_in_the_pass_for_every_persona_in_a_fixed_number_of_statemen
     for every persona of the pass together, without a model call; its event says which goal, for which need."""
     small = [due_for_goals() for _ in range(2)]
     large = [due_for_goals() for _ in range(6)]
-    counts = []
-    for agents in (small, large):
-        with CaptureQueriesContext(connection) as queries:
-            done, own = persona_cycles([a.pk for a in agents], runner="runner test")
-        assert own == [] and set(done) == {a.pk for a in agents}
-        counts.append(len(queries))
-    assert counts[0] == counts[1]
+    small_statements, large_statements = passes_statements(small, large)
+    assert small_statements == large_statements
     for agent in [*small, *large]:
         recurred = Goal.objects.get(agent=agent, description="Earn some money", status=Goal.Status.ACTIVE)
         assert recurred.source_needs == ["money"] and recurred.horizon == Goal.Horizon.SHORT  # money is at 20 %
@@ -350,13 +350,8 @@ def test_a_pass_plans_its_personas_goals_together_in_a_fixed_number_of_statement
     small = [to_plan() for _ in range(2)]
     large = [to_plan() for _ in range(6)]
     persona_cycles([to_plan().pk], runner="runner test")  # the policies' state, read once per few seconds
-    counts = []
-    for agents in (small, large):
-        with CaptureQueriesContext(connection) as queries:
-            done, own = persona_cycles([a.pk for a in agents], runner="runner test")
-        assert own == [] and set(done) == {a.pk for a in agents}
-        counts.append(len(queries))
-    assert counts[0] == counts[1]
+    small_statements, large_statements = passes_statements(small, large)
+    assert small_statements == large_statements
     for agent in [*small, *large]:
         plan = Plan.objects.get(agent=agent)
         assert plan.status == Plan.Status.ACTIVE and plan.model == "offline-rules" and plan.steps.exists()
