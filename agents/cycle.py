@@ -59,7 +59,13 @@ from agents.world import (
     urgent_need,
 )
 from goals.models import Goal
-from goals.services import goals_generate, goals_milestones_check, goals_recur, goals_recur_many
+from goals.services import (
+    goals_generate,
+    goals_generate_many,
+    goals_milestones_check,
+    goals_recur,
+    goals_recur_many,
+)
 from goals.system import (
     MAX_GOALS,
     PLAN_COMPLETION_BONUS,
@@ -164,6 +170,7 @@ class PersonaState:
     goals: list[Goal]  # active, short-term first; each with .planned (an open or failed plan exists)
     plans: list[Plan] = field(default_factory=list)  # open, short-term goal first
     steps: dict[int, list[PlanStep]] = field(default_factory=dict)
+    reevaluated: bool = False  # the goals were re-evaluated this cycle (a pass did it for all its personas)
 
 
 @dataclass
@@ -270,7 +277,7 @@ def plans_finished(state: PersonaState) -> list[Plan]:
 def persona_goal_room(state: PersonaState) -> list[str]:
     """The needs that call for a new goal when goals are re-evaluated this cycle (empty otherwise). A need whose
     goal waits for a person is room for another goal: the person finds another way meanwhile."""
-    if not goals_reevaluation_due(state.agent.cycle_count):
+    if state.reevaluated or not goals_reevaluation_due(state.agent.cycle_count):
         return []
     waiting = plans_waiting(state)
     served = [n for g in state.goals if g.pk not in waiting for n in g.source_needs]
@@ -312,10 +319,9 @@ def persona_prepare_work(state: PersonaState) -> str | Goal:
     return persona_goal_to_plan(state, plans_held(state, finished)) or ""
 
 
-def persona_prepare(*, state: PersonaState, runner: str, recurred: bool = False) -> bool:
+def persona_prepare(*, state: PersonaState, runner: str) -> bool:
     """The uncommon paths, each its own service call (and at most one model call each): replan a plan that
     asks for it, re-evaluate goals when due and there is room, plan the most urgent unplanned goal.
-    `recurred`: a pass created the goals that recur for all its personas at once (persona_goals_recur).
     Returns whether anything was written (the state must then be read again)."""
     if not persona_prepare_work(state):
         return False
@@ -334,7 +340,7 @@ def persona_prepare(*, state: PersonaState, runner: str, recurred: bool = False)
     room = persona_goal_room(state)
     if room:
         waiting = plans_waiting(state)
-        recurring = [] if recurred else goals_recur(agent=agent, needs=state.needs, room=room)
+        recurring = goals_recur(agent=agent, needs=state.needs, room=room)
         served_now = {n for g in recurring for n in g.source_needs}
         generated = []
         if any(n not in served_now for n in room) and len(state.goals) + len(recurring) < MAX_GOALS:
@@ -555,13 +561,11 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             reevaluating.append(state)
         else:
             dispatch(state, work)
-    recurred: set[int] = set()
     try:
-        persona_goals_recur(reevaluating)
-        recurred = {state.agent.pk for state in reevaluating}
+        persona_goals_reevaluate(reevaluating)
     except Exception:  # a broken batch must never stop the rest of the pass: each re-evaluates on its own
-        logger.exception("goals recurring in a pass failed")
-    for state in reevaluating:  # a need with no goal to recur, or a new goal to plan
+        logger.exception("goals re-evaluation of a pass failed")
+    for state in reevaluating:  # a new goal to plan, or the step to follow
         dispatch(state, persona_prepare_work(state))
     started = persona_routines_start(routines, runner=runner)
     planning: list[tuple[PersonaState, Goal]] = []
@@ -579,7 +583,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     persona_goals_plan(planning, runner=runner, changed=changed)
     for state in prepare:
         try:
-            if persona_prepare(state=state, runner=runner, recurred=state.agent.pk in recurred):
+            if persona_prepare(state=state, runner=runner):
                 changed[state.agent.pk] = state.agent.cycle_count
             else:
                 persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
@@ -624,18 +628,25 @@ def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner:
             logger.exception("planning of agent %s failed", agent.pk)
 
 
-def persona_goals_recur(states: Sequence[PersonaState]) -> None:
-    """The goals re-evaluation of a pass's personas as far as it needs no model (seed 001 with recurring
-    goals): for each need that calls for a goal, the goal that served it last time recurs, for all of them
-    together (goals_recur_many); each state gets its new goals, unplanned, in priority order. What is left
-    (a need no goal ever served) is the model's, asked by the agent's own re-evaluation (persona_prepare)."""
-    created = goals_recur_many([(state.agent, state.needs, persona_goal_room(state)) for state in states])
+def persona_goals_reevaluate(states: Sequence[PersonaState]) -> None:
+    """Seed 001's goal re-evaluation of a pass's personas, as persona_prepare does it for one, for all of them
+    together: for each need that calls for a goal, the goal that served it last time recurs
+    (goals_recur_many); the needs still without one are the model's (goals_generate_many). Each state gets its
+    new goals, unplanned, in priority order, and is marked re-evaluated for this cycle."""
+    def add(created: Mapping[int, list[Goal]]) -> None:
+        for state in states:
+            new = created.get(state.agent.pk, [])
+            for goal in new:
+                goal.planned = False  # type: ignore[attr-defined]
+            if new:
+                state.goals = goals_by_priority([*state.goals, *new])
+
+    add(goals_recur_many([(state.agent, state.needs, persona_goal_room(state)) for state in states]))
+    generating = [state for state in states if persona_goal_room(state)]  # needs no recurring goal serves
+    add(goals_generate_many([(state.agent, state.needs, [g.description for g in state.goals
+                                                         if g.pk in plans_waiting(state)]) for state in generating]))
     for state in states:
-        new = created.get(state.agent.pk, [])
-        for goal in new:
-            goal.planned = False  # type: ignore[attr-defined]
-        if new:
-            state.goals = goals_by_priority([*state.goals, *new])
+        state.reevaluated = True
 
 
 def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecord], apart: list[int],

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from agents.llm.gateway import LLMError, calls_recorded_together, llm_complete
 from agents.llm.schemas import goals_schema, milestone_schema
-from agents.models import Agent, Experience
+from agents.models import Agent, Experience, Lesson
 from agents.services import rows_write
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
@@ -45,17 +45,39 @@ def goals_generate(*, agent: Agent, needs: Mapping[str, float], waiting: Sequenc
     """Ask the fast model for up to 3 new goals from needs, personality, emotions and lessons (seed 001).
     Duplicates of active goals, unknown horizons and goals beyond MAX_GOALS are dropped. `waiting`: active
     goals whose plan waits for an operator, so the model may propose another way to their needs."""
-    existing = list(Goal.objects.filter(agent=agent).active().values_list("description", flat=True))
-    lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_PROMPT])
-    try:
-        answer = llm_complete(purpose="goals", agent_id=agent.pk, messages=prompt_goals(
-            needs=needs, personality=agent.personality, emotions=agent.emotions, lessons=lessons, existing=existing,
-            waiting=[w for w in waiting if w in existing]), schema=goals_schema(list(needs)))
-        proposals = goal_proposals(answer.text)
-    except (LLMError, AnswerUnreadable) as exc:
-        logger.info("goal generation for %s failed: %s", agent, exc)
-        return []
-    return goals_create(agent=agent, proposals=proposals[:GOALS_PER_GENERATION], needs=needs, lessons=lessons)
+    return goals_generate_many([(agent, needs, waiting)]).get(agent.pk, [])
+
+
+def goals_generate_many(wanted: Sequence[tuple[Agent, Mapping[str, float], Sequence[str]]]) -> dict[int, list[Goal]]:
+    """goals_generate for many agents at once (a pass of persona cycles): their active goals and lessons read
+    once for all, each agent's model asked, the calls recorded in one INSERT, the goals created in one
+    transaction (goals_create_many). The goals created, by agent."""
+    if not wanted:
+        return {}
+    ids = [agent.pk for agent, _, _ in wanted]
+    existing: dict[int, list[str]] = {}
+    for agent_id, description in Goal.objects.filter(agent_id__in=ids).active().values_list("agent_id", "description"):
+        existing.setdefault(agent_id, []).append(description)
+    lessons: dict[int, list[str]] = {}
+    for agent_id, description in Lesson.objects.filter(agent_id__in=ids).values_list("agent_id", "description"):
+        known = lessons.setdefault(agent_id, [])
+        if len(known) < LESSONS_IN_PROMPT:  # the newest (Lesson's ordering)
+            known.append(description)
+    batch: list[tuple[Agent, Sequence[Proposal], Mapping[str, float], Sequence[str]]] = []
+    with calls_recorded_together():
+        for agent, needs, waiting in wanted:
+            active = existing.get(agent.pk, [])
+            try:
+                answer = llm_complete(purpose="goals", agent_id=agent.pk, messages=prompt_goals(
+                    needs=needs, personality=agent.personality, emotions=agent.emotions,
+                    lessons=lessons.get(agent.pk, []), existing=active, waiting=[w for w in waiting if w in active]),
+                    schema=goals_schema(list(needs)))
+                proposals = goal_proposals(answer.text)
+            except (LLMError, AnswerUnreadable) as exc:
+                logger.info("goal generation for %s failed: %s", agent, exc)
+                continue
+            batch.append((agent, proposals[:GOALS_PER_GENERATION], needs, lessons.get(agent.pk, [])))
+    return goals_create_many(batch) if batch else {}
 
 
 RECUR_LOOKBACK = 20  # completed goals searched for one that served a need that is low again

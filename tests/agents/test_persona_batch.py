@@ -383,3 +383,17 @@ def test_a_first_answer_that_is_no_plan_goes_on_alone_as_plan_generate_would() -
     assert "no JSON plan" in plan.events.get(kind=PlanEvent.Kind.ATTEMPT_REJECTED).reason
     assert LLMCall.objects.filter(plan=plan, purpose="plan").count() == 2
     assert Plan.objects.get(agent=other).status == Plan.Status.ACTIVE
+
+
+def test_goals_the_model_generates_for_a_pass_cost_the_same_statements_for_any_number() -> None:
+    """Needs no achieved goal ever served: each persona's model proposes goals, asked one by one, the calls
+    logged and the goals created for all of them together (and planned in the same pass)."""
+    small = [due_for_goals(done=False) for _ in range(2)]
+    large = [due_for_goals(done=False) for _ in range(6)]
+    persona_cycles([due_for_goals(done=False).pk], runner="runner test")  # the policies' state, cached
+    small_statements, large_statements = passes_statements(small, large)
+    assert small_statements == large_statements
+    for agent in [*small, *large]:
+        assert LLMCall.objects.filter(agent=agent, purpose="goals").count() == 1
+        event = PlanEvent.objects.get(agent=agent, kind=PlanEvent.Kind.GOALS_GENERATED)
+        assert any("money" in goal["source_needs"] for goal in event.detail["goals"])
