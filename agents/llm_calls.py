@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from agents.llm.gateway import CallRecord
 from agents.models import LLMCall
-from policies.services import budget_after_call
+from policies.services import budgets_after_calls
 
 
 def llm_calls_record(records: Sequence[CallRecord]) -> list[int]:
@@ -22,6 +22,5 @@ def llm_calls_record(records: Sequence[CallRecord]) -> list[int]:
         response=record.response, tokens_in=record.tokens_in, tokens_out=record.tokens_out, cost=record.cost,
         finish_reason=record.finish_reason, response_format=record.response_format,
     ) for record in records])
-    for agent_id, plan_id in dict.fromkeys((r.agent_id, r.plan_id) for r in records if not r.error):
-        budget_after_call(agent_id=agent_id, plan_id=plan_id)
+    budgets_after_calls((r.agent_id, r.plan_id) for r in records if not r.error)
     return [call.pk for call in calls]

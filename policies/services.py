@@ -308,6 +308,15 @@ def budget_after_call(*, agent_id: int | None, plan_id: int | None) -> Spend | N
         return None
 
 
+def budgets_after_calls(calls: Iterable[tuple[int | None, int | None]]) -> None:
+    """budget_after_call for the (agent, plan) of each of many model calls recorded together (a runner's
+    pass), each pair once; the limits read once, and nothing more when no budget is set."""
+    if not budgets_known():
+        return
+    for agent_id, plan_id in dict.fromkeys(calls):
+        budget_after_call(agent_id=agent_id, plan_id=plan_id)
+
+
 def budget_label(agent_id: int) -> str:
     return "budget: " + ("this agent's" if agent_id in budgets_known() else "every agent's")
 

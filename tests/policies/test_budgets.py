@@ -10,7 +10,9 @@ import pytest
 from django.test import Client
 
 from agents.cycle import agent_cycle
+from agents.llm.gateway import calls_recorded_together, llm_complete
 from agents.models import Agent, LLMCall
+from agents.offline_model import OFFLINE_MODEL
 from planning import services as planning
 from planning.models import Plan, PlanEvent, PlanStep
 from policies import services
@@ -111,3 +113,19 @@ def test_a_budget_set_is_seen_by_the_next_call_at_once(settings: Any, operator: 
     assert reached is not None and reached.spent == Decimal("0.2")
     agent.refresh_from_db()
     assert agent.status == Agent.Status.PAUSED
+
+
+def test_calls_recorded_together_still_pause_an_agent_that_reached_its_budget(settings: Any, operator: Any) -> None:
+    """A runner's pass logs its milestone checks' calls together: the budget check follows, once per agent."""
+    settings.LLM_PRICES = PRICES
+    spender, other = AgentFactory(name="Spender"), AgentFactory(name="Thrifty")
+    services.budget_save(user=operator, agent=spender, daily_limit=Decimal("0.000001"), plan_limit=None)
+    with calls_recorded_together():
+        for agent in (spender, spender, other):
+            llm_complete(purpose="milestone", messages=[{"role": "user", "content": "Is the goal achieved?"}],
+                         models=[OFFLINE_MODEL], agent_id=agent.pk)
+        assert Agent.objects.get(pk=spender.pk).status == Agent.Status.RUNNING  # checked when the block ends
+    spender.refresh_from_db()
+    other.refresh_from_db()
+    assert (spender.status, other.status) == (Agent.Status.PAUSED, Agent.Status.RUNNING)
+    assert PlanEvent.objects.filter(agent=spender, kind=PlanEvent.Kind.BUDGET_REACHED).count() == 1
