@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
 from agents.models import Agent
+from agents.services import rows_write
 from agents.world import ACTIONS, action_needs_permission
 from goals.models import Goal
 from planner_site.events import publish_changed_on_commit
@@ -220,7 +221,7 @@ def personas_plans_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: s
 def personas_plans_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]], *,
                           actor_label: str) -> dict[int, Plan]:
     """plan_accept for many personas' first versions at once (a runner's pass), by plan_accepted's rules: the
-    plans still "validating" locked, one INSERT of their steps, one UPDATE of the plans, one INSERT of their
+    plans still "validating" locked, one INSERT of their steps, one statement writing the plans, one INSERT of their
     VALIDATED events, pushed after commit. A plan someone ended meanwhile is left as it is. The plans
     accepted, by id."""
     validating = set(Plan.objects.select_for_update().filter(
@@ -238,7 +239,7 @@ def personas_plans_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], st
         events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.VALIDATED,
                                 actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
     PlanStep.objects.bulk_create(steps)
-    Plan.objects.bulk_update(plans, ACCEPTED_FIELDS)
+    rows_write(Plan, plans, ACCEPTED_FIELDS)  # locked and checked above; bulk_update's CASE WHEN costs ~10x
     PlanEvent.objects.bulk_create(events)
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
