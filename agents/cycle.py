@@ -87,6 +87,7 @@ from planning.services import (
     step_finish,
     step_request_approval,
     step_start,
+    steps_request_approval,
 )
 
 logger = logging.getLogger("planner.cycle")
@@ -381,10 +382,12 @@ def plans_waiting(state: PersonaState) -> set[int | None]:
     return {p.goal_id for p in state.plans if plan_waits_for_a_person(p, state.steps.get(p.pk, []))}
 
 
-def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, PlanStep | None]:
+def persona_step_choose(state: PersonaState, runner: str,
+                        approvals: list[PlanStep] | None = None) -> tuple[Plan | None, PlanStep | None]:
     """Seed 000's get_current_step: the current step of the highest-priority plan that can act now
     (short-term first, then mid, then long). A step that waits for an operator lets the next plan act; a
-    pending step that must first ask for an operator's yes is put in the inbox on the way."""
+    pending step that must first ask for an operator's yes is put in the inbox on the way (with `approvals`,
+    a pass's list, it is added there, for the pass to put them all in the inbox together)."""
     for plan in state.plans:
         if plan.status != Plan.Status.ACTIVE or plan.replan_reason:
             continue
@@ -392,7 +395,10 @@ def persona_step_choose(state: PersonaState, runner: str) -> tuple[Plan | None, 
         if step is None or step.status == PlanStep.Status.AWAITING_APPROVAL:
             continue
         if step.status == PlanStep.Status.PENDING and step.needs_approval(plan):
-            step_request_approval(step=step, runner=runner)
+            if approvals is None:
+                step_request_approval(step=step, runner=runner)
+            else:
+                approvals.append(step)
             step.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
             continue
         return plan, step
@@ -533,6 +539,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     prepare: list[PersonaState] = []
     retries: list[PersonaRows] = []
     reevaluating: list[PersonaState] = []
+    approvals: list[PlanStep] = []  # steps to put in the inbox before they may act
 
     def dispatch(state: PersonaState, work: str | Goal) -> None:
         if isinstance(work, Goal):  # a goal to plan: its routine, when it has one, is started below
@@ -541,7 +548,8 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             prepare.append(state) if answers_at_once(agent_models=state.agent.planner_models) else apart.append(
                 state.agent.pk)
         else:
-            persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
+            persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
+                           approvals=approvals)
 
     for agent_id in agent_ids:
         row = rows.get(agent_id)
@@ -572,7 +580,8 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     for state, goal in routines:
         if goal.pk in started:
             persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
-            persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
+            persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
+                           approvals=approvals)
         elif answers_at_once(agent_models=state.agent.planner_models):
             planning.append((state, goal))  # no routine to repeat: the model plans it, below
         else:
@@ -586,14 +595,20 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             if persona_prepare(state=state, runner=runner):
                 changed[state.agent.pk] = state.agent.cycle_count
             else:
-                persona_common(state, runner=runner, records=records, apart=apart, checks=checks)
+                persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
+                               approvals=approvals)
         except Exception:  # one agent's broken cycle must never stop the others'
             logger.exception("cycle of agent %s failed", state.agent.pk)
     for agent_id, row in persona_rows_many(list(changed)).items():
         if row.agent.cycle_count == changed[agent_id] and row.agent.status == Agent.Status.RUNNING:
-            persona_common(persona_state(row.agent, row), runner=runner, records=records, apart=apart, checks=checks)
+            persona_common(persona_state(row.agent, row), runner=runner, records=records, apart=apart,
+                           checks=checks, approvals=approvals)
         else:
             done[agent_id] = "cycle already done"
+    try:
+        steps_request_approval(approvals, runner=runner)
+    except Exception:  # broken requests must never stop the rest of the pass: the steps ask again next cycle
+        logger.exception("approval requests of a pass failed")
     recorded = persona_cycles_record(records) if records else {}
     done |= {r.agent.pk: f"{r.action}: {r.outcome}" for r in records if r.agent.pk in recorded}
     try:  # seed 001: a milestone crossed is checked once its experience is recorded
@@ -650,14 +665,14 @@ def persona_goals_reevaluate(states: Sequence[PersonaState]) -> None:
 
 
 def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecord], apart: list[int],
-                   checks: list[CycleRecord]) -> None:
+                   checks: list[CycleRecord], approvals: list[PlanStep]) -> None:
     """The rest of a cycle in a pass, once its plans are prepared: the step followed (a step that must first
-    ask an operator is put in the inbox on the way, as in a single cycle), the action chosen (an urgent need's
+    ask an operator goes to `approvals`, which the pass puts in the inbox together), the action chosen (an urgent need's
     decision asked of the model when it answers at once) and the experience computed, added to `records`; a
     goal's milestone crossed is checked after the pass is recorded (`checks`). The agent goes to `apart` when
     its cycle needs a model that may wait on a server: a decision, or a milestone check."""
     at_once = answers_at_once(agent_models=state.agent.planner_models)
-    plan, step = persona_step_choose(state, runner)
+    plan, step = persona_step_choose(state, runner, approvals)
     chosen = persona_action(state, plan, step, asking=at_once)
     if chosen is None:
         apart.append(state.agent.pk)

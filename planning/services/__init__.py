@@ -68,6 +68,7 @@ from planning.services.steps import (
     step_rollback,
     step_skip,
     step_start,
+    steps_request_approval,
 )
 from planning.services.transactions import (
     CONFLICT_ATTEMPTS,
@@ -163,6 +164,7 @@ __all__ = [
     "step_lock",
     "step_move",
     "step_request_approval",
+    "steps_request_approval",
     "step_rollback",
     "step_skip",
     "step_start",

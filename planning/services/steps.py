@@ -4,6 +4,7 @@ commit."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -13,8 +14,10 @@ from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
 from agents.models import Agent
+from agents.services import rows_write
 from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
+from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
 from planning.engine.schedule import step_transition_check
 from planning.engine.validate import plan_validate_edit
@@ -183,21 +186,62 @@ def step_move(*, step: PlanStep, status: str) -> None:
     step.status = status
 
 
+def step_awaiting(step: PlanStep) -> str:
+    """A pending step put up for approval, without writing: its status, and what its tool will touch (seed 002,
+    shown before the operator decides). The reason its event gives."""
+    step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
+    if step.tool:
+        step.precheck = tool_precheck(step.tool, step.tool_input, step.plan.agent.workspace)[:2000]
+    return "requires permission" if step.requires_permission else "step-by-step approval"
+
+
 @atomic_retried
 def step_request_approval(*, step: PlanStep, runner: str) -> None:
     step = step_lock(step.pk)
     if step.status != PlanStep.Status.PENDING:
         return
-    step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
-    if step.tool:  # seed 002: what the step will touch, shown before the operator decides
-        step.precheck = tool_precheck(step.tool, step.tool_input, step.plan.agent.workspace)[:2000]
+    reason = step_awaiting(step)
     step.save(update_fields=["status", "precheck", "updated_at"])
     Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason=f"step {step.key} awaits approval")
-    reason = "requires permission" if step.requires_permission else "step-by-step approval"
     event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason)
     from policies.services import policies_step_waiting  # noqa: PLC0415 (policies decide through these services)
 
     policies_step_waiting(step=step)
+
+
+@atomic_retried
+def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
+    """step_request_approval for many steps at once (a runner's pass): their plans, then the steps, locked in id
+    order; those still pending put up for approval by the same rule (step_awaiting), written in one statement
+    with one INSERT of their events, pushed after commit; each agent's row says which step waits; then the
+    policies decide each, as for one."""
+    if not steps:
+        return
+    plans = {plan.pk: plan for plan in Plan.objects.select_for_update(no_key=True)
+             .filter(pk__in={step.plan_id for step in steps}).order_by("pk")}
+    locked = list(PlanStep.objects.select_for_update(no_key=True)
+                  .filter(pk__in=[step.pk for step in steps], status=PlanStep.Status.PENDING).order_by("pk"))
+    now = timezone.now()
+    events: list[PlanEvent] = []
+    waiting: dict[int, str] = {}
+    for step in locked:
+        step.plan = plans[step.plan_id]
+        reason = step_awaiting(step)
+        step.updated_at = now
+        waiting[step.plan.agent_id] = f"step {step.key} awaits approval"
+        events.append(PlanEvent(plan=step.plan, agent_id=step.plan.agent_id, step=step,
+                                kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason))
+    rows_write(PlanStep, locked, ["status", "precheck", "updated_at"])  # locked and checked above
+    for agent_id, text in waiting.items():
+        Agent.objects.filter(pk=agent_id).update(waiting_reason=text)
+    PlanEvent.objects.bulk_create(events)
+    for step in locked:
+        publish_changed_on_commit(agent_id=step.plan.agent_id, plan_id=step.plan_id, kind=PlanEvent.Kind.STEP_AWAITING)
+    from policies.services import policies_step_waiting, rules_enabled  # noqa: PLC0415 (as above)
+
+    if rules_enabled():
+        for step in locked:
+            policies_step_waiting(step=step)
 
 
 @atomic_retried

@@ -23,6 +23,7 @@ from goals.system import GENERATION_INTERVAL
 from planning import planner as planner_module
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import step_skip
+from policies import services as policies
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
@@ -397,3 +398,30 @@ def test_goals_the_model_generates_for_a_pass_cost_the_same_statements_for_any_n
         assert LLMCall.objects.filter(agent=agent, purpose="goals").count() == 1
         event = PlanEvent.objects.get(agent=agent, kind=PlanEvent.Kind.GOALS_GENERATED)
         assert any("money" in goal["source_needs"] for goal in event.detail["goals"])
+
+
+def test_a_pass_puts_its_personas_permission_steps_in_the_inbox_together_and_policies_decide_each(
+        operator: Any) -> None:
+    """Steps that must ask an operator first go to the inbox for every persona of the pass at once (each with its
+    event and its agent's waiting reason); a policy that approves them decides each, as for one."""
+    asking = [person(steps=(("buy food", 1), ("eat", 1))) for _ in range(3)]
+    PlanStep.objects.filter(plan__agent__in=asking, key="1").update(requires_permission=True)
+    done, own = persona_cycles([a.pk for a in asking], runner="runner test")
+    assert own == [] and set(done) == {a.pk for a in asking}
+    for agent in asking:
+        step = PlanStep.objects.get(plan__agent=agent, key="1")
+        assert step.status == PlanStep.Status.AWAITING_APPROVAL
+        assert step.events.get(kind=PlanEvent.Kind.STEP_AWAITING).reason == "requires permission"
+        agent.refresh_from_db()
+        assert agent.waiting_reason == "step 1 awaits approval"
+    policy = policies.policy_save(user=operator, policy=None, name="Groceries")
+    policies.rule_save(user=operator, policy=policy, rule=None, values={
+        "action": "approve", "tools": "buy food", "approve_risky": True, "approve_permission": True})
+    policies.policy_switch(user=operator, policy=policy, enabled=True)
+    approved = [person(steps=(("buy food", 1), ("eat", 1))) for _ in range(2)]
+    PlanStep.objects.filter(plan__agent__in=approved, key="1").update(requires_permission=True)
+    persona_cycles([a.pk for a in approved], runner="runner test")
+    for agent in approved:
+        step = PlanStep.objects.get(plan__agent=agent, key="1")
+        assert step.status == PlanStep.Status.PENDING and step.approved_by is not None
+        assert step.events.get(kind=PlanEvent.Kind.STEP_APPROVED).actor_label == "policy: Groceries, rule 1"
