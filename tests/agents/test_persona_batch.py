@@ -401,9 +401,10 @@ def test_goals_the_model_generates_for_a_pass_cost_the_same_statements_for_any_n
 
 
 def test_a_pass_puts_its_personas_permission_steps_in_the_inbox_together_and_policies_decide_each(
-        operator: Any) -> None:
+        operator: Any, request: pytest.FixtureRequest) -> None:
     """Steps that must ask an operator first go to the inbox for every persona of the pass at once (each with its
     event and its agent's waiting reason); a policy that approves them decides each, as for one."""
+    request.addfinalizer(policies.policies_forget)  # the policy switched on below is cached: the next tests have none
     asking = [person(steps=(("buy food", 1), ("eat", 1))) for _ in range(3)]
     PlanStep.objects.filter(plan__agent__in=asking, key="1").update(requires_permission=True)
     done, own = persona_cycles([a.pk for a in asking], runner="runner test")
