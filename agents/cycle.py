@@ -59,15 +59,8 @@ from agents.world import (
     urgent_need,
 )
 from goals.models import Goal
-from goals.services import (
-    goals_generate,
-    goals_generate_many,
-    goals_milestones_check,
-    goals_recur,
-    goals_recur_many,
-)
+from goals.services import goals_generate_many, goals_milestones_check, goals_recur_many
 from goals.system import (
-    MAX_GOALS,
     PLAN_COMPLETION_BONUS,
     GoalState,
     goal_after_experience,
@@ -338,20 +331,10 @@ def persona_prepare(*, state: PersonaState, runner: str) -> bool:
             plan_replan(agent=agent, plan=plan, runner=runner)
             changed = True
             break  # one replan per cycle: a model call each
-    room = persona_goal_room(state)
-    if room:
-        waiting = plans_waiting(state)
-        recurring = goals_recur(agent=agent, needs=state.needs, room=room)
-        served_now = {n for g in recurring for n in g.source_needs}
-        generated = []
-        if any(n not in served_now for n in room) and len(state.goals) + len(recurring) < MAX_GOALS:
-            generated = goals_generate(agent=agent, needs=state.needs,
-                                       waiting=[g.description for g in state.goals if g.pk in waiting])
-        if recurring or generated:  # new goals, without plans: the state in hand gets them, in priority order
-            changed = True
-            for new in [*recurring, *generated]:
-                new.planned = False  # type: ignore[attr-defined]
-            state.goals = goals_by_priority([*state.goals, *recurring, *generated])
+    if persona_goal_room(state):  # goals re-evaluated: what recurs, then the model for the needs left
+        known = len(state.goals)
+        persona_goals_reevaluate([state])
+        changed = changed or len(state.goals) > known
     held = plans_held(state, finished)
     if changed:  # a plan begun since the read (this cycle's replan, another runner's planning)
         held |= dict(Plan.objects.filter(agent=agent).open()
@@ -630,7 +613,7 @@ def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner:
     if not planning:
         return
     try:
-        _, rest = personas_plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner)
+        rest = personas_plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner)
     except Exception:  # a broken batch must never stop the rest of the pass; what it left "validating" is failed
         logger.exception("plannings of a pass failed")  # by the sweep (plans_orphaned_fail)
         return
@@ -644,8 +627,7 @@ def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner:
 
 
 def persona_goals_reevaluate(states: Sequence[PersonaState]) -> None:
-    """Seed 001's goal re-evaluation of a pass's personas, as persona_prepare does it for one, for all of them
-    together: for each need that calls for a goal, the goal that served it last time recurs
+    """Seed 001's goal re-evaluation of personas (a pass's together, or one in persona_prepare): for each need that calls for a goal, the goal that served it last time recurs
     (goals_recur_many); the needs still without one are the model's (goals_generate_many). Each state gets its
     new goals, unplanned, in priority order, and is marked re-evaluated for this cycle."""
     def add(created: Mapping[int, list[Goal]]) -> None:

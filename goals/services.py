@@ -10,6 +10,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from django.core.cache import cache
 from django.db import transaction
@@ -85,11 +86,11 @@ RECUR_LOOKBACK = 20  # completed goals searched for one that served a need that 
 Proposal = Mapping[str, object]
 
 
-def goals_done_recent(agent_ids: Sequence[int]) -> dict[int, list[dict[str, object]]]:
+def goals_done_recent(agent_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
     """Each agent's last RECUR_LOOKBACK completed goals, newest first, as the values a proposal needs: one query
     for any number of agents (a window numbers each agent's goals)."""
     rank = Window(RowNumber(), partition_by=[F("agent_id")], order_by=F("pk").desc())
-    done: dict[int, list[dict[str, object]]] = {}
+    done: dict[int, list[dict[str, Any]]] = {}
     for row in (Goal.objects.filter(agent_id__in=agent_ids, status=Goal.Status.COMPLETED).annotate(rank=rank)
                 .filter(rank__lte=RECUR_LOOKBACK).order_by("agent_id", "-pk")
                 .values("agent_id", "description", "horizon", "source_needs", "recommended_actions", "source_lessons")):
@@ -97,18 +98,17 @@ def goals_done_recent(agent_ids: Sequence[int]) -> dict[int, list[dict[str, obje
     return done
 
 
-def recur_proposals(done: Sequence[Mapping[str, object]], *, needs: Mapping[str, float],
+def recur_proposals(done: Sequence[Mapping[str, Any]], *, needs: Mapping[str, float],
                     room: Sequence[str]) -> list[dict[str, object]]:
     """The goals that recur for the needs in `room` (lowest first): for each, the newest completed goal that
     served it, as a proposal; a need none served is left out (the model is asked for it)."""
     wanted = list(room)
     proposals: list[dict[str, object]] = []
     for goal in done:
-        served = goal["source_needs"]
-        need = next((n for n in wanted if isinstance(served, list) and n in served), None)
+        need = next((n for n in wanted if n in goal["source_needs"]), None)
         if need is None:
             continue
-        wanted = [n for n in wanted if n not in served]  # type: ignore[operator]
+        wanted = [n for n in wanted if n not in goal["source_needs"]]
         horizon = Goal.Horizon.SHORT if needs[need] < RECUR_SHORT_BELOW else Goal.Horizon.MID
         proposals.append({**goal, "horizon": horizon, "reasoning": f"{need.capitalize()} is low again at {needs[need]:.0%}; "
                                                 f"this goal was achieved before, so it recurs."})
@@ -117,17 +117,13 @@ def recur_proposals(done: Sequence[Mapping[str, object]], *, needs: Mapping[str,
     return proposals
 
 
-def goals_recur(*, agent: Agent, needs: Mapping[str, float], room: Sequence[str]) -> list[Goal]:
+def goals_recur_many(wanted: Sequence[tuple[Agent, Mapping[str, float], Sequence[str]]]) -> dict[int, list[Goal]]:
     """A need that drops below the line again brings back the goal that served it last time, without a model
     call: the person knows what to do about hunger once they have done it (docs/seeds.md, "recurring goals").
-    `room` lists the needs no active goal serves, lowest first; the model is asked only for those with no
-    such goal. The goals are created by goals_create like generated ones."""
-    return goals_recur_many([(agent, needs, room)]).get(agent.pk, [])
-
-
-def goals_recur_many(wanted: Sequence[tuple[Agent, Mapping[str, float], Sequence[str]]]) -> dict[int, list[Goal]]:
-    """goals_recur for many agents at once (a pass of persona cycles): one read of their completed goals, one
-    transaction creating what recurs (goals_create_many). The goals created, by agent."""
+    For each agent, `room` lists the needs no active goal serves, lowest first; the model is asked only for
+    those with no such goal. For any number of agents (a pass of persona cycles, or one): one read of their
+    completed goals, one transaction creating what recurs (goals_create_many, like generated goals). The goals
+    created, by agent."""
     done = goals_done_recent([agent.pk for agent, _, room in wanted if room])
     batch: list[tuple[Agent, Sequence[Proposal], Mapping[str, float], Sequence[str]]] = [
         (agent, proposals, needs, []) for agent, needs, room in wanted
@@ -212,7 +208,7 @@ MILESTONE_KEPT_SECONDS = 6 * 3600  # a verdict stands for its situation this lon
 
 def milestone_situation(*, goal: Goal, needs: Mapping[str, float]) -> str:
     """The cache key of a milestone verdict: the agent, the goal in its words, its source needs to the 10%.
-    A goal that recurs (goals_recur) reaches its milestone again and again at the same levels."""
+    A goal that recurs (goals_recur_many) reaches its milestone again and again at the same levels."""
     levels = ",".join(f"{name}={round(value, 1)}" for name, value in sorted(needs.items()))
     words = " ".join(goal.description.lower().split())
     situation = f"{goal.agent_id}:{goal.agent.created_at.isoformat()}:{words}:{levels}"

@@ -123,15 +123,15 @@ def plan_continue(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
         return plan
 
 
-def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str) -> tuple[
-        dict[int, Plan], list[tuple[Agent, Goal, Plan, Asked]]]:
+def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *,
+                         actor_label: str) -> list[tuple[Agent, Goal, Plan, Asked]]:
     """plan_generate for the first plans of many personas' goals at once (a runner's pass; their models answer at
     once): the versions started together (personas_plans_start), each goal asked of its chain's first model as
     plan_attempts asks it, the calls recorded in one INSERT, and the plans whose answer is a valid plan accepted
-    together (personas_plans_accept). Returns the plans accepted, by goal, and the others with their first
-    answer, for the caller to take on one by one (plan_continue: a rejection, a question, a model error)."""
+    together (personas_plans_accept). Returns the others with their first answer, for the caller to take on
+    one by one (plan_continue: a rejection, a question, a model error)."""
     if not wanted:
-        return {}, []
+        return []
     deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
     plans = personas_plans_start(wanted, actor_label=actor_label)
     # What each prompt shows of its persona (plan_messages: needs, lessons), read for all at once.
@@ -149,8 +149,7 @@ def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: s
                                       for _, _, plan, first in asked
                                       if first.check is not None and first.check.spec is not None],
                                      actor_label=actor_label)
-    return ({goal.pk: accepted[plan.pk] for _, goal, plan, _ in asked if plan.pk in accepted},
-            [item for item in asked if item[2].pk not in accepted])
+    return [item for item in asked if item[2].pk not in accepted]
 
 
 def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None, previous: Plan | None,
@@ -252,8 +251,8 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
         asked = plan_ask_model(agent=agent, plan=plan, model=model, purpose=purpose, goal_text=goal_text,
                                restatement=restatement, previous=previous, kept=kept, reason=reason,
                                feedback=feedback, memory=memory, deadline=deadline, simple=simple, declined=declined)
-    if asked.error is not None or asked.answer is None or asked.check is None:
-        exc = asked.error or LLMError("no answer")
+    if asked.error is not None:
+        exc = asked.error
         if isinstance(exc, LLMDeadlineError) and not exc.failures:
             return None  # nothing was asked: the time was up before
         memory.errors += 1
@@ -261,6 +260,7 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
                        actor_label=actor_label)
         return None
     answer, check = asked.answer, asked.check
+    assert answer is not None and check is not None  # an ask without an error has both
     memory.answered_by = model
     if check.spec is not None:
         flags = [*check.flags, *(["accepted from a simpler request after rejected answers"] if simple else [])]
