@@ -3,6 +3,8 @@ planner records what it waits for and its earliest automatic retry."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from django.contrib.auth.models import User
 from django.db.models import Subquery
 
@@ -84,24 +86,47 @@ def agent_waiting_set(*, agent_id: int, reason: str, retry_sync: bool = False) -
 
 
 def waiting_still(*, agent_id: int) -> str:
-    """What the agent still waits on, as the services word it: a step awaiting approval in an active plan, else
-    a plan awaiting approval, else a plan's question, else "" (what the inbox counts: steer_selectors.inbox_count).
-    (An expression computing this inside the UPDATE cost 8 ms of CPU to build: the scale bench's CPU per cycle.)"""
-    # The steps of its active plans, filtered here: a status in the query let PostgreSQL scan every waiting
+    """What the agent still waits on (waiting_still_many, for one agent)."""
+    return waiting_still_many([agent_id])[agent_id]
+
+
+def waiting_still_many(agent_ids: Sequence[int]) -> dict[int, str]:
+    """What each agent still waits on, as the services word it: a step awaiting approval in an active plan (the
+    one waiting longest), else a plan awaiting approval, else a plan's question, else "" (what the inbox counts:
+    steer_selectors.inbox_count). Two queries whatever the number of agents. (An expression computing this
+    inside the UPDATE cost 8 ms of CPU to build: the scale bench's CPU per cycle.)"""
+    still = dict.fromkeys(agent_ids, "")
+    # The steps of their active plans, filtered here: a status in the query let PostgreSQL scan every waiting
     # step of the fleet (1,000 at 1,000 agents) when its statistics were young (the scale bench's first minute).
-    waiting = sorted((updated, pk, key) for key, status, updated, pk in PlanStep.objects.filter(
-        plan__agent_id=agent_id, plan__status=Plan.Status.ACTIVE).values_list("key", "status", "updated_at", "pk")
-        if status == PlanStep.Status.AWAITING_APPROVAL)
-    if waiting:
-        return f"step {waiting[0][2]} awaits approval"
-    plan = (Plan.objects.filter(agent_id=agent_id).waiting()
-            .order_by("status", "created_at", "pk")  # "awaiting_approval" sorts before "needs_clarification"
-            .only("status", "version", "clarification_question").first())
-    if plan is None:
-        return ""
-    if plan.status == Plan.Status.AWAITING_APPROVAL:
-        return f"plan v{plan.version} awaits approval"
-    return f"plan v{plan.version} asks: {plan.clarification_question}"
+    steps = sorted((updated, pk, agent_id, key) for agent_id, key, status, updated, pk in PlanStep.objects.filter(
+        plan__agent_id__in=still, plan__status=Plan.Status.ACTIVE).values_list(
+        "plan__agent_id", "key", "status", "updated_at", "pk") if status == PlanStep.Status.AWAITING_APPROVAL)
+    for _, _, agent_id, key in reversed(steps):  # the earliest last: it stands
+        still[agent_id] = f"step {key} awaits approval"
+    rest = [pk for pk, reason in still.items() if not reason]
+    plans = (Plan.objects.filter(agent_id__in=rest).waiting()
+             .order_by("-status", "-created_at", "-pk")  # "awaiting_approval" sorts before "needs_clarification"
+             .only("agent_id", "status", "version", "clarification_question")) if rest else []
+    for plan in plans:  # the first in that order last: it stands
+        if plan.status == Plan.Status.AWAITING_APPROVAL:
+            still[plan.agent_id] = f"plan v{plan.version} awaits approval"
+        else:
+            still[plan.agent_id] = f"plan v{plan.version} asks: {plan.clarification_question}"
+    return still
+
+
+def agents_waiting_refresh(agent_ids: Sequence[int]) -> None:
+    """agent_waiting_set(reason="") for many agents whose rows said something waits (a runner's pass starting
+    their plans): each row says what still waits (waiting_still_many), written only where it says otherwise, one
+    UPDATE per reason. Per agent, the clear and the reads again were four statements of every planning in the
+    scale bench's first minute, where most personas have a step in the inbox."""
+    if not agent_ids:
+        return
+    by_reason: dict[str, list[int]] = {}
+    for agent_id, reason in waiting_still_many(agent_ids).items():
+        by_reason.setdefault(reason[:300], []).append(agent_id)
+    for reason, ids in by_reason.items():
+        Agent.objects.filter(pk__in=ids).exclude(waiting_reason=reason).update(waiting_reason=reason)
 
 
 def agent_retry_earliest(*, agent_id: int) -> Subquery:

@@ -32,7 +32,7 @@ from planning.engine.diff import plan_diff
 from planning.engine.prompts import RESTATE_KEYS
 from planning.engine.validate import PlanSpec, StepSpec, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.services.agents import agent_retry_sync, agent_waiting_set
+from planning.services.agents import agent_retry_sync, agent_waiting_set, agents_waiting_refresh
 from planning.services.errors import (
     DecisionError,
     PlanAlreadyReplanned,
@@ -202,13 +202,11 @@ def plan_accepted(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str,
 def personas_plans_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str) -> list[Plan]:
     """plan_start for the first versions of many personas' goals at once (a runner's pass): one INSERT of the
     plans ("validating"), one of their CREATED events, pushed after commit. An agent whose row said something
-    waits has it said again (agent_waiting_set), as plan_start does. The plans, in order."""
+    waits has it say what still waits (agents_waiting_refresh), as plan_start does. The plans, in order."""
     plans = Plan.objects.bulk_create([
         Plan(agent=agent, goal=goal, goal_text=goal.description[:500], status=Plan.Status.VALIDATING, version=1)
         for agent, goal in wanted])
-    for agent, _ in wanted:
-        if agent.waiting_reason:
-            agent_waiting_set(agent_id=agent.pk, reason="")
+    agents_waiting_refresh(sorted({agent.pk for agent, _ in wanted if agent.waiting_reason}))
     PlanEvent.objects.bulk_create([
         PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=actor_label,
                   detail={"version": 1, "previous": None}) for plan in plans])

@@ -362,6 +362,39 @@ def test_a_pass_plans_its_personas_goals_together_in_a_fixed_number_of_statement
         assert Experience.objects.get(agent=agent).followed_plan  # its first step, in the same cycle
 
 
+def waiting_to_plan(*, stale: bool = False) -> Agent:
+    """A persona with a goal to plan whose row says what waits for an operator: a step of its other plan in the
+    inbox, or (stale) a plan approved since, which waits no more."""
+    agent = to_plan()
+    other = GoalFactory(agent=agent, description="Save money", horizon=Goal.Horizon.MID, source_needs=["money"])
+    plan = PlanFactory(agent=agent, goal=other, status=Plan.Status.ACTIVE)
+    PlanStepFactory(plan=plan, key="1", position=1, action_hint="work",
+                    status=PlanStep.Status.COMPLETED if stale else PlanStep.Status.AWAITING_APPROVAL)
+    PlanStepFactory(plan=plan, key="2", position=2, action_hint="work", depends_on=["1"])
+    Agent.objects.filter(pk=agent.pk).update(waiting_reason="plan v1 awaits approval" if stale else "step 1 awaits approval")
+    return agent
+
+
+def test_planning_in_a_pass_leaves_each_row_saying_what_still_waits_in_a_fixed_number_of_statements() -> None:
+    """A persona plans its next goal while a step of its other plan is in the inbox: its row still says so
+    (the dashboard's "waiting" filter and count), the same statements for 2 or 6 of them; a row that said
+    something no longer true says nothing once the agent plans."""
+    small = [waiting_to_plan() for _ in range(2)]
+    large = [waiting_to_plan() for _ in range(6)]
+    persona_cycles([to_plan().pk], runner="runner test")  # the policies' state, read once per few seconds
+    small_statements, large_statements = passes_statements(small, large)
+    assert small_statements == large_statements
+    for agent in [*small, *large]:
+        agent.refresh_from_db()
+        assert Plan.objects.filter(agent=agent, goal__description="Keep fed", status=Plan.Status.ACTIVE).exists()
+        assert agent.waiting_reason == "step 1 awaits approval"
+    stale = waiting_to_plan(stale=True)
+    persona_cycles([stale.pk], runner="runner test")
+    stale.refresh_from_db()
+    assert Plan.objects.filter(agent=stale, goal__description="Keep fed").exists()
+    assert stale.waiting_reason == ""
+
+
 def test_a_first_answer_that_is_no_plan_goes_on_alone_as_plan_generate_would() -> None:
     agent, other = to_plan(), to_plan()
     real = planner_module.llm_complete
