@@ -160,7 +160,7 @@ class PersonaState:
     agent: Agent
     needs: dict[str, float]
     rates: dict[str, float]
-    need_ids: dict[str, int]
+    need_rows: dict[str, Need]
     goals: list[Goal]  # active, short-term first; each with .planned (an open or failed plan exists)
     plans: list[Plan] = field(default_factory=list)  # open, short-term goal first
     steps: dict[int, list[PlanStep]] = field(default_factory=dict)
@@ -231,7 +231,7 @@ def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
     goals = goals_by_priority(rows.goals)
     state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in rows.needs},
                          rates={n.name: n.decay_per_hour for n in rows.needs},
-                         need_ids={n.name: n.pk for n in rows.needs}, goals=goals)
+                         need_rows={n.name: n for n in rows.needs}, goals=goals)
     for step in rows.steps:
         state.steps.setdefault(step.plan_id, []).append(step)
     # Every open plan, also one without steps (planning, or a failed planning whose retry is due): it holds its
@@ -499,7 +499,7 @@ def persona_record(*, state: PersonaState, plan: Plan | None, step: PlanStep | N
                         if p.goal_id in abandoned and not (change is not None and change.plan_completed and p == plan)],
         emotions=emotions_update(agent.emotions, needs=after, succeeded=outcome.succeeded, followed_plan=followed),
         lesson=None if outcome.succeeded else action_lesson(outcome.action, needs),
-        need_ids=state.need_ids,
+        need_rows=state.need_rows,
     )
 
 
