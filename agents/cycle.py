@@ -191,16 +191,22 @@ def persona_rows(agent_id: int) -> PersonaRows:
 
 def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
     """The reads of persona cycles, for one agent or a batch of them (the runtimes' passes), five queries
-    whatever their number (a tool agent's: its row and its needs; its cycle reads its plans itself): the agents;
-    their needs; the active goals, each with whether a plan holds it (`planned`); the open plans, each given its
-    goal from those goals; their steps in order, each with its plan. Each row is built once: read with their
-    needs, or plans with their goals, an agent was built again for each need and a goal again for each plan
-    (the scale bench's CPU per cycle: 118 against 85 ms for a pass of 250 personas). An open plan whose goal is
-    not active (an operator completed or abandoned it) has its goal read apart, in one more query when there is
-    one. Agents that do not exist are left out."""
-    agents = {a.pk: a for a in Agent.objects.filter(pk__in=agent_ids).order_by("pk")}
+    whatever their number, four for one agent (a tool agent's: its row and its needs; its cycle reads its plans
+    itself): the agents and their needs (one agent's needs read with it); the active goals, each with whether a
+    plan holds it (`planned`); the open plans, each given its goal from those goals; their steps in order, each
+    with its plan. In a pass each row is built once: read with their needs, or plans with their goals, an agent
+    was built again for each need and a goal again for each plan (the scale bench's CPU per cycle: 118 against
+    85 ms for a pass of 250 personas). An open plan whose goal is not active (an operator completed or abandoned
+    it) has its goal read apart, in one more query when there is one. Agents that do not exist are left out."""
+    agents: dict[int, Agent] = {}
+    if len(agent_ids) > 1:  # a pass: the agents apart, each built once
+        agents = {a.pk: a for a in Agent.objects.filter(pk__in=agent_ids).order_by("pk")}
+        needs = list(Need.objects.filter(agent_id__in=agents).order_by("agent_id", "name"))
+    else:  # one cycle: its needs with their agent, one query (`make bench`, persona_cycle_queries)
+        needs = list(Need.objects.filter(agent_id__in=agent_ids).select_related("agent").order_by("agent_id", "name"))
+        agents = {n.agent_id: n.agent for n in needs[:1]} or {a.pk: a for a in Agent.objects.filter(pk__in=agent_ids)}
     by_agent: dict[int, list[Need]] = {}
-    for need in Need.objects.filter(agent_id__in=agents).order_by("agent_id", "name"):
+    for need in needs:
         need.agent = agents[need.agent_id]  # one agent for every need, as the cycle changes it
         by_agent.setdefault(need.agent_id, []).append(need)
     personas = [pk for pk, a in agents.items() if a.kind == Agent.Kind.PERSONA]

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 from django.core.paginator import Page, Paginator
 from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce
 
 from agents.models import Agent, Experience, LLMCall, Need
 from agents.selectors import persona_page
@@ -108,12 +109,15 @@ def agents_row_plan() -> QuerySet[Agent]:
     rank = Case(
         When(Q(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
              | (Q(status=Plan.Status.ACTIVE) & Q(Exists(awaiting_step))), then=Value(0)),
-        When(status__in=Plan.OPEN_STATUSES, then=Value(1)),  # Plan.objects.open(), inside a Case
-        default=Value(2),
+        default=Value(1),
     )
-    shown = (Plan.objects.filter(agent=OuterRef("pk")).annotate(rank=rank)
+    # The open plans ranked, else the latest: two subqueries on the agent's indexes, whose cost stays flat as an
+    # agent's closed plans pile up. Ranking every plan of the agent grew with its history (the scale bench's
+    # dashboard p90, after 150 s of a 1,000-persona fleet: 194 ms).
+    shown = (Plan.objects.filter(agent=OuterRef("pk")).open().annotate(rank=rank)
              .order_by("rank", "-created_at", "-pk").values("pk")[:1])
-    return Agent.objects.annotate(row_plan_id=Subquery(shown))
+    latest = Plan.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-pk").values("pk")[:1]
+    return Agent.objects.annotate(row_plan_id=Coalesce(Subquery(shown), Subquery(latest)))
 
 
 def failing_q() -> Q:

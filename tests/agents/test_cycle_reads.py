@@ -1,5 +1,5 @@
 """The persona cycle's reads (agents/cycle.py): the agent, its needs, active goals with whether a plan holds
-them, open plans with their goal, their steps with their plan, in five queries; each kind comes out whole whatever the
+them, open plans with their goal, their steps with their plan, in four queries for one agent; each kind comes out whole whatever the
 others hold, and a tool agent's rows are not read for it."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def test_needs_read_is_the_queryset_with_its_agent(persona: Agent) -> None:
     with CaptureQueriesContext(connection) as queries:
         got = persona_rows(persona.pk).needs
         assert got[0].agent.emotions == {"hope": 0.5}  # no second query for the agent
-    assert len(queries) == 5  # the whole read: the agent, its needs, goals, open plans, steps (none for the agent)
+    assert len(queries) == 4  # the whole read: needs with their agent, goals, open plans, steps (none for the agent)
     assert [values(n) for n in got] == [values(n) for n in expected]
     assert values(got[0].agent) == values(expected[0].agent)
     assert all(n.agent is got[0].agent for n in got)
@@ -69,7 +69,7 @@ def test_goals_and_open_steps_read_are_the_querysets(persona: Agent) -> None:
     with CaptureQueriesContext(connection) as queries:
         state = persona_state(persona, persona_rows(persona.pk))
         read = [(values(s), values(s.plan), values(s.plan.goal)) for p in state.plans for s in state.steps[p.pk]]
-    assert len(queries) == 5  # the agent, its needs, goals, open plans given their goal, their steps
+    assert len(queries) == 4  # needs with the agent, goals, open plans given their goal, their steps
     assert all(p.goal is None or p.goal is next(g for g in state.goals if g.pk == p.goal_id) for p in state.plans)
     assert [g.horizon for g in state.goals] == ["short_term", "mid_term"]  # priority order
     assert {g.pk: (values(g), g.planned) for g in state.goals} == expected_goals(persona)  # type: ignore[attr-defined]
@@ -164,6 +164,6 @@ def test_an_open_plan_of_a_goal_no_longer_active_reads_that_goal(persona: Agent)
     with CaptureQueriesContext(connection) as queries:
         state = persona_state(persona, persona_rows(persona.pk))
     read = next(p for p in state.plans if p.pk == plan.pk)
-    assert len(queries) == 6
+    assert len(queries) == 5
     assert read.goal is not None and read.goal.pk == plan.goal_id and read.goal.status == Goal.Status.COMPLETED
     assert [g.horizon for g in state.goals] == ["short_term"]

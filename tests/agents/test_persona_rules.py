@@ -428,8 +428,8 @@ def cycle_statements(agent: Agent) -> list[str]:
             if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
 
 
-def test_common_cycle_costs_at_most_twelve_queries() -> None:
-    """Five reads (the agent, its needs, goals, open plans given their goals, their steps), then one write each for the agent, its
+def test_common_cycle_costs_at_most_eleven_queries() -> None:
+    """Four reads (needs with the agent, goals, open plans with their goals, their steps), then one write each for the agent, its
     needs, the experience, the goals and the step (the needs and goals locked and read first, so that what an
     operator changed meanwhile is moved, not overwritten): plain ORM querysets, none growing with needs, goals
     or steps."""
@@ -438,24 +438,24 @@ def test_common_cycle_costs_at_most_twelve_queries() -> None:
         plan_with_steps(agent, horizon, ["work", "work"], source="money", estimated=5)
     cycle(agent)  # the steps start
     statements = cycle_statements(agent)
-    assert len(statements) <= 12, "\n".join(statements)
+    assert len(statements) <= 11, "\n".join(statements)
 
 
 def test_a_step_starting_or_ending_adds_one_statement_and_a_plan_completing_one_more() -> None:
     """The demo's steps last a cycle or two: these paths are most cycles. Events go in one INSERT; a plan
-    completes with one UPDATE (no lock read first). The common cycle's twelve, plus these."""
+    completes with one UPDATE (no lock read first). The common cycle's eleven, plus these."""
     agent = person({**CALM, "money": 0.5})  # work improves money every cycle: each step completes
     # The goal serves another need: its progress stays short of the milestone check, which is not counted here.
     plan = plan_with_steps(agent, "short_term", ["work", "work"], source="social", estimated=2)
     starting = cycle_statements(agent)
-    assert len(starting) <= 13, "\n".join(starting)
+    assert len(starting) <= 12, "\n".join(starting)
     ending = cycle_statements(agent)
-    assert len(ending) <= 13, "\n".join(ending)
+    assert len(ending) <= 12, "\n".join(ending)
     assert plan.steps.get(key="1").status == PlanStep.Status.COMPLETED
     cycle(agent)
     completing = cycle_statements(agent)
     assert Plan.objects.get(pk=plan.pk).status == Plan.Status.COMPLETED
-    assert len(completing) <= 14, "\n".join(completing)
+    assert len(completing) <= 13, "\n".join(completing)
     assert sum(s.startswith('INSERT INTO "planning_planevent"') for s in completing) == 1
 
 
@@ -529,7 +529,7 @@ def test_a_failed_action_teaches_its_lesson_once_for_one_statement_more() -> Non
     assert Lesson.objects.filter(agent=agent).count() == 1
     assert Experience.objects.get(agent=agent, cycle=2).outcome.startswith("could not eat")
     assert sum("agents_lesson" in s for s in statements) == 1
-    assert len(statements) <= 11, "\n".join(statements)  # the common ten and the lesson
+    assert len(statements) <= 10, "\n".join(statements)  # the common nine and the lesson
 
 
 def test_a_cycle_told_the_wrong_kind_still_runs_the_persona() -> None:
