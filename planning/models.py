@@ -95,6 +95,8 @@ class Plan(models.Model):
         indexes = [
             models.Index(fields=["agent", "status"], name="plan_agent_status_idx"),  # an agent's open plan
             models.Index(fields=["agent", "-created_at"], name="plan_agent_latest_idx"),  # the dashboard's latest plan
+            # The dashboard's failing agents: those with a failed plan at all (selectors.failing_q).
+            models.Index(fields=["agent"], condition=models.Q(status="failed"), name="plan_failed_idx"),
         ]
         permissions = [("decide_plan", "Can approve, decline and edit plans and steps")]
 
@@ -165,7 +167,12 @@ class PlanStep(models.Model):
             models.UniqueConstraint(fields=["plan", "key"], name="step_key_unique_in_plan"),
             models.UniqueConstraint(fields=["plan", "position"], name="step_position_unique_in_plan"),
         ]
-        indexes = [models.Index(fields=["status"], name="step_status_idx")]  # the runner looks for runnable steps
+        indexes = [
+            models.Index(fields=["status"], name="step_status_idx"),  # the runner looks for runnable steps
+            # The dashboard's failing agents: those with a failed or retried step at all (selectors.failing_q).
+            models.Index(fields=["plan"], condition=models.Q(status="failed") | models.Q(retries__gt=0),
+                         name="step_troubled_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.plan} step {self.key}"
