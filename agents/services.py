@@ -81,11 +81,11 @@ def cycle_next_at(agent: Agent, now: Any) -> Any:
     return now + interval
 
 
-@transaction.atomic
 def agent_cycle_count(*, agent: Agent) -> None:
     """A tool agent's cycle ended (whatever it did, recorded by its own services): count it and set the next
     one's time. No event: the cycle's work has its own, and an idle cycle is no news for the timeline."""
-    # The count is moved by the database, not from the value read.
+    # One statement, atomic on its own (no transaction around it); the count is moved by the database, not
+    # from the value read.
     Agent.objects.filter(pk=agent.pk).update(cycle_count=F("cycle_count") + 1,
                                              next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval))
     publish_changed_on_commit(agent_id=agent.pk, kind="cycle")

@@ -23,13 +23,16 @@ _loop: asyncio.AbstractEventLoop | None = None
 
 
 def nudge() -> None:
-    """After a commit of an event that may notify someone: dispatch now rather than on the next sweep."""
+    """After a commit of an event that may notify someone: dispatch now rather than on the next sweep. With
+    nobody subscribed there is nothing to dispatch: no job to run, no round to wake (the sweep moves on)."""
+    from notifications.selectors import anyone_listening
+
+    if not anyone_listening():
+        return
     if settings.SCALE_OUT:
-        from notifications.selectors import anyone_listening
         from notifications.tasks import dispatch_defer
 
-        if anyone_listening():  # with nobody subscribed, no job to run
-            dispatch_defer()
+        dispatch_defer()
         return
     loop, wake = _loop, _wake
     if loop is not None and wake is not None:

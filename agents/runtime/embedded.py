@@ -118,12 +118,29 @@ class Scheduler:
         return {a for a, n in self.done.items() if self.cycles is not None and n >= self.cycles}
 
     async def db(self, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
-        return await sync_to_async(db_call, thread_sensitive=False, executor=self.db_thread)(fn, **kwargs)
+        return await self.db_calls(fn, **kwargs)
 
-    async def drive(self, agent_id: int, interval: float) -> None:
+    def owes(self, agent_id: int) -> bool:
+        """Whether the agent is still to have a cycle of this scheduler (always, without --cycles)."""
+        return self.cycles is None or self.done[agent_id] < self.cycles
+
+    def due_again(self, interval: float) -> None:
+        """An agent falls due again `interval` seconds from now: the loop looks for it then."""
+        at = time.monotonic() + interval
+        self.next_due = at if self.next_due is None else min(self.next_due, at)
+
+    def ended(self, intervals: list[float]) -> None:
+        """Cycles ended, of agents due again after these intervals (none for those that had their --cycles,
+        which fall due no more here). Once the last cycle under way ended, the loop looks at once: whether any
+        agent still owes a cycle, or the run is over."""
+        if intervals:
+            self.due_again(min(intervals))
+        elif not self.inflight:
+            self.due_again(0.0)
+
+    async def drive(self, agent_id: int, interval: float, kind: str = "") -> None:
         try:
-            what = await sync_to_async(cycle_run, thread_sensitive=False, executor=self.cycle_threads)(
-                agent_id, self.id)
+            what = await self.cycle(agent_id, self.id, kind)
             logger.debug("agent %s: %s", agent_id, what)
             self.done[agent_id] += 1
         except CONNECTION_ERRORS as exc:  # not a cycle that happened: it runs once the database is back
@@ -133,16 +150,14 @@ class Scheduler:
             self.done[agent_id] += 1
         finally:
             self.inflight.pop(agent_id, None)
-            at = time.monotonic() + interval
-            self.next_due = at if self.next_due is None else min(self.next_due, at)
+            self.ended([interval] if self.owes(agent_id) else [])
             self.wake.set()
 
     async def drive_pass(self, due: list[Due]) -> None:
         """One pass of the due personas; then each whose cycle may wait on a model server runs its own."""
         apart: list[int] = []
         try:
-            done, apart = await sync_to_async(personas_run, thread_sensitive=False, executor=self.cycle_threads)(
-                [d.pk for d in due], self.id)
+            done, apart = await self.personas([d.pk for d in due], self.id)
             for agent_id in done:
                 self.done[agent_id] += 1
         except CONNECTION_ERRORS as exc:  # not cycles that happened: they run once the database is back
@@ -154,12 +169,11 @@ class Scheduler:
             for d in due:
                 if d.pk not in apart:
                     self.inflight.pop(d.pk, None)
-            at = time.monotonic() + min(d.interval for d in due)
-            self.next_due = at if self.next_due is None else min(self.next_due, at)
+            self.ended([d.interval for d in due if d.pk not in apart and self.owes(d.pk)])
             self.wake.set()
         for d in due:
             if d.pk in apart:
-                self.inflight[d.pk] = asyncio.create_task(self.drive(d.pk, d.interval))
+                self.inflight[d.pk] = asyncio.create_task(self.drive(d.pk, d.interval, d.kind))
 
     async def look(self) -> bool:
         """Start the due agents' cycles; False when --cycles is reached for every agent."""
@@ -177,7 +191,7 @@ class Scheduler:
                 self.inflight[d.pk] = task
         for d in due:
             if d.kind != Agent.Kind.PERSONA:
-                self.inflight[d.pk] = asyncio.create_task(self.drive(d.pk, d.interval))
+                self.inflight[d.pk] = asyncio.create_task(self.drive(d.pk, d.interval, d.kind))
         if self.cycles is not None and not due and not self.inflight:
             return bool(await self.db(agents_remaining, finished=self.finished))
         return True
@@ -220,6 +234,10 @@ class Scheduler:
     async def run(self) -> None:
         global current
         current = self
+        # The threads' entry points, wrapped once for the run rather than once a cycle.
+        self.cycle = sync_to_async(cycle_run, thread_sensitive=False, executor=self.cycle_threads)
+        self.personas = sync_to_async(personas_run, thread_sensitive=False, executor=self.cycle_threads)
+        self.db_calls = sync_to_async(db_call, thread_sensitive=False, executor=self.db_thread)
         logger.info("%s started (up to %d agents at once)", self.id, self.concurrency)
         background = [asyncio.create_task(self.prune_forever())] if self.prune_seconds > 0 else []
         if self.notify:

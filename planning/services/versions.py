@@ -105,10 +105,9 @@ def plan_restatement_save(*, plan: Plan, restatement: Mapping[str, str]) -> None
     """Keep the fast model's WHO/WHAT/WHEN/WHERE/WHY on the plan; its page's header shows it at once.
 
     No event of its own: the restatement is part of the planning that the next event (an attempt, the
-    plan validated or failed) records."""
-    with transaction.atomic():
-        Plan.objects.filter(pk=plan.pk).update(**{k: restatement.get(k, "") for k in RESTATE_KEYS})
-        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="restated")
+    plan validated or failed) records. One statement, atomic on its own: no transaction around it."""
+    Plan.objects.filter(pk=plan.pk).update(**{k: restatement.get(k, "") for k in RESTATE_KEYS})
+    publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="restated")
 
 
 @transaction.atomic

@@ -273,13 +273,10 @@ def test_thousand_cycles_of_a_demo_persona_keep_every_invariant(operator: object
     assert steady_calls / STEADY_STATE <= MAX_CALLS_PER_CYCLE
 
 
-def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(
-        settings: object, llm_server: object, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    """One planning cycle (restatement, plan, accepted) through the real HTTP client: the statements do not
-    grow with the plan's steps (they are stored together) and stay within the bound the runner's pace needs."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
+def tool_agent_to_plan(settings: object, llm_server: object, monkeypatch: pytest.MonkeyPatch,
+                       request: pytest.FixtureRequest) -> Agent:
+    """A tool agent with a goal to plan, the models scripted for one planning (restatement, a plan of 4 steps),
+    the policies read beforehand (their read is not the cycle's)."""
     from tests.llm_server import answer
 
     settings.LLM_MODELS = {"planner": ["planner-model"], "fast": ["fast-model"]}  # type: ignore[attr-defined]
@@ -300,7 +297,17 @@ def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(
     policy_services.policies_forget()
     request.addfinalizer(policy_services.policies_forget)  # the next tests read their own policies again
     policy_services.policy_state()
+    return agent
 
+
+def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(
+        settings: object, llm_server: object, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """One planning cycle (restatement, plan, accepted) through the real HTTP client: the statements do not
+    grow with the plan's steps (they are stored together) and stay within the bound the runner's pace needs."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    agent = tool_agent_to_plan(settings, llm_server, monkeypatch, request)
     with CaptureQueriesContext(connection) as queries:
         agent_cycle(agent_id=agent.pk, runner="runner-test")
 
@@ -310,3 +317,26 @@ def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(
                   if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
     assert len(statements) <= 16, "\n".join(statements)
     assert sum(s.startswith('INSERT INTO "planning_planstep"') for s in statements) == 1
+
+
+def test_tool_agent_planning_cycle_as_the_runner_runs_it_costs_two_transactions(
+        settings: object, llm_server: object, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """The same cycle as the embedded runner runs it (cycle_run, given the kind it read with the agent's due
+    time): no persona read for a tool agent, and transactions only where a write needs one (the version started,
+    the plan accepted); the restatement and the cycle's count are one statement each, atomic on their own."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents.runtime.cycles import cycle_run
+
+    agent = tool_agent_to_plan(settings, llm_server, monkeypatch, request)
+    with CaptureQueriesContext(connection) as queries:
+        cycle_run(agent.pk, "runner-test", Agent.Kind.TOOL)
+
+    assert Plan.objects.get(agent=agent).status == Plan.Status.AWAITING_APPROVAL
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert sum(s.upper().startswith("SAVEPOINT") for s in statements) == 2, "\n".join(statements)
+    assert not any('FROM "agents_need"' in s for s in statements), "\n".join(statements)
+    # 16 statements and the two transactions' SAVEPOINT and RELEASE (inside the test's transaction); 25 when a
+    # tool agent's cycle read its needs and the restatement and the count had transactions of their own.
+    assert len(statements) <= 20, "\n".join(statements)

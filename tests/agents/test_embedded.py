@@ -117,7 +117,7 @@ async def test_an_agent_never_runs_two_cycles_at_once() -> None:
     most = 0
     real = embedded.cycle_run
 
-    def watched(agent_id: int, runner: str) -> str:
+    def watched(agent_id: int, runner: str, kind: str = "") -> str:
         nonlocal running, most
         running += 1
         most = max(most, running)
@@ -125,7 +125,7 @@ async def test_an_agent_never_runs_two_cycles_at_once() -> None:
             import time
 
             time.sleep(0.05)
-            return real(agent_id, runner)
+            return real(agent_id, runner, kind)
         finally:
             running -= 1
 
@@ -164,6 +164,27 @@ async def test_an_agent_due_later_runs_when_it_falls_due_not_on_the_tick() -> No
         await asyncio.wait_for(scheduler.run(), timeout=30)
     assert scheduler.done[next(iter(scheduler.done))] == 3
     assert looks <= 5  # about one per cycle, and the one that finds the run done
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_agent_that_had_its_cycles_sends_the_scheduler_to_the_database_no_more() -> None:
+    """With --cycles, an agent whose cycles are done falls due no more for this scheduler: its cycle's end is no
+    reason to look again (a round of many agents looked once per ended cycle), only the last one's end is (to
+    find the run done)."""
+    await database_sync_to_async(lambda: AgentFactory.create_batch(5, kind="tool", cycle_interval=0))()
+    looks = 0
+    real = embedded.agents_due
+
+    def counted(**kwargs: Any) -> Any:
+        nonlocal looks
+        looks += 1
+        return real(**kwargs)
+
+    scheduler = Scheduler(runner_id="once-each", cycles=1, tick=3600)
+    with mock.patch.object(embedded, "agents_due", counted):
+        await asyncio.wait_for(scheduler.run(), timeout=30)
+    assert sum(scheduler.done.values()) == 5
+    assert looks == 2  # the one that starts the five, the one that finds the run done
 
 
 @pytest.mark.django_db(transaction=True)
