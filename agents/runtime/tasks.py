@@ -46,9 +46,6 @@ CONTROL_QUEUE = "control"  # the sweep, the stalled-job retry and pruning: never
 LOCK_PREFIX = "agent:"
 PASS_PREFIX = "personas:"
 PERSONAS_PER_PASS = 400  # a bigger backlog goes on in the next pass, deferred at once
-PASS_GAP_SECONDS = 0.25  # the least time between two passes of a shard: personas due meanwhile wait for it (at most
-# this late; cycle_next_at keeps their pace), so that a pass takes many at once (the scale bench: each pass costs
-# its job, its reads and its writes whatever its size)
 PRUNE_BUDGET_SECONDS = 5.0  # one pruning round; a bigger backlog goes on in the next round
 
 blueprint = Blueprint()
@@ -189,11 +186,11 @@ def pass_next(shard: int, shards: int, *, backlog: bool) -> None:
         return
     for attempt in (1, 2):
         try:
-            after = PASS_GAP_SECONDS
+            after = settings.RUNNER_PASS_GAP_SECONDS
             if not backlog:
                 at = shard_personas(shard, shards).aggregate(at=Min("next_cycle_at"))["at"]
                 wait = settings.RUNNER_SWEEP_SECONDS if at is None else (at - timezone.now()).total_seconds()
-                after = min(max(wait, PASS_GAP_SECONDS), settings.RUNNER_SWEEP_SECONDS)
+                after = min(max(wait, settings.RUNNER_PASS_GAP_SECONDS), settings.RUNNER_SWEEP_SECONDS)
             pass_defer(shard, shards, after=after)
             return
         except CHAIN_ERRORS as exc:
