@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils.html import escape
 
 from agents.models import Agent
 from planning.live.renderers import DashboardLivePage, PlanLivePage
@@ -65,6 +66,22 @@ def test_dashboard_filters_by_status_kind_waiting_and_failing(viewer_client: Cli
     html = viewer_client.get("/").content.decode()
     assert "<b>2</b> failing" in html and "<b>1</b> agent waiting for an operator" in html
     assert failed.agent.name == "Faller" and retrying.retries == 1
+
+
+def test_dashboard_row_escapes_what_agents_and_models_wrote_and_shortens_long_text(viewer_client: Client) -> None:
+    agent = AgentFactory(name="<img src=x onerror=alert(1)>", waiting_reason='step "1" <b>awaits</b>', status="running")
+    goal = "Tidy & <script>alert('goal')</script> " + "x" * 80
+    plan = PlanFactory(agent=agent, goal_text=goal, status=Plan.Status.ACTIVE)
+    PlanStepFactory(plan=plan, position=0, description="<i>Delete</i> the 'old' logs", status=PlanStep.Status.AWAITING_APPROVAL)
+    html = viewer_client.get("/").content.decode()
+    row = html[html.index(f'<tr id="agent-row-{agent.pk}"'):]
+    row = row[:row.index("</tr>")]
+    assert "<img" not in row and "<script" not in row and "<b>" not in row and "<i>" not in row
+    assert "&lt;img src=x onerror=alert(1)&gt;" in row
+    assert f'Waiting: <a href="/plans/{plan.pk}/">step &quot;1&quot; &lt;b&gt;awaits&lt;/b&gt;</a>' in row
+    assert f">{escape(goal[:59])}…</a>" in row  # truncatechars:60's text
+    assert '<span class="badge awaiting_approval">Awaiting approval</span> &lt;i&gt;Delete&lt;/i&gt; the &#x27;old&#x27; logs' in row
+    assert '<span class="badge running">Running</span>' in row and '<span class="tag">Persona</span>' in row
 
 
 def test_dashboard_filter_is_kept_across_pages(viewer_client: Client) -> None:
