@@ -72,9 +72,8 @@ def agent_row(row: AgentRow) -> SafeString:
                  f'<span class="badge {e(plan.status)}">{e(label(PLAN_STATUS, plan.status))}</span>') if plan else NO_PLAN
     step_cell = (f'<span class="badge {e(step.status)}">{e(label(STEP_STATUS, step.status))}</span> '
                  f'{e(short(step.description))}') if step else NO_STEP
-    status = e(agent.status)
     return mark_safe(ROW.format(  # noqa: S308 - each value escaped
-        pk=int(agent.pk), status=status, agent_url=e(agent.get_absolute_url()), name=e(agent.name),
+        pk=int(agent.pk), status=e(agent.status), agent_url=e(agent.get_absolute_url()), name=e(agent.name),
         kind=e(label(AGENT_KIND, agent.kind)), status_label=e(label(AGENT_STATUS, agent.status)), waiting=waiting,
         plan=plan_cell, step=step_cell, percent=int(row.percent), done=int(row.done), total=int(row.total),
         needs=needs_mini(row.needs), cycles=int(agent.cycle_count),

@@ -146,11 +146,8 @@ async def test_a_freed_slot_is_refilled_at_once_not_on_the_next_tick() -> None:
     assert sum(scheduler.done.values()) == 6
 
 
-@pytest.mark.django_db(transaction=True)
-async def test_an_agent_due_later_runs_when_it_falls_due_not_on_the_tick() -> None:
-    """With nothing waiting, an ended cycle does not send the scheduler to the database: it looks again
-    when the next agent falls due (here 0.3 s after each cycle), however long the tick."""
-    await database_sync_to_async(lambda: AgentFactory(kind="tool", cycle_interval=0.3))()
+async def looks_of(scheduler: Scheduler) -> int:
+    """Run the scheduler to its end; how many times it looked in the database for due agents."""
     looks = 0
     real = embedded.agents_due
 
@@ -159,9 +156,18 @@ async def test_an_agent_due_later_runs_when_it_falls_due_not_on_the_tick() -> No
         looks += 1
         return real(**kwargs)
 
-    scheduler = Scheduler(runner_id="timely", cycles=3, tick=3600)
     with mock.patch.object(embedded, "agents_due", counted):
         await asyncio.wait_for(scheduler.run(), timeout=30)
+    return looks
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_agent_due_later_runs_when_it_falls_due_not_on_the_tick() -> None:
+    """With nothing waiting, an ended cycle does not send the scheduler to the database: it looks again
+    when the next agent falls due (here 0.3 s after each cycle), however long the tick."""
+    await database_sync_to_async(lambda: AgentFactory(kind="tool", cycle_interval=0.3))()
+    scheduler = Scheduler(runner_id="timely", cycles=3, tick=3600)
+    looks = await looks_of(scheduler)
     assert scheduler.done[next(iter(scheduler.done))] == 3
     assert looks <= 5  # about one per cycle, and the one that finds the run done
 
@@ -172,17 +178,8 @@ async def test_an_agent_that_had_its_cycles_sends_the_scheduler_to_the_database_
     reason to look again (a round of many agents looked once per ended cycle), only the last one's end is (to
     find the run done)."""
     await database_sync_to_async(lambda: AgentFactory.create_batch(5, kind="tool", cycle_interval=0))()
-    looks = 0
-    real = embedded.agents_due
-
-    def counted(**kwargs: Any) -> Any:
-        nonlocal looks
-        looks += 1
-        return real(**kwargs)
-
     scheduler = Scheduler(runner_id="once-each", cycles=1, tick=3600)
-    with mock.patch.object(embedded, "agents_due", counted):
-        await asyncio.wait_for(scheduler.run(), timeout=30)
+    looks = await looks_of(scheduler)
     assert sum(scheduler.done.values()) == 5
     assert looks == 2  # the one that starts the five, the one that finds the run done
 
