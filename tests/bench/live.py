@@ -2,12 +2,12 @@
 
 - push_plan_p95, push_dashboard_p95: a change committed in another process (a service call in a
   `committer` subprocess) -> the updated fragment at a websocket client of the real server
-  (`manage.py serve --no-runner`). Baseline: a bare send from another process -> a minimal consumer
+  (`manage.py serve --no-runner`); goal < 25 ms, every change delivered. Baseline: a bare send from another process -> a minimal consumer
   (served the same way) -> the client. PostgreSQL + Redis only: the embedded stack (SQLite) is one
   process and pushes only its own changes (another process's show when a page is reloaded), so the
   push figures print SKIPPED when PostgreSQL or Redis is not reachable.
-- fanout_200_p95: delivery p95 with 200 open dashboards at 20 changes/s; baseline: the bare path
-  with 200 clients at the same rate.
+- fanout_200_p95: delivery p95 with 200 open dashboards at 20 changes/s, none lost; goal < 25 ms (issue 17's
+  "push p95 < 25 ms with 200 open pages"); baseline: the bare path with 200 clients at the same rate.
 - plan_page_1000: the plan page with 1,000 steps (the view, as an operator) against a bare template
   of the same rows fed by one query; queries must not grow with steps.
 - dashboard_1000: the dashboard with 1,000 agents (its first page of 50) against a bare template of
@@ -291,9 +291,11 @@ def push_figures(st: Stack) -> list[dict[str, Any]]:
     for name, path, base in (("push_plan_p95", plan_path, 10_000), ("push_dashboard_p95", "/ws/dashboard/", 20_000)):
         lat = asyncio.run(latency_run(st, bare=False, path=path, role="committer", samples=PUSH_SAMPLES, base=base))
         value = p95(lat)
+        # Issue 17's figure is < 25 ms; the ratio to the bare relay (<= 1.5x, a micro-ratio the issue retired)
+        # shows beside it as the baseline of the same run.
         out.append(figure(name, value, "ms", baseline=bare_p95, baseline_name="bare send -> minimal consumer -> client, p95",
-                          goal="<= 1.5x bare and < 25 ms",
-                          passed=bool(lat) and value <= 1.5 * bare_p95 and value < 25,
+                          goal="< 25 ms (the bare relay beside it)",
+                          passed=bool(lat) and value < 25 and len(lat) == PUSH_SAMPLES,
                           note=f"{st.stack_name}; p50 {statistics.median(lat):.1f} ms vs bare {statistics.median(bare):.1f}; "
                                f"{len(lat)}/{PUSH_SAMPLES} delivered"))
     return out
@@ -305,8 +307,8 @@ def fanout_figures(st: Stack) -> list[dict[str, Any]]:
     value = p95(lat) if lat else float("inf")
     return [figure("fanout_200_p95", value, "ms", baseline=p95(bare) if bare else None,
                    baseline_name=f"bare fan-out to {FANOUT_CLIENTS} clients, p95",
-                   goal=f"< 100 ms with {FANOUT_CLIENTS} open dashboards at {FANOUT_RATE:.0f} changes/s",
-                   passed=bool(lat) and value < 100 and lost == 0,
+                   goal=f"< 25 ms with {FANOUT_CLIENTS} open dashboards at {FANOUT_RATE:.0f} changes/s (issue 17)",
+                   passed=bool(lat) and value < 25 and lost == 0,
                    note=f"{st.stack_name}; {FANOUT_CLIENTS} clients; lost {lost} (bare lost {bare_lost}); "
                         f"p50 {statistics.median(lat) if lat else float('nan'):.1f} ms")]
 
