@@ -4,7 +4,11 @@ the offline model.
 
 Three runs of the demo (seed_demo), each counted over its second half (steady state), all purposes together:
 - an operator approves every step that waits for one at once (as a watching operator would): calls,
-  plan-following, a cycle's time against a one-row UPDATE transaction measured in the same run, queries;
+  plan-following, and the statements a cycle costs where the runtimes run it: in a pass of the personas due
+  together (agents/cycle.py persona_cycles; a persona's own cycle, which runs only when it must wait on a
+  model server or its planning retry is due, is given beside it). The time of one cycle against a one-row
+  UPDATE transaction in-process on SQLite was a micro-ratio issue 17 retired: the CPU a cycle is measured
+  end to end by tests/bench/scale.py, beside pgbench's transaction;
 - nobody decides (issue 16): calls, plan-following, idle cycles, and waiting steps the runner withdrew
   (a step that waited for a person and left the inbox with nobody's decision);
 - an operator approves within 10 s: what waits is approved once it has waited APPROVE_AFTER_CYCLES cycles
@@ -15,8 +19,8 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from dataclasses import dataclass
+from typing import Any
 
 from tests.bench.common import figure
 
@@ -27,25 +31,14 @@ MIN_FOLLOWING_UNATTENDED = 0.6
 MAX_IDLE_UNATTENDED = 0.25
 DEMO_CYCLE_SECONDS = 3.0  # seed_demo's interval between an agent's cycles
 APPROVE_AFTER_CYCLES = int(10 // DEMO_CYCLE_SECONDS)  # an operator who answers within 10 s
-MAX_CYCLE_RATIO = 5.0
 MAX_QUERIES = 8
 QUERY_SAMPLE_EVERY = 7  # coprime with the goal re-evaluation interval (5), so the sample is not biased
 TRANSACTION_CONTROL = ("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT", "ROLLBACK")
 
 
-def update_baseline_ms(agent_id: int, rounds: int = 200) -> float:
-    from django.db import transaction
-    from django.db.models import F
-
-    from agents.models import Agent
-
-    times = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        with transaction.atomic():
-            Agent.objects.filter(pk=agent_id).update(cycle_interval=F("cycle_interval"))
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+def statements(captured: Any) -> int:
+    """The statements a block ran, transaction control not counted."""
+    return sum(1 for q in captured.captured_queries if not q["sql"].lstrip().upper().startswith(TRANSACTION_CONTROL))
 
 
 @dataclass
@@ -105,7 +98,7 @@ def figures() -> list[dict]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from agents.cycle import agent_cycle
+    from agents.cycle import agent_cycle, persona_cycles
     from agents.models import Agent, Experience, LLMCall
     from planning import services
     from planning.models import PlanStep
@@ -115,32 +108,33 @@ def figures() -> list[dict]:
     operator = User.objects.create_superuser("bench-operator", "", "x")
     personas = list(Agent.objects.filter(kind=Agent.Kind.PERSONA).order_by("name"))
     steady = CYCLES // 2
-    times: list[float] = []
-    queries: list[int] = []
+    in_pass: list[float] = []  # statements a cycle, in a pass of every persona (the runtimes' way)
+    own_cycle: list[int] = []  # statements of one persona's own cycle
     calls_at_steady = 0
     for n in range(1, CYCLES + 1):
         if n == steady + 1:
             calls_at_steady = LLMCall.objects.filter(agent__in=personas).count()
+        if n > steady and n % QUERY_SAMPLE_EVERY == 0:  # a pass of all the personas, as a runner drives them
+            with CaptureQueriesContext(connection) as captured:
+                done, apart = persona_cycles([a.pk for a in personas], runner="bench")
+            for agent_id in apart:  # none with the offline model; a model server's cycle runs on its own
+                agent_cycle(agent_id=agent_id, runner="bench")
+            in_pass.append(statements(captured) / max(len(done), 1))
         for agent in personas:
-            if n > steady and n % QUERY_SAMPLE_EVERY == 0:  # counted, not timed: capturing costs time itself
-                with CaptureQueriesContext(connection) as captured:
+            if n <= steady or n % QUERY_SAMPLE_EVERY != 0:
+                if n > steady and n % QUERY_SAMPLE_EVERY == 3:
+                    with CaptureQueriesContext(connection) as captured:
+                        agent_cycle(agent_id=agent.pk, runner="bench")
+                    own_cycle.append(statements(captured))
+                else:
                     agent_cycle(agent_id=agent.pk, runner="bench")
-                queries.append(sum(1 for q in captured.captured_queries
-                                   if not q["sql"].lstrip().upper().startswith(TRANSACTION_CONTROL)))
-            else:
-                started = time.perf_counter()
-                agent_cycle(agent_id=agent.pk, runner="bench")
-                if n > steady:
-                    times.append((time.perf_counter() - started) * 1000)
             for step in PlanStep.objects.filter(plan__agent=agent, status=PlanStep.Status.AWAITING_APPROVAL):
                 services.step_approve(step=step, user=operator)
     cycles = steady * len(personas)
     calls = LLMCall.objects.filter(agent__in=personas).count() - calls_at_steady
     late = Experience.objects.filter(agent__in=personas, cycle__gt=steady)
     following = late.filter(followed_plan=True).count() / max(late.count(), 1)
-    baseline = update_baseline_ms(personas[0].pk)
-    cycle_ms = statistics.median(times)
-    median_queries = statistics.median(queries)
+    median_queries = statistics.median(in_pass)
     note = f"{len(personas)} demo personas x {CYCLES} cycles, second half counted"
     unattended = demo_run(approve_after=None)
     attended = demo_run(approve_after=APPROVE_AFTER_CYCLES)
@@ -164,9 +158,10 @@ def figures() -> list[dict]:
         figure("persona_approved_in_10s_following", attended.following * 100, "%", baseline=None,
                goal=f">= {MIN_FOLLOWING:.0%}", passed=attended.following >= MIN_FOLLOWING,
                note=f"what waits approved after {APPROVE_AFTER_CYCLES} cycles of {DEMO_CYCLE_SECONDS:g} s; {note}"),
-        figure("persona_cycle", cycle_ms, "ms", baseline=baseline, baseline_name="one-row UPDATE transaction",
-               goal=f"<= {MAX_CYCLE_RATIO:g}x baseline", passed=cycle_ms <= MAX_CYCLE_RATIO * baseline,
-               note=f"median; p90 {statistics.quantiles(times, n=10)[-1]:.1f} ms"),
         figure("persona_cycle_queries", median_queries, "queries", baseline=None, goal=f"<= {MAX_QUERIES}",
-               passed=median_queries <= MAX_QUERIES, note=f"median, transaction control not counted; max {max(queries)}"),
+               passed=median_queries <= MAX_QUERIES,
+               note=f"a cycle in a pass of the {len(personas)} demo personas (median of {len(in_pass)} passes, max "
+                    f"{max(in_pass):.1f}; transaction control not counted; a pass's statements do not grow with its "
+                    f"personas, tests/agents/test_persona_batch.py); one persona's own cycle: median "
+                    f"{statistics.median(own_cycle):g}, max {max(own_cycle)}"),
     ]
