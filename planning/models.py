@@ -95,7 +95,7 @@ class Plan(models.Model):
         indexes = [
             models.Index(fields=["agent", "status"], name="plan_agent_status_idx"),  # an agent's open plan
             models.Index(fields=["agent", "-created_at"], name="plan_agent_latest_idx"),  # the dashboard's latest plan
-            # The dashboard's failing agents: those with a failed plan at all (selectors.failing_q).
+            # The dashboard's failing agents: those with a failed plan at all (selectors.failing_agent_ids).
             models.Index(fields=["agent"], condition=models.Q(status="failed"), name="plan_failed_idx"),
         ]
         permissions = [("decide_plan", "Can approve, decline and edit plans and steps")]
@@ -169,7 +169,7 @@ class PlanStep(models.Model):
         ]
         indexes = [
             models.Index(fields=["status"], name="step_status_idx"),  # the runner looks for runnable steps
-            # The dashboard's failing agents: those with a failed or retried step at all (selectors.failing_q).
+            # The dashboard's failing agents: those with a failed or retried step at all (selectors.failing_agent_ids).
             models.Index(fields=["plan"], condition=models.Q(status="failed") | models.Q(retries__gt=0),
                          name="step_troubled_idx"),
         ]

@@ -120,21 +120,25 @@ def agents_row_plan() -> QuerySet[Agent]:
     return Agent.objects.annotate(row_plan_id=Coalesce(Subquery(shown), Subquery(latest)))
 
 
-def failing_q() -> Q:
-    """The latest plan failed, or one of its steps failed or is being retried."""
+def failing_agent_ids() -> set[int]:
+    """The agents whose latest plan failed, or has a step that failed or is being retried.
+
+    First the candidates: agents with a failed plan or a troubled step at all (two reads of the partial indexes
+    plan_failed_idx and step_troubled_idx, a handful of rows); with none, the common case, that is all. Then,
+    for those alone, whether their latest plan is the failing one. Written as one nested expression inside the
+    dashboard's counts (an Exists over a Subquery of the latest plan, from inside the count's filter), Django's
+    compiling of it took ~1.4 ms of CPU on every dashboard load and push, seven times the query's own time
+    (`make bench`, dashboard_1000: 1.53-1.57x its bare template)."""
     troubled = Q(status=PlanStep.Status.FAILED) | Q(retries__gt=0)
-    # Only an agent with a failed plan or a troubled step at all (two reads of the partial indexes
-    # plan_failed_idx and step_troubled_idx, a handful of rows) has its latest plan looked up: that lookup for
-    # every agent was the dashboard's costliest query (its counts, on every load and push: at 1,000 agents
-    # 1,000 correlated lookups; the scale bench's dashboard p90).
-    candidates = (Q(pk__in=Plan.objects.filter(status=Plan.Status.FAILED).values("agent_id"))
-                  | Q(pk__in=PlanStep.objects.filter(troubled).values("plan__agent_id")))
-    # The agent's latest plan, from inside a subquery (no reference to an annotation: PostgreSQL refuses it),
-    # looked up once per agent for both conditions.
-    latest = Plan.objects.filter(agent=OuterRef(OuterRef("pk"))).order_by("-created_at", "-pk").values("pk")[:1]
+    failed = Plan.objects.filter(status=Plan.Status.FAILED).order_by().values_list("agent_id", flat=True)
+    stepped = PlanStep.objects.filter(troubled).order_by().values_list("plan__agent_id", flat=True)
+    candidates = set(failed.union(stepped).order_by())
+    if not candidates:
+        return set()
+    latest = Plan.objects.filter(agent=OuterRef("agent_id")).order_by("-created_at", "-pk").values("pk")[:1]
     troubled_step = PlanStep.objects.filter(plan=OuterRef("pk")).filter(troubled)
-    return candidates & Q(Exists(Plan.objects.filter(pk=Subquery(latest)).filter(
-        Q(status=Plan.Status.FAILED) | Q(Exists(troubled_step)))))
+    return set(Plan.objects.filter(agent_id__in=candidates, pk=Subquery(latest))
+               .filter(Q(status=Plan.Status.FAILED) | Q(Exists(troubled_step))).values_list("agent_id", flat=True))
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,8 @@ class DashboardFilter:
         return bool(self.status or self.kind or self.waiting or self.failing)
 
 
-def dashboard_agents(filters: DashboardFilter) -> QuerySet[Agent]:
+def dashboard_agents(filters: DashboardFilter, *, failing: set[int] | None = None) -> QuerySet[Agent]:
+    """The dashboard's agents as filtered; `failing`: failing_agent_ids, when the caller read it already."""
     agents = Agent.objects.order_by("name", "pk")
     if filters.status:
         agents = agents.filter(status=filters.status)
@@ -192,13 +197,13 @@ def dashboard_agents(filters: DashboardFilter) -> QuerySet[Agent]:
     if filters.waiting:
         agents = agents.exclude(waiting_reason="")
     if filters.failing:
-        agents = agents.filter(failing_q())
+        agents = agents.filter(pk__in=failing_agent_ids() if failing is None else failing)
     return agents
 
 
-def dashboard_page(filters: DashboardFilter) -> tuple[list[AgentRow], Page[Any]]:
+def dashboard_page(filters: DashboardFilter, *, failing: set[int] | None = None) -> tuple[list[AgentRow], Page[Any]]:
     """One page of the dashboard: a count, the page's agent ids, then dashboard_rows (six queries)."""
-    paginator = Paginator(dashboard_agents(filters).values_list("pk", flat=True), DASHBOARD_PAGE_SIZE)
+    paginator = Paginator(dashboard_agents(filters, failing=failing).values_list("pk", flat=True), DASHBOARD_PAGE_SIZE)
     page = paginator.get_page(filters.page)
     ids = list(page.object_list)
     rows = dashboard_rows(agent_ids=ids) if ids else []
@@ -208,27 +213,26 @@ def dashboard_page(filters: DashboardFilter) -> tuple[list[AgentRow], Page[Any]]
 COUNT_NAMES = ("agents", "running", "paused", "waiting", "failing")
 
 
-def dashboard_counts() -> dict[str, int]:
-    """The counts above the table (and the filter badges): one query, one row of counts over all agents
-    (grouped by a constant, which makes no GROUP BY at all)."""
+def dashboard_counts(*, failing: set[int] | None = None) -> dict[str, int]:
+    """The counts above the table (and the filter badges): one row of counts over all agents (grouped by a
+    constant, which makes no GROUP BY at all), and the failing agents (failing_agent_ids, unless given)."""
     row = Agent.objects.order_by().values(everyone=Value(1)).annotate(
         agents=Count("pk"),
         running=Count("pk", filter=Q(status=Agent.Status.RUNNING)),
         paused=Count("pk", filter=Q(status=Agent.Status.PAUSED)),
         waiting=Count("pk", filter=~Q(waiting_reason="")),
-        failing=Count("pk", filter=failing_q()),
-    ).values_list(*COUNT_NAMES).get()
-    return dict(zip(COUNT_NAMES, row, strict=True))
+    ).values_list(*COUNT_NAMES[:-1]).get()
+    return dict(zip(COUNT_NAMES, (*row, len(failing_agent_ids() if failing is None else failing)), strict=True))
 
 
-def dashboard_totals() -> dict[str, int]:
+def dashboard_totals(*, failing: set[int] | None = None) -> dict[str, int]:
     """What the dashboard counts: its agents (dashboard_counts), and the items in the inbox counted as the
     navigation's "Inbox N" counts them, so the two never disagree."""
     from planning.steer_selectors import (
         inbox_count,  # steer_selectors reads plans; it imports nothing from here
     )
 
-    return dashboard_counts() | {"inbox": inbox_count()}
+    return dashboard_counts(failing=failing) | {"inbox": inbox_count()}
 
 
 def step_rollback_possible(step: PlanStep, *, agent_id: int) -> bool:

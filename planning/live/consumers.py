@@ -36,7 +36,14 @@ from planning.live.renderers import (
     PlanLivePage,
     render_for,
 )
-from planning.selectors import DashboardFilter, agent_context, dashboard_page, dashboard_totals, plan_context
+from planning.selectors import (
+    DashboardFilter,
+    agent_context,
+    dashboard_page,
+    dashboard_totals,
+    failing_agent_ids,
+    plan_context,
+)
 
 logger = logging.getLogger("planner.live")
 
@@ -133,9 +140,10 @@ class DashboardConsumer(LiveConsumer):
         return DashboardLivePage(self.page_key())
 
     def render_all(self) -> str:
-        rows, _ = dashboard_page(DashboardFilter.from_query(self.query))
-        return self.render("planning/dashboard_full.html", {"rows": rows, "counts": dashboard_totals(),
-                                                            "filters": DashboardFilter.from_query(self.query)})
+        filters, failing = DashboardFilter.from_query(self.query), failing_agent_ids()  # read once, for both
+        rows, _ = dashboard_page(filters, failing=failing)
+        return self.render("planning/dashboard_full.html", {"rows": rows, "counts": dashboard_totals(failing=failing),
+                                                            "filters": filters})
 
 
 class ObjectPageConsumer(LiveConsumer):
