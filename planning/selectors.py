@@ -210,6 +210,13 @@ def dashboard_page(filters: DashboardFilter, *, failing: set[int] | None = None)
     return rows, page
 
 
+def dashboard_page_counted(filters: DashboardFilter) -> tuple[list[AgentRow], Page[Any], dict[str, int]]:
+    """A page of the dashboard and the counts above it, the failing agents read once for both."""
+    failing = failing_agent_ids()
+    rows, page = dashboard_page(filters, failing=failing)
+    return rows, page, dashboard_totals(failing=failing)
+
+
 COUNT_NAMES = ("agents", "running", "paused", "waiting", "failing")
 
 

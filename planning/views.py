@@ -31,14 +31,7 @@ from planning.forms import (
     agent_tool_names,
 )
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.selectors import (
-    DashboardFilter,
-    agent_context,
-    dashboard_page,
-    dashboard_totals,
-    failing_agent_ids,
-    plan_context,
-)
+from planning.selectors import DashboardFilter, agent_context, dashboard_page_counted, plan_context
 from planning.steer_selectors import goal_queue
 from policies import services as policy_services
 
@@ -46,10 +39,9 @@ from policies import services as policy_services
 @require_GET
 def dashboard(request: HttpRequest) -> HttpResponse:
     filters = DashboardFilter.from_query(request.GET)
-    failing = failing_agent_ids()  # read once, for the count and the filter
-    rows, page = dashboard_page(filters, failing=failing)
+    rows, page, counts = dashboard_page_counted(filters)
     return render(request, "planning/dashboard.html", {
-        "rows": rows, "page": page, "counts": dashboard_totals(failing=failing), "filters": filters,
+        "rows": rows, "page": page, "counts": counts, "filters": filters,
         "live_query": filters.query(page=page.number),
         "prev_query": filters.query(page=page.number - 1) if page.has_previous() else "",
         "next_query": filters.query(page=page.number + 1) if page.has_next() else "",

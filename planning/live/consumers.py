@@ -36,14 +36,7 @@ from planning.live.renderers import (
     PlanLivePage,
     render_for,
 )
-from planning.selectors import (
-    DashboardFilter,
-    agent_context,
-    dashboard_page,
-    dashboard_totals,
-    failing_agent_ids,
-    plan_context,
-)
+from planning.selectors import DashboardFilter, agent_context, dashboard_page_counted, plan_context
 
 logger = logging.getLogger("planner.live")
 
@@ -140,10 +133,9 @@ class DashboardConsumer(LiveConsumer):
         return DashboardLivePage(self.page_key())
 
     def render_all(self) -> str:
-        filters, failing = DashboardFilter.from_query(self.query), failing_agent_ids()  # read once, for both
-        rows, _ = dashboard_page(filters, failing=failing)
-        return self.render("planning/dashboard_full.html", {"rows": rows, "counts": dashboard_totals(failing=failing),
-                                                            "filters": filters})
+        filters = DashboardFilter.from_query(self.query)
+        rows, _, counts = dashboard_page_counted(filters)
+        return self.render("planning/dashboard_full.html", {"rows": rows, "counts": counts, "filters": filters})
 
 
 class ObjectPageConsumer(LiveConsumer):
