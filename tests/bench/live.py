@@ -2,8 +2,8 @@
 
 - push_plan_p95, push_dashboard_p95: a change committed in another process (a service call in a
   `committer` subprocess) -> the updated fragment at a websocket client of the real server
-  (`manage.py serve --no-runner`); goal < 25 ms, every change delivered. Baseline: a bare send from another process -> a minimal consumer
-  (served the same way) -> the client. PostgreSQL + Redis only: the embedded stack (SQLite) is one
+  (`manage.py serve --no-runner`); goal < 25 ms, every change delivered. Baseline: a bare send from another
+  process -> a minimal consumer (served the same way) -> the client. PostgreSQL + Redis only: the embedded stack (SQLite) is one
   process and pushes only its own changes (another process's show when a page is reloaded), so the
   push figures print SKIPPED when PostgreSQL or Redis is not reachable.
 - fanout_200_p95: delivery p95 with 200 open dashboards at 20 changes/s, none lost; goal < 25 ms (issue 17's

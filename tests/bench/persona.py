@@ -114,20 +114,21 @@ def figures() -> list[dict]:
     for n in range(1, CYCLES + 1):
         if n == steady + 1:
             calls_at_steady = LLMCall.objects.filter(agent__in=personas).count()
-        if n > steady and n % QUERY_SAMPLE_EVERY == 0:  # a pass of all the personas, as a runner drives them
+        pass_round = n > steady and n % QUERY_SAMPLE_EVERY == 0  # a pass of all the personas, as runners drive them
+        own_round = n > steady and n % QUERY_SAMPLE_EVERY == 3  # each persona's own cycle, counted
+        if pass_round:
             with CaptureQueriesContext(connection) as captured:
                 done, apart = persona_cycles([a.pk for a in personas], runner="bench")
             for agent_id in apart:  # none with the offline model; a model server's cycle runs on its own
                 agent_cycle(agent_id=agent_id, runner="bench")
             in_pass.append(statements(captured) / max(len(done), 1))
         for agent in personas:
-            if n <= steady or n % QUERY_SAMPLE_EVERY != 0:
-                if n > steady and n % QUERY_SAMPLE_EVERY == 3:
-                    with CaptureQueriesContext(connection) as captured:
-                        agent_cycle(agent_id=agent.pk, runner="bench")
-                    own_cycle.append(statements(captured))
-                else:
+            if own_round:
+                with CaptureQueriesContext(connection) as captured:
                     agent_cycle(agent_id=agent.pk, runner="bench")
+                own_cycle.append(statements(captured))
+            elif not pass_round:
+                agent_cycle(agent_id=agent.pk, runner="bench")
             for step in PlanStep.objects.filter(plan__agent=agent, status=PlanStep.Status.AWAITING_APPROVAL):
                 services.step_approve(step=step, user=operator)
     cycles = steady * len(personas)
