@@ -60,6 +60,10 @@ class GoalState:
     abandoned: bool = False
     progressed: bool = False  # progress moved, so last_progressed is now
     crossed_milestone: bool = False  # progress rose to the milestone threshold in this experience
+    # What the experience applied, before clamping to 0..1: the change written as a relative update
+    # (agents/services.py goals_write), so that an operator's edit made meanwhile is moved, not overwritten.
+    progress_delta: float = 0.0
+    confidence_decay: float = 0.0
 
 
 def goal_after_experience(*, state: GoalState, horizon: str, source_needs: Iterable[str],
@@ -73,9 +77,11 @@ def goal_after_experience(*, state: GoalState, horizon: str, source_needs: Itera
     threshold the goal is abandoned. A goal whose plan waits for a person (`waiting`) is being pursued: it
     is held as it is, neither decayed toward abandonment nor completed, until the person answers."""
     if waiting:
-        return replace(state, abandoned=False, progressed=False, crossed_milestone=False)
+        return replace(state, abandoned=False, progressed=False, crossed_milestone=False, progress_delta=0.0,
+                       confidence_decay=0.0)
     delta = goal_progress_delta(source_needs=source_needs, need_deltas=need_deltas) + bonus
     progress = clamp_unit(state.progress + delta)
+    decay = DECAY_PER_HOUR[horizon] * max(hours, 0.0)
     confidence, abandoned = goal_decay(confidence=state.confidence, horizon=horizon, hours=hours)
     return GoalState(
         progress=progress,
@@ -85,6 +91,8 @@ def goal_after_experience(*, state: GoalState, horizon: str, source_needs: Itera
         abandoned=abandoned,
         progressed=delta != 0,
         crossed_milestone=state.progress < MILESTONE_CHECK_THRESHOLD <= progress and not abandoned,
+        progress_delta=delta,
+        confidence_decay=decay,
     )
 
 

@@ -81,6 +81,45 @@ def test_a_batch_does_to_each_persona_what_its_own_cycles_do() -> None:
     assert all(seen(a)["cycles"] == 7 for a in batched)
 
 
+def test_a_batch_whose_rows_move_alike_does_to_each_persona_what_its_own_cycles_do() -> None:
+    """Personas alike, whose needs and goals a pass writes one statement for each change (goals_shifted,
+    needs_move): the same values, to the last bit, as each persona's own cycles write."""
+    alike = 3
+    shapes: list[dict[str, Any]] = [{}, {"money": 0.05}]
+    batched = [person(**shape) for shape in shapes for _ in range(alike)]
+    alone = [person(**shape) for shape in shapes]
+    for _ in range(4):
+        done, own = persona_cycles([a.pk for a in batched], runner="runner test")
+        assert own == [] and set(done) == {a.pk for a in batched}
+        for agent in alone:
+            agent_cycle(agent_id=agent.pk, runner="runner test")
+    exact = {"needs": lambda a: dict(Need.objects.filter(agent=a).values_list("name", "satisfaction"))}
+    for index, one in enumerate(batched):
+        other = alone[index // alike]
+        assert seen(one) == seen(other)
+        assert exact["needs"](one) == exact["needs"](other)
+
+
+def test_an_operators_edit_of_needs_and_goals_made_meanwhile_is_moved_not_overwritten() -> None:
+    """The pass read a need and a goal, an operator set them meanwhile; the cycle's change is applied to
+    what the operator set (as their rows move alike, one statement for each change)."""
+    agents = [person() for _ in range(3)]
+    first = agents[0]
+    twin = agents[1]
+
+    def operator_edits() -> None:
+        Need.objects.filter(agent=first, name="social").update(satisfaction=0.4)
+        Goal.objects.filter(agent=first).update(confidence=0.5)
+
+    with records_then(operator_edits):
+        persona_cycles([a.pk for a in agents], runner="runner test")
+    social = {a.pk: Need.objects.get(agent=a, name="social").satisfaction for a in (first, twin)}
+    confidence = {a.pk: Goal.objects.get(agent=a).confidence for a in (first, twin)}
+    assert social[twin.pk] < 0.9 and confidence[twin.pk] < 1.0  # the twin moved from what was read
+    assert social[first.pk] == pytest.approx(0.4 - (0.9 - social[twin.pk]))  # moved from the operator's 40 %
+    assert confidence[first.pk] == pytest.approx(0.5 - (1.0 - confidence[twin.pk]))
+
+
 def records_then(meanwhile: Any) -> Any:
     """persona_cycles_record, with something happening between the batch's read and its write."""
     real = cycle_module.persona_cycles_record
@@ -192,6 +231,8 @@ def passes_statements(*batches: list[Agent]) -> list[int]:
 
 
 def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
+    """Rows that move alike (as these personas' needs and goals do) are written one statement for each change,
+    the rest in one upsert: none more however many personas."""
     small_statements, large_statements = passes_statements([person() for _ in range(2)],
                                                            [person() for _ in range(10)])
     assert small_statements == large_statements
