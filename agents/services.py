@@ -283,7 +283,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
         agent.cycle_count, agent.emotions = record.expected_cycle + 1, record.emotions
         agent.next_cycle_at = cycle_next_at(agent, now)
     rows_write(Agent, [r.agent for r in batch], ["cycle_count", "emotions", "next_cycle_at"])
-    needs_move(batch, now, alike=True)
+    needs_move(batch, now)
     experiences = Experience.objects.bulk_create([
         experience_of(r, step=changes[r.agent.pk].step if r.agent.pk in changes else None) for r in batch])
     by_agent = {r.agent.pk: e for r, e in zip(batch, experiences, strict=True)}
@@ -317,7 +317,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     rewarded = {p.pk for p in completed}
     goals = [pair for r in batch for pair in goals_after(
         r, plan_completed=r.step_change is not None and r.step_change.plan.pk in rewarded)]
-    abandoned = goals_write(goals=goals, now=now, alike=True)
+    abandoned = goals_write(goals=goals, now=now)
     events += [goal_abandoned_event(goal, state, runner=r.runner, experience_id=by_agent[goal.agent_id].pk)
                for r in batch for goal, state in r.goals if goal.pk in abandoned]
     lessons_learn([(r.agent, r.lesson, by_agent[r.agent.pk]) for r in batch if r.lesson])
@@ -358,12 +358,18 @@ def rows_write(model: Any, rows: Sequence[Any], fields: Sequence[str]) -> None:
         model.objects.bulk_create(rows, update_conflicts=True, unique_fields=["id"], update_fields=list(fields))
 
 
-def needs_move(batch: Sequence[CycleRecord], now: Any, *, alike: bool = False) -> None:
+# Rows that move alike (the same change) are written by one relative UPDATE when at least this many do: such a
+# statement costs about as much CPU as this many rows in the upsert of the rest. A pass of 250 personas moves
+# ~700 goals in ~10 ways and ~1,200 needs in a few dozen.
+MOVED_ALIKE_MIN = 8
+
+
+def needs_move(batch: Sequence[CycleRecord], now: Any) -> None:
     """Each need of the batch moved by its change, within 0..1, from its value now (locked): an operator's edit
-    made meanwhile is moved, not overwritten. In a pass (`alike`), the needs that change alike (a persona's decay
-    rate over an action's whole hours, the action's fixed effect: most of them) are written by one UPDATE for
-    each change shared by two or more (`make bench`, scale_*_cpu_per_cycle); the rest with the values read under
-    the lock, in one upsert."""
+    made meanwhile is moved, not overwritten. The needs that change alike (a persona's decay rate over an
+    action's whole hours, the action's fixed effect: most of a pass's), MOVED_ALIKE_MIN or more, are written by
+    one UPDATE for each change (`make bench`, scale_*_cpu_per_cycle); the rest with the values read under the
+    lock, in one upsert."""
     moving = {r.need_rows[name].pk: (r.need_rows[name], delta) for r in batch
               for name, delta in r.need_changes.items() if delta and name in r.need_rows}
     if not moving:
@@ -371,7 +377,7 @@ def needs_move(batch: Sequence[CycleRecord], now: Any, *, alike: bool = False) -
     changes: dict[float, list[int]] = {}
     for pk, (_, delta) in moving.items():
         changes.setdefault(delta, []).append(pk)
-    shared = {delta: ids for delta, ids in changes.items() if alike and len(ids) > 1}
+    shared = {delta: ids for delta, ids in changes.items() if len(ids) >= MOVED_ALIKE_MIN}
     needs = []
     for pk, value in Need.objects.select_for_update().filter(pk__in=moving).order_by("pk").values_list(
             "pk", "satisfaction"):
@@ -386,11 +392,11 @@ def needs_move(batch: Sequence[CycleRecord], now: Any, *, alike: bool = False) -
     rows_write(Need, needs, ["satisfaction", "updated_at"])
 
 
-def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any, alike: bool = False) -> set[int]:
+def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
     """Progress, confidence and counters of the goals the experiences moved; only of goals still active (locked:
-    one an operator completed or abandoned meanwhile stays so). In a pass (`alike`), the goals that move alike,
-    two or more, are moved by what their experience applied, from their values now (goals_shifted); the rest
-    are written as computed, in one upsert. Returns the goals these cycles abandoned, each of which gets its
+    one an operator completed or abandoned meanwhile stays so). The goals that move alike, MOVED_ALIKE_MIN or
+    more, are moved by what their experience applied, from their values now (goals_shifted); the rest are
+    written as computed, in one upsert. Returns the goals these cycles abandoned, each of which gets its
     event."""
     moved = [(g, s) for g, s in goals if s.progressed or s.abandoned or (g.progress, g.confidence, g.times_advanced,
              g.times_regressed) != (s.progress, s.confidence, s.times_advanced, s.times_regressed)]
@@ -417,7 +423,7 @@ def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any, alike: bool = 
             written.append(goal)
         else:
             shifts.setdefault(shift, []).append(goal)
-    shared = {shift: [g.pk for g in group] for shift, group in shifts.items() if alike and len(group) > 1}
+    shared = {shift: [g.pk for g in group] for shift, group in shifts.items() if len(group) >= MOVED_ALIKE_MIN}
     written += [g for shift, group in shifts.items() if shift not in shared for g in group]
     goals_shifted(shared, now=now)
     rows_write(Goal, written, GOAL_WRITTEN)
@@ -442,8 +448,7 @@ def goal_shift(goal: Goal, state: GoalState) -> GoalShift | None:
 def goals_shifted(shifts: Mapping[GoalShift, list[int]], *, now: Any) -> None:
     """The goals that moved alike, one UPDATE for each change, from their values now (within 0..1): an operator's
     edit made meanwhile is moved, not overwritten. Most goals of a pass move alike (a horizon's decay over an
-    action's whole hours, its source needs' fixed deltas): a pass of 250 personas moves ~700 goals in ~10 ways.
-    In the upsert (every column of every row) they were the pass's costliest write (`make bench`,
+    action's whole hours, its source needs' fixed deltas). In the upsert (every column of every row) they were the pass's costliest write (`make bench`,
     scale_*_cpu_per_cycle)."""
     for (progress, decay, advanced, regressed, progressed), ids in sorted(shifts.items()):
         values: dict[str, Any] = {

@@ -16,6 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents import cycle as cycle_module
+from agents import services as services_module
 from agents.cycle import agent_cycle, persona_cycles
 from agents.models import Agent, Experience, LLMCall, Need
 from goals.models import Goal
@@ -84,7 +85,7 @@ def test_a_batch_does_to_each_persona_what_its_own_cycles_do() -> None:
 def test_a_batch_whose_rows_move_alike_does_to_each_persona_what_its_own_cycles_do() -> None:
     """Personas alike, whose needs and goals a pass writes one statement for each change (goals_shifted,
     needs_move): the same values, to the last bit, as each persona's own cycles write."""
-    alike = 3
+    alike = services_module.MOVED_ALIKE_MIN
     shapes: list[dict[str, Any]] = [{}, {"money": 0.05}]
     batched = [person(**shape) for shape in shapes for _ in range(alike)]
     alone = [person(**shape) for shape in shapes]
@@ -103,7 +104,7 @@ def test_a_batch_whose_rows_move_alike_does_to_each_persona_what_its_own_cycles_
 def test_an_operators_edit_of_needs_and_goals_made_meanwhile_is_moved_not_overwritten() -> None:
     """The pass read a need and a goal, an operator set them meanwhile; the cycle's change is applied to
     what the operator set (as their rows move alike, one statement for each change)."""
-    agents = [person() for _ in range(3)]
+    agents = [person() for _ in range(services_module.MOVED_ALIKE_MIN)]
     first = agents[0]
     twin = agents[1]
 
@@ -219,11 +220,14 @@ def test_an_urgent_decision_that_stands_for_the_situation_is_taken_in_the_batch(
     cache.clear()
 
 
-def passes_statements(*batches: list[Agent]) -> list[int]:
-    """The statements of one pass of each batch, every cycle of which ran in the pass."""
+def passes_statements(*batches: list[Agent], alike: bool = False) -> list[int]:
+    """The statements of one pass of each batch, every cycle of which ran in the pass. Unless `alike`, the needs
+    and goals that move alike are written with the rest, however many (one upsert each), so that the counts
+    compare the other statements; test_a_batch_costs_the_same_statements_whatever_its_size covers them."""
     counts = []
     for agents in batches:
-        with CaptureQueriesContext(connection) as queries:
+        with (CaptureQueriesContext(connection) as queries,
+              mock.patch.object(services_module, "MOVED_ALIKE_MIN", services_module.MOVED_ALIKE_MIN if alike else 10**9)):
             done, own = persona_cycles([a.pk for a in agents], runner="runner test")
         assert own == [] and set(done) == {a.pk for a in agents}
         counts.append(len(queries))
@@ -231,11 +235,14 @@ def passes_statements(*batches: list[Agent]) -> list[int]:
 
 
 def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
-    """Rows that move alike (as these personas' needs and goals do) are written one statement for each change,
-    the rest in one upsert: none more however many personas."""
-    small_statements, large_statements = passes_statements([person() for _ in range(2)],
-                                                           [person() for _ in range(10)])
-    assert small_statements == large_statements
+    """Rows that move alike (as these personas' needs and goals do) are written one statement for each change
+    once MOVED_ALIKE_MIN or more do, the rest in one upsert: from there, no statement more however many
+    personas."""
+    alike = services_module.MOVED_ALIKE_MIN
+    small, large, larger = passes_statements([person() for _ in range(2)], [person() for _ in range(alike)],
+                                             [person() for _ in range(3 * alike)], alike=True)
+    assert large == larger
+    assert small < large <= small + 8  # their 5 needs and 3 goals: at most one UPDATE each
 
 
 def test_routines_start_in_the_pass_and_are_followed_in_the_same_cycle() -> None:
