@@ -27,7 +27,7 @@ from django.db.models import Exists, OuterRef, Subquery
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
-from agents.llm.gateway import Deadline, LLMError, answers_at_once, llm_complete
+from agents.llm.gateway import Deadline, LLMError, answers_at_once, calls_recorded_together, llm_complete
 from agents.llm.placeholders import junk_problem, placeholder_or_example
 from agents.llm.schemas import decide_schema
 from agents.models import Agent, Need
@@ -542,41 +542,47 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
                            approvals=approvals)
 
-    for agent_id in agent_ids:
-        row = rows.get(agent_id)
-        if row is None or row.agent.status != Agent.Status.RUNNING or row.agent.kind != Agent.Kind.PERSONA:
-            continue
-        agent = row.agent
-        at_once = answers_at_once(agent_models=agent.planner_models)
-        if agent.plan_retry_at is not None and agent.plan_retry_at <= now:
-            if at_once:
-                retries.append(row)
+    # The decisions the model takes for the pass's cycles (a situation not met before) are logged in one INSERT
+    # for each part of the pass that asks them (`make bench`, scale_*_cpu_per_cycle: a call's own INSERT was ~5 %
+    # of a runner's CPU in a young fleet). A planning's calls are not in these parts: its services log them.
+    with calls_recorded_together():
+        for agent_id in agent_ids:
+            row = rows.get(agent_id)
+            if row is None or row.agent.status != Agent.Status.RUNNING or row.agent.kind != Agent.Kind.PERSONA:
+                continue
+            agent = row.agent
+            at_once = answers_at_once(agent_models=agent.planner_models)
+            if agent.plan_retry_at is not None and agent.plan_retry_at <= now:
+                if at_once:
+                    retries.append(row)
+                else:
+                    apart.append(agent_id)
+                continue
+            state = persona_state(agent, row)
+            work = persona_prepare_work(state)
+            if work == "goals":  # goals re-evaluated: what recurs is created below, for all together
+                reevaluating.append(state)
             else:
-                apart.append(agent_id)
-            continue
-        state = persona_state(agent, row)
-        work = persona_prepare_work(state)
-        if work == "goals":  # goals re-evaluated: what recurs is created below, for all together
-            reevaluating.append(state)
-        else:
-            dispatch(state, work)
+                dispatch(state, work)
     try:
         persona_goals_reevaluate(reevaluating)
     except Exception:  # a broken batch must never stop the rest of the pass: each re-evaluates on its own
         logger.exception("goals re-evaluation of a pass failed")
-    for state in reevaluating:  # a new goal to plan, or the step to follow
-        dispatch(state, persona_prepare_work(state))
+    with calls_recorded_together():
+        for state in reevaluating:  # a new goal to plan, or the step to follow
+            dispatch(state, persona_prepare_work(state))
     started = persona_routines_start(routines, runner=runner)
     planning: list[tuple[PersonaState, Goal]] = []
-    for state, goal in routines:
-        if goal.pk in started:
-            persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
-            persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
-                           approvals=approvals)
-        elif answers_at_once(agent_models=state.agent.planner_models):
-            planning.append((state, goal))  # no routine to repeat: the model plans it, below
-        else:
-            apart.append(state.agent.pk)
+    with calls_recorded_together():
+        for state, goal in routines:
+            if goal.pk in started:
+                persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
+                persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
+                               approvals=approvals)
+            elif answers_at_once(agent_models=state.agent.planner_models):
+                planning.append((state, goal))  # no routine to repeat: the model plans it, below
+            else:
+                apart.append(state.agent.pk)
     # The uncommon work, each agent's by the services a single cycle calls (their own transactions); the agents
     # it changed are read again together, and their cycles go on with the others.
     changed: dict[int, int] = {}
@@ -590,12 +596,13 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
                                approvals=approvals)
         except Exception:  # one agent's broken cycle must never stop the others'
             logger.exception("cycle of agent %s failed", state.agent.pk)
-    for agent_id, row in persona_rows_many(list(changed)).items():
-        if row.agent.cycle_count == changed[agent_id] and row.agent.status == Agent.Status.RUNNING:
-            persona_common(persona_state(row.agent, row), runner=runner, records=records, apart=apart,
-                           checks=checks, approvals=approvals)
-        else:
-            done[agent_id] = "cycle already done"
+    with calls_recorded_together():
+        for agent_id, row in persona_rows_many(list(changed)).items():
+            if row.agent.cycle_count == changed[agent_id] and row.agent.status == Agent.Status.RUNNING:
+                persona_common(persona_state(row.agent, row), runner=runner, records=records, apart=apart,
+                               checks=checks, approvals=approvals)
+            else:
+                done[agent_id] = "cycle already done"
     try:
         steps_request_approval(approvals, runner=runner)
     except Exception:  # broken requests must never stop the rest of the pass: the steps ask again next cycle

@@ -220,6 +220,20 @@ def test_an_urgent_decision_that_stands_for_the_situation_is_taken_in_the_batch(
     cache.clear()
 
 
+def test_the_decisions_a_pass_asks_the_model_are_logged_in_one_insert() -> None:
+    """Two starving personas in situations not met before: the pass asks the model for each decision, and
+    both calls are in the log (with their agents), written by one INSERT."""
+    cache.clear()
+    starving = [person(hunger=0.05), person(hunger=0.04)]
+    with CaptureQueriesContext(connection) as queries:
+        done, own = persona_cycles([a.pk for a in starving], runner="runner test")
+    assert own == [] and set(done) == {a.pk for a in starving}
+    calls = LLMCall.objects.filter(purpose="decide")
+    assert sorted(calls.values_list("agent_id", flat=True)) == sorted(a.pk for a in starving)
+    assert sum(q["sql"].startswith('INSERT INTO "agents_llmcall"') for q in queries) == 1
+    cache.clear()
+
+
 def passes_statements(*batches: list[Agent], alike: bool = False) -> list[int]:
     """The statements of one pass of each batch, every cycle of which ran in the pass. Unless `alike`, the needs
     and goals that move alike are written with the rest, however many (one upsert each), so that the counts
