@@ -237,6 +237,12 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
     return events
 
 
+# Rows that move alike (the same change) are written by one relative UPDATE when at least this many do: such a
+# statement costs about as much CPU as this many rows in the upsert of the rest. A pass of 250 personas moves
+# ~700 goals in ~10 ways and ~1,200 needs in a few dozen.
+MOVED_ALIKE_MIN = 8
+
+
 # The step columns a cycle writes (step_written), for the batch's one UPDATE of all its steps.
 STEP_WRITTEN = ["actual_cycles", "overrides", "status", "result", "error", "failure_reason", "updated_at"]
 
@@ -290,7 +296,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     events: list[PlanEvent] = []
     statuses = dict(PlanStep.objects.select_for_update().filter(pk__in=[c.step.pk for c in changes.values()])
                     .order_by("pk").values_list("pk", "status"))
-    steps: list[PlanStep] = []
+    steps: dict[StepMove, list[PlanStep]] = {}
     completed: list[Plan] = []
     replans: list[Plan] = []
     for record in batch:
@@ -299,9 +305,9 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
             continue  # an operator's decision meanwhile stands
         experience = by_agent[record.agent.pk]
         fields, step_events = step_written(change=change, runner=record.runner, experience_id=experience.pk, now=now)
+        steps.setdefault(step_move(change.step, fields), []).append(change.step)
         for name, value in fields.items():
             setattr(change.step, name, value)
-        steps.append(change.step)
         events += step_events
         plan, values = change.plan, plan_values[record.agent.pk]
         if values:
@@ -311,9 +317,10 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
             (completed if "status" in values else replans).append(plan)
         if change.plan_completed:
             events.append(plan_completed_event(plan, runner=record.runner, experience_id=experience.pk))
-    rows_write(Plan, completed, ["status", "updated_at"])
+    if completed:  # locked above, in id order; all alike
+        Plan.objects.filter(pk__in=[p.pk for p in completed]).update(status=Plan.Status.COMPLETED, updated_at=now)
     rows_write(Plan, replans, ["replan_reason", "updated_at"])
-    rows_write(PlanStep, steps, STEP_WRITTEN)
+    steps_moved(steps, now=now)
     rewarded = {p.pk for p in completed}
     goals = [pair for r in batch for pair in goals_after(
         r, plan_completed=r.step_change is not None and r.step_change.plan.pk in rewarded)]
@@ -328,6 +335,33 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
         publish_changed_on_commit(agent_id=record.agent.pk, plan_id=change.plan.pk if change else None,
                                   kind="experience")
     return done | by_agent
+
+
+# A step's change in one cycle: the cycles and overrides it adds, and the other columns' new values.
+StepMove = tuple[int, int, tuple[tuple[str, Any], ...]]
+
+
+def step_move(step: PlanStep, fields: Mapping[str, Any]) -> StepMove:
+    """The change `fields` (step_written's) makes to the step as read: most steps of a pass make the same one
+    (a cycle more on their running step)."""
+    rest = tuple(sorted((name, value) for name, value in fields.items()
+                        if name not in ("actual_cycles", "overrides", "updated_at")))
+    return fields["actual_cycles"] - step.actual_cycles, fields["overrides"] - step.overrides, rest
+
+
+def steps_moved(moves: Mapping[StepMove, list[PlanStep]], *, now: Any) -> None:
+    """The pass's steps, locked with their status checked by the caller: the steps that make the same change,
+    MOVED_ALIKE_MIN or more, by one UPDATE for each change (their counters moved from their values now); the
+    rest in one upsert (`make bench`, scale_*_cpu_per_cycle: a step row has 28 columns, an upsert writes all)."""
+    rest: list[PlanStep] = []
+    for (cycles, overrides, values), group in sorted(moves.items(), key=lambda item: repr(item[0])):
+        if len(group) < MOVED_ALIKE_MIN:
+            rest += group
+            continue
+        PlanStep.objects.filter(pk__in=[s.pk for s in group]).update(
+            actual_cycles=F("actual_cycles") + cycles, overrides=F("overrides") + overrides, updated_at=now,
+            **dict(values))
+    rows_write(PlanStep, rest, STEP_WRITTEN)
 
 
 def step_plan_values(change: StepChange | None) -> dict[str, Any]:
@@ -356,12 +390,6 @@ def rows_write(model: Any, rows: Sequence[Any], fields: Sequence[str]) -> None:
     rows they read and checked."""
     if rows:
         model.objects.bulk_create(rows, update_conflicts=True, unique_fields=["id"], update_fields=list(fields))
-
-
-# Rows that move alike (the same change) are written by one relative UPDATE when at least this many do: such a
-# statement costs about as much CPU as this many rows in the upsert of the rest. A pass of 250 personas moves
-# ~700 goals in ~10 ways and ~1,200 needs in a few dozen.
-MOVED_ALIKE_MIN = 8
 
 
 def needs_move(batch: Sequence[CycleRecord], now: Any) -> None:

@@ -83,8 +83,8 @@ def test_a_batch_does_to_each_persona_what_its_own_cycles_do() -> None:
 
 
 def test_a_batch_whose_rows_move_alike_does_to_each_persona_what_its_own_cycles_do() -> None:
-    """Personas alike, whose needs and goals a pass writes one statement for each change (goals_shifted,
-    needs_move): the same values, to the last bit, as each persona's own cycles write."""
+    """Personas alike, whose needs, goals and steps a pass writes one statement for each change (needs_move,
+    goals_shifted, steps_moved): the same values, to the last bit, as each persona's own cycles write."""
     alike = services_module.MOVED_ALIKE_MIN
     shapes: list[dict[str, Any]] = [{}, {"money": 0.05}]
     batched = [person(**shape) for shape in shapes for _ in range(alike)]
@@ -249,14 +249,14 @@ def passes_statements(*batches: list[Agent], alike: bool = False) -> list[int]:
 
 
 def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
-    """Rows that move alike (as these personas' needs and goals do) are written one statement for each change
+    """Rows that move alike (as these personas' needs, goals and steps do) are written one statement for each change
     once MOVED_ALIKE_MIN or more do, the rest in one upsert: from there, no statement more however many
     personas."""
     alike = services_module.MOVED_ALIKE_MIN
     small, large, larger = passes_statements([person() for _ in range(2)], [person() for _ in range(alike)],
                                              [person() for _ in range(3 * alike)], alike=True)
     assert large == larger
-    assert small < large <= small + 8  # their 5 needs and 3 goals: at most one UPDATE each
+    assert small < large <= small + 9  # their 5 needs, 3 goals and step: at most one UPDATE each
 
 
 def test_routines_start_in_the_pass_and_are_followed_in_the_same_cycle() -> None:
