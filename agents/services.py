@@ -476,8 +476,8 @@ def goal_shift(goal: Goal, state: GoalState) -> GoalShift | None:
 def goals_shifted(shifts: Mapping[GoalShift, list[int]], *, now: Any) -> None:
     """The goals that moved alike, one UPDATE for each change, from their values now (within 0..1): an operator's
     edit made meanwhile is moved, not overwritten. Most goals of a pass move alike (a horizon's decay over an
-    action's whole hours, its source needs' fixed deltas). In the upsert (every column of every row) they were the pass's costliest write (`make bench`,
-    scale_*_cpu_per_cycle)."""
+    action's whole hours, its source needs' fixed deltas). In the upsert (every column of every row) they were
+    the pass's costliest write (`make bench`, scale_*_cpu_per_cycle)."""
     for (progress, decay, advanced, regressed, progressed), ids in sorted(shifts.items()):
         values: dict[str, Any] = {
             "progress": Least(Greatest(F("progress") + progress, 0.0), 1.0),
