@@ -33,9 +33,14 @@ def clamp_unit(value: float) -> float:
     return max(0.0, min(1.0, value))
 
 
+def confidence_lost(*, horizon: str, hours: float) -> float:
+    """The confidence a goal of this horizon loses in `hours` (before the floor at 0)."""
+    return DECAY_PER_HOUR[horizon] * max(hours, 0.0)
+
+
 def goal_decay(*, confidence: float, horizon: str, hours: float) -> tuple[float, bool]:
     """Confidence after `hours`, and whether the goal is now abandoned (below its horizon's threshold)."""
-    new = clamp_unit(confidence - DECAY_PER_HOUR[horizon] * max(hours, 0.0))
+    new = clamp_unit(confidence - confidence_lost(horizon=horizon, hours=hours))
     return new, new < ABANDON_BELOW[horizon]
 
 
@@ -81,7 +86,7 @@ def goal_after_experience(*, state: GoalState, horizon: str, source_needs: Itera
                        confidence_decay=0.0)
     delta = goal_progress_delta(source_needs=source_needs, need_deltas=need_deltas) + bonus
     progress = clamp_unit(state.progress + delta)
-    decay = DECAY_PER_HOUR[horizon] * max(hours, 0.0)
+    decay = confidence_lost(horizon=horizon, hours=hours)
     confidence, abandoned = goal_decay(confidence=state.confidence, horizon=horizon, hours=hours)
     return GoalState(
         progress=progress,
