@@ -568,12 +568,11 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
         persona_goals_reevaluate(reevaluating)
     except Exception:  # a broken batch must never stop the rest of the pass: each re-evaluates on its own
         logger.exception("goals re-evaluation of a pass failed")
-    with calls_recorded_together():
+    planning: list[tuple[PersonaState, Goal]] = []
+    with calls_recorded_together():  # routines start without a model call
         for state in reevaluating:  # a new goal to plan, or the step to follow
             dispatch(state, persona_prepare_work(state))
-    started = persona_routines_start(routines, runner=runner)
-    planning: list[tuple[PersonaState, Goal]] = []
-    with calls_recorded_together():
+        started = persona_routines_start(routines, runner=runner)
         for state, goal in routines:
             if goal.pk in started:
                 persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])

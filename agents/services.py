@@ -243,6 +243,15 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
 MOVED_ALIKE_MIN = 8
 
 
+def moved_alike(groups: Mapping[Any, list[Any]]) -> tuple[list[tuple[Any, list[Any]]], list[Any]]:
+    """Rows grouped by their change, split: the groups of MOVED_ALIKE_MIN rows or more (in a fixed order, so that
+    the UPDATEs lock alike), and the rows of the others, for the upsert."""
+    shared = sorted(((change, rows) for change, rows in groups.items() if len(rows) >= MOVED_ALIKE_MIN),
+                    key=lambda item: repr(item[0]))
+    rest = [row for rows in groups.values() if len(rows) < MOVED_ALIKE_MIN for row in rows]
+    return shared, rest
+
+
 # The step columns a cycle writes (step_written), for the batch's one UPDATE of all its steps.
 STEP_WRITTEN = ["actual_cycles", "overrides", "status", "result", "error", "failure_reason", "updated_at"]
 
@@ -353,11 +362,8 @@ def steps_moved(moves: Mapping[StepMove, list[PlanStep]], *, now: Any) -> None:
     """The pass's steps, locked with their status checked by the caller: the steps that make the same change,
     MOVED_ALIKE_MIN or more, by one UPDATE for each change (their counters moved from their values now); the
     rest in one upsert (`make bench`, scale_*_cpu_per_cycle: a step row has 28 columns, an upsert writes all)."""
-    rest: list[PlanStep] = []
-    for (cycles, overrides, values), group in sorted(moves.items(), key=lambda item: repr(item[0])):
-        if len(group) < MOVED_ALIKE_MIN:
-            rest += group
-            continue
+    shared, rest = moved_alike(moves)
+    for (cycles, overrides, values), group in shared:
         PlanStep.objects.filter(pk__in=[s.pk for s in group]).update(
             actual_cycles=F("actual_cycles") + cycles, overrides=F("overrides") + overrides, updated_at=now,
             **dict(values))
@@ -405,18 +411,17 @@ def needs_move(batch: Sequence[CycleRecord], now: Any) -> None:
     changes: dict[float, list[int]] = {}
     for pk, (_, delta) in moving.items():
         changes.setdefault(delta, []).append(pk)
-    shared = {delta: ids for delta, ids in changes.items() if len(ids) >= MOVED_ALIKE_MIN}
-    needs = []
-    for pk, value in Need.objects.select_for_update().filter(pk__in=moving).order_by("pk").values_list(
-            "pk", "satisfaction"):
-        need, delta = moving[pk]
-        need.satisfaction = min(1.0, max(0.0, value + delta))
-        need.updated_at = now
-        if delta not in shared:
-            needs.append(need)
-    for delta, ids in sorted(shared.items()):
+    shared, rest = moved_alike(changes)
+    locked = dict(Need.objects.select_for_update().filter(pk__in=moving).order_by("pk").values_list(
+        "pk", "satisfaction"))
+    for delta, ids in shared:
         Need.objects.filter(pk__in=ids).update(satisfaction=Least(Greatest(F("satisfaction") + delta, 0.0), 1.0),
                                                updated_at=now)
+    needs = []
+    for pk in (pk for pk in rest if pk in locked):
+        need, delta = moving[pk]
+        need.satisfaction, need.updated_at = min(1.0, max(0.0, locked[pk] + delta)), now
+        needs.append(need)
     rows_write(Need, needs, ["satisfaction", "updated_at"])
 
 
@@ -451,10 +456,9 @@ def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
             written.append(goal)
         else:
             shifts.setdefault(shift, []).append(goal)
-    shared = {shift: [g.pk for g in group] for shift, group in shifts.items() if len(group) >= MOVED_ALIKE_MIN}
-    written += [g for shift, group in shifts.items() if shift not in shared for g in group]
-    goals_shifted(shared, now=now)
-    rows_write(Goal, written, GOAL_WRITTEN)
+    shared, rest = moved_alike(shifts)
+    goals_shifted([(shift, [g.pk for g in group]) for shift, group in shared], now=now)
+    rows_write(Goal, written + rest, GOAL_WRITTEN)
     return abandoned
 
 
@@ -473,12 +477,12 @@ def goal_shift(goal: Goal, state: GoalState) -> GoalShift | None:
     return state.progress_delta, state.confidence_decay, advanced, regressed, state.progressed
 
 
-def goals_shifted(shifts: Mapping[GoalShift, list[int]], *, now: Any) -> None:
+def goals_shifted(shifts: Sequence[tuple[GoalShift, list[int]]], *, now: Any) -> None:
     """The goals that moved alike, one UPDATE for each change, from their values now (within 0..1): an operator's
     edit made meanwhile is moved, not overwritten. Most goals of a pass move alike (a horizon's decay over an
     action's whole hours, its source needs' fixed deltas). In the upsert (every column of every row) they were
     the pass's costliest write (`make bench`, scale_*_cpu_per_cycle)."""
-    for (progress, decay, advanced, regressed, progressed), ids in sorted(shifts.items()):
+    for (progress, decay, advanced, regressed, progressed), ids in shifts:
         values: dict[str, Any] = {
             "progress": Least(Greatest(F("progress") + progress, 0.0), 1.0),
             "confidence": Least(Greatest(F("confidence") - decay, 0.0), 1.0),
