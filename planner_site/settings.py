@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 from django.utils.functional import lazy
 
@@ -329,6 +330,11 @@ OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 LLM_TIMEOUT_SECONDS = float(os.environ.get("LLM_TIMEOUT_SECONDS", "60"))
 LLM_MAX_RETRIES = int(os.environ.get("LLM_MAX_RETRIES", "2"))
+# The openai SDK's HTTP transport: "aiohttp" (its documented choice for many calls at once: half the CPU a call
+# of "httpx" with 200 in flight) or "httpx" (the SDK's default).
+LLM_HTTP_TRANSPORT = os.environ.get("LLM_HTTP_TRANSPORT", "aiohttp")
+if LLM_HTTP_TRANSPORT not in {"aiohttp", "httpx"}:
+    raise ImproperlyConfigured(f"LLM_HTTP_TRANSPORT must be aiohttp or httpx, not {LLM_HTTP_TRANSPORT!r}")
 LLM_DEFAULT_MODEL = "offline-rules"  # what answers when a chain is empty
 _default_chain = LLM_DEFAULT_MODEL if not OPENAI_BASE_URL else os.environ.get("LLM_MODEL", "gpt-4o-mini")
 # Who answers which model: provider name (kept on each call in the log) -> the function that answers a call

@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import openai
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -53,8 +54,8 @@ class ProviderTimeout(Exception):
     """No answer within the time the caller had left (its plan's deadline), retries included."""
 
 
-# base_url, api_key, timeout in seconds, max retries: the settings a client is built from.
-ClientKey = tuple[str, str, float, int]
+# base_url, api_key, timeout in seconds, max retries, HTTP transport: the settings a client is built from.
+ClientKey = tuple[str, str, float, int, str]
 
 
 @dataclass
@@ -83,6 +84,7 @@ def client_key() -> ClientKey:
         settings.OPENAI_API_KEY,
         float(settings.LLM_TIMEOUT_SECONDS),
         int(settings.LLM_MAX_RETRIES),
+        settings.LLM_HTTP_TRANSPORT,
     )
 
 
@@ -126,7 +128,7 @@ async def openai_client() -> openai.AsyncOpenAI:
     entry = await _loop_clients()
     client = entry.clients.get(key)
     if client is None:
-        base_url, api_key, timeout, retries = key
+        base_url, api_key, timeout, retries, _transport = key
         client = entry.clients[key] = openai.AsyncOpenAI(
             # An empty base URL means the SDK's default (OPENAI_BASE_URL from the environment, else OpenAI).
             base_url=base_url or None,
@@ -134,7 +136,7 @@ async def openai_client() -> openai.AsyncOpenAI:
             api_key=api_key or "not-needed",
             timeout=timeout,
             max_retries=retries,
-            http_client=plain_http_client() if base_url.startswith("http://") else None,
+            http_client=http_client(plain=base_url.startswith("http://")),
         )
     return client
 
@@ -144,10 +146,33 @@ def plain_http_tls() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def plain_http_client() -> openai.DefaultAsyncHttpxClient:
-    """The SDK's own HTTP client for a plain-HTTP server (a local model), without its certificate loading:
-    every client would read the CA bundle (~30 ms) for a TLS it never uses, so they share one context."""
-    return openai.DefaultAsyncHttpxClient(verify=plain_http_tls())
+def http_client(*, plain: bool) -> openai.DefaultAsyncHttpxClient:
+    """The SDK's own HTTP client, on the transport LLM_HTTP_TRANSPORT names: "aiohttp" (the default, the
+    SDK's documented choice for concurrency, `openai[aiohttp]`) or "httpx" (the SDK's default transport).
+
+    With 200 calls in flight, httpx's pool costs ~4 ms of CPU a call (it looks at every pooled connection
+    each time one is handed back), aiohttp's ~2 ms: `round_100_agents` in `make bench` (README, "Scale and
+    speed"). A plain-HTTP server (a local model) needs no certificates: every client would read the CA bundle
+    (~30 ms) for a TLS it never uses, so they share one context."""
+    verify: ssl.SSLContext | bool = plain_http_tls() if plain else True
+    if settings.LLM_HTTP_TRANSPORT == "httpx":
+        return openai.DefaultAsyncHttpxClient(verify=verify)
+    return openai.DefaultAioHttpClient(verify=verify)
+
+
+def connection_error_behind(exc: openai.APITimeoutError) -> aiohttp.ClientConnectionError | None:
+    """The connection error behind the SDK's timeout, when the aiohttp transport saw one.
+
+    That transport maps every aiohttp connection error (a refused connection, a server that hung up) to a
+    connect timeout, so the SDK would report "Request timed out." for a server that is not there. The caller
+    raises the SDK's "Connection error." with this cause instead: the call log then reads as with the httpx
+    transport (e.g. "Cannot connect to host ...")."""
+    cause = exc.__cause__
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(cause, TimeoutError):
+            return cause
+        cause = cause.__cause__
+    return None
 
 
 async def openai_aclose_clients() -> None:
@@ -224,6 +249,11 @@ async def openai_acomplete(
                 try:
                     completion: Any = await client.chat.completions.create(
                         model=model, messages=chat, timeout=attempt_timeout, extra_body=extra or None, **kwargs)
+                except openai.APITimeoutError as exc:
+                    refused = connection_error_behind(exc)
+                    if refused is None:
+                        raise
+                    raise openai.APIConnectionError(request=exc.request) from refused
                 except openai.APIStatusError as exc:
                     if (exc.status_code == 400 and "max_tokens" in kwargs and "max_completion_tokens" in str(exc)
                             and options is not None):

@@ -69,8 +69,15 @@ class ClientSpy:
 # -- answers ---------------------------------------------------------------------------------------
 
 
+TRANSPORTS = pytest.mark.parametrize("transport", ["aiohttp", "httpx"])  # settings.LLM_HTTP_TRANSPORT
+
+
 @pytest.mark.django_db
-def test_llm_complete_records_prompt_response_tokens_and_latency(llm_server: LLMTestServer) -> None:
+@TRANSPORTS
+def test_llm_complete_records_prompt_response_tokens_and_latency(
+    llm_server: LLMTestServer, settings: Settings, transport: str
+) -> None:
+    settings.LLM_HTTP_TRANSPORT = transport
     llm_server.script("m1", answer("<json>{}</json>", tokens_in=42, tokens_out=7, delay=0.2))
 
     result = llm_complete(purpose="plan", messages=MESSAGES, models=["m1"], agent_id=None)
@@ -170,7 +177,11 @@ def test_llm_complete_retries_spent_records_error_and_falls_back(llm_server: LLM
 
 
 @pytest.mark.django_db
-def test_llm_complete_timeout_recorded_then_falls_back(llm_server: LLMTestServer) -> None:
+@TRANSPORTS
+def test_llm_complete_timeout_recorded_then_falls_back(
+    llm_server: LLMTestServer, settings: Settings, transport: str
+) -> None:
+    settings.LLM_HTTP_TRANSPORT = transport
     llm_server.script("slow", hang(), hang())  # the first try and the one retry both hang
     llm_server.script("m2", answer("from the fallback"))
 
@@ -238,7 +249,10 @@ def test_llm_complete_all_models_failing_raises_listing_each(llm_server: LLMTest
 
 
 @pytest.mark.django_db
-def test_llm_complete_unreachable_server_records_connection_error(settings: Settings) -> None:
+@TRANSPORTS
+def test_llm_complete_unreachable_server_records_connection_error(settings: Settings, transport: str) -> None:
+    """Not "Request timed out." (what the SDK's aiohttp transport says of a refused connection)."""
+    settings.LLM_HTTP_TRANSPORT = transport
     with LLMTestServer() as server:
         base_url = server.base_url
     settings.OPENAI_BASE_URL = base_url  # closed: nothing listens there any more
