@@ -73,6 +73,30 @@ def round_seconds(server: object, n: int, prefix: str) -> float:
     return elapsed
 
 
+def sdk_round_seconds(server: object, n: int, prefix: str) -> tuple[float, float]:
+    """The floor under the round: the runner's own openai client (`openai_acomplete`, same settings and
+    transport) making the same `n` x 2 calls, with the prompts the agent alone sent (its call log), and nothing
+    else: no database, no cycle. Its wall time and its CPU milliseconds a call."""
+    from agents.llm.openai_provider import openai_acomplete
+    from agents.models import LLMCall
+    from tests.llm_server import answer
+
+    prompts = {c.purpose: c.prompt for c in LLMCall.objects.filter(agent__name__startswith=f"{prefix}-")}
+    server.script("bench-fast", *[answer(RESTATE, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
+    server.script("bench-planner", *[answer(PLAN, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
+
+    async def agent() -> None:
+        await openai_acomplete(model="bench-fast", messages=prompts["restate"])
+        await openai_acomplete(model="bench-planner", messages=prompts["plan"])
+
+    async def everyone() -> None:
+        await asyncio.gather(*(agent() for _ in range(n)))
+
+    started, cpu = time.perf_counter(), time.process_time()
+    asyncio.run(everyone())
+    return time.perf_counter() - started, (time.process_time() - cpu) * 1000 / (2 * n)
+
+
 def bench_round() -> list[dict]:
     from tests.llm_server import LLMServerProcess
 
@@ -86,13 +110,15 @@ def bench_round() -> list[dict]:
             hundred = round_seconds(server, 100, "hundred")
             cpu = ROUND_CPU["hundred"]  # the runner's process during the round (the model server has its own)
             overlap = server.max_in_flight
+            sdk_alone, sdk_cpu = sdk_round_seconds(server, 100, "alone")
         finally:
             settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.LLM_MODELS = saved
     return [figure(
         "round_100_agents", hundred, "s", baseline=alone, baseline_name="one agent alone, same run",
         goal="<= 1.5x (the ideal is 0.6 s)", passed=hundred <= 1.5 * alone,
         note=f"{hundred / IDEAL_ROUND_SECONDS:.2f}x the ideal 0.6 s; {overlap} model calls at once at most; "
-             f"CPU {cpu:.2f} s ({cpu * 1000 / 100:.1f} ms an agent); "
+             f"CPU {cpu:.2f} s ({cpu * 1000 / 100:.1f} ms an agent); the openai client alone making the same calls: "
+             f"{sdk_alone:.2f} s, {sdk_cpu:.1f} ms of CPU a call ({settings.LLM_HTTP_TRANSPORT}); "
              f"RUNNER_CONCURRENCY={settings.RUNNER_CONCURRENCY}, DB {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}",
     )]
 
