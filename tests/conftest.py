@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,16 @@ from django.test import Client
 
 from tests.factories import UserFactory
 from tests.llm_fixtures import llm_server  # noqa: F401  (a fixture for the gateway and planner tests)
+
+
+@pytest.fixture(autouse=True)
+def collector_restored() -> Iterator[None]:
+    """`serve` and `runagents` freeze the heap and raise the collector's threshold for their process
+    (agents/runtime/heap.py); run in this process by a test, that lasts only as long as the test."""
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import multiprocessing
 import os
@@ -21,6 +20,8 @@ from typing import Any
 import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agents.runtime.heap import heap_freeze
 
 logger = logging.getLogger("planner.serve")
 
@@ -85,13 +86,6 @@ def server_config(host: str, port: int) -> uvicorn.Config:
     # (planner_site.accounts.client_ip, which the login lockout uses too).
     return uvicorn.Config(application, host=host, port=port, lifespan="off", log_level="warning",
                           ws_ping_interval=20, proxy_headers=False, forwarded_allow_ips="")
-
-
-def heap_freeze() -> None:
-    """Everything imported so far lives as long as the process: kept out of the collector's full passes,
-    which otherwise walk it every few hundred requests and stall a push for tens of ms."""
-    gc.collect()
-    gc.freeze()
 
 
 def worker_serve(*, sock: socket.socket, host: str, port: int, with_runner: bool, supervisor: int) -> None:
