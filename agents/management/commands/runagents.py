@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from agents.runtime.cycles import runner_id_new
-from agents.runtime.heap import heap_freeze
+from agents.runtime.heap import YOUNG_THRESHOLD, heap_freeze
 
 logger = logging.getLogger("planner.runner")
 
@@ -71,13 +71,13 @@ class Command(BaseCommand):
         if settings.SCALE_OUT:
             from agents.runtime.worker import worker_run
 
-            heap_freeze()
+            heap_freeze(young_threshold=YOUNG_THRESHOLD)
             await worker_run(runner_id=runner_id, stop=stop, cycles=options["cycles"],
                              concurrency=options["concurrency"])
         else:
             from agents.runtime.embedded import Scheduler
 
-            heap_freeze()
+            heap_freeze(young_threshold=YOUNG_THRESHOLD)
             self.stderr.write("note: SQLite: this process drives every agent; run no other runner beside it "
                               "(`serve --no-runner` for the pages). Several runners need PostgreSQL.")
             logger.warning(EMBEDDED_PAGES_NOTE)
