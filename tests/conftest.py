@@ -14,8 +14,8 @@ from tests.llm_fixtures import llm_server  # noqa: F401  (a fixture for the gate
 
 @pytest.fixture(autouse=True)
 def collector_restored() -> Iterator[None]:
-    """`serve` and `runagents` freeze the heap and raise the collector's threshold for their process
-    (agents/runtime/heap.py); run in this process by a test, that lasts only as long as the test."""
+    """`serve` and `runagents` freeze the heap for their process, and `runagents` raises the collector's
+    threshold (agents/runtime/heap.py); run in this process by a test, that lasts only as long as the test."""
     threshold = gc.get_threshold()
     yield
     gc.unfreeze()
