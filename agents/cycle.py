@@ -582,10 +582,11 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
                 planning.append((state, goal))  # no routine to repeat: the model plans it, below
             else:
                 apart.append(state.agent.pk)
-    # The uncommon work, each agent's by the services a single cycle calls (their own transactions); the agents
-    # it changed are read again together, and their cycles go on with the others.
+    # The uncommon work, each agent's by the services a single cycle calls (their own transactions); a plan the
+    # model made at once joins its state in hand, the other agents it changed are read again together, and their
+    # cycles go on with the others.
     changed: dict[int, int] = {}
-    persona_goals_plan(planning, runner=runner, changed=changed)
+    planned = persona_goals_plan(planning, runner=runner, changed=changed)
     for state in prepare:
         try:
             if persona_prepare(state=state, runner=runner):
@@ -596,6 +597,8 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
         except Exception:  # one agent's broken cycle must never stop the others'
             logger.exception("cycle of agent %s failed", state.agent.pk)
     with calls_recorded_together():
+        for state in planned:
+            persona_common(state, runner=runner, records=records, apart=apart, checks=checks, approvals=approvals)
         for agent_id, row in persona_rows_many(list(changed)).items():
             if row.agent.cycle_count == changed[agent_id] and row.agent.status == Agent.Status.RUNNING:
                 persona_common(persona_state(row.agent, row), runner=runner, records=records, apart=apart,
@@ -620,24 +623,36 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     return done, apart
 
 
-def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner: str, changed: dict[int, int]) -> None:
+def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner: str,
+                       changed: dict[int, int]) -> list[PersonaState]:
     """The goals a pass's personas plan with the model (no routine to repeat), planned together
-    (personas_plans_first); a planning whose first answer is not a plan goes on alone (plan_continue). Each
-    agent whose planning ran is added to `changed` (its state is read again), with the cycle count read."""
+    (personas_plans_first); a planning whose first answer is not a plan goes on alone (plan_continue). Returns
+    the states whose plan was accepted at once, with that plan added as a routine's is (persona_state_add):
+    nothing else of them was written, so their cycle goes on with the state in hand (`make bench`,
+    scale_*_cpu_per_cycle: reading them again was ~7 % of a runner's CPU in a young fleet). Each other agent
+    whose planning ran is added to `changed` (its state is read again), with the cycle count read."""
     if not planning:
-        return
+        return []
     try:
-        rest = personas_plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner)
+        accepted, rest = personas_plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner)
     except Exception:  # a broken batch must never stop the rest of the pass; what it left "validating" is failed
         logger.exception("plannings of a pass failed")  # by the sweep (plans_orphaned_fail)
-        return
-    changed.update({state.agent.pk: state.agent.cycle_count for state, _ in planning})
+        return []
+    ready: list[PersonaState] = []
+    for state, goal in planning:
+        if goal.pk in accepted:
+            plan, steps = accepted[goal.pk]
+            persona_state_add(state, goal=goal, plan=plan, steps=steps)
+            ready.append(state)
+        else:
+            changed[state.agent.pk] = state.agent.cycle_count
     for agent, goal, plan, first in rest:
         try:
             plan_continue(agent=agent, plan=plan, goal_text=goal.description, goal=goal, actor_label=runner,
                           deadline=Deadline.after(float(settings.PLAN_DEADLINE_SECONDS)), first=first)
         except Exception:  # one agent's broken planning must never stop the others'
             logger.exception("planning of agent %s failed", agent.pk)
+    return ready
 
 
 def persona_goals_reevaluate(states: Sequence[PersonaState]) -> None:

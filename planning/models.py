@@ -124,6 +124,8 @@ class PlanStep(models.Model):
         DECLINED = "declined", "Declined"
         ROLLED_BACK = "rolled_back", "Rolled back"
 
+    DONE_STATUSES = (Status.COMPLETED, Status.SKIPPED)  # settled: a dependency met, kept by a replan
+
     class Risk(models.TextChoices):
         SAFE = "safe", "Safe"
         RISKY = "risky", "Risky"
@@ -184,7 +186,7 @@ class PlanStep(models.Model):
 
     @property
     def is_done(self) -> bool:
-        return self.status in (self.Status.COMPLETED, self.Status.SKIPPED)
+        return self.status in self.DONE_STATUSES
 
     @property
     def input_display(self) -> str:

@@ -123,15 +123,16 @@ def plan_continue(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
         return plan
 
 
-def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *,
-                         actor_label: str) -> list[tuple[Agent, Goal, Plan, Asked]]:
+def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str
+                         ) -> tuple[dict[int, tuple[Plan, list[PlanStep]]], list[tuple[Agent, Goal, Plan, Asked]]]:
     """plan_generate for the first plans of many personas' goals at once (a runner's pass; their models answer at
     once): the versions started together (personas_plans_start), each goal asked of its chain's first model as
     plan_attempts asks it, the calls recorded in one INSERT, and the plans whose answer is a valid plan accepted
-    together (personas_plans_accept). Returns the others with their first answer, for the caller to take on
-    one by one (plan_continue: a rejection, a question, a model error)."""
+    together (personas_plans_accept). Returns the plans accepted with their steps, by goal, and the others with
+    their first answer, for the caller to take on one by one (plan_continue: a rejection, a question, a model
+    error)."""
     if not wanted:
-        return []
+        return {}, []
     deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
     plans = personas_plans_start(wanted, actor_label=actor_label)
     # What each prompt shows of its persona (plan_messages: needs, lessons), read for all at once.
@@ -149,14 +150,15 @@ def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *,
                                       for _, _, plan, first in asked
                                       if first.check is not None and first.check.spec is not None],
                                      actor_label=actor_label)
-    return [item for item in asked if item[2].pk not in accepted]
+    return ({plan.goal_id: (plan, steps) for plan, steps in accepted.values() if plan.goal_id is not None},
+            [item for item in asked if item[2].pk not in accepted])
 
 
 def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None, previous: Plan | None,
                   reason: str, feedback: Sequence[str], actor_label: str, deadline: Deadline,
                   first: Asked | None = None) -> Plan:
     base = plan_with_steps(previous)
-    kept = list(base.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED])) if base else []
+    kept = list(base.steps.filter(status__in=PlanStep.DONE_STATUSES)) if base else []
     declined = steps_declined(previous)
 
     direct = plan_direct(agent=agent, goal=goal, goal_text=goal_text) if previous is None else None

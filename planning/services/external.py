@@ -134,7 +134,7 @@ def plan_next(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[str, An
         following = Plan.objects.filter(previous=plan).first()
         return {"action": "replanned", "plan": plan_data(following) if following else None}
     if plan.replan_reason:
-        done = plan.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED])
+        done = plan.steps.filter(status__in=PlanStep.DONE_STATUSES)
         return {"action": "replan", "reason": plan.replan_reason, "feedback": replan_feedback(plan),
                 "kept": [step_data(s) for s in done]}
     if plan.status in (status.FAILED, status.REJECTED):
@@ -259,7 +259,7 @@ def plan_version_submit(*, agent: Agent, plan: Plan, data: Mapping[str, Any], vi
                             "it cannot get a new version. Nothing was stored.")
     if previous.steps.filter(status=PlanStep.Status.RUNNING).exists():
         raise ExternalError("A step of this plan is still running: report its result first. Nothing was stored.")
-    kept = list(previous.steps.filter(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED]))
+    kept = list(previous.steps.filter(status__in=PlanStep.DONE_STATUSES))
     kept_keys = {s.key for s in kept}
     steps = data.get("steps")
     payload = dict(data)

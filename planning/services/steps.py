@@ -88,7 +88,7 @@ def step_skip(*, step: PlanStep, user: User, reason: str = "") -> PlanEvent:
     event = event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_SKIPPED, actor=user,
                          reason=reason or f"skipped step {step.key}", detail={"skipped": step.key})
     if plan.status == Plan.Status.ACTIVE and not plan.steps.exclude(
-            status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED]).exists():
+            status__in=PlanStep.DONE_STATUSES).exists():
         plan_complete(plan=plan, runner=actor_name(user))
     return event
 
@@ -278,7 +278,7 @@ def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "
         step.save()
         event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label=runner,
                      reason=result[:500], detail=detail)
-        if not plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED]).exists():
+        if not plan.steps.exclude(status__in=PlanStep.DONE_STATUSES).exists():
             plan_complete(plan=plan, runner=runner)
         return step
     step.error = error[:20000]

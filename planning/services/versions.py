@@ -45,7 +45,7 @@ from planning.services.events import event_record
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
 EDITABLE_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.ACTIVE)
 # Steps that stay as they were in the next version: done work is never redone or undone.
-KEPT_STEP_STATUSES = (PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED)
+KEPT_STEP_STATUSES = PlanStep.DONE_STATUSES
 
 
 # --- the planner's writes ----------------------------------------------------------------------------------
@@ -216,23 +216,25 @@ def personas_plans_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: s
 
 @transaction.atomic
 def personas_plans_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]], *,
-                          actor_label: str) -> dict[int, Plan]:
+                          actor_label: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
     """plan_accept for many personas' first versions at once (a runner's pass), by plan_accepted's rules: the
     plans still "validating" locked, one INSERT of their steps, one statement writing the plans, one INSERT of their
     VALIDATED events, pushed after commit. A plan someone ended meanwhile is left as it is. The plans
-    accepted, by id."""
+    accepted with their steps as stored, by plan id."""
     validating = set(Plan.objects.select_for_update().filter(
         pk__in=[plan.pk for plan, _, _, _ in accepted], status=Plan.Status.VALIDATING).order_by("pk")
         .values_list("pk", flat=True))
     plans: list[Plan] = []
     steps: list[PlanStep] = []
     events: list[PlanEvent] = []
+    done: dict[int, tuple[Plan, list[PlanStep]]] = {}
     for plan, spec, flags, model in accepted:
         if plan.pk not in validating or plan.agent.kind != Agent.Kind.PERSONA or plan.previous_id is not None:
             continue
         plan_steps, detail = plan_accepted(plan=plan, spec=spec, flags=flags, model=model, kept=[])
         plans.append(plan)
         steps += plan_steps
+        done[plan.pk] = (plan, plan_steps)
         events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.VALIDATED,
                                 actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
     PlanStep.objects.bulk_create(steps)
@@ -240,7 +242,7 @@ def personas_plans_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], st
     PlanEvent.objects.bulk_create(events)
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
-    return {plan.pk: plan for plan in plans}
+    return done
 
 
 @transaction.atomic

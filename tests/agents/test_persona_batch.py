@@ -424,6 +424,24 @@ def test_a_pass_plans_its_personas_goals_together_in_a_fixed_number_of_statement
         assert Experience.objects.get(agent=agent).followed_plan  # its first step, in the same cycle
 
 
+def test_a_plan_accepted_in_a_pass_is_followed_without_reading_its_persona_again() -> None:
+    """Nothing but the new plan changed for a persona whose first answer was a plan: its cycle goes on with the
+    state in hand and the plan added, as a routine's does; its steps, goals and needs are not read again."""
+    persona_cycles([to_plan().pk], runner="runner test")  # the policies' state, read once per few seconds
+    agents = [to_plan() for _ in range(3)]
+    with CaptureQueriesContext(connection) as queries:
+        done, own = persona_cycles([a.pk for a in agents], runner="runner test")
+    assert own == [] and set(done) == {a.pk for a in agents}
+    reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT")]
+    assert sum(sql.startswith('SELECT "goals_goal"."id", "goals_goal"."agent_id"') for sql in reads) == 1
+    assert sum(sql.startswith('SELECT "planning_plan"."id", "planning_plan"."agent_id"') for sql in reads) == 1
+    assert not any(sql.startswith('SELECT "planning_planstep"."id", "planning_planstep"."plan_id"') for sql in reads)
+    for agent in agents:  # and its cycle followed the new plan's first step, which is running
+        step = PlanStep.objects.get(plan__agent=agent, position=1)
+        assert step.status == PlanStep.Status.RUNNING and step.actual_cycles == 1
+        assert Experience.objects.get(agent=agent).action == step.action_hint
+
+
 def waiting_to_plan(*, stale: bool = False) -> Agent:
     """A persona with a goal to plan whose row says what waits for an operator: a step of its other plan in the
     inbox, or (stale) a plan approved since, which waits no more."""
