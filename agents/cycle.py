@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Exists, OuterRef, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from agents.llm.extract import ExtractError, json_extract
@@ -194,7 +194,7 @@ def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
     whatever their number, four for one agent (a tool agent's: its row and its needs; its cycle reads its plans
     itself): the agents and their needs (one agent's needs read with it); the active goals, each with whether a
     plan holds it (`planned`); the open plans, each given its goal from those goals; their steps in order, each
-    with its plan. In a pass each row is built once: read with their needs, or plans with their goals, an agent
+    with its plan (plan_steps_read: of a plan parked in the inbox, its awaiting steps). In a pass each row is built once: read with their needs, or plans with their goals, an agent
     was built again for each need and a goal again for each plan (the scale bench's CPU per cycle: 118 against
     85 ms for a pass of 250 personas). An open plan whose goal is not active (an operator completed or abandoned
     it) has its goal read apart, in one more query when there is one. Agents that do not exist are left out."""
@@ -226,11 +226,25 @@ def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
             if plan.goal_id is not None:
                 plan.goal = active.get(plan.goal_id) or others.get(plan.goal_id)
             plans.setdefault(plan.agent_id, []).append(plan)
-        for step in PlanStep.objects.filter(plan_id__in=by_pk).order_by("plan_id", "position"):
+        for step in plan_steps_read(by_pk):
             step.plan = by_pk[step.plan_id]
             steps.setdefault(step.plan.agent_id, []).append(step)
     return {pk: PersonaRows(agent=agent, needs=by_agent.get(pk, []), goals=goals.get(pk, []),
                             plans=plans.get(pk, []), steps=steps.get(pk, [])) for pk, agent in agents.items()}
+
+
+def plan_steps_read(plans: Iterable[int]) -> QuerySet[PlanStep]:
+    """The steps of these open plans a cycle uses, by plan and position: every step of a plan that can act, and
+    of a plan parked in the inbox (a step of it awaits an operator) only its steps that await. A parked plan
+    neither acts nor completes until the operator answers; its awaiting step is all that says it waits
+    (plan_waits_for_a_person, step_current). Parked plans pile up while nobody answers (`make bench`,
+    scale_*_cpu_per_cycle: after a dozen cycles of the demo personas, half the steps of open plans were
+    theirs, and reading steps was ~11 % of a runner's CPU)."""
+    plans = list(plans)
+    awaiting = PlanStep.Status.AWAITING_APPROVAL
+    parked = PlanStep.objects.filter(plan_id__in=plans, status=awaiting).values("plan_id")
+    return (PlanStep.objects.filter(plan_id__in=plans).filter(Q(status=awaiting) | ~Q(plan_id__in=parked))
+            .order_by("plan_id", "position"))
 
 
 def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:

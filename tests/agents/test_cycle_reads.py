@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.models import Exists, Model, OuterRef
 from django.test.utils import CaptureQueriesContext
 
-from agents.cycle import persona_rows, persona_state
+from agents.cycle import persona_rows, persona_state, persona_step_choose, plans_waiting
 from agents.models import Agent, Need
 from goals.models import Goal
 from planning.models import Plan, PlanStep
@@ -77,6 +77,24 @@ def test_goals_and_open_steps_read_are_the_querysets(persona: Agent) -> None:
     assert [g.planned for g in state.goals] == [False, True]  # type: ignore[attr-defined]
     assert state.plans[-1].goal is None  # a plan without a goal comes last and reads as such
     assert [s.position for s in state.steps[state.plans[0].pk]] == [1, 2]
+
+
+def test_a_plan_parked_in_the_inbox_is_read_with_its_awaiting_steps_only(persona: Agent) -> None:
+    """A plan whose step awaits an operator neither acts nor completes until the operator answers: of its steps
+    only those that await are read, and they say it waits; the person follows its other plan meanwhile."""
+    parked = PlanFactory(agent=persona, goal=GoalFactory(agent=persona, horizon="short_term", source_needs=["money"]))
+    PlanStepFactory(plan=parked, key="1", position=1, status=PlanStep.Status.COMPLETED)
+    asks = PlanStepFactory(plan=parked, key="2", position=2, depends_on=["1"], status=PlanStep.Status.AWAITING_APPROVAL)
+    PlanStepFactory(plan=parked, key="3", position=3, depends_on=["2"])
+    rows = persona_rows(persona.pk)
+    assert [s.pk for s in rows.steps if s.plan_id == parked.pk] == [asks.pk]
+    assert values(next(s for s in rows.steps if s.pk == asks.pk)) == values(asks)  # whole, as stored
+    others = [s for s in expected_steps(persona) if s[1] is not None and s[1]["id"] != parked.pk]
+    assert [(values(s), values(s.plan), values(s.plan.goal)) for s in rows.steps if s.plan_id != parked.pk] == others
+    state = persona_state(persona, rows)
+    assert parked.goal_id in plans_waiting(state)
+    plan, step = persona_step_choose(state, "runner test")
+    assert plan is not None and plan.pk != parked.pk and step is not None and step.key == "2"  # the running step
 
 
 def test_steps_come_in_the_querysets_order(persona: Agent) -> None:
