@@ -648,7 +648,8 @@ def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner:
     if not planning:
         return []
     try:
-        accepted, rest = personas_plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner)
+        accepted, rest = personas_plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner,
+                                              needs={state.agent.pk: state.needs for state, _ in planning})
     except Exception:  # a broken batch must never stop the rest of the pass; what it left "validating" is failed
         logger.exception("plannings of a pass failed")  # by the sweep (plans_orphaned_fail)
         return []

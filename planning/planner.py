@@ -13,7 +13,7 @@ fails is tried again later by the agent's retry policy, or waits for an operator
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,20 +123,22 @@ def plan_continue(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
         return plan
 
 
-def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str
+def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
+                         needs: Mapping[int, Mapping[str, float]] | None = None,
                          ) -> tuple[dict[int, tuple[Plan, list[PlanStep]]], list[tuple[Agent, Goal, Plan, Asked]]]:
     """plan_generate for the first plans of many personas' goals at once (a runner's pass; their models answer at
     once): the versions started together (personas_plans_start), each goal asked of its chain's first model as
     plan_attempts asks it, the calls recorded in one INSERT, and the plans whose answer is a valid plan accepted
-    together (personas_plans_accept). Returns the plans accepted with their steps, by goal, and the others with
-    their first answer, for the caller to take on one by one (plan_continue: a rejection, a question, a model
-    error)."""
+    together (personas_plans_accept). `needs`: the needs each prompt shows, by agent, when the caller has just
+    read them (a pass); otherwise they are read. Returns the plans accepted with their steps, by goal, and the
+    others with their first answer, for the caller to take on one by one (plan_continue: a rejection, a question,
+    a model error)."""
     if not wanted:
         return {}, []
     deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
     plans = personas_plans_start(wanted, actor_label=actor_label)
     # What each prompt shows of its persona (plan_messages: needs, lessons), read for all at once.
-    prefetch_related_objects([agent for agent, _ in wanted], "needs", "lessons")
+    prefetch_related_objects([agent for agent, _ in wanted], *(["lessons"] if needs is not None else ["needs", "lessons"]))
     asked: list[tuple[Agent, Goal, Plan, Asked]] = []
     with calls_recorded_together():
         for (agent, goal), plan in zip(wanted, plans, strict=True):
@@ -145,7 +147,8 @@ def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: s
             asked.append((agent, goal, plan, plan_ask_model(
                 agent=agent, plan=plan, model=model_chain("plan", agent_models=agent.planner_models)[0],
                 purpose="plan", goal_text=goal.description, restatement=restatement, previous=None, kept=[],
-                reason="", feedback=(), memory=RetryContext(), deadline=deadline)))
+                reason="", feedback=(), memory=RetryContext(), deadline=deadline,
+                needs=needs.get(agent.pk, {}) if needs is not None else None)))
     accepted = personas_plans_accept([(plan, first.check.spec, list(first.check.flags), first.model)
                                       for _, _, plan, first in asked
                                       if first.check is not None and first.check.spec is not None],
@@ -227,12 +230,12 @@ class Asked:
 def plan_ask_model(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_text: str, restatement: dict[str, str],
                    previous: Plan | None, kept: list[PlanStep], reason: str, feedback: Sequence[str],
                    memory: RetryContext, deadline: Deadline, simple: bool = False,
-                   declined: Sequence[dict[str, Any]] = ()) -> Asked:
+                   declined: Sequence[dict[str, Any]] = (), needs: Mapping[str, float] | None = None) -> Asked:
     """Ask one model for the plan and judge its answer (plan_check); the call is recorded, nothing else is
-    written."""
+    written. `needs`: the persona's needs, when the caller has them (plan_messages)."""
     messages = plan_messages_fitted(
         model=model, purpose=purpose, agent=agent, goal_text=goal_text, restatement=restatement, previous=previous,
-        kept=kept, reason=reason, feedback=feedback, memory=memory, simple=simple, declined=declined)
+        kept=kept, reason=reason, feedback=feedback, memory=memory, simple=simple, declined=declined, needs=needs)
     try:
         answer = llm_complete(purpose=purpose, messages=messages, models=[model], agent_id=agent.pk,
                               plan_id=plan.pk, deadline=deadline, schema=plan_answer_schema(agent, goal_text, model))
@@ -427,10 +430,17 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline
 def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], previous: Plan | None,
                   kept: list[PlanStep], reason: str, feedback: Sequence[str], memory: RetryContext,
                   simple: bool = False, declined: Sequence[dict[str, Any]] = (),
-                  compact: bool = False) -> list[dict[str, str]]:
+                  compact: bool = False, needs: Mapping[str, float] | None = None) -> list[dict[str, str]]:
+    """The plan prompt. `needs`: the persona's needs by name, as read just now by the caller (read here
+    otherwise)."""
     kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
     # A tool plan's prompt shows no needs (and tool agents have none): no query for them.
-    needs = {n.name: n.satisfaction for n in agent.needs.all()} if kind != Agent.Kind.TOOL else {}
+    if kind == Agent.Kind.TOOL:
+        needs = {}
+    elif needs is None:
+        needs = {n.name: n.satisfaction for n in agent.needs.all()}
+    else:
+        needs = dict(sorted(needs.items()))  # as the query gives them: by name
     tools = list((declared or TOOLS).values()) if kind == Agent.Kind.TOOL else None
     files = workspace_listing(agent.workspace) if agent.kind == Agent.Kind.TOOL else []
     backstory = agent.backstory

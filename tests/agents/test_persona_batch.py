@@ -5,6 +5,7 @@ standing, and the uncommon cycles (a model call, a plan to make) left to the age
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from unittest import mock
@@ -18,6 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from agents import cycle as cycle_module
 from agents import services as services_module
 from agents.cycle import agent_cycle, persona_cycles
+from agents.llm.context import needs_text
 from agents.models import Agent, Experience, LLMCall, Need
 from goals.models import Goal
 from goals.system import GENERATION_INTERVAL
@@ -429,6 +431,8 @@ def test_a_plan_accepted_in_a_pass_is_followed_without_reading_its_persona_again
     state in hand and the plan added, as a routine's does; its steps, goals and needs are not read again."""
     persona_cycles([to_plan().pk], runner="runner test")  # the policies' state, read once per few seconds
     agents = [to_plan() for _ in range(3)]
+    Need.objects.filter(agent=agents[1], name="energy").update(satisfaction=0.33)  # each prompt shows its own
+    before = {a.pk: dict(Need.objects.filter(agent=a).values_list("name", "satisfaction")) for a in agents}
     with CaptureQueriesContext(connection) as queries:
         done, own = persona_cycles([a.pk for a in agents], runner="runner test")
     assert own == [] and set(done) == {a.pk for a in agents}
@@ -436,6 +440,11 @@ def test_a_plan_accepted_in_a_pass_is_followed_without_reading_its_persona_again
     assert sum(sql.startswith('SELECT "goals_goal"."id", "goals_goal"."agent_id"') for sql in reads) == 1
     assert sum(sql.startswith('SELECT "planning_plan"."id", "planning_plan"."agent_id"') for sql in reads) == 1
     assert not any(sql.startswith('SELECT "planning_planstep"."id", "planning_planstep"."plan_id"') for sql in reads)
+    # Its needs were read once, by the pass; its plan prompt shows them as stored then.
+    assert sum(sql.startswith('SELECT "agents_need"."id", "agents_need"."agent_id"') for sql in reads) == 1
+    for agent in agents:
+        prompt = json.dumps(LLMCall.objects.get(agent=agent, purpose="plan").prompt, ensure_ascii=False)
+        assert f"CURRENT NEEDS (satisfaction, lowest first): {needs_text(before[agent.pk])}" in prompt
     for agent in agents:  # and its cycle followed the new plan's first step, which is running
         step = PlanStep.objects.get(plan__agent=agent, position=1)
         assert step.status == PlanStep.Status.RUNNING and step.actual_cycles == 1
