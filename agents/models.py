@@ -92,7 +92,8 @@ class Agent(models.Model):
 class Need(models.Model):
     """A need (hunger, energy, money, social...) whose satisfaction decays every hour."""
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="needs")
+    # need_name_unique_per_agent (agent, name) serves every lookup by agent: no index of its own to keep up.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="needs", db_index=False)
     name = models.CharField(max_length=50)
     satisfaction = models.FloatField(default=1.0, validators=UNIT)
     decay_per_hour = models.FloatField(default=0.05, validators=[MinValueValidator(0.0)])
@@ -112,7 +113,8 @@ class Need(models.Model):
 class Experience(models.Model):
     """What happened in one cycle: the action, its effect on needs, and how it relates to the plan."""
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="experiences")
+    # experience_cycle_unique_per_agent (agent, cycle) serves every lookup by agent.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="experiences", db_index=False)
     cycle = models.PositiveIntegerField()
     action = models.CharField(max_length=200)
     need_deltas = models.JSONField(default=dict, blank=True)
@@ -162,7 +164,9 @@ class LLMCall(models.Model):
         DECIDE = "decide", "Decide action"
 
     agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="llm_calls")
-    plan = models.ForeignKey("planning.Plan", null=True, blank=True, on_delete=models.SET_NULL, related_name="llm_calls")
+    # llmcall_plan_idx (plan, created_at) serves every lookup by plan.
+    plan = models.ForeignKey("planning.Plan", null=True, blank=True, on_delete=models.SET_NULL, related_name="llm_calls",
+                             db_index=False)
     purpose = models.CharField(max_length=16, choices=Purpose)
     provider = models.CharField(max_length=50, blank=True)
     model = models.CharField(max_length=200)

@@ -29,7 +29,8 @@ class Goal(models.Model):
         COMPLETED = "completed", "Completed"
         ABANDONED = "abandoned", "Abandoned"
 
-    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="goals")
+    # goal_agent_status_idx (agent, status) serves every lookup by agent.
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="goals", db_index=False)
     description = models.CharField(max_length=500)
     horizon = models.CharField(max_length=16, choices=Horizon, default=Horizon.SHORT)
     source_needs = models.JSONField(default=list, blank=True)

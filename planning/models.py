@@ -59,7 +59,8 @@ class Plan(models.Model):
 
     OPEN_STATUSES = (Status.DRAFT, Status.VALIDATING, Status.CLARIFYING, Status.AWAITING_APPROVAL, Status.ACTIVE)
 
-    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="plans")
+    # plan_agent_status_idx (agent, status) serves every lookup by agent.
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="plans", db_index=False)
     goal = models.ForeignKey("goals.Goal", null=True, blank=True, on_delete=models.SET_NULL, related_name="plans")
     goal_text = models.CharField(max_length=500, help_text="The goal in the words the plan was made for")
     version = models.PositiveIntegerField(default=1)
@@ -130,7 +131,8 @@ class PlanStep(models.Model):
         SAFE = "safe", "Safe"
         RISKY = "risky", "Risky"
 
-    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="steps")
+    # step_position_unique_in_plan (plan, position) serves every lookup by plan.
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="steps", db_index=False)
     key = models.CharField(max_length=32, help_text="The step id the planner gave it")
     position = models.PositiveIntegerField()
     description = models.CharField(max_length=500)
@@ -260,8 +262,12 @@ class PlanEvent(models.Model):
         TOKEN_REVOKED = "token_revoked", "API token revoked"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
-    plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="events")
-    agent = models.ForeignKey("agents.Agent", null=True, blank=True, on_delete=models.CASCADE, related_name="events")
+    # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by
+    # plan and by agent.
+    plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.CASCADE, related_name="events",
+                             db_index=False)
+    agent = models.ForeignKey("agents.Agent", null=True, blank=True, on_delete=models.CASCADE, related_name="events",
+                              db_index=False)
     step = models.ForeignKey(PlanStep, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
     kind = models.CharField(max_length=24, choices=Kind)
     actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="plan_events")
