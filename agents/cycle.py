@@ -194,9 +194,9 @@ def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
     whatever their number, four for one agent (a tool agent's: its row and its needs; its cycle reads its plans
     itself): the agents and their needs (one agent's needs read with it); the active goals, each with whether a
     plan holds it (`planned`); the open plans, each given its goal from those goals; their steps in order, each
-    with its plan (plan_steps_read: of a plan parked in the inbox, its awaiting steps). In a pass each row is built once: read with their needs, or plans with their goals, an agent
-    was built again for each need and a goal again for each plan (the scale bench's CPU per cycle: 118 against
-    85 ms for a pass of 250 personas). An open plan whose goal is not active (an operator completed or abandoned
+    with its plan (plan_steps_read: of a plan parked in the inbox, its awaiting steps). In a pass each row is
+    built once: read with their needs, or plans with their goals, an agent was built again for each need and a
+    goal again for each plan (the scale bench's CPU per cycle: 118 against 85 ms for a pass of 250 personas). An open plan whose goal is not active (an operator completed or abandoned
     it) has its goal read apart, in one more query when there is one. Agents that do not exist are left out."""
     agents: dict[int, Agent] = {}
     if len(agent_ids) > 1:  # a pass: the agents apart, each built once
@@ -527,7 +527,8 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     """One cycle of each of many persona agents, as the runtimes drive them: one read for all
     (persona_rows_many), the routines their goals call for started together (routines_start), the uncommon
     work (a plan to stop or replan, goals to re-evaluate, a goal the model plans) done by the services a single
-    cycle calls (persona_prepare) and the agents it changed read again together, each experience computed by
+    cycle calls (persona_prepare) and the agents it changed read again together (a plan the model made at once
+    joins the state in hand: persona_goals_plan), each experience computed by
     the rules the single cycle uses (persona_record), and every cycle recorded in one transaction
     (persona_cycles_record); a step that must ask an operator first is put in the inbox on the way, and a
     milestone crossed is checked once the pass is recorded. A cycle whose automatic planning retry is due runs

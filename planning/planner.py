@@ -138,7 +138,8 @@ def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: s
     deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
     plans = personas_plans_start(wanted, actor_label=actor_label)
     # What each prompt shows of its persona (plan_messages: needs, lessons), read for all at once.
-    prefetch_related_objects([agent for agent, _ in wanted], *(["lessons"] if needs is not None else ["needs", "lessons"]))
+    shown = ["lessons"] if needs is not None else ["needs", "lessons"]
+    prefetch_related_objects([agent for agent, _ in wanted], *shown)
     asked: list[tuple[Agent, Goal, Plan, Asked]] = []
     with calls_recorded_together():
         for (agent, goal), plan in zip(wanted, plans, strict=True):

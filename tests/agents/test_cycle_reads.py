@@ -84,7 +84,8 @@ def test_a_plan_parked_in_the_inbox_is_read_with_its_awaiting_steps_only(persona
     only those that await are read, and they say it waits; the person follows its other plan meanwhile."""
     parked = PlanFactory(agent=persona, goal=GoalFactory(agent=persona, horizon="short_term", source_needs=["money"]))
     PlanStepFactory(plan=parked, key="1", position=1, status=PlanStep.Status.COMPLETED)
-    asks = PlanStepFactory(plan=parked, key="2", position=2, depends_on=["1"], status=PlanStep.Status.AWAITING_APPROVAL)
+    asks = PlanStepFactory(plan=parked, key="2", position=2, depends_on=["1"],
+                           status=PlanStep.Status.AWAITING_APPROVAL)
     PlanStepFactory(plan=parked, key="3", position=3, depends_on=["2"])
     rows = persona_rows(persona.pk)
     assert [s.pk for s in rows.steps if s.plan_id == parked.pk] == [asks.pk]
