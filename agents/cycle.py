@@ -196,8 +196,9 @@ def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
     plan holds it (`planned`); the open plans, each given its goal from those goals; their steps in order, each
     with its plan (plan_steps_read: of a plan parked in the inbox, its awaiting steps). In a pass each row is
     built once: read with their needs, or plans with their goals, an agent was built again for each need and a
-    goal again for each plan (the scale bench's CPU per cycle: 118 against 85 ms for a pass of 250 personas). An open plan whose goal is not active (an operator completed or abandoned
-    it) has its goal read apart, in one more query when there is one. Agents that do not exist are left out."""
+    goal again for each plan (the scale bench's CPU per cycle: 118 against 85 ms for a pass of 250 personas).
+    An open plan whose goal is not active (an operator completed or abandoned it) has its goal read apart, in
+    one more query when there is one. Agents that do not exist are left out."""
     agents: dict[int, Agent] = {}
     if len(agent_ids) > 1:  # a pass: the agents apart, each built once
         agents = {a.pk: a for a in Agent.objects.filter(pk__in=agent_ids).order_by("pk")}

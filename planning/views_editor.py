@@ -24,7 +24,6 @@ from planning.forms import agent_tool_names
 from planning.models import Plan, PlanStep
 from planning.services import (
     EDITABLE_PLAN_STATUSES,
-    KEPT_STEP_STATUSES,
     PlanEditInvalid,
     StaleVersion,
     plan_edit_save,
@@ -198,7 +197,7 @@ def problems_place(problems: list[str], rows: list[EditorRow], kept: int) -> lis
 
 
 def editor_context(plan: Plan, rows: list[EditorRow], **extra: Any) -> dict[str, Any]:
-    kept = [s for s in plan.steps.all() if s.status in KEPT_STEP_STATUSES]
+    kept = [s for s in plan.steps.all() if s.status in PlanStep.DONE_STATUSES]
     agent = plan.agent
     return {"plan": plan, "agent": agent, "rows": rows, "kept": kept, "tools": agent_tool_names(agent),
             "tool_agent": agent.kind in (Agent.Kind.TOOL, Agent.Kind.EXTERNAL),
@@ -211,16 +210,16 @@ def plan_editor(request: HttpRequest, pk: int) -> HttpResponse:
     plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     steps = list(plan.steps.all())
     if request.method == "GET":
-        rows = [row_from_step(i, s) for i, s in enumerate(s for s in steps if s.status not in KEPT_STEP_STATUSES)]
+        rows = [row_from_step(i, s) for i, s in enumerate(s for s in steps if s.status not in PlanStep.DONE_STATUSES)]
         return render(request, "planning/plan_editor.html", editor_context(plan, rows))
     rows = rows_from_post(request.POST)
     op = request.POST.get("op", "")
-    kept_keys = {s.key for s in steps if s.status in KEPT_STEP_STATUSES}
+    kept_keys = {s.key for s in steps if s.status in PlanStep.DONE_STATUSES}
     # The order before moves the operator has not yet said what to do about (keep or update dependencies).
     reordered_from = [k for k in request.POST.get("reordered_from", "").split(",") if k][:100]
     if op in ("deps-keep", "deps-update"):
         if op == "deps-update" and reordered_from:
-            kept_order = [s.key for s in steps if s.status in KEPT_STEP_STATUSES]
+            kept_order = [s.key for s in steps if s.status in PlanStep.DONE_STATUSES]
             dependencies_follow_order(rows, before=reordered_from, kept=kept_order)
         return render(request, "planning/plan_editor.html#editor", editor_context(plan, rows))
     if op != "save":  # a new step never reuses the id of one of this version's steps, so diffs stay truthful

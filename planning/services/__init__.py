@@ -80,7 +80,6 @@ from planning.services.transactions import (
 )
 from planning.services.versions import (
     EDITABLE_PLAN_STATUSES,
-    KEPT_STEP_STATUSES,
     REJECTED_OUTPUT_SHOWN,
     attempt_reject,
     failure_reasons,
@@ -106,7 +105,6 @@ __all__ = [
     "DecisionError",
     "EDITABLE_PLAN_STATUSES",
     "EDITABLE_STEP_FIELDS",
-    "KEPT_STEP_STATUSES",
     "PLAN_FINAL",
     "PlanAlreadyReplanned",
     "PlanEditInvalid",

@@ -45,7 +45,6 @@ from planning.services.events import event_record
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
 EDITABLE_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.ACTIVE)
 # Steps that stay as they were in the next version: done work is never redone or undone.
-KEPT_STEP_STATUSES = PlanStep.DONE_STATUSES
 
 
 # --- the planner's writes ----------------------------------------------------------------------------------
@@ -366,7 +365,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
         raise DecisionError(f"Step {', '.join(running)} is running; edit the plan once it has finished. "
                             "Nothing was changed.")
     agent = plan.agent
-    kept = [s for s in old_steps if s.status in KEPT_STEP_STATUSES]
+    kept = [s for s in old_steps if s.status in PlanStep.DONE_STATUSES]
     kept_keys = {s.key for s in kept}
     edited = [s for s in steps if s.key not in kept_keys]
     if not edited:
