@@ -14,6 +14,7 @@ execute in the agent's workspace, respecting dependencies.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -165,6 +166,7 @@ class PersonaState:
     plans: list[Plan] = field(default_factory=list)  # open, short-term goal first
     steps: dict[int, list[PlanStep]] = field(default_factory=dict)
     reevaluated: bool = False  # the goals were re-evaluated this cycle (a pass did it for all its personas)
+    at_once: bool = False  # every model its calls may reach answers at once (answers_at_once)
 
 
 @dataclass
@@ -248,11 +250,13 @@ def plan_steps_read(plans: Iterable[int]) -> QuerySet[PlanStep]:
             .order_by("plan_id", "position"))
 
 
-def persona_state(agent: Agent, rows: PersonaRows) -> PersonaState:
+def persona_state(agent: Agent, rows: PersonaRows, *, at_once: bool | None = None) -> PersonaState:
+    """The state a cycle works on. `at_once`: whether the agent's models answer at once, when the caller knows."""
     goals = goals_by_priority(rows.goals)
     state = PersonaState(agent=agent, needs={n.name: n.satisfaction for n in rows.needs},
                          rates={n.name: n.decay_per_hour for n in rows.needs},
-                         need_rows={n.name: n for n in rows.needs}, goals=goals)
+                         need_rows={n.name: n for n in rows.needs}, goals=goals,
+                         at_once=answers_at_once(agent_models=agent.planner_models) if at_once is None else at_once)
     for step in rows.steps:
         state.steps.setdefault(step.plan_id, []).append(step)
     # Every open plan, also one without steps (planning, or a failed planning whose retry is due): it holds its
@@ -548,11 +552,15 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     reevaluating: list[PersonaState] = []
     approvals: list[PlanStep] = []  # steps to put in the inbox before they may act
 
+    # Whether a planner chain's models answer at once, once a pass for each chain (`make bench`,
+    # scale_*_cpu_per_cycle: asked for each agent, ~2.5 % of a runner's CPU).
+    at_once_of = functools.cache(lambda models: answers_at_once(agent_models=models))
+
     def dispatch(state: PersonaState, work: str | Goal) -> None:
         if isinstance(work, Goal):  # a goal to plan: its routine, when it has one, is started below
             routines.append((state, work))
         elif work:
-            prepare.append(state) if answers_at_once(agent_models=state.agent.planner_models) else apart.append(
+            prepare.append(state) if state.at_once else apart.append(
                 state.agent.pk)
         else:
             persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
@@ -567,14 +575,14 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             if row is None or row.agent.status != Agent.Status.RUNNING or row.agent.kind != Agent.Kind.PERSONA:
                 continue
             agent = row.agent
-            at_once = answers_at_once(agent_models=agent.planner_models)
+            at_once = at_once_of(agent.planner_models)
             if agent.plan_retry_at is not None and agent.plan_retry_at <= now:
                 if at_once:
                     retries.append(row)
                 else:
                     apart.append(agent_id)
                 continue
-            state = persona_state(agent, row)
+            state = persona_state(agent, row, at_once=at_once)
             work = persona_prepare_work(state)
             if work == "goals":  # goals re-evaluated: what recurs is created below, for all together
                 reevaluating.append(state)
@@ -594,7 +602,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
                 persona_state_add(state, goal=goal, plan=started[goal.pk][0], steps=started[goal.pk][1])
                 persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
                                approvals=approvals)
-            elif answers_at_once(agent_models=state.agent.planner_models):
+            elif state.at_once:
                 planning.append((state, goal))  # no routine to repeat: the model plans it, below
             else:
                 apart.append(state.agent.pk)
@@ -617,8 +625,8 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
             persona_common(state, runner=runner, records=records, apart=apart, checks=checks, approvals=approvals)
         for agent_id, row in persona_rows_many(list(changed)).items():
             if row.agent.cycle_count == changed[agent_id] and row.agent.status == Agent.Status.RUNNING:
-                persona_common(persona_state(row.agent, row), runner=runner, records=records, apart=apart,
-                               checks=checks, approvals=approvals)
+                state = persona_state(row.agent, row, at_once=at_once_of(row.agent.planner_models))
+                persona_common(state, runner=runner, records=records, apart=apart, checks=checks, approvals=approvals)
             else:
                 done[agent_id] = "cycle already done"
     try:
@@ -699,7 +707,7 @@ def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecor
     decision asked of the model when it answers at once) and the experience computed, added to `records`; a
     goal's milestone crossed is checked after the pass is recorded (`checks`). The agent goes to `apart` when
     its cycle needs a model that may wait on a server: a decision, or a milestone check."""
-    at_once = answers_at_once(agent_models=state.agent.planner_models)
+    at_once = state.at_once
     plan, step = persona_step_choose(state, runner, approvals)
     chosen = persona_action(state, plan, step, asking=at_once)
     if chosen is None:

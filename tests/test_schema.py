@@ -59,3 +59,18 @@ def test_a_foreign_key_whose_own_index_was_dropped_is_served_by_a_composite_one(
         field = model._meta.get_field(name)
         assert field.db_index is False
         assert any(columns[0] == field.column and len(columns) > 1 for columns in index_columns(model)), model
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="fillfactor is PostgreSQL's table storage parameter; "
+                    "SQLite has none (the scale-out pass of `make test` runs this)")
+def test_the_tables_every_cycle_updates_keep_room_for_their_rows_new_versions() -> None:
+    """A persona cycle rewrites its needs and goals: their pages keep room so that these updates touch no index
+    (agents/migrations/0013_fillfactor_updated_tables.py)."""
+    from agents.models import Need
+    from goals.models import Goal
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname IN (%s, %s)",
+                       [Need._meta.db_table, Goal._meta.db_table])
+        options = dict(cursor.fetchall())
+    assert options == {Need._meta.db_table: ["fillfactor=70"], Goal._meta.db_table: ["fillfactor=70"]}
