@@ -10,7 +10,7 @@ A runner's pass then builds thousands of model instances that live as long as th
 (a collection of the youngest generation every 2,000 net allocations) they are walked again and again while
 they are young and moved on to the older generations. With YOUNG_THRESHOLD most die before a collection sees
 them. Measured with `gc.callbacks` in both runners of the scale bench (`make bench`, scale_1000_cpu_per_cycle;
-README "Scale and speed"): collection took 7.5-10 % of a runner's CPU before, 5-6.5 % frozen, 3.4 % frozen with
+docs/performance.md): collection took 7.5-10 % of a runner's CPU before, 5-6.5 % frozen, 3.4 % frozen with
 20,000 and 1-2 % with 100,000 (a collection then takes ~3 ms).
 """
 
