@@ -98,14 +98,6 @@ class Plan(models.Model):
             models.Index(fields=["agent", "-created_at"], name="plan_agent_latest_idx"),  # the dashboard's latest plan
             # The dashboard's failing agents: those with a failed plan at all (selectors.failing_agent_ids).
             models.Index(fields=["agent"], condition=models.Q(status="failed"), name="plan_failed_idx"),
-            # Only the plans in play, so that neither grows with the finished plans' history (`make bench`,
-            # scale_*: over the whole table these reads became sequential scans of every plan ever made): a goal
-            # held by an open or failed plan (the persona pass's goals read, `planned`; the statuses of held()),
-            # and the open plans by status (the inbox count on every page; those of open()).
-            models.Index(fields=["goal"], name="plan_held_goal_idx", condition=models.Q(status__in=[
-                "draft", "validating", "needs_clarification", "awaiting_approval", "active", "failed"])),
-            models.Index(fields=["status"], name="plan_open_status_idx", condition=models.Q(status__in=[
-                "draft", "validating", "needs_clarification", "awaiting_approval", "active"])),
         ]
         permissions = [("decide_plan", "Can approve, decline and edit plans and steps")]
 

@@ -10,7 +10,6 @@ import pytest
 from django.apps import apps
 from django.core.management import call_command
 from django.db import connection, models
-from django.db.models import Exists, OuterRef
 
 pytestmark = pytest.mark.django_db
 
@@ -75,35 +74,3 @@ def test_the_tables_every_cycle_updates_keep_room_for_their_rows_new_versions() 
                        [Need._meta.db_table, Goal._meta.db_table])
         options = dict(cursor.fetchall())
     assert options == {Need._meta.db_table: ["fillfactor=70"], Goal._meta.db_table: ["fillfactor=70"]}
-
-
-def test_the_indexes_of_the_plans_in_play_cover_exactly_the_statuses_of_open_and_held() -> None:
-    """A partial index serves a query only when the query's statuses are within its condition: the conditions
-    follow Plan.OPEN_STATUSES (open()) and held(), which the goals read and the inbox count filter by."""
-    from planning.models import Plan
-
-    conditions = {index.name: index.condition for index in Plan._meta.indexes}
-    held = [*Plan.OPEN_STATUSES, Plan.Status.FAILED]
-    assert conditions["plan_held_goal_idx"].children == [("status__in", [str(s) for s in held])]
-    assert conditions["plan_open_status_idx"].children == [("status__in", [str(s) for s in Plan.OPEN_STATUSES])]
-
-
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the query plan is PostgreSQL's; the scale-out pass of "
-                    "`make test` runs this")
-def test_whether_a_goal_is_planned_is_read_from_the_plans_in_play_not_from_every_plan() -> None:
-    """The persona pass's goals read asks of each goal whether a plan holds it: PostgreSQL answers from the
-    index of the plans in play, whatever the number of finished plans (`make bench`, scale_*)."""
-    from agents.models import Agent
-    from goals.models import Goal
-    from planning.models import Plan
-
-    agent = Agent.objects.create(name="history", kind=Agent.Kind.PERSONA)
-    goal = Goal.objects.create(agent=agent, description="eat", source_needs=["hunger"])
-    Plan.objects.bulk_create([Plan(agent=agent, goal=goal, goal_text="eat", version=v, status=Plan.Status.COMPLETED)
-                              for v in range(1, 2001)])
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE planning_plan")
-    held = Plan.objects.filter(goal=OuterRef("pk")).held()
-    plan = Goal.objects.filter(agent=agent).active().annotate(planned=Exists(held)).explain()
-    assert "plan_held_goal_idx" in plan, plan
-    assert "Seq Scan on planning_plan" not in plan, plan
