@@ -560,8 +560,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
         if isinstance(work, Goal):  # a goal to plan: its routine, when it has one, is started below
             routines.append((state, work))
         elif work:
-            prepare.append(state) if state.at_once else apart.append(
-                state.agent.pk)
+            prepare.append(state) if state.at_once else apart.append(state.agent.pk)
         else:
             persona_common(state, runner=runner, records=records, apart=apart, checks=checks,
                            approvals=approvals)
