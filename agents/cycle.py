@@ -706,16 +706,15 @@ def persona_common(state: PersonaState, *, runner: str, records: list[CycleRecor
     decision asked of the model when it answers at once) and the experience computed, added to `records`; a
     goal's milestone crossed is checked after the pass is recorded (`checks`). The agent goes to `apart` when
     its cycle needs a model that may wait on a server: a decision, or a milestone check."""
-    at_once = state.at_once
     plan, step = persona_step_choose(state, runner, approvals)
-    chosen = persona_action(state, plan, step, asking=at_once)
+    chosen = persona_action(state, plan, step, asking=state.at_once)
     if chosen is None:
         apart.append(state.agent.pk)
         return
     record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=state.agent.cycle_count,
                             runner=runner)
     if any(goal_state.crossed_milestone for _, goal_state in record.goals):
-        if not at_once:
+        if not state.at_once:
             apart.append(state.agent.pk)
             return
         checks.append(record)

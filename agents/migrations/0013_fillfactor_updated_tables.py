@@ -45,7 +45,6 @@ class Migration(migrations.Migration):
     dependencies = [
         ("agents", "0012_fk_indexes_covered"),
         ("goals", "0004_fk_indexes_covered"),
-        ("planning", "0012_fk_indexes_covered"),
     ]
 
     operations = [migrations.RunPython(fillfactor_set, fillfactor_reset, elidable=False)]
