@@ -303,11 +303,12 @@ RUNNER_STALLED_SECONDS = float(os.environ.get("RUNNER_STALLED_SECONDS", "10"))
 RUNNER_SWEEP_SECONDS = int(os.environ.get("RUNNER_SWEEP_SECONDS", "2"))
 # Scale-out: persona agents are driven in passes, one chain of passes per shard (agents/runtime/tasks.py).
 RUNNER_PERSONA_SHARDS = int(os.environ.get("RUNNER_PERSONA_SHARDS", "4"))
-# The least time between two passes of a shard: a persona due meanwhile waits for the next pass, at most this late
-# (its next cycle keeps its pace); a longer gap makes fewer, larger passes, each costing its job and its fixed
-# statements (~60, ~0.3 ms of ORM CPU each): 0.5 s took 10-15 % less CPU a cycle than 0.25 at 1,000 personas, and
-# 1.0 s 7 % less than 0.5 (`make bench`, scale_1000_cpu_per_cycle, alternating runs: 2.10-2.41 against 2.31-2.50 ms,
-# 2026-11-28); 2 shards left a runner idle (80.9-92.8 % of due cycles).
+# The least time between the starts of two passes of a shard: a persona due meanwhile waits for the next pass, at
+# most this late (its next cycle keeps its pace), and a pass as long as the gap is followed at once. A longer gap
+# makes fewer, larger passes, each costing its job and its fixed statements (~60, ~0.3 ms of ORM CPU each): 0.5 s
+# (from a pass's end) took 10-15 % less CPU a cycle than 0.25 at 1,000 personas, and 1.0 s from a pass's start
+# 4 % less than that (`make bench`, scale_1000_cpu_per_cycle, alternating runs 2026-11-28: 2.20-2.31 against
+# 2.24-2.44 ms); 2 shards left a runner idle (80.9-92.8 % of due cycles).
 RUNNER_PASS_GAP_SECONDS = float(os.environ.get("RUNNER_PASS_GAP_SECONDS", "1.0"))
 RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
 RUNNER_DB_RETRY_MAX_SECONDS = float(os.environ.get("RUNNER_DB_RETRY_MAX_SECONDS", "10"))  # backoff ceiling

@@ -159,7 +159,7 @@ def personas_pass(shard: int, shards: int, runner: str) -> tuple[int, int, bool]
 @blueprint.task(name="agents.personas", queue=CYCLES_QUEUE, pass_context=True)
 def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
     """A pass of one shard of personas, then the shard's next pass deferred to when its next persona is due."""
-    backlog = False
+    backlog, started = False, time.monotonic()
     try:
         done, alone, backlog = personas_pass(shard, shards, runner_name(context))
         return f"{done} cycles, {alone} on their own"
@@ -171,7 +171,7 @@ def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
         return "failed"
     finally:
         try:
-            pass_next(shard, shards, backlog=backlog)
+            pass_next(shard, shards, backlog=backlog, elapsed=time.monotonic() - started)
         finally:
             connection_release()
             if context.job is not None and context.job.id is not None:
@@ -179,18 +179,21 @@ def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
                     _returned[context.job.id] = time.monotonic()
 
 
-def pass_next(shard: int, shards: int, *, backlog: bool) -> None:
-    """Defer the shard's next pass: at once with a backlog, else when its next persona falls due (within a
-    sweep). A shard of another number of shards (the setting changed) ends here: the sweep starts the new."""
+def pass_next(shard: int, shards: int, *, backlog: bool, elapsed: float = 0.0) -> None:
+    """Defer the shard's next pass to when its next persona falls due (within a sweep), and no sooner than
+    RUNNER_PASS_GAP_SECONDS after this pass started (`elapsed` ago): a pass as long as the gap is followed at
+    once, so a shard's passes never fall further apart than their own length. With a backlog, at the gap.
+    A shard of another number of shards (the setting changed) ends here: the sweep starts the new."""
     if shards != settings.RUNNER_PERSONA_SHARDS:
         return
+    gap = max(settings.RUNNER_PASS_GAP_SECONDS - elapsed, 0.0)
     for attempt in (1, 2):
         try:
-            after = settings.RUNNER_PASS_GAP_SECONDS
+            after = gap
             if not backlog:
                 at = shard_personas(shard, shards).aggregate(at=Min("next_cycle_at"))["at"]
                 wait = settings.RUNNER_SWEEP_SECONDS if at is None else (at - timezone.now()).total_seconds()
-                after = min(max(wait, settings.RUNNER_PASS_GAP_SECONDS), settings.RUNNER_SWEEP_SECONDS)
+                after = min(max(wait, gap), settings.RUNNER_SWEEP_SECONDS)
             pass_defer(shard, shards, after=after)
             return
         except CHAIN_ERRORS as exc:

@@ -6,6 +6,7 @@ runs; /healthz counts the engine's live workers."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async as sync_to_async
@@ -146,3 +147,34 @@ async def test_a_connection_cut_while_the_next_cycle_is_deferred_is_tried_again(
         await sync_to_async(tasks.chain_next)(agent.pk)
     assert calls == [agent.pk, agent.pk]
     assert await sync_to_async(cycle_jobs)() == [(f"agent:{agent.pk}", "todo")]
+
+
+def test_a_shards_next_pass_comes_the_gap_after_this_one_started_and_at_once_after_a_long_pass(settings: Any) -> None:
+    """Passes of a shard start at most every RUNNER_PASS_GAP_SECONDS, counted from the start of a pass: a
+    persona is at most that late, and a pass that took the whole gap is followed at once, so a busy shard's
+    passes never fall further apart than their own length (a persona falling a whole interval behind would
+    start afresh and lose a cycle)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    from agents.runtime.tasks import pass_lock, pass_next
+    from tests.runners import personas
+
+    settings.RUNNER_PASS_GAP_SECONDS, settings.RUNNER_SWEEP_SECONDS = 1.0, 2
+    shards = settings.RUNNER_PERSONA_SHARDS
+    overdue = timezone.now() - timedelta(seconds=1)
+    for agent in personas(shards * 2):  # every shard has personas, all of them due already
+        Agent.objects.filter(pk=agent.pk).update(next_cycle_at=overdue)
+
+    def next_pass_in(elapsed: float) -> float:
+        ProcrastinateJob.objects.filter(lock=pass_lock(0, shards)).delete()  # type: ignore[misc]
+        before = timezone.now()
+        pass_next(0, shards, backlog=False, elapsed=elapsed)
+        job = ProcrastinateJob.objects.get(lock=pass_lock(0, shards))  # type: ignore[misc]
+        return (job.scheduled_at - before).total_seconds()
+
+    assert 0.65 <= next_pass_in(0.3) <= 0.75 + 0.5  # the rest of the gap (the slack: this test's own statements)
+    assert next_pass_in(1.4) <= 0.2  # the pass took longer than the gap: the next one at once
+    assert 0.95 <= next_pass_in(0.0) <= 1.5
