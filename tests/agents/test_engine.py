@@ -165,8 +165,8 @@ def test_a_shards_next_pass_comes_the_gap_after_this_one_started_and_at_once_aft
     settings.RUNNER_PASS_GAP_SECONDS, settings.RUNNER_SWEEP_SECONDS = 1.0, 2
     shards = settings.RUNNER_PERSONA_SHARDS
     overdue = timezone.now() - timedelta(seconds=1)
-    for agent in personas(shards * 2):  # every shard has personas, all of them due already
-        Agent.objects.filter(pk=agent.pk).update(next_cycle_at=overdue)
+    # Every shard has personas, all of them due already.
+    Agent.objects.filter(pk__in=[a.pk for a in personas(shards * 2)]).update(next_cycle_at=overdue)
 
     def next_pass_in(elapsed: float) -> float:
         ProcrastinateJob.objects.filter(lock=pass_lock(0, shards)).delete()  # type: ignore[misc]
