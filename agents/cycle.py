@@ -33,7 +33,7 @@ from agents.llm.placeholders import junk_problem, placeholder_or_example
 from agents.llm.schemas import decide_schema
 from agents.models import Agent, Need
 from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
-from agents.selectors import plan_waits_for_a_person
+from agents.selectors import lessons_recent, plan_waits_for_a_person
 from agents.services import (
     CycleAlreadyDone,
     CycleRecord,
@@ -167,6 +167,26 @@ class PersonaState:
     steps: dict[int, list[PlanStep]] = field(default_factory=dict)
     reevaluated: bool = False  # the goals were re-evaluated this cycle (a pass did it for all its personas)
     at_once: bool = False  # every model its calls may reach answers at once (answers_at_once)
+    lessons: PassLessons | None = None  # in a pass: its agents' lessons, read once for all
+
+
+@dataclass
+class PassLessons:
+    """The lessons a pass's decision prompts quote, read with the first decision asked for every agent of the
+    pass that may ask one (`agent_ids`: those with an urgent need, persona_action): one query, not one for each
+    decision (`make bench`, scale_1000_cpu_per_cycle: ~5 % of a runner's CPU in a young fleet). Another agent's
+    are read on their own. Lessons are learned when the pass is recorded, after every decision, so the one read
+    holds for the whole pass."""
+
+    agent_ids: frozenset[int]
+    read: dict[int, list[str]] | None = None
+
+    def of(self, agent_id: int) -> list[str]:
+        if agent_id not in self.agent_ids:  # not the pass's: read on its own
+            return lessons_recent([agent_id], limit=LESSONS_IN_DECISION_PROMPT).get(agent_id, [])
+        if self.read is None:
+            self.read = lessons_recent(self.agent_ids, limit=LESSONS_IN_DECISION_PROMPT)
+        return self.read.get(agent_id, [])
 
 
 @dataclass
@@ -551,6 +571,8 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     retries: list[PersonaRows] = []
     reevaluating: list[PersonaState] = []
     approvals: list[PlanStep] = []  # steps to put in the inbox before they may act
+    lessons = PassLessons(agent_ids=frozenset(  # only an urgent need asks the model (persona_action)
+        pk for pk, row in rows.items() if urgent_need({n.name: n.satisfaction for n in row.needs}) is not None))
 
     # Whether a planner chain's models answer at once, once a pass for each chain (`make bench`,
     # scale_*_cpu_per_cycle: asked for each agent, ~2.5 % of a runner's CPU).
@@ -582,6 +604,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
                     apart.append(agent_id)
                 continue
             state = persona_state(agent, row, at_once=at_once)
+            state.lessons = lessons
             work = persona_prepare_work(state)
             if work == "goals":  # goals re-evaluated: what recurs is created below, for all together
                 reevaluating.append(state)
@@ -625,6 +648,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
         for agent_id, row in persona_rows_many(list(changed)).items():
             if row.agent.cycle_count == changed[agent_id] and row.agent.status == Agent.Status.RUNNING:
                 state = persona_state(row.agent, row, at_once=at_once_of(row.agent.planner_models))
+                state.lessons = lessons
                 persona_common(state, runner=runner, records=records, apart=apart, checks=checks, approvals=approvals)
             else:
                 done[agent_id] = "cycle already done"
@@ -790,7 +814,7 @@ def action_decide_asked(*, state: PersonaState, plan: Plan | None, step: PlanSte
         directive = plan_step_directive(goal=plan.goal_text, number=step.position, total=len(steps),
                                         description=step.description, action_hint=step.action_hint)
     goals = [g.description for g in state.goals[:GOALS_IN_DECISION_PROMPT]]
-    lessons = list(agent.lessons.values_list("description", flat=True)[:LESSONS_IN_DECISION_PROMPT])
+    lessons = (state.lessons or PassLessons(agent_ids=frozenset())).of(agent.pk)
     try:
         answer = llm_complete(purpose="decide", agent_id=agent.pk, plan_id=plan.pk if plan else None,
                               messages=prompt_decide_action(agent_name=agent.name, needs=state.needs,

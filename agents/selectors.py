@@ -4,14 +4,15 @@ curves of needs, progress and confidence drawn from the experiences. A fixed num
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Case, Exists, IntegerField, OuterRef, Value, When
+from django.db.models import Case, Exists, F, IntegerField, OuterRef, Value, When, Window
+from django.db.models.functions import RowNumber
 
 from agents.llm.context import percent
-from agents.models import Agent, Experience, LLMCall
+from agents.models import Agent, Experience, Lesson, LLMCall
 from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for
 from goals.models import Goal
 from goals.system import HORIZON_ORDER
@@ -23,6 +24,18 @@ CURVE_WIDTH = 160
 CURVE_HEIGHT = 36
 FINISHED_GOALS_SHOWN = 10
 GOAL_CALLS_SHOWN = 10
+
+
+def lessons_recent(agent_ids: Iterable[int], *, limit: int) -> dict[int, list[str]]:
+    """Each agent's `limit` newest lessons, newest first (as a decision prompt quotes them): one query for any
+    number of agents, a window numbering each agent's lessons."""
+    rank = Window(RowNumber(), partition_by=[F("agent_id")], order_by=[F("created_at").desc(), F("pk").desc()])
+    lessons: dict[int, list[str]] = {}
+    for agent_id, description in (Lesson.objects.filter(agent_id__in=set(agent_ids)).annotate(rank=rank)
+                                  .filter(rank__lte=limit).order_by("agent_id", "rank")
+                                  .values_list("agent_id", "description")):
+        lessons.setdefault(agent_id, []).append(description)
+    return lessons
 
 
 @dataclass

@@ -27,7 +27,14 @@ from planning import planner as planner_module
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import step_skip
 from policies import services as policies
-from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
+from tests.factories import (
+    AgentFactory,
+    GoalFactory,
+    LessonFactory,
+    NeedFactory,
+    PlanFactory,
+    PlanStepFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -233,6 +240,46 @@ def test_the_decisions_a_pass_asks_the_model_are_logged_in_one_insert() -> None:
     calls = LLMCall.objects.filter(purpose="decide")
     assert sorted(calls.values_list("agent_id", flat=True)) == sorted(a.pk for a in starving)
     assert sum(q["sql"].startswith('INSERT INTO "agents_llmcall"') for q in queries) == 1
+    cache.clear()
+
+
+def lesson_reads(queries: CaptureQueriesContext) -> int:
+    """The reads of lessons a pass made for its decision prompts (not the check of lessons it learned)."""
+    return sum(q["sql"].startswith("SELECT") and 'FROM "agents_lesson"' in q["sql"]
+               and '"agents_lesson"."description" IN' not in q["sql"] for q in queries)
+
+
+def test_the_lessons_a_passs_decisions_quote_are_read_once_for_every_persona_that_asks() -> None:
+    """Starving personas in situations not met before each ask the model for a decision, whose prompt quotes the
+    person's own five newest lessons: the pass reads them for all its personas in one query, however many ask."""
+    reads = []
+    for n in (2, 5):
+        cache.clear()
+        starving = [person(hunger=0.05) for _ in range(n)]
+        for agent in starving:
+            for k in range(7):
+                LessonFactory(agent=agent, description=f"lesson {k} of {agent.name}")
+        with CaptureQueriesContext(connection) as queries:
+            done, own = persona_cycles([a.pk for a in starving], runner="runner test")
+        assert own == [] and set(done) == {a.pk for a in starving}
+        reads.append(lesson_reads(queries))
+        for agent in starving:
+            prompt = json.dumps(LLMCall.objects.get(agent=agent, purpose="decide").prompt)
+            assert [k for k in range(7) if f"lesson {k} of {agent.name}" in prompt] == [2, 3, 4, 5, 6]
+            assert not any(f"of {other.name}" in prompt for other in starving if other != agent)
+    assert reads == [1, 1]
+    cache.clear()
+
+
+def test_a_persona_cycle_of_its_own_quotes_its_five_newest_lessons() -> None:
+    cache.clear()
+    starving = person(hunger=0.05)
+    for k in range(7):
+        LessonFactory(agent=starving, description=f"lesson {k}")
+    agent_cycle(agent_id=starving.pk, runner="runner test")
+    prompt = json.dumps(LLMCall.objects.get(agent=starving, purpose="decide").prompt)
+    assert "LEARNED LESSONS" in prompt
+    assert [k for k in range(7) if f"lesson {k}" in prompt] == [2, 3, 4, 5, 6]
     cache.clear()
 
 
@@ -548,3 +595,23 @@ def test_a_pass_puts_its_personas_permission_steps_in_the_inbox_together_and_pol
         step = PlanStep.objects.get(plan__agent=agent, key="1")
         assert step.status == PlanStep.Status.PENDING and step.approved_by is not None
         assert step.events.get(kind=PlanEvent.Kind.STEP_APPROVED).actor_label == "policy: Groceries, rule 1"
+
+
+def test_the_waiting_reasons_of_a_passs_steps_put_up_for_approval_cost_one_statement_for_each_reason() -> None:
+    """Each persona whose step goes to the inbox is told which step waits, one UPDATE for each reason (the step's
+    key), however many personas: two for five personas whose steps 1 and 2 must ask first."""
+    asking = [person(steps=(("buy food", 1), ("eat", 1))) for _ in range(3)]
+    later = [person(steps=(("work", 1), ("buy food", 1))) for _ in range(2)]
+    PlanStep.objects.filter(plan__agent__in=asking, key="1").update(requires_permission=True)
+    PlanStep.objects.filter(plan__agent__in=later, key="1").update(status=PlanStep.Status.COMPLETED)
+    PlanStep.objects.filter(plan__agent__in=later, key="2").update(requires_permission=True)
+    with CaptureQueriesContext(connection) as queries:
+        done, own = persona_cycles([a.pk for a in asking + later], runner="runner test")
+    assert own == [] and set(done) == {a.pk for a in asking + later}
+    for agents, key in ((asking, "1"), (later, "2")):
+        for agent in agents:
+            agent.refresh_from_db()
+            assert agent.waiting_reason == f"step {key} awaits approval"
+            assert PlanStep.objects.get(plan__agent=agent, key=key).status == PlanStep.Status.AWAITING_APPROVAL
+    told = [q for q in queries if q["sql"].startswith('UPDATE "agents_agent" SET "waiting_reason"')]
+    assert len(told) == 2
