@@ -27,8 +27,10 @@ from planning.selectors import (
     plan_steps,
     plan_versions,
     plan_withdrawn,
+    policy_approvals_undoable,
     step_rollback_possible,
 )
+from planning.templatetags.plan_rows import step_row_html
 from planning.templatetags.steer import GRAPH_FIELDS, plan_graph_svg
 
 OPERATOR, VIEWER = "operator", "viewer"
@@ -245,17 +247,21 @@ class PlanLivePage(LivePage):
         entries = "".join(render_to_string("planning/plan_detail.html#event", {"e": e, "prepend": True})
                           for e in new_events)
 
+        # A policy's approval an operator may undo, on the rows pushed (no query unless a step waits so).
+        policy_undo = policy_approvals_undoable(plan, steps) if OPERATOR in audiences else {}
         out: dict[str, str] = {}
         for audience in sorted(audiences):
             parts: list[str] = []
             if self.changed(audience, "header", header_key):
                 parts.append(render_for("planning/plan_detail.html#header", context, audience))
             if whole_steps:
-                parts.append(render_for("planning/plan_detail.html#steps", context | {"steps": steps}, audience))
+                parts.append(render_for("planning/plan_detail.html#steps", context | {
+                    "steps": steps, "policy_undo": policy_undo}, audience))
             else:
-                parts.extend(render_for("planning/plan_detail.html#step", context | {
-                    "step": s, "rollback": audience == OPERATOR and step_rollback_possible(s, agent_id=plan.agent_id),
-                }, audience) for s in steps)
+                operator = audience == OPERATOR
+                parts.extend(step_row_html(
+                    s, plan=plan, can_decide=operator, policy_undo=policy_undo.get(s.pk) if operator else None,
+                    rollback=operator and step_rollback_possible(s, agent_id=plan.agent_id)) for s in steps)
             if planning and self.changed(audience, "versions", tuple((v.pk, v.status) for v in self.versions)):
                 parts.append(render_for("planning/plan_detail.html#versions", context, audience))
             if "attempts" in context:

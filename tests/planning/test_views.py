@@ -39,6 +39,35 @@ def test_dashboard_lists_agents_with_plan_and_escapes_names(viewer_client: Clien
     assert "1/2 steps" in html
 
 
+def test_plan_page_step_rows_escape_every_text_and_show_decisions_to_operators_only(
+        operator_client: Client, viewer_client: Client) -> None:
+    hostile = '<img src=x onerror="alert(1)">'
+    shown = "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;"
+    plan = PlanFactory(status=Plan.Status.ACTIVE)
+    PlanStepFactory(plan=plan, key='k"1', position=1, description=hostile, tool="file.read",
+                    tool_input={"path": hostile}, expected_outcome=hostile, depends_on=["<b>0</b>"],
+                    tools_needed=["file.read", hostile], status=PlanStep.Status.FAILED, result=hostile * 60,
+                    error=hostile, failure_reason=hostile, retries=1, elapsed_ms=12)
+    waiting = PlanStepFactory(plan=plan, key="<2>", position=2, description="Wait", precheck=hostile,
+                              action_hint=hostile, status=PlanStep.Status.AWAITING_APPROVAL, risk=PlanStep.Risk.RISKY)
+    page = operator_client.get(plan.get_absolute_url()).content.decode()
+    assert "<img" not in page and "<b>0</b>" not in page
+    steps = page[page.index('id="plan-step-list"'):page.index("</ol>", page.index('id="plan-step-list"'))]
+    assert '<li id="step-k&quot;1" class="step status-failed"' in steps
+    assert f'<b class="desc">{shown}</b>' in steps and f"· expects: {shown}" in steps
+    assert f'input <code>{{&quot;path&quot;: &quot;{shown.replace("&quot;", "\\&quot;")}&quot;}}</code>' in steps
+    assert '· after <a href="#step-&lt;b&gt;0&lt;/b&gt;">&lt;b&gt;0&lt;/b&gt;</a>' in steps
+    assert f"· tools needed: file.read, {shown}" in steps and "· retries 1/2 · took 12 ms" in steps
+    assert steps.count(f"→ {shown}") == 1 and "…</div>" in steps  # a long result cut at 400 characters
+    assert f'✗ {shown}' in steps and f'<div class="error small">{shown}</div>' in steps
+    assert f"Pre-check: {shown}" in steps and f"action <code>{shown}</code>" in steps
+    assert '<span class="tag warn">risky</span>' in steps
+    approve = f'hx-post="/steps/{waiting.pk}/approve/"'
+    assert approve in steps and 'hx-confirm="Skip step &lt;2&gt;?"' in steps
+    viewed = viewer_client.get(plan.get_absolute_url()).content.decode()
+    assert f'<b class="desc">{shown}</b>' in viewed and approve not in viewed and "Skip step" not in viewed
+
+
 def test_dashboard_query_count_does_not_grow_with_agents(viewer_client: Client, django_assert_max_num_queries) -> None:  # type: ignore[no-untyped-def]
     for _ in range(3):
         plan = PlanFactory()

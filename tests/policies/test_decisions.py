@@ -12,6 +12,7 @@ from django.test import Client
 from agents.cycle import agent_cycle
 from agents.models import Agent, Experience, LLMCall
 from planning import services as planning
+from planning.live.renderers import PlanLivePage
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.steer_selectors import inbox_items
 from policies import services
@@ -207,6 +208,25 @@ def test_a_policy_that_cannot_decide_leaves_the_step_to_a_person_and_the_cycle_g
     assert "it waits for a person" in caplog.text
     agent_cycle(agent_id=agent.pk, runner="runner-test")  # the person lives on
     assert Agent.objects.get(pk=agent.pk).cycle_count >= 2
+
+
+def test_a_live_push_of_the_row_a_policy_approved_offers_operators_its_undo(operator: Any) -> None:
+    """An operator watching the plan when a policy approves a step gets the row with Undo approval, as a reload
+    would show it; a viewer's push has no such form."""
+    policy_with(operator, {"action": "approve", "tools": "buy food", "approve_risky": True, "approve_permission": True})
+    agent = hungry_persona()
+    cycles_until(agent, lambda: PlanStep.objects.filter(plan__agent=agent, action_hint="buy food").exists())
+    plan_id = PlanStep.objects.get(plan__agent=agent, action_hint="buy food").plan_id
+    live = PlanLivePage(f"plan-{plan_id}", plan_id)
+    live.baseline()  # the page as it was opened, before the step asked
+    step = until_buy_food_asked(agent)
+    assert step.plan_id == plan_id and step.approved_by is not None and not step.actual_cycles
+    approval = PlanEvent.objects.get(step=step, kind=PlanEvent.Kind.STEP_APPROVED)
+    pushed = live.render_changes({plan_id}, {"operator", "viewer"})
+    assert f'id="step-{step.key}"' in pushed["operator"] and f'id="step-{step.key}"' in pushed["viewer"]
+    assert f'name="event" value="{approval.pk}"' in pushed["operator"]
+    assert "Approved by a policy, not started yet." in pushed["operator"]
+    assert "undo-policy-approval" not in pushed["viewer"]
 
 
 def test_the_plan_page_undoes_a_policys_approval_on_the_step_row(operator: Any, operator_client: Client,
