@@ -145,9 +145,3 @@ def step_row(context: template.Context, step: PlanStep) -> SafeString:
     rollback = can_decide and plan is not None and step_rollback_possible(step, agent_id=plan.agent_id)
     policy_undo = (context.get("policy_undo") or {}).get(step.pk) if can_decide else None
     return step_row_html(step, plan=plan, can_decide=can_decide, rollback=rollback, policy_undo=policy_undo)
-
-
-@register.simple_tag
-def overrides_limit() -> int:
-    """Seed 000: this many overrides of a persona's step in a row replan its plan."""
-    return MAX_OVERRIDES
