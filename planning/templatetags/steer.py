@@ -76,7 +76,7 @@ def graph_svg(graph: PlanGraph, *, oob: bool) -> SafeString:
                   for g in graph.edges]
         # html.escape (what Django's escape does, without its lazy-string wrapper) and a truncation only of
         # the texts that need one: five calls a node, 1,000 nodes on a long plan's page (`make bench`,
-        # plan_page_1000: the graph was a third of its CPU).
+        # plan_page_1000: the graph was a third of the page's CPU once its step rows were built in Python).
         for n in graph.nodes:
             description = n.step.description
             key, status, text = e(n.step.key), e(n.step.status), e(description)
