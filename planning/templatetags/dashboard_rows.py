@@ -39,9 +39,9 @@ PLAN_STATUS, STEP_STATUS = dict(Plan.Status.choices), dict(PlanStep.Status.choic
 TRUNCATE = 60  # characters of a goal or step shown in a row, as the template's truncatechars:60
 
 
-def short(text: str) -> str:
-    """truncatechars:60 (a text this short is itself: most are)."""
-    return text if len(text) <= TRUNCATE else Truncator(text).chars(TRUNCATE)
+def short(text: str, length: int = TRUNCATE) -> str:
+    """truncatechars:60, or `length` (a text this short is itself: most are)."""
+    return text if len(text) <= length else Truncator(text).chars(length)
 
 
 def label(choices: dict[str, str], value: str) -> str:

@@ -8,17 +8,15 @@ the CPU of a plan of 1,000 steps (`make bench`, plan_page_1000: 3.4x its bare te
 from __future__ import annotations
 
 from html import escape as e
-from typing import Any
 
 from django import template
 from django.urls import reverse
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.text import Truncator
 
 from agents.persona import MAX_OVERRIDES
 from planning.models import Plan, PlanStep
 from planning.selectors import step_rollback_possible
-from planning.templatetags.dashboard_rows import STEP_STATUS, label
+from planning.templatetags.dashboard_rows import STEP_STATUS, label, short
 
 register = template.Library()
 
@@ -26,11 +24,6 @@ SHOWN = 400  # characters of a step's result or error shown, as the template's t
 OVERRIDES = (f'<span class="step-overrides" title="cycles in a row an urgent need overrode this step; {MAX_OVERRIDES} '
              f'in a row replan the plan">overrides in a row {{overrides}}/{MAX_OVERRIDES}</span>')
 ASKING = (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL)
-
-
-def shown(text: str) -> str:
-    """truncatechars:400, escaped."""
-    return e(text if len(text) <= SHOWN else Truncator(text).chars(SHOWN))
 
 
 def step_facts(step: PlanStep) -> str:
@@ -64,7 +57,7 @@ def step_facts(step: PlanStep) -> str:
     return "".join(parts)
 
 
-def step_decisions(step: PlanStep, *, policy_undo: Any) -> str:
+def step_decisions(step: PlanStep, *, policy_undo: int | None) -> str:
     """An operator's forms on the row of an active plan: approve or decline a waiting step, undo a policy's
     approval, edit or skip a step not started."""
     pk, key = int(step.pk), e(step.key)
@@ -98,7 +91,7 @@ def step_decisions(step: PlanStep, *, policy_undo: Any) -> str:
 
 
 def step_row_html(step: PlanStep, *, plan: Plan | None, can_decide: bool, rollback: bool,
-                  policy_undo: Any = None) -> SafeString:
+                  policy_undo: int | None = None) -> SafeString:
     """The step's row: its key, status and words, the tags that warn, what it does and its counters, its result
     or failure, and the forms of an operator (`can_decide`) when its plan is active. `rollback`: whether "Roll
     back" has something to undo (step_rollback_possible); `policy_undo`: the event of a policy's approval an
@@ -117,9 +110,9 @@ def step_row_html(step: PlanStep, *, plan: Plan | None, can_decide: bool, rollba
     if step.precheck and step.status == PlanStep.Status.AWAITING_APPROVAL:
         tail.append(f'<div class="small precheck">Pre-check: {e(step.precheck)}</div>')
     if step.result:
-        tail.append(f'<div class="result small">→ {shown(step.result)}</div>')
+        tail.append(f'<div class="result small">→ {e(short(step.result, SHOWN))}</div>')
     if step.error:
-        tail.append(f'<div class="error small">✗ {shown(step.error)}</div>')
+        tail.append(f'<div class="error small">✗ {e(short(step.error, SHOWN))}</div>')
     if step.failure_reason:
         tail.append(f'<div class="error small">{e(step.failure_reason)}</div>')
     decisions = ""

@@ -9,12 +9,11 @@ from typing import Any
 
 from django import template
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.text import Truncator
 
 from planning.engine.diff import field_changes_shown
 from planning.steer_selectors import PlanGraph, plan_graph
 from planning.steer_selectors import inbox_count as inbox_count_query
-from planning.templatetags.dashboard_rows import STEP_STATUS
+from planning.templatetags.dashboard_rows import STEP_STATUS, label, short
 
 register = template.Library()
 
@@ -80,15 +79,15 @@ def graph_svg(graph: PlanGraph, *, oob: bool) -> SafeString:
         for n in graph.nodes:
             description = n.step.description
             key, status, text = e(n.step.key), e(n.step.status), e(description)
-            label = e(STEP_STATUS.get(n.step.status, n.step.status))
-            short = e(description if len(description) <= 22 else Truncator(description).chars(22))
+            status_label = e(label(STEP_STATUS, n.step.status))
+            brief = e(short(description, 22))
             permission = " · permission" if n.step.requires_permission else ""
             parts.append(
-                f'\n<a href="#step-{key}" class="n-{status}" aria-label="Step {key}: {text} ({label})">'
-                f'<title>{key}. {text} — {label}</title>'
+                f'\n<a href="#step-{key}" class="n-{status}" aria-label="Step {key}: {text} ({status_label})">'
+                f'<title>{key}. {text} — {status_label}</title>'
                 f'<rect x="{n.x}" y="{n.y}" width="{graph.node_width}" height="{graph.node_height}" rx="6"/>'
-                f'<text x="{n.x + 8}" y="{n.y + 16}"><tspan font-weight="700">{key}</tspan> {short}</text>'
-                f'<text x="{n.x + 8}" y="{n.y + 32}" class="small">{label}{permission}</text></a>')
+                f'<text x="{n.x + 8}" y="{n.y + 16}"><tspan font-weight="700">{key}</tspan> {brief}</text>'
+                f'<text x="{n.x + 8}" y="{n.y + 32}" class="small">{status_label}{permission}</text></a>')
         parts.append("</svg></div>")
     parts.append("</section>")
     return mark_safe("".join(parts))  # noqa: S308  # built above: every step's text escaped
