@@ -477,20 +477,17 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
 
 
 def persona_milestones_check(records: Sequence[CycleRecord], *, runner: str) -> None:
-    """Seed 001: a goal whose progress crossed the milestone line asks the model whether it is achieved (the
-    checks of a pass together: their needs read once, their verdicts recorded in one transaction); a goal
+    """Seed 001: a goal whose progress crossed the milestone line asks the model whether it is achieved, with its
+    source needs' levels as the cycle left them (the record's: not read again, `make bench`,
+    persona_cycle_queries); the checks of a pass together, their verdicts recorded in one transaction; a goal
     completed closes its open plans."""
-    crossed = [(record.agent, goal) for record in records for goal, state in record.goals if state.crossed_milestone]
+    crossed = [(record, goal) for record in records for goal, state in record.goals if state.crossed_milestone]
     if not crossed:
         return
-    needs: dict[int, dict[str, float]] = {}
-    for agent_id, name, value in Need.objects.filter(agent_id__in={a.pk for a, _ in crossed}).values_list(
-            "agent_id", "name", "satisfaction"):
-        needs.setdefault(agent_id, {})[name] = value
-    for agent, goal in crossed:
-        goal.agent = agent  # the agent in hand: its row is not read again
-    completed = goals_milestones_check([(goal, {n: v for n, v in needs.get(agent.pk, {}).items()
-                                                if n in goal.source_needs}) for agent, goal in crossed])
+    for record, goal in crossed:
+        goal.agent = record.agent  # the agent in hand: its row is not read again
+    completed = goals_milestones_check([(goal, {n: v for n, v in record.needs_after.items() if n in goal.source_needs})
+                                        for record, goal in crossed])
     if completed:
         goals_plans_close([(goal, f"goal completed: {goal.description}") for _, goal in crossed if goal.pk in completed],
                           runner=runner, completed=True)

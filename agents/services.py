@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core import serializers
 from django.db import transaction
-from django.db.models import F, QuerySet
+from django.db.models import Case, F, QuerySet, Value, When
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
@@ -399,66 +399,66 @@ def rows_write(model: Any, rows: Sequence[Any], fields: Sequence[str]) -> None:
 
 
 def needs_move(batch: Sequence[CycleRecord], now: Any) -> None:
-    """Each need of the batch moved by its change, within 0..1, from its value now (locked): an operator's edit
-    made meanwhile is moved, not overwritten. The needs that change alike (a persona's decay rate over an
-    action's whole hours, the action's fixed effect: most of a pass's), MOVED_ALIKE_MIN or more, are written by
-    one UPDATE for each change (`make bench`, scale_*_cpu_per_cycle); the rest with the values read under the
-    lock, in one upsert."""
-    moving = {r.need_rows[name].pk: (r.need_rows[name], delta) for r in batch
-              for name, delta in r.need_changes.items() if delta and name in r.need_rows}
-    if not moving:
-        return
+    """Each need of the batch moved by its change, within 0..1, from its value now: an operator's edit made
+    meanwhile is moved, not overwritten. One UPDATE for all, each need's change chosen by a CASE over the needs
+    that make it (a persona's decay rate over an action's hours, the action's fixed effect: a pass of 250
+    personas moves ~1,200 needs in a few dozen ways). The agents' rows, locked by the caller, keep it the only
+    writer of these needs (`make bench`, scale_*_cpu_per_cycle and persona_cycle_queries: reading them FOR
+    UPDATE first, to write the needs that moved alone by an upsert, cost a statement more and locked each row
+    twice)."""
     changes: dict[float, list[int]] = {}
-    for pk, (_, delta) in moving.items():
-        changes.setdefault(delta, []).append(pk)
-    shared, rest = moved_alike(changes)
-    locked = dict(Need.objects.select_for_update().filter(pk__in=moving).order_by("pk").values_list(
-        "pk", "satisfaction"))
-    for delta, ids in shared:
-        Need.objects.filter(pk__in=ids).update(satisfaction=Least(Greatest(F("satisfaction") + delta, 0.0), 1.0),
-                                               updated_at=now)
-    needs = []
-    for pk in (pk for pk in rest if pk in locked):
-        need, delta = moving[pk]
-        need.satisfaction, need.updated_at = min(1.0, max(0.0, locked[pk] + delta)), now
-        needs.append(need)
-    rows_write(Need, needs, ["satisfaction", "updated_at"])
+    for record in batch:
+        for name, delta in record.need_changes.items():
+            if delta and name in record.need_rows:
+                changes.setdefault(delta, []).append(record.need_rows[name].pk)
+    if not changes:
+        return
+    Need.objects.filter(pk__in=[pk for ids in changes.values() for pk in ids]).update(
+        satisfaction=Least(Greatest(F("satisfaction") + change_of(changes), 0.0), 1.0), updated_at=now)
+
+
+def change_of(changes: Mapping[Any, list[int]]) -> Case:
+    """A CASE giving each row (by id) its change: `changes` maps a change (a value, or an expression) to the
+    rows that make it. The change most rows make is the CASE's default, its rows unlisted: the rows' ids are
+    most of such an UPDATE's cost (`make bench`, scale_*_cpu_per_cycle)."""
+    def value(change: Any) -> Any:
+        return change if hasattr(change, "resolve_expression") else Value(change)
+
+    common = max(changes, key=lambda change: len(changes[change]))
+    return Case(*[When(pk__in=ids, then=value(change)) for change, ids in changes.items() if change is not common],
+                default=value(common))
 
 
 def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
-    """Progress, confidence and counters of the goals the experiences moved; only of goals still active (locked:
-    one an operator completed or abandoned meanwhile stays so). The goals that move alike, MOVED_ALIKE_MIN or
-    more, are moved by what their experience applied, from their values now (goals_shifted); the rest are
-    written as computed, in one upsert. Returns the goals these cycles abandoned, each of which gets its
-    event."""
+    """Progress, confidence and counters of the goals the experiences moved; only of goals still active (one an
+    operator completed or abandoned meanwhile stays so). A goal whose change is relative (goal_shift: its
+    horizon's decay over the action's hours, its source needs' deltas, almost every goal) is moved from its
+    values now, all such goals by one UPDATE (goals_shifted); the others (a goal abandoned, or one whose state
+    is not its values moved) are written as computed, locked first, in one upsert. Returns the goals these
+    cycles abandoned, each of which gets its event."""
     moved = [(g, s) for g, s in goals if s.progressed or s.abandoned or (g.progress, g.confidence, g.times_advanced,
              g.times_regressed) != (s.progress, s.confidence, s.times_advanced, s.times_regressed)]
-    if not moved:
-        return set()
-    active = set(Goal.objects.select_for_update().filter(pk__in=[g.pk for g, _ in moved]).active().order_by("pk")
-                 .values_list("pk", flat=True))
-    written: list[Goal] = []
-    abandoned: set[int] = set()
-    shifts: dict[GoalShift, list[Goal]] = {}
+    shifts: list[tuple[GoalShift, int]] = []
+    written: dict[int, tuple[Goal, GoalState]] = {}
     for goal, state in moved:
-        if goal.pk not in active:
-            continue  # one an operator completed or abandoned meanwhile stays so
-        shift = goal_shift(goal, state)
+        shift = None if state.abandoned else goal_shift(goal, state)
+        if shift is None:
+            written[goal.pk] = (goal, state)
+        else:
+            shifts.append((shift, goal.pk))
         goal.progress, goal.confidence = state.progress, state.confidence
         goal.times_advanced, goal.times_regressed = state.times_advanced, state.times_regressed
         if state.progressed:
             goal.last_progressed = now
-        if state.abandoned:
-            goal.status = Goal.Status.ABANDONED
-            abandoned.add(goal.pk)
-            written.append(goal)
-        elif shift is None:
-            written.append(goal)
-        else:
-            shifts.setdefault(shift, []).append(goal)
-    shared, rest = moved_alike(shifts)
-    goals_shifted([(shift, [g.pk for g in group]) for shift, group in shared], now=now)
-    rows_write(Goal, written + rest, GOAL_WRITTEN)
+    goals_shifted(shifts, now=now)
+    if not written:
+        return set()
+    active = set(Goal.objects.select_for_update().filter(pk__in=written).active().order_by("pk")
+                 .values_list("pk", flat=True))
+    abandoned = {pk for pk in active if written[pk][1].abandoned}
+    for pk in abandoned:
+        written[pk][0].status = Goal.Status.ABANDONED
+    rows_write(Goal, [written[pk][0] for pk in sorted(active)], GOAL_WRITTEN)
     return abandoned
 
 
@@ -477,23 +477,37 @@ def goal_shift(goal: Goal, state: GoalState) -> GoalShift | None:
     return state.progress_delta, state.confidence_decay, advanced, regressed, state.progressed
 
 
-def goals_shifted(shifts: Sequence[tuple[GoalShift, list[int]]], *, now: Any) -> None:
-    """The goals that moved alike, one UPDATE for each change, from their values now (within 0..1): an operator's
-    edit made meanwhile is moved, not overwritten. Most goals of a pass move alike (a horizon's decay over an
-    action's whole hours, its source needs' fixed deltas). In the upsert (every column of every row) they were
-    the pass's costliest write (`make bench`, scale_*_cpu_per_cycle)."""
-    for (progress, decay, advanced, regressed, progressed), ids in shifts:
-        values: dict[str, Any] = {
-            "progress": Least(Greatest(F("progress") + progress, 0.0), 1.0),
-            "confidence": Least(Greatest(F("confidence") - decay, 0.0), 1.0),
-        }
-        if advanced:
-            values["times_advanced"] = F("times_advanced") + advanced
-        if regressed:
-            values["times_regressed"] = F("times_regressed") + regressed
-        if progressed:
-            values["last_progressed"] = now
-        Goal.objects.filter(pk__in=ids).update(**values)
+def goals_shifted(shifts: Sequence[tuple[GoalShift, int]], *, now: Any) -> None:
+    """Goals moved by their change (goal_shift), from their values now (within 0..1), in one UPDATE of those still
+    active: an operator's edit made meanwhile is moved, not overwritten. Each column's change is a CASE over the
+    goals that make it: most goals of a pass move in a few ways (a horizon's decay over an action's hours, its
+    source needs' fixed deltas). In the upsert (every column of every row) they were the pass's costliest write
+    (`make bench`, scale_*_cpu_per_cycle)."""
+    if not shifts:
+        return
+    progress: dict[float, list[int]] = {}
+    decay: dict[float, list[int]] = {}
+    advanced: dict[int, list[int]] = {}
+    regressed: dict[int, list[int]] = {}
+    progressed: dict[bool, list[int]] = {}
+    for (delta, lost, advance, regress, progressed_now), pk in shifts:
+        progress.setdefault(delta, []).append(pk)
+        decay.setdefault(lost, []).append(pk)
+        advanced.setdefault(advance, []).append(pk)
+        regressed.setdefault(regress, []).append(pk)
+        progressed.setdefault(progressed_now, []).append(pk)
+    values: dict[str, Any] = {
+        "progress": Least(Greatest(F("progress") + change_of(progress), 0.0), 1.0),
+        "confidence": Least(Greatest(F("confidence") - change_of(decay), 0.0), 1.0),
+    }
+    if set(advanced) != {0}:
+        values["times_advanced"] = F("times_advanced") + change_of(advanced)
+    if set(regressed) != {0}:
+        values["times_regressed"] = F("times_regressed") + change_of(regressed)
+    if True in progressed:
+        values["last_progressed"] = change_of({now if moved else F("last_progressed"): ids
+                                               for moved, ids in progressed.items()})
+    Goal.objects.filter(pk__in=[pk for _, pk in shifts]).active().update(**values)
 
 
 def lessons_learn(learned: Sequence[tuple[Agent, str | None, Experience]]) -> None:

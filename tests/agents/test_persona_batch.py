@@ -284,9 +284,9 @@ def test_a_persona_cycle_of_its_own_quotes_its_five_newest_lessons() -> None:
 
 
 def passes_statements(*batches: list[Agent], alike: bool = False) -> list[int]:
-    """The statements of one pass of each batch, every cycle of which ran in the pass. Unless `alike`, the needs
-    and goals that move alike are written with the rest, however many (one upsert each), so that the counts
-    compare the other statements; test_a_batch_costs_the_same_statements_whatever_its_size covers them."""
+    """The statements of one pass of each batch, every cycle of which ran in the pass. Unless `alike`, the steps
+    that move alike are written with the rest, however many (one upsert), so that the counts compare the other
+    statements; test_a_batch_costs_the_same_statements_whatever_its_size covers them."""
     counts = []
     for agents in batches:
         with (CaptureQueriesContext(connection) as queries,
@@ -298,14 +298,13 @@ def passes_statements(*batches: list[Agent], alike: bool = False) -> list[int]:
 
 
 def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
-    """Rows that move alike (as these personas' needs, goals and steps do) are written one statement for each change
-    once MOVED_ALIKE_MIN or more do, the rest in one upsert: from there, no statement more however many
-    personas."""
+    """A pass's needs and goals are moved by one UPDATE each, however many; its steps one statement for each
+    change once MOVED_ALIKE_MIN or more make it, the rest in one upsert (these personas' steps all make the same
+    change): no statement more however many personas."""
     alike = services_module.MOVED_ALIKE_MIN
     small, large, larger = passes_statements([person() for _ in range(2)], [person() for _ in range(alike)],
                                              [person() for _ in range(3 * alike)], alike=True)
-    assert large == larger
-    assert small < large <= small + 9  # their 5 needs, 3 goals and step: at most one UPDATE each
+    assert small == large == larger
 
 
 def test_routines_start_in_the_pass_and_are_followed_in_the_same_cycle() -> None:
