@@ -237,9 +237,9 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
     return events
 
 
-# Rows that move alike (the same change) are written by one relative UPDATE when at least this many do: such a
-# statement costs about as much CPU as this many rows in the upsert of the rest. A pass of 250 personas moves
-# ~700 goals in ~10 ways and ~1,200 needs in a few dozen.
+# Steps that move alike (the same change) are written by one relative UPDATE when at least this many do: such a
+# statement costs about as much CPU as this many rows in the upsert of the rest (steps_moved). A pass's needs and
+# goals are one UPDATE each, whatever their changes (needs_move, goals_shifted).
 MOVED_ALIKE_MIN = 8
 
 
