@@ -8,14 +8,14 @@ experience n + 1, so a cycle re-run after a runner died (or driven twice) change
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from django.core import serializers
 from django.db import transaction
-from django.db.models import Case, F, QuerySet, Value, When
+from django.db.models import Case, F, JSONField, QuerySet, Value, When
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
@@ -297,7 +297,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
         agent = record.agent
         agent.cycle_count, agent.emotions = record.expected_cycle + 1, record.emotions
         agent.next_cycle_at = cycle_next_at(agent, now)
-    rows_write(Agent, [r.agent for r in batch], ["cycle_count", "emotions", "next_cycle_at"])
+    agents_cycled([r.agent for r in batch])
     needs_move(batch, now)
     experiences = Experience.objects.bulk_create([
         experience_of(r, step=changes[r.agent.pk].step if r.agent.pk in changes else None) for r in batch])
@@ -398,6 +398,22 @@ def rows_write(model: Any, rows: Sequence[Any], fields: Sequence[str]) -> None:
         model.objects.bulk_create(rows, update_conflicts=True, unique_fields=["id"], update_fields=list(fields))
 
 
+def agents_cycled(agents: Sequence[Agent]) -> None:
+    """A cycle more for each of the pass's agents (their rows locked by the caller, their count checked), with
+    their emotions and their next cycle's time as the cycles left them, in one UPDATE: the emotions and times
+    the agents share are one branch of a CASE each (`make bench`, scale_*_cpu_per_cycle: an upsert wrote every
+    column of every agent's row, its backstory and personality too)."""
+    emotions: dict[str, tuple[dict[str, Any], list[int]]] = {}
+    due: dict[Any, list[int]] = {}
+    for agent in agents:
+        emotions.setdefault(json.dumps(agent.emotions, sort_keys=True), (agent.emotions, []))[1].append(agent.pk)
+        due.setdefault(agent.next_cycle_at, []).append(agent.pk)
+    Agent.objects.filter(pk__in=[a.pk for a in agents]).update(
+        cycle_count=F("cycle_count") + 1,
+        emotions=change_of((Value(felt, output_field=JSONField()), ids) for felt, ids in emotions.values()),
+        next_cycle_at=change_of(due.items()))
+
+
 def needs_move(batch: Sequence[CycleRecord], now: Any) -> None:
     """Each need of the batch moved by its change, within 0..1, from its value now: an operator's edit made
     meanwhile is moved, not overwritten. One UPDATE for all, each need's change chosen by a CASE over the needs
@@ -414,19 +430,20 @@ def needs_move(batch: Sequence[CycleRecord], now: Any) -> None:
     if not changes:
         return
     Need.objects.filter(pk__in=[pk for ids in changes.values() for pk in ids]).update(
-        satisfaction=Least(Greatest(F("satisfaction") + change_of(changes), 0.0), 1.0), updated_at=now)
+        satisfaction=Least(Greatest(F("satisfaction") + change_of(changes.items()), 0.0), 1.0), updated_at=now)
 
 
-def change_of(changes: Mapping[Any, list[int]]) -> Case:
-    """A CASE giving each row (by id) its change: `changes` maps a change (a value, or an expression) to the
+def change_of(changes: Iterable[tuple[Any, list[int]]]) -> Case:
+    """A CASE giving each row (by id) its change: `changes` pairs a change (a value, or an expression) with the
     rows that make it. The change most rows make is the CASE's default, its rows unlisted: the rows' ids are
     most of such an UPDATE's cost (`make bench`, scale_*_cpu_per_cycle)."""
     def value(change: Any) -> Any:
         return change if hasattr(change, "resolve_expression") else Value(change)
 
-    common = max(changes, key=lambda change: len(changes[change]))
-    return Case(*[When(pk__in=ids, then=value(change)) for change, ids in changes.items() if change is not common],
-                default=value(common))
+    pairs = list(changes)
+    common = max(range(len(pairs)), key=lambda i: len(pairs[i][1]))
+    return Case(*[When(pk__in=ids, then=value(change)) for i, (change, ids) in enumerate(pairs) if i != common],
+                default=value(pairs[common][0]))
 
 
 def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
@@ -497,16 +514,16 @@ def goals_shifted(shifts: Sequence[tuple[GoalShift, int]], *, now: Any) -> None:
         regressed.setdefault(regress, []).append(pk)
         progressed.setdefault(progressed_now, []).append(pk)
     values: dict[str, Any] = {
-        "progress": Least(Greatest(F("progress") + change_of(progress), 0.0), 1.0),
-        "confidence": Least(Greatest(F("confidence") - change_of(decay), 0.0), 1.0),
+        "progress": Least(Greatest(F("progress") + change_of(progress.items()), 0.0), 1.0),
+        "confidence": Least(Greatest(F("confidence") - change_of(decay.items()), 0.0), 1.0),
     }
     if set(advanced) != {0}:
-        values["times_advanced"] = F("times_advanced") + change_of(advanced)
+        values["times_advanced"] = F("times_advanced") + change_of(advanced.items())
     if set(regressed) != {0}:
-        values["times_regressed"] = F("times_regressed") + change_of(regressed)
+        values["times_regressed"] = F("times_regressed") + change_of(regressed.items())
     if True in progressed:
-        values["last_progressed"] = change_of({now if moved else F("last_progressed"): ids
-                                               for moved, ids in progressed.items()})
+        values["last_progressed"] = change_of((now if moved else F("last_progressed"), ids)
+                                              for moved, ids in progressed.items())
     Goal.objects.filter(pk__in=[pk for _, pk in shifts]).active().update(**values)
 
 
