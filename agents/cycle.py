@@ -479,18 +479,15 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
 def persona_milestones_check(records: Sequence[CycleRecord], *, runner: str) -> None:
     """Seed 001: a goal whose progress crossed the milestone line asks the model whether it is achieved, with its
     source needs' levels as the cycle left them (the record's: not read again, `make bench`,
-    persona_cycle_queries); the checks of a pass together, their verdicts recorded in one transaction; a goal
-    completed closes its open plans."""
+    persona_cycle_queries); the checks of a pass together, their verdicts recorded in one transaction, in which
+    a goal completed closes its open plans."""
     crossed = [(record, goal) for record in records for goal, state in record.goals if state.crossed_milestone]
     if not crossed:
         return
     for record, goal in crossed:
         goal.agent = record.agent  # the agent in hand: its row is not read again
-    completed = goals_milestones_check([(goal, {n: v for n, v in record.needs_after.items() if n in goal.source_needs})
-                                        for record, goal in crossed])
-    if completed:
-        goals_plans_close([(goal, f"goal completed: {goal.description}") for _, goal in crossed if goal.pk in completed],
-                          runner=runner, completed=True)
+    goals_milestones_check([(goal, {n: v for n, v in record.needs_after.items() if n in goal.source_needs})
+                            for record, goal in crossed], runner=runner)
 
 
 def persona_record(*, state: PersonaState, plan: Plan | None, step: PlanStep | None, chosen: tuple[str, str],
@@ -748,22 +745,30 @@ def persona_routines_start(wanted: Sequence[tuple[PersonaState, Goal]], *,
     words is done again), started together; by goal. A goal without one is left out (the model plans it)."""
     if not wanted:
         return {}
-    sources = routine_sources([goal for _, goal in wanted])
+    # The sources' ids by goal, then their completed steps with their plans joined: the source plans are not
+    # read apart (`make bench`, persona_cycle_queries: a statement less a pass that starts routines).
+    ids = routine_source_ids([goal for _, goal in wanted])
     steps: dict[int, list[PlanStep]] = {}
-    for source_step in PlanStep.objects.filter(plan_id__in={s.pk for s in sources.values()}).order_by("plan_id",
-                                                                                                   "position"):
+    for source_step in (PlanStep.objects.filter(plan_id__in=set(ids.values()), status=PlanStep.Status.COMPLETED)
+                        .select_related("plan").order_by("plan_id", "position")):
         steps.setdefault(source_step.plan_id, []).append(source_step)
-    return routines_start([Routine(goal=goal, source=sources[goal.pk], steps=steps.get(sources[goal.pk].pk, []),
-                                   needs=state.needs) for state, goal in wanted if goal.pk in sources], runner=runner)
+    return routines_start([Routine(goal=goal, source=steps[ids[goal.pk]][0].plan, steps=steps[ids[goal.pk]],
+                                   needs=state.needs) for state, goal in wanted if ids.get(goal.pk) in steps],
+                          runner=runner)
+
+
+def routine_source_ids(goals: Sequence[Goal]) -> dict[int, int]:
+    """For each goal, the id of the newest plan that completed for a goal in the same words (the agent's), if
+    any: one query for all."""
+    newest = (Plan.objects.filter(agent_id=OuterRef("agent_id"), goal_text__iexact=OuterRef("description"),
+                                  status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").values("pk")[:1])
+    return dict(Goal.objects.filter(pk__in=[g.pk for g in goals]).annotate(source=Subquery(newest))
+                .exclude(source=None).values_list("pk", "source"))
 
 
 def routine_sources(goals: Sequence[Goal]) -> dict[int, Plan]:
-    """For each goal, the newest plan that completed for a goal in the same words (the agent's), if any: one
-    query for all."""
-    newest = (Plan.objects.filter(agent_id=OuterRef("agent_id"), goal_text__iexact=OuterRef("description"),
-                                  status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").values("pk")[:1])
-    ids = dict(Goal.objects.filter(pk__in=[g.pk for g in goals]).annotate(source=Subquery(newest))
-               .exclude(source=None).values_list("pk", "source"))
+    """For each goal, the newest plan that completed for a goal in the same words (the agent's), if any."""
+    ids = routine_source_ids(goals)
     plans = Plan.objects.in_bulk(set(ids.values()))
     return {goal_pk: plans[plan_pk] for goal_pk, plan_pk in ids.items() if plan_pk in plans}
 

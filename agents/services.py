@@ -7,7 +7,9 @@ experience n + 1, so a cycle re-run after a runner died (or driven twice) change
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -15,7 +17,7 @@ from typing import Any
 
 from django.core import serializers
 from django.db import transaction
-from django.db.models import Case, F, JSONField, QuerySet, Value, When
+from django.db.models import Case, F, JSONField, Q, QuerySet, Value, When
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
@@ -237,25 +239,6 @@ def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
     return events
 
 
-# Steps that move alike (the same change) are written by one relative UPDATE when at least this many do: such a
-# statement costs about as much CPU as this many rows in the upsert of the rest (steps_moved). A pass's needs and
-# goals are one UPDATE each, whatever their changes (needs_move, goals_shifted).
-MOVED_ALIKE_MIN = 8
-
-
-def moved_alike(groups: Mapping[Any, list[Any]]) -> tuple[list[tuple[Any, list[Any]]], list[Any]]:
-    """Rows grouped by their change, split: the groups of MOVED_ALIKE_MIN rows or more (in a fixed order, so that
-    the UPDATEs lock alike), and the rows of the others, for the upsert."""
-    shared = sorted(((change, rows) for change, rows in groups.items() if len(rows) >= MOVED_ALIKE_MIN),
-                    key=lambda item: repr(item[0]))
-    rest = [row for rows in groups.values() if len(rows) < MOVED_ALIKE_MIN for row in rows]
-    return shared, rest
-
-
-# The step columns a cycle writes (step_written), for the batch's one UPDATE of all its steps.
-STEP_WRITTEN = ["actual_cycles", "overrides", "status", "result", "error", "failure_reason", "updated_at"]
-
-
 @transaction.atomic
 def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experience]:
     """Record many persona cycles in one transaction (the scale-out runtime's pass), with what
@@ -275,24 +258,31 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
             pass
     now = timezone.now()
     batch = [r for r in records if not r.plans_to_close]
-    # The services' lock order: plans, agents, steps. First the plans the cycles complete or ask to replan,
-    # with their status now; a cycle whose plan's status moved on drops its change (cycle_plans_claim's rule).
+    # The services' lock order: plans, agents, steps. First the plans the cycles complete (marked completed now,
+    # each only if its status is still the one read: plans_claimed) or ask to replan (locked, with their status
+    # now); a cycle whose plan's status moved on drops its change (cycle_plans_claim's rule).
     plan_values = {r.agent.pk: step_plan_values(r.step_change) for r in batch if r.step_change is not None}
-    plan_status = dict(Plan.objects.select_for_update().filter(
-        pk__in=[r.step_change.plan.pk for r in batch if r.step_change is not None and plan_values[r.agent.pk]])
-        .order_by("pk").values_list("pk", "status"))
+    completing = [r.step_change.plan for r in batch
+                  if r.step_change is not None and "status" in plan_values[r.agent.pk]]
+    claimed = plans_claimed(completing, now=now)
+    replanning = [r.step_change.plan.pk for r in batch
+                  if r.step_change is not None and "replan_reason" in plan_values[r.agent.pk]]
+    plan_status = dict(Plan.objects.select_for_update().filter(pk__in=replanning).order_by("pk")
+                       .values_list("pk", "status")) if replanning else {}
     # The agents' rows, locked in id order (the lock a second runner on one of them waits on), then only the
     # cycles whose count is still the one read.
     counts = dict(Agent.objects.select_for_update().filter(pk__in=[r.agent.pk for r in batch]).order_by("pk")
                   .values_list("pk", "cycle_count"))
     batch = [r for r in batch if counts.get(r.agent.pk) == r.expected_cycle]
     if not batch:
+        plans_unclaimed([p for p in completing if p.pk in claimed], now=now)
         return done
     changes: dict[int, StepChange] = {}
     for record in batch:
         change = record.step_change
-        if change is not None and (not plan_values[record.agent.pk]
-                                   or plan_status.get(change.plan.pk) == change.plan.status):
+        values = plan_values.get(record.agent.pk)
+        if change is not None and (not values or (change.plan.pk in claimed if "status" in values
+                                                  else plan_status.get(change.plan.pk) == change.plan.status)):
             changes[record.agent.pk] = change
         agent = record.agent
         agent.cycle_count, agent.emotions = record.expected_cycle + 1, record.emotions
@@ -303,18 +293,15 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
         experience_of(r, step=changes[r.agent.pk].step if r.agent.pk in changes else None) for r in batch])
     by_agent = {r.agent.pk: e for r, e in zip(batch, experiences, strict=True)}
     events: list[PlanEvent] = []
-    statuses = dict(PlanStep.objects.select_for_update().filter(pk__in=[c.step.pk for c in changes.values()])
-                    .order_by("pk").values_list("pk", "status"))
-    steps: dict[StepMove, list[PlanStep]] = {}
+    moved = [(record, change, *step_written(change=change, runner=record.runner,
+                                            experience_id=by_agent[record.agent.pk].pk, now=now))
+             for record in batch if (change := changes.get(record.agent.pk)) is not None]
+    kept = steps_moved([(change.step, fields) for _, change, fields, _ in moved], now=now)
     completed: list[Plan] = []
     replans: list[Plan] = []
-    for record in batch:
-        change = changes.get(record.agent.pk)
-        if change is None or statuses.get(change.step.pk) != change.step.status:
+    for record, change, fields, step_events in moved:
+        if change.step.pk not in kept:
             continue  # an operator's decision meanwhile stands
-        experience = by_agent[record.agent.pk]
-        fields, step_events = step_written(change=change, runner=record.runner, experience_id=experience.pk, now=now)
-        steps.setdefault(step_move(change.step, fields), []).append(change.step)
         for name, value in fields.items():
             setattr(change.step, name, value)
         events += step_events
@@ -325,12 +312,10 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
             plan.updated_at = now
             (completed if "status" in values else replans).append(plan)
         if change.plan_completed:
-            events.append(plan_completed_event(plan, runner=record.runner, experience_id=experience.pk))
-    if completed:  # locked above, in id order; all alike
-        Plan.objects.filter(pk__in=[p.pk for p in completed]).update(status=Plan.Status.COMPLETED, updated_at=now)
-    rows_write(Plan, replans, ["replan_reason", "updated_at"])
-    steps_moved(steps, now=now)
+            events.append(plan_completed_event(plan, runner=record.runner, experience_id=by_agent[record.agent.pk].pk))
     rewarded = {p.pk for p in completed}
+    plans_unclaimed([p for p in completing if p.pk in claimed and p.pk not in rewarded], now=now)
+    rows_write(Plan, replans, ["replan_reason", "updated_at"])
     goals = [pair for r in batch for pair in goals_after(
         r, plan_completed=r.step_change is not None and r.step_change.plan.pk in rewarded)]
     abandoned = goals_write(goals=goals, now=now)
@@ -346,28 +331,70 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     return done | by_agent
 
 
-# A step's change in one cycle: the cycles and overrides it adds, and the other columns' new values.
-StepMove = tuple[int, int, tuple[tuple[str, Any], ...]]
+def plans_claimed(plans: Sequence[Plan], *, now: Any) -> set[int]:
+    """The plans a pass's cycles complete, marked completed in one UPDATE, each only if its status is still the
+    one its cycle read (an operator's decision meanwhile stands); the rows stay locked to the end of the pass.
+    Returns the plans marked: all of them unless the row count says otherwise, when the pass's time stamped on
+    them tells (`make bench`, persona_cycle_queries: locking them first, to mark them later, cost a statement
+    more a pass that completes a plan)."""
+    if not plans:
+        return set()
+    read: dict[str, list[int]] = {}
+    for plan in plans:
+        read.setdefault(plan.status, []).append(plan.pk)
+    still = functools.reduce(operator.or_, (Q(pk__in=pks, status=status) for status, pks in read.items()))
+    ids = [plan.pk for plan in plans]
+    if Plan.objects.filter(still).update(status=Plan.Status.COMPLETED, updated_at=now) == len(ids):
+        return set(ids)
+    return set(Plan.objects.filter(pk__in=ids, status=Plan.Status.COMPLETED, updated_at=now)
+               .values_list("pk", flat=True))
 
 
-def step_move(step: PlanStep, fields: Mapping[str, Any]) -> StepMove:
-    """The change `fields` (step_written's) makes to the step as read: most steps of a pass make the same one
-    (a cycle more on their running step)."""
-    rest = tuple(sorted((name, value) for name, value in fields.items()
-                        if name not in ("actual_cycles", "overrides", "updated_at")))
-    return fields["actual_cycles"] - step.actual_cycles, fields["overrides"] - step.overrides, rest
+def plans_unclaimed(plans: Sequence[Plan], *, now: Any) -> None:
+    """Plans plans_claimed marked whose cycle was not recorded after all (another runner recorded it, or its
+    step's status moved on meanwhile): each gets back the status its cycle read (uncommon)."""
+    read: dict[str, list[int]] = {}
+    for plan in plans:
+        read.setdefault(plan.status, []).append(plan.pk)
+    for status, pks in read.items():
+        Plan.objects.filter(pk__in=pks).update(status=status, updated_at=now)
 
 
-def steps_moved(moves: Mapping[StepMove, list[PlanStep]], *, now: Any) -> None:
-    """The pass's steps, locked with their status checked by the caller: the steps that make the same change,
-    MOVED_ALIKE_MIN or more, by one UPDATE for each change (their counters moved from their values now); the
-    rest in one upsert (`make bench`, scale_*_cpu_per_cycle: a step row has 28 columns, an upsert writes all)."""
-    shared, rest = moved_alike(moves)
-    for (cycles, overrides, values), group in shared:
-        PlanStep.objects.filter(pk__in=[s.pk for s in group]).update(
-            actual_cycles=F("actual_cycles") + cycles, overrides=F("overrides") + overrides, updated_at=now,
-            **dict(values))
-    rows_write(PlanStep, rest, STEP_WRITTEN)
+# The step columns a cycle sets to a value of its own (step_written), beside its counters and updated_at.
+STEP_SET = ["status", "result", "error", "failure_reason"]
+
+
+def steps_moved(moves: Sequence[tuple[PlanStep, Mapping[str, Any]]], *, now: Any) -> set[int]:
+    """The pass's steps moved by their cycles (step_written's fields), each only if its status is still the one
+    the cycle read: what an operator decided meanwhile (a step skipped, declined, approved) stands. One UPDATE
+    for all: its counters moved from their values now, each column's change a CASE over the steps that make it
+    (most steps of a pass make the same one, a cycle more on their running step), its WHERE the status each
+    read. Returns the steps written: all of them unless the row count says otherwise, when the pass's time
+    stamped on them tells (`make bench`, persona_cycle_queries and scale_*_cpu_per_cycle: reading the steps FOR
+    UPDATE first, to write them by an upsert of seven columns, cost a statement more a pass)."""
+    if not moves:
+        return set()
+    read: dict[str, list[int]] = {}
+    cycles: dict[int, list[int]] = {}
+    overrides: dict[int, list[int]] = {}
+    columns: dict[str, dict[Any, list[int]]] = {name: {} for name in STEP_SET}
+    for step, fields in moves:
+        read.setdefault(step.status, []).append(step.pk)
+        cycles.setdefault(fields["actual_cycles"] - step.actual_cycles, []).append(step.pk)
+        overrides.setdefault(fields["overrides"] - step.overrides, []).append(step.pk)
+        for name, groups in columns.items():
+            groups.setdefault(fields.get(name, F(name)), []).append(step.pk)
+    values: dict[str, Any] = {"actual_cycles": F("actual_cycles") + change_of(cycles.items()), "updated_at": now}
+    if set(overrides) != {0}:
+        values["overrides"] = F("overrides") + change_of(overrides.items())
+    for name, groups in columns.items():
+        if set(groups) != {F(name)}:
+            values[name] = change_of(groups.items(), output_field=PlanStep._meta.get_field(name))
+    ids = [step.pk for step, _ in moves]
+    still = functools.reduce(operator.or_, (Q(pk__in=pks, status=status) for status, pks in read.items()))
+    if PlanStep.objects.filter(still).update(**values) == len(ids):
+        return set(ids)
+    return set(PlanStep.objects.filter(pk__in=ids, updated_at=now).values_list("pk", flat=True))
 
 
 def step_plan_values(change: StepChange | None) -> dict[str, Any]:
@@ -433,7 +460,7 @@ def needs_move(batch: Sequence[CycleRecord], now: Any) -> None:
         satisfaction=Least(Greatest(F("satisfaction") + change_of(changes.items()), 0.0), 1.0), updated_at=now)
 
 
-def change_of(changes: Iterable[tuple[Any, list[int]]]) -> Case:
+def change_of(changes: Iterable[tuple[Any, list[int]]], output_field: Any = None) -> Case:
     """A CASE giving each row (by id) its change: `changes` pairs a change (a value, or an expression) with the
     rows that make it. The change most rows make is the CASE's default, its rows unlisted: the rows' ids are
     most of such an UPDATE's cost (`make bench`, scale_*_cpu_per_cycle)."""
@@ -443,7 +470,7 @@ def change_of(changes: Iterable[tuple[Any, list[int]]]) -> Case:
     pairs = list(changes)
     common = max(range(len(pairs)), key=lambda i: len(pairs[i][1]))
     return Case(*[When(pk__in=ids, then=value(change)) for i, (change, ids) in enumerate(pairs) if i != common],
-                default=value(pairs[common][0]))
+                default=value(pairs[common][0]), output_field=output_field)
 
 
 def goals_write(*, goals: list[tuple[Goal, GoalState]], now: Any) -> set[int]:
@@ -572,12 +599,25 @@ def plans_closed_steps(closed: Sequence[tuple[Plan, str]], *, runner: str, now: 
 
 
 @transaction.atomic
-def goals_plans_close(closing: Sequence[tuple[Goal, str]], *, runner: str, completed: bool = False) -> None:
-    """Close every open plan of goals that just finished, each with its reason, in one transaction (a pass's
-    milestones completed together). `completed`: the milestone check said yes just now, which the agent's
-    timeline records as "Goal completed" with its explanation."""
+def goals_plans_close(closing: Sequence[tuple[Goal, str]], *, runner: str) -> None:
+    """Close every open plan of goals that just finished, each with its reason, in one transaction."""
+    plans = goals_open_plans_locked([goal.pk for goal, _ in closing])
+    PlanEvent.objects.bulk_create(goals_plans_closed(closing, plans, runner=runner))
+
+
+def goals_open_plans_locked(goal_ids: Sequence[int]) -> list[Plan]:
+    """The open plans of these goals, locked in id order (plans first: the services' lock order)."""
+    return list(Plan.objects.select_for_update().filter(goal_id__in=goal_ids).open().order_by("pk")) if goal_ids else []
+
+
+def goals_plans_closed(closing: Sequence[tuple[Goal, str]], plans: Sequence[Plan], *, runner: str,
+                       completed: bool = False) -> list[PlanEvent]:
+    """The open plans of goals that just finished (`plans`, locked by the caller: those of other goals are left
+    alone) closed, each with its goal's reason; their events (unsaved), pushed after commit. `completed`: the
+    milestone check said yes just now, which the agent's timeline records as "Goal completed" with its
+    explanation."""
     reasons = {goal.pk: reason for goal, reason in closing}
-    plans = list(Plan.objects.select_for_update().filter(goal_id__in=reasons).open().order_by("pk"))
+    plans = [plan for plan in plans if plan.goal_id in reasons]
     now = timezone.now()
     if plans:
         Plan.objects.filter(pk__in=[p.pk for p in plans]).update(**PLAN_CLOSED, updated_at=now)
@@ -586,12 +626,11 @@ def goals_plans_close(closing: Sequence[tuple[Goal, str]], *, runner: str, compl
         events += [PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_COMPLETED, actor_label=runner,
                              reason=f"{goal.description}: {goal.milestone_explanation}"[:2000],
                              detail={"goal": goal.pk, "milestone": True}) for goal, _ in closing]
-    PlanEvent.objects.bulk_create(events)
-    if completed:
         for agent_id in sorted({goal.agent_id for goal, _ in closing}):
             publish_changed_on_commit(agent_id=agent_id, kind="goal_completed")
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_closed")
+    return events
 
 
 # --- the Django admin -----------------------------------------------------------------------------------------

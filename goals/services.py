@@ -21,7 +21,7 @@ from django.utils import timezone
 from agents.llm.gateway import LLMError, calls_recorded_together, llm_complete
 from agents.llm.schemas import goals_schema, milestone_schema
 from agents.models import Agent, Experience, Lesson
-from agents.services import rows_write
+from agents.services import goals_open_plans_locked, goals_plans_closed, rows_write
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
 from goals.system import (
@@ -204,6 +204,7 @@ def goals_from_proposals(*, agent: Agent, active: Sequence[tuple[str, str]], pro
 
 
 MILESTONE_KEPT_SECONDS = 6 * 3600  # a verdict stands for its situation this long
+MILESTONE_ACTOR = "milestone check"  # who closes a completed goal's plans when no runner asked
 
 
 def milestone_situation(*, goal: Goal, needs: Mapping[str, float]) -> str:
@@ -215,16 +216,17 @@ def milestone_situation(*, goal: Goal, needs: Mapping[str, float]) -> str:
     return "goal-milestone:" + hashlib.sha256(situation.encode()).hexdigest()
 
 
-def goal_milestone_check(*, goal: Goal) -> bool:
+def goal_milestone_check(*, goal: Goal, runner: str = MILESTONE_ACTOR) -> bool:
     """Progress reached MILESTONE_CHECK_THRESHOLD: ask whether the goal is achieved (goals_milestones_check,
     for one goal, its source needs read now). Returns whether it completed."""
     needs = dict(goal.agent.needs.filter(name__in=goal.source_needs).values_list("name", "satisfaction"))
-    return goal.pk in goals_milestones_check([(goal, needs)])
+    return goal.pk in goals_milestones_check([(goal, needs)], runner=runner)
 
 
-def goals_milestones_check(checks: Sequence[tuple[Goal, Mapping[str, float]]]) -> set[int]:
+def goals_milestones_check(checks: Sequence[tuple[Goal, Mapping[str, float]]], *,
+                           runner: str = MILESTONE_ACTOR) -> set[int]:
     """Goals whose progress reached MILESTONE_CHECK_THRESHOLD, each with its source needs' levels now: ask
-    whether each is achieved. Yes completes it (the caller closes its open plans); no takes progress back
+    whether each is achieved. Yes completes it and closes its open plans; no takes progress back
     (milestone_after). The explanation is kept, with its event. The verdict for a situation stands: the same
     goal at the same levels is not asked of the model again (one cache read for all). The verdicts are recorded
     in one transaction (a pass's checks together): only of goals still active. Returns the goals completed."""
@@ -250,7 +252,8 @@ def goals_milestones_check(checks: Sequence[tuple[Goal, Mapping[str, float]]]) -
         cache.set_many(fresh, MILESTONE_KEPT_SECONDS)
     if not verdicts:
         return set()
-    return milestones_record([(goal, needs, verdicts[goal.pk]) for goal, needs in checks if goal.pk in verdicts])
+    return milestones_record([(goal, needs, verdicts[goal.pk]) for goal, needs in checks if goal.pk in verdicts],
+                             runner=runner)
 
 
 def experiences_recent(agent_ids: set[int]) -> dict[int, list[str]]:
@@ -269,11 +272,15 @@ MILESTONE_WRITTEN = ["status", "progress", "milestone_explanation", "milestone_c
 
 
 @transaction.atomic
-def milestones_record(verdicts: Sequence[tuple[Goal, Mapping[str, float], tuple[bool, str]]]) -> set[int]:
+def milestones_record(verdicts: Sequence[tuple[Goal, Mapping[str, float], tuple[bool, str]]], *,
+                      runner: str = MILESTONE_ACTOR) -> set[int]:
     """The milestone verdicts of goals, in one transaction: each goal still active (locked) moves by
-    milestone_after, with its MILESTONE_CHECKED event and the diff; the callers' goals say what was stored.
-    Returns the goals completed."""
+    milestone_after, with its MILESTONE_CHECKED event and the diff; the callers' goals say what was stored. A
+    goal completed closes its open plans (locked first, the services' lock order), its timeline saying "Goal
+    completed" by `runner`; all the events in one INSERT (`make bench`, persona_cycle_queries: closing them
+    in a transaction of its own cost two statements more). Returns the goals completed."""
     now = timezone.now()
+    plans = goals_open_plans_locked([goal.pk for goal, _, (achieved, _) in verdicts if achieved])
     locked = {g.pk: g for g in Goal.objects.select_for_update().filter(pk__in=[g.pk for g, _, _ in verdicts])
               .active().order_by("pk")}
     written: list[Goal] = []
@@ -292,7 +299,7 @@ def milestones_record(verdicts: Sequence[tuple[Goal, Mapping[str, float], tuple[
         row.milestone_explanation, row.milestone_checked_at = explanation, now
         written.append(row)
         events.append(PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.MILESTONE_CHECKED,
-                                actor_label="milestone check",
+                                actor_label=MILESTONE_ACTOR,
                                 reason=f"{goal.description}: {'achieved' if done else 'not yet'} ({explanation})"[:4000],
                                 detail={"goal": goal.pk, "achieved": done,
                                         "diff": {"progress": [round(before, 3), round(row.progress, 3)],
@@ -300,6 +307,9 @@ def milestones_record(verdicts: Sequence[tuple[Goal, Mapping[str, float], tuple[
         for name in MILESTONE_WRITTEN:  # the caller's goal says what was stored (its plans' closing quotes it)
             setattr(goal, name, getattr(row, name))
     rows_write(Goal, written, MILESTONE_WRITTEN)
+    if completed:
+        events += goals_plans_closed([(goal, f"goal completed: {goal.description}") for goal, _, _ in verdicts
+                                      if goal.pk in completed], plans, runner=runner, completed=True)
     PlanEvent.objects.bulk_create(events)
     for agent_id in sorted({goal.agent_id for goal in written}):
         publish_changed_on_commit(agent_id=agent_id, kind=PlanEvent.Kind.MILESTONE_CHECKED)

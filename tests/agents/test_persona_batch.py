@@ -14,10 +14,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from agents import cycle as cycle_module
-from agents import services as services_module
 from agents.cycle import agent_cycle, persona_cycles
 from agents.llm.context import needs_text
 from agents.models import Agent, Experience, LLMCall, Need
@@ -37,6 +37,8 @@ from tests.factories import (
 )
 
 pytestmark = pytest.mark.django_db
+
+ALIKE = 8  # personas alike in a batch: enough that the commonest change of each column is shared
 
 
 def person(*, money: float = 0.3, hunger: float = 0.7, steps: tuple[tuple[str, int], ...] = (("work", 2), ("eat", 1)),
@@ -94,7 +96,7 @@ def test_a_batch_does_to_each_persona_what_its_own_cycles_do() -> None:
 def test_a_batch_whose_rows_move_alike_does_to_each_persona_what_its_own_cycles_do() -> None:
     """Personas alike, whose needs, goals and steps a pass writes one statement for each change (needs_move,
     goals_shifted, steps_moved): the same values, to the last bit, as each persona's own cycles write."""
-    alike = services_module.MOVED_ALIKE_MIN
+    alike = ALIKE
     shapes: list[dict[str, Any]] = [{}, {"money": 0.05}]
     batched = [person(**shape) for shape in shapes for _ in range(alike)]
     alone = [person(**shape) for shape in shapes]
@@ -113,7 +115,7 @@ def test_a_batch_whose_rows_move_alike_does_to_each_persona_what_its_own_cycles_
 def test_an_operators_edit_of_needs_and_goals_made_meanwhile_is_moved_not_overwritten() -> None:
     """The pass read a need and a goal, an operator set them meanwhile; the cycle's change is applied to
     what the operator set (as their rows move alike, one statement for each change)."""
-    agents = [person() for _ in range(services_module.MOVED_ALIKE_MIN)]
+    agents = [person() for _ in range(ALIKE)]
     first = agents[0]
     twin = agents[1]
 
@@ -283,14 +285,11 @@ def test_a_persona_cycle_of_its_own_quotes_its_five_newest_lessons() -> None:
     cache.clear()
 
 
-def passes_statements(*batches: list[Agent], alike: bool = False) -> list[int]:
-    """The statements of one pass of each batch, every cycle of which ran in the pass. Unless `alike`, the steps
-    that move alike are written with the rest, however many (one upsert), so that the counts compare the other
-    statements; test_a_batch_costs_the_same_statements_whatever_its_size covers them."""
+def passes_statements(*batches: list[Agent]) -> list[int]:
+    """The statements of one pass of each batch, every cycle of which ran in the pass."""
     counts = []
     for agents in batches:
-        with (CaptureQueriesContext(connection) as queries,
-              mock.patch.object(services_module, "MOVED_ALIKE_MIN", services_module.MOVED_ALIKE_MIN if alike else 10**9)):
+        with CaptureQueriesContext(connection) as queries:
             done, own = persona_cycles([a.pk for a in agents], runner="runner test")
         assert own == [] and set(done) == {a.pk for a in agents}
         counts.append(len(queries))
@@ -298,12 +297,10 @@ def passes_statements(*batches: list[Agent], alike: bool = False) -> list[int]:
 
 
 def test_a_batch_costs_the_same_statements_whatever_its_size() -> None:
-    """A pass's needs and goals are moved by one UPDATE each, however many; its steps one statement for each
-    change once MOVED_ALIKE_MIN or more make it, the rest in one upsert (these personas' steps all make the same
-    change): no statement more however many personas."""
-    alike = services_module.MOVED_ALIKE_MIN
-    small, large, larger = passes_statements([person() for _ in range(2)], [person() for _ in range(alike)],
-                                             [person() for _ in range(3 * alike)], alike=True)
+    """A pass's needs, goals and steps are moved by one UPDATE each, however many personas and however their
+    changes differ: no statement more however many personas."""
+    small, large, larger = passes_statements([person() for _ in range(2)], [person() for _ in range(ALIKE)],
+                                             [person() for _ in range(3 * ALIKE)])
     assert small == large == larger
 
 
@@ -378,6 +375,22 @@ def test_a_plan_kept_from_completing_in_a_pass_gives_its_goal_no_bonus() -> None
     assert Plan.objects.get(agent=other).status == Plan.Status.COMPLETED
     assert unrewarded.status == Goal.Status.ACTIVE
     assert rewarded.progress == pytest.approx(unrewarded.progress + PLAN_COMPLETION_BONUS, abs=0.001)
+
+
+def test_a_plan_whose_cycle_another_runner_took_meanwhile_is_left_as_it_was() -> None:
+    """The pass marks the plans its cycles complete first (plans_claimed); a cycle it then drops, because another
+    runner counted the agent's cycle meanwhile, gives its plan back the status it had: no plan completed, no
+    event, and the plan's step untouched."""
+    agent = person(steps=(("eat", 1),))
+    plan = Plan.objects.get(agent=agent)
+    with records_then(lambda: Agent.objects.filter(pk=agent.pk).update(cycle_count=F("cycle_count") + 1)):
+        done, _ = persona_cycles([agent.pk], runner="runner test")
+    assert done == {}
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.ACTIVE
+    assert not plan.events.exists()
+    assert plan.steps.get().status == PlanStep.Status.PENDING
+    assert not Experience.objects.filter(agent=agent).exists()
 
 
 @pytest.mark.django_db(transaction=True)
