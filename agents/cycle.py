@@ -745,24 +745,40 @@ def persona_routines_start(wanted: Sequence[tuple[PersonaState, Goal]], *,
     words is done again), started together; by goal. A goal without one is left out (the model plans it)."""
     if not wanted:
         return {}
-    # The sources' ids by goal, then their completed steps with their plans joined: the source plans are not
-    # read apart (`make bench`, persona_cycle_queries: a statement less a pass that starts routines).
-    ids = routine_source_ids([goal for _, goal in wanted])
+    # The sources' completed steps with their plans joined, the sources chosen in the same statement: a pass plans
+    # at most one goal of each agent, whose source is the one plan of that agent read (`make bench`,
+    # persona_cycle_queries: the goals' sources and the source plans were read apart, two statements more a pass
+    # that starts routines).
+    goals = [goal for _, goal in wanted]
+    ids: dict[int, int] | None = None
+    if len({goal.agent_id for goal in goals}) == len(goals):
+        sources = Q(plan_id__in=Goal.objects.filter(pk__in=[g.pk for g in goals]).annotate(source=routine_source())
+                    .exclude(source=None).values("source"))
+    else:  # not a pass's: the sources by goal first
+        ids = routine_source_ids(goals)
+        sources = Q(plan_id__in=set(ids.values()))
     steps: dict[int, list[PlanStep]] = {}
-    for source_step in (PlanStep.objects.filter(plan_id__in=set(ids.values()), status=PlanStep.Status.COMPLETED)
-                        .select_related("plan").order_by("plan_id", "position")):
+    for source_step in (PlanStep.objects.filter(sources, status=PlanStep.Status.COMPLETED).select_related("plan")
+                        .order_by("plan_id", "position")):
         steps.setdefault(source_step.plan_id, []).append(source_step)
+    if ids is None:
+        goal_of = {goal.agent_id: goal.pk for goal in goals}
+        ids = {goal_of[rows[0].plan.agent_id]: plan_id for plan_id, rows in steps.items()}
     return routines_start([Routine(goal=goal, source=steps[ids[goal.pk]][0].plan, steps=steps[ids[goal.pk]],
                                    needs=state.needs) for state, goal in wanted if ids.get(goal.pk) in steps],
                           runner=runner)
 
 
+def routine_source() -> Subquery:
+    """A goal's routine source: the id of the newest plan that completed for a goal in the same words (the
+    agent's), to annotate goals with."""
+    return Subquery(Plan.objects.filter(agent_id=OuterRef("agent_id"), goal_text__iexact=OuterRef("description"),
+                                        status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").values("pk")[:1])
+
+
 def routine_source_ids(goals: Sequence[Goal]) -> dict[int, int]:
-    """For each goal, the id of the newest plan that completed for a goal in the same words (the agent's), if
-    any: one query for all."""
-    newest = (Plan.objects.filter(agent_id=OuterRef("agent_id"), goal_text__iexact=OuterRef("description"),
-                                  status=Plan.Status.COMPLETED).order_by("-created_at", "-pk").values("pk")[:1])
-    return dict(Goal.objects.filter(pk__in=[g.pk for g in goals]).annotate(source=Subquery(newest))
+    """Each goal's routine source (routine_source), goals without one left out: one query for all."""
+    return dict(Goal.objects.filter(pk__in=[g.pk for g in goals]).annotate(source=routine_source())
                 .exclude(source=None).values_list("pk", "source"))
 
 

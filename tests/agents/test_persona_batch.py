@@ -321,6 +321,25 @@ def test_routines_start_in_the_pass_and_are_followed_in_the_same_cycle() -> None
     assert not LLMCall.objects.exists()  # no model call
 
 
+def test_routines_of_two_goals_of_one_persona_each_repeat_their_own_plan() -> None:
+    """Routines started together for two goals of the same persona (a pass plans one goal of each, so this is
+    the other path): each goal repeats the plan that completed for it, not the other's."""
+    from agents.cycle import persona_routines_start, persona_rows_many, persona_state
+
+    agent = person(steps=(("work", 1),))
+    Plan.objects.filter(agent=agent).update(status=Plan.Status.COMPLETED)
+    PlanStep.objects.filter(plan__agent=agent).update(status=PlanStep.Status.COMPLETED)
+    fed = Goal.objects.get(agent=agent)
+    rested = GoalFactory(agent=agent, description="Rest well", horizon=Goal.Horizon.SHORT, source_needs=["energy"])
+    source = PlanFactory(agent=agent, goal=rested, goal_text="Rest well", status=Plan.Status.COMPLETED)
+    PlanStepFactory(plan=source, key="1", position=1, action_hint="sleep", status=PlanStep.Status.COMPLETED)
+    Need.objects.filter(agent=agent).update(satisfaction=0.2)  # every need low: no step is left out
+    state = persona_state(agent, persona_rows_many([agent.pk])[agent.pk], at_once=True)
+    started = persona_routines_start([(state, fed), (state, rested)], runner="runner test")
+    assert {goal: [s.action_hint for s in steps] for goal, (_, steps) in started.items()} == {
+        fed.pk: ["work"], rested.pk: ["sleep"]}
+
+
 def test_a_cycle_run_late_keeps_the_agents_pace_and_one_far_behind_starts_afresh() -> None:
     from datetime import timedelta
 
@@ -498,7 +517,9 @@ def test_a_plan_accepted_in_a_pass_is_followed_without_reading_its_persona_again
     reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT")]
     assert sum(sql.startswith('SELECT "goals_goal"."id", "goals_goal"."agent_id"') for sql in reads) == 1
     assert sum(sql.startswith('SELECT "planning_plan"."id", "planning_plan"."agent_id"') for sql in reads) == 1
-    assert not any(sql.startswith('SELECT "planning_planstep"."id", "planning_planstep"."plan_id"') for sql in reads)
+    # No step read again (the one read of steps is the routines' sources: completed plans for the goals to plan).
+    assert [sql for sql in reads if sql.startswith('SELECT "planning_planstep"."id", "planning_planstep"."plan_id"')
+            and '"goals_goal"' not in sql] == []
     # Its needs were read once, by the pass; its plan prompt shows them as stored then.
     assert sum(sql.startswith('SELECT "agents_need"."id", "agents_need"."agent_id"') for sql in reads) == 1
     for agent in agents:
