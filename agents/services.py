@@ -333,21 +333,26 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
 
 def plans_claimed(plans: Sequence[Plan], *, now: Any) -> set[int]:
     """The plans a pass's cycles complete, marked completed in one UPDATE, each only if its status is still the
-    one its cycle read (an operator's decision meanwhile stands); the rows stay locked to the end of the pass.
-    Returns the plans marked: all of them unless the row count says otherwise, when the pass's time stamped on
-    them tells (`make bench`, persona_cycle_queries: locking them first, to mark them later, cost a statement
-    more a pass that completes a plan)."""
-    if not plans:
+    one its cycle read (rows_written_if_unchanged: an operator's decision meanwhile stands); the rows stay locked
+    to the end of the pass. Returns the plans marked (`make bench`, persona_cycle_queries: locking them first, to
+    mark them later, cost a statement more a pass that completes a plan)."""
+    return rows_written_if_unchanged(Plan, plans, {"status": Plan.Status.COMPLETED}, now=now)
+
+
+def rows_written_if_unchanged(model: Any, rows: Sequence[Any], values: Mapping[str, Any], *, now: Any) -> set[int]:
+    """`values` (and updated_at = `now`) written in one UPDATE to each of `rows` whose status is still the one read
+    (its WHERE, one term for each status read). Returns the ids written: all of them unless the row count says
+    otherwise, when the rows stamped with `now` (the caller's own time) are those written."""
+    if not rows:
         return set()
     read: dict[str, list[int]] = {}
-    for plan in plans:
-        read.setdefault(plan.status, []).append(plan.pk)
+    for row in rows:
+        read.setdefault(row.status, []).append(row.pk)
     still = functools.reduce(operator.or_, (Q(pk__in=pks, status=status) for status, pks in read.items()))
-    ids = [plan.pk for plan in plans]
-    if Plan.objects.filter(still).update(status=Plan.Status.COMPLETED, updated_at=now) == len(ids):
+    ids = [row.pk for row in rows]
+    if model.objects.filter(still).update(**values, updated_at=now) == len(ids):
         return set(ids)
-    return set(Plan.objects.filter(pk__in=ids, status=Plan.Status.COMPLETED, updated_at=now)
-               .values_list("pk", flat=True))
+    return set(model.objects.filter(pk__in=ids, updated_at=now).values_list("pk", flat=True))
 
 
 def plans_unclaimed(plans: Sequence[Plan], *, now: Any) -> None:
@@ -369,32 +374,26 @@ def steps_moved(moves: Sequence[tuple[PlanStep, Mapping[str, Any]]], *, now: Any
     the cycle read: what an operator decided meanwhile (a step skipped, declined, approved) stands. One UPDATE
     for all: its counters moved from their values now, each column's change a CASE over the steps that make it
     (most steps of a pass make the same one, a cycle more on their running step), its WHERE the status each
-    read. Returns the steps written: all of them unless the row count says otherwise, when the pass's time
-    stamped on them tells (`make bench`, persona_cycle_queries and scale_*_cpu_per_cycle: reading the steps FOR
-    UPDATE first, to write them by an upsert of seven columns, cost a statement more a pass)."""
+    read (rows_written_if_unchanged). Returns the steps written (`make bench`, persona_cycle_queries and
+    scale_*_cpu_per_cycle: reading the steps FOR UPDATE first, to write them by an upsert of seven columns, cost
+    a statement more a pass)."""
     if not moves:
         return set()
-    read: dict[str, list[int]] = {}
     cycles: dict[int, list[int]] = {}
     overrides: dict[int, list[int]] = {}
     columns: dict[str, dict[Any, list[int]]] = {name: {} for name in STEP_SET}
     for step, fields in moves:
-        read.setdefault(step.status, []).append(step.pk)
         cycles.setdefault(fields["actual_cycles"] - step.actual_cycles, []).append(step.pk)
         overrides.setdefault(fields["overrides"] - step.overrides, []).append(step.pk)
         for name, groups in columns.items():
             groups.setdefault(fields.get(name, F(name)), []).append(step.pk)
-    values: dict[str, Any] = {"actual_cycles": F("actual_cycles") + change_of(cycles.items()), "updated_at": now}
+    values: dict[str, Any] = {"actual_cycles": F("actual_cycles") + change_of(cycles.items())}
     if set(overrides) != {0}:
         values["overrides"] = F("overrides") + change_of(overrides.items())
     for name, groups in columns.items():
         if set(groups) != {F(name)}:
             values[name] = change_of(groups.items(), output_field=PlanStep._meta.get_field(name))
-    ids = [step.pk for step, _ in moves]
-    still = functools.reduce(operator.or_, (Q(pk__in=pks, status=status) for status, pks in read.items()))
-    if PlanStep.objects.filter(still).update(**values) == len(ids):
-        return set(ids)
-    return set(PlanStep.objects.filter(pk__in=ids, updated_at=now).values_list("pk", flat=True))
+    return rows_written_if_unchanged(PlanStep, [step for step, _ in moves], values, now=now)
 
 
 def step_plan_values(change: StepChange | None) -> dict[str, Any]:
