@@ -93,6 +93,21 @@ def test_dashboard_filter_is_kept_across_pages(viewer_client: Client) -> None:
     assert agent_names(second) == [f"p-{DASHBOARD_PAGE_SIZE:03d}"]
 
 
+@pytest.mark.parametrize("query", [{}, {"status": "paused"}, {"waiting": "1"}, {"kind": "tool"},
+                                   {"kind": "tool", "status": "paused"}])
+def test_dashboard_pages_count_what_the_filter_shows(viewer_client: Client, query: dict[str, str]) -> None:
+    """The number of pages is the filter's, whether the paginator counts or takes the count above the table."""
+    Agent.objects.bulk_create([Agent(name=f"t-{i:03d}", kind="tool", status="paused", waiting_reason="plan v1 awaits approval")
+                               for i in range(DASHBOARD_PAGE_SIZE + 1)])
+    Agent.objects.bulk_create([Agent(name=f"z-{i:03d}", status="running") for i in range(DASHBOARD_PAGE_SIZE)])
+    html = viewer_client.get("/", query).content.decode()
+    pages = 3 if not query else 2  # 101 agents in all; 51 of them paused tool agents waiting
+    assert f"page 1 of {pages}" in html
+    last = viewer_client.get("/", {**query, "page": str(pages)}).content.decode()
+    assert len(agent_names(last)) == 1
+    assert f"page {pages} of {pages}" in last
+
+
 def test_dashboard_queries_do_not_grow_with_agents(viewer_client: Client, django_assert_max_num_queries: Any) -> None:
     def grow(n: int) -> None:
         for i in range(n):
