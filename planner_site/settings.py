@@ -178,9 +178,9 @@ if os.environ.get("REDIS_URL"):
             "KEY_PREFIX": os.environ.get("CHANNELS_PREFIX", "planner"),
         }
     }
-    # Sessions read from that shared cache, written through to the database: a page costs one database round trip
-    # fewer (`make bench`, dashboard_1000). Not on the embedded stack, whose cache is per process.
-    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
+    # Sessions stay in the database alone: Django's cached_db sessions (one round trip fewer a page) fail every page
+    # while Redis is away, since their cache write after a miss is not guarded (tests/browser/test_live.py
+    # test_pages_resync_after_a_redis_outage).
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
