@@ -79,6 +79,7 @@ class PolicyState:
 class KeptState:
     state: PolicyState | None = None
     until: float = 0.0  # time.monotonic() when it is read again
+    dropped: int = 0  # how many times it was dropped: a read begun before a drop is not kept after it
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -89,19 +90,22 @@ def policy_state() -> PolicyState:
     with KEPT.lock:
         if KEPT.state is not None and monotonic() < KEPT.until:
             return KEPT.state
+        dropped = KEPT.dropped
     rules = list(Rule.objects.filter(policy__enabled=True).select_related("policy")
                  .order_by("policy__position", "policy__name", "position"))
     budgets = {b.agent_id: (b.daily_limit, b.plan_limit)
                for b in Budget.objects.only("agent_id", "daily_limit", "plan_limit")}
     state = PolicyState(rules=rules, budgets=budgets)
     with KEPT.lock:
-        KEPT.state, KEPT.until = state, monotonic() + STATE_CACHE_SECONDS
+        if KEPT.dropped == dropped:  # else a change came meanwhile: the next use reads again
+            KEPT.state, KEPT.until = state, monotonic() + STATE_CACHE_SECONDS
     return state
 
 
 def policy_state_drop() -> None:
     with KEPT.lock:
         KEPT.state = None
+        KEPT.dropped += 1
 
 
 def policies_forget() -> None:
