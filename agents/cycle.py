@@ -72,7 +72,15 @@ from goals.system import (
 from planning.engine.prompts import plan_step_directive, prompt_decide_action
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep, step_current
-from planning.planner import MAX_REPLANS, personas_plans_first, plan_continue, plan_generate, plan_retry_due
+from planning.planner import (
+    MAX_REPLANS,
+    personas_plans_first,
+    plan_continue,
+    plan_generate,
+    plan_interrupted_fail,
+    plan_retry_due,
+    plans_interrupted_fail,
+)
 from planning.selectors import plan_feedback
 from planning.services import (
     PlanAlreadyReplanned,
@@ -97,13 +105,17 @@ def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
     row, not the persona read as well; a wrong guess costs that one read."""
     rows = persona_rows(agent_id) if kind != Agent.Kind.TOOL else None
     agent = rows.agent if rows is not None else agent_read(agent_id)
-    if agent.status != Agent.Status.RUNNING:
-        return "not running"
-    if agent.kind == Agent.Kind.PERSONA:
+    if agent.status != Agent.Status.RUNNING or agent.kind == Agent.Kind.PERSONA:
+        # Planning found "validating" as a cycle starts was left by a cycle that died (one cycle of an agent
+        # runs at a time): it fails first, with that reason. A running tool agent's open plans are read below
+        # anyway, and the check rides on that read (tool_open_plan).
+        plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
+        if agent.status != Agent.Status.RUNNING:
+            return "not running"
         return persona_cycle(agent=agent, rows=rows or persona_rows(agent_id), runner=runner)
     try:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
-        plan = tool_open_plan(agent)
+        plan = tool_open_plan(agent, runner=runner)
         if plan is not None and plan.replan_reason:
             what = plan_replan(agent=agent, plan=plan, runner=runner)
         else:
@@ -118,9 +130,16 @@ def agent_read(agent_id: int) -> Agent:
     return Agent.objects.get(pk=agent_id)
 
 
-def tool_open_plan(agent: Agent) -> Plan | None:
-    """A tool agent's open plan: by its goal's priority (short-term first), newest first."""
+def tool_open_plan(agent: Agent, *, runner: str | None = None) -> Plan | None:
+    """A tool agent's open plan: by its goal's priority (short-term first), newest first. With `runner`, at the
+    start of its cycle: a plan found "validating" was left by a cycle that died, and fails first
+    (plan_interrupted_fail; the read saves a statement a tool cycle, round_100_agents)."""
     plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
+    if runner is not None and any(p.status == Plan.Status.VALIDATING for p in plans):
+        for p in plans:
+            if p.status == Plan.Status.VALIDATING:
+                plan_interrupted_fail(plan=p, runner=runner)
+        plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
     if not plans:
         return None
     return min(plans, key=lambda p: (

@@ -565,16 +565,20 @@ def plan_retry_due(*, agent: Agent, runner: str) -> None:
 def plans_interrupted_fail(*, agent_ids: Sequence[int], runner: str) -> int:
     """For agents whose cycle is about to start: a plan still "validating" lost its planner (an agent runs one
     cycle at a time, and this one is not planning yet), so it fails, saying which runner stopped."""
-    failed = 0
-    for plan in Plan.objects.filter(agent_id__in=list(agent_ids), status=Plan.Status.VALIDATING):
-        started_by = plan.events.filter(kind=PlanEvent.Kind.CREATED).values_list("actor_label", flat=True).first()
-        if started_by == runner:  # this runner's own planning cycle broke off (its log says why)
-            headline = f"planning interrupted: the cycle of {runner} ended before planning finished"
-        else:
-            headline = f"planning interrupted: {started_by or 'a runner'} stopped before it finished"
-        try:
-            plan_fail(plan=plan, headline=headline, actor_label=runner)
-        except PlanNoLongerValidating:
-            continue
-        failed += 1
-    return failed
+    plans = Plan.objects.filter(agent_id__in=list(agent_ids), status=Plan.Status.VALIDATING)
+    return sum(plan_interrupted_fail(plan=plan, runner=runner) for plan in plans)
+
+
+def plan_interrupted_fail(*, plan: Plan, runner: str) -> bool:
+    """Fail one plan found "validating" as its agent's cycle starts (plans_interrupted_fail); False when it
+    left "validating" meanwhile."""
+    started_by = plan.events.filter(kind=PlanEvent.Kind.CREATED).values_list("actor_label", flat=True).first()
+    if started_by == runner:  # this runner's own planning cycle broke off (its log says why)
+        headline = f"planning interrupted: the cycle of {runner} ended before planning finished"
+    else:
+        headline = f"planning interrupted: {started_by or 'a runner'} stopped before it finished"
+    try:
+        plan_fail(plan=plan, headline=headline, actor_label=runner)
+    except PlanNoLongerValidating:
+        return False
+    return True

@@ -186,3 +186,32 @@ def test_an_open_plan_of_a_goal_no_longer_active_reads_that_goal(persona: Agent)
     assert len(queries) == 5
     assert read.goal is not None and read.goal.pk == plan.goal_id and read.goal.status == Goal.Status.COMPLETED
     assert [g.horizon for g in state.goals] == ["short_term"]
+
+
+def test_a_tool_agents_waiting_cycle_reads_its_row_and_open_plans_once() -> None:
+    """A tool agent whose plan awaits approval: its cycle reads its row and its open plans (which also finds
+    planning a dead cycle left "validating") and counts the cycle: three statements, no separate read for
+    interrupted planning (round_100_agents)."""
+    from agents.runtime.cycles import cycle_run
+
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    PlanFactory(agent=agent, goal=GoalFactory(agent=agent, source_needs=[]), status=Plan.Status.AWAITING_APPROVAL)
+    with CaptureQueriesContext(connection) as queries:
+        what = cycle_run(agent.pk, "runner r/1", Agent.Kind.TOOL)
+    assert what == "waiting: plan awaiting approval"
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert len(statements) == 3, statements
+
+
+def test_a_tool_agents_cycle_fails_the_planning_a_dead_cycle_left_then_plans_again() -> None:
+    from agents.runtime.cycles import cycle_run
+
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    goal = GoalFactory(agent=agent, description="List the workspace", source_needs=[])
+    left = PlanFactory(agent=agent, goal=goal, status=Plan.Status.VALIDATING)
+    cycle_run(agent.pk, "runner r/2", Agent.Kind.TOOL)
+    left.refresh_from_db()
+    assert left.status == Plan.Status.FAILED
+    assert left.failure_reason.startswith("planning interrupted")
+    # The goal is held by the failed plan until its retry: the cycle did not plan it a second time meanwhile.
+    assert Plan.objects.filter(agent=agent).exclude(pk=left.pk).count() == 0
