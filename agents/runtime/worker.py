@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, cast
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -38,6 +38,22 @@ def driven_cycle_counts() -> dict[int, int]:
     return dict(agents_driven().values_list("pk", "cycle_count"))
 
 
+def worker_connector() -> Any:
+    """The worker's own connector: what `DjangoConnector.get_worker_connector()` builds (a psycopg pool on the
+    same database, Procrastinate's `connector_params`), its connections in autocommit. Each of the engine's
+    queries (fetch a job, finish it, beat, defer a periodic job) is one statement calling one of its
+    functions, its own transaction either way; out of autocommit each also cost a BEGIN and a COMMIT, which
+    were a third of what two idle runners sent (scale_200_cpu_per_cycle: a runner's fixed cost)."""
+    from procrastinate import PsycopgConnector
+    from procrastinate.contrib.django.utils import connector_params
+
+    async def autocommit(connection: Any) -> None:  # the pool's `configure`, run once for each new connection
+        await connection.set_autocommit(True)
+
+    alias = getattr(settings, "PROCRASTINATE_DATABASE_ALIAS", "default")
+    return PsycopgConnector(kwargs=connector_params(alias), configure=autocommit)
+
+
 async def cycles_reached(cycles: int, poll: float = 0.2) -> None:
     """Return once every driven agent has had `cycles` more cycles than when this began (by any worker)."""
     start = await sync_to_async(driven_cycle_counts)()
@@ -59,13 +75,11 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
     it had under way are retried as any dead worker's are."""
     from procrastinate import exceptions
     from procrastinate.contrib.django import app
-    from procrastinate.contrib.django.django_connector import DjangoConnector
 
     concurrency = concurrency or settings.RUNNER_CONCURRENCY
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=concurrency + EXECUTOR_SPARE_THREADS, thread_name_prefix="cycle"))
-    django_connector = cast(DjangoConnector, app.connector)
-    worker_app = app.with_connector(django_connector.get_worker_connector())  # the Django connector cannot LISTEN
+    worker_app = app.with_connector(worker_connector())  # the Django connector cannot LISTEN
     database_errors: tuple[type[Exception], ...] = (
         exceptions.ConnectorException, *CONNECTION_ERRORS, OSError, WorkerStopped)
     reached = asyncio.create_task(cycles_reached(cycles)) if cycles is not None else None

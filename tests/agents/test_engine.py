@@ -178,3 +178,25 @@ def test_a_shards_next_pass_comes_the_gap_after_this_one_started_and_at_once_aft
     assert 0.65 <= next_pass_in(0.3) <= 0.75 + 0.5  # the rest of the gap (the slack: this test's own statements)
     assert next_pass_in(1.4) <= 0.2  # the pass took longer than the gap: the next one at once
     assert 0.95 <= next_pass_in(0.0) <= 1.5
+
+
+async def test_the_workers_engine_queries_run_in_autocommit() -> None:
+    """Each of the engine's queries is one statement calling one of its functions: on the worker's own
+    connections it runs without a BEGIN and a COMMIT around it (a third of two idle runners' statements), and
+    the engine works on them: a job deferred there is fetched and finished."""
+    from procrastinate.contrib.django import app
+
+    from agents.runtime.worker import worker_connector
+
+    connector = worker_connector()
+    worker_app = app.with_connector(connector)
+    async with worker_app.open_async():
+        async with connector.pool.connection() as connection:
+            assert connection.autocommit
+            await connection.execute("SELECT 1")
+            assert connection.info.transaction_status.name == "IDLE"  # no transaction left open
+        job_id = await worker_app.configure_task("runtime:agents.schedule", queue="control").defer_async(timestamp=0)
+        await worker_app.run_worker_async(queues=["control"], wait=False, install_signal_handlers=False,
+                                          delete_jobs="never")
+        job = await worker_app.job_manager.get_job_status_async(job_id)
+    assert job.value == "succeeded"
