@@ -105,13 +105,11 @@ def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
     row, not the persona read as well; a wrong guess costs that one read."""
     rows = persona_rows(agent_id) if kind != Agent.Kind.TOOL else None
     agent = rows.agent if rows is not None else agent_read(agent_id)
-    if agent.status != Agent.Status.RUNNING or agent.kind == Agent.Kind.PERSONA:
-        # Planning found "validating" as a cycle starts was left by a cycle that died (one cycle of an agent
-        # runs at a time): it fails first, with that reason. A running tool agent's open plans are read below
-        # anyway, and the check rides on that read (tool_open_plan).
-        plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
-        if agent.status != Agent.Status.RUNNING:
-            return "not running"
+    if agent.status != Agent.Status.RUNNING:
+        return "not running"
+    if agent.kind == Agent.Kind.PERSONA:
+        if kind == Agent.Kind.TOOL:  # a wrong guess: the caller left the check for dead planning to tool_open_plan
+            plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
         return persona_cycle(agent=agent, rows=rows or persona_rows(agent_id), runner=runner)
     try:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due

@@ -37,11 +37,13 @@ def agents_driven() -> QuerySet[Agent]:
 def cycle_run(agent_id: int, runner: str, kind: str = "") -> str:
     """Run one cycle of an agent and give the thread's connection back. Both runtimes run one cycle of an
     agent at a time, so planning found "validating" when a cycle starts was left by a cycle that died (a
-    killed worker, a restarted process): it fails first, with that reason, and the agent plans again
-    (agent_cycle). `kind`: the agent's kind as the caller read it (a tool agent's cycle then skips the
-    persona read, agent_cycle)."""
+    killed worker, a restarted process): it fails first, with that reason, and the agent plans again. `kind`:
+    the agent's kind as the caller read it: a tool agent's cycle then skips the persona read, and finds such
+    planning in the read of its open plans it makes anyway (agent_cycle, tool_open_plan)."""
     try:
         with published_together():  # the cycle's changes: one message to the open pages
+            if kind != Agent.Kind.TOOL:
+                plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
             return agent_cycle(agent_id=agent_id, runner=runner, kind=kind)
     except CONNECTION_ERRORS:
         connection_recover()
