@@ -133,10 +133,10 @@ def tool_open_plan(agent: Agent, *, runner: str | None = None) -> Plan | None:
     start of its cycle: a plan found "validating" was left by a cycle that died, and fails first
     (plan_interrupted_fail; the read saves a statement a tool cycle, round_100_agents)."""
     plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
-    if runner is not None and any(p.status == Plan.Status.VALIDATING for p in plans):
-        for p in plans:
-            if p.status == Plan.Status.VALIDATING:
-                plan_interrupted_fail(plan=p, runner=runner)
+    interrupted = [p for p in plans if p.status == Plan.Status.VALIDATING]
+    if runner is not None and interrupted:
+        for p in interrupted:
+            plan_interrupted_fail(plan=p, runner=runner)
         plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
     if not plans:
         return None
