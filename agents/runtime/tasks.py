@@ -11,11 +11,14 @@ Every other driven agent (tool agents) has one chain of `agents.cycle` jobs: eac
 the next one `cycle_interval` seconds later. Every cycle job carries the agent's lock (`agent:<id>`), so the engine never
 starts a cycle of an agent while another runs, on any worker; and its queueing lock (the same string), so an
 agent never has two cycles waiting. A chain breaks when a cycle's worker dies (the engine retries the job
-once the worker's heartbeats stop: `jobs_stalled_retry`) or when an agent is created or resumed; the
-`agents_schedule` sweep, every two seconds, starts a chain for each driven agent that has none.
+once the worker's heartbeats stop: `jobs_stalled_retry`). A tool agent created or resumed gets its chain when
+the write commits (`chain_start_on_save`); the `agents_schedule` sweep, every two seconds, starts a chain for
+each driven agent that still has none.
 
 Every cycle first fails the planning a dead cycle left "validating" (agents/runtime/cycles.py): thanks to
-the lock, no other cycle of this agent runs meanwhile.
+the lock, no other cycle of this agent runs meanwhile. A cycle job carries the agent's kind when its deferrer
+read it (its chain, its start): a tool agent's cycle then reads its row alone, and finds such planning in the
+read of its open plans (agents/cycle.py, tool_open_plan).
 """
 
 from __future__ import annotations
@@ -28,8 +31,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import transaction
 from django.db.models import F, Min, Q, QuerySet
 from django.db.models.functions import Mod
+from django.db.models.signals import post_save
 from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.jobs import Status
@@ -68,31 +73,33 @@ def runner_name(context: JobContext) -> str:
     return str(context.additional_context.get("runner") or context.worker_name or "a worker")
 
 
-def cycle_defer(agent_id: int, *, after: float = 0.0) -> bool:
-    """Defer the agent's next cycle `after` seconds from now; False when one is already waiting."""
+def cycle_defer(agent_id: int, *, after: float = 0.0, kind: str = "") -> bool:
+    """Defer the agent's next cycle `after` seconds from now; False when one is already waiting. `kind`: the
+    agent's kind when the caller has just read it (a tool agent's cycle then reads only its row, cycle_run)."""
     try:
         agent_cycle_job.configure(lock=agent_lock(agent_id), queueing_lock=agent_lock(agent_id),
                                   schedule_at=timezone.now() + timedelta(seconds=max(after, 0.0))
-                                  ).defer(agent_id=agent_id)
+                                  ).defer(agent_id=agent_id, **({"kind": kind} if kind else {}))
     except exceptions.AlreadyEnqueued:
         return False
     return True
 
 
 @blueprint.task(name="agents.cycle", queue=CYCLES_QUEUE, pass_context=True)
-def agent_cycle_job(context: JobContext, agent_id: int) -> str:
-    """One cycle of one agent, then the next one deferred after its interval (while it is driven)."""
+def agent_cycle_job(context: JobContext, agent_id: int, kind: str = "") -> str:
+    """One cycle of one agent, then the next one deferred after its interval (while it is driven). `kind`: the
+    agent's kind as the job's deferrer read it (none from the sweep and for a persona's own cycle)."""
     try:
-        return agent_cycle_run(context, agent_id)
+        return agent_cycle_run(context, agent_id, kind)
     finally:
         if context.job is not None and context.job.id is not None:
             with _returned_lock:
                 _returned[context.job.id] = time.monotonic()
 
 
-def agent_cycle_run(context: JobContext, agent_id: int) -> str:
+def agent_cycle_run(context: JobContext, agent_id: int, kind: str = "") -> str:
     try:
-        return cycle_run(agent_id, runner_name(context))
+        return cycle_run(agent_id, runner_name(context), kind)
     except Agent.DoesNotExist:
         return "agent deleted"  # its chain ends here: it is driven no more
     except CONNECTION_ERRORS as exc:  # not a cycle that happened: the next one comes all the same
@@ -214,9 +221,9 @@ def chain_next(agent_id: int) -> None:
     recovered and tried once more; failing again, it is logged and the sweep starts the chain again."""
     for attempt in (1, 2):
         try:
-            interval = agents_chained().filter(pk=agent_id).values_list("cycle_interval", flat=True).first()
-            if interval is not None:
-                cycle_defer(agent_id, after=interval)
+            row = agents_chained().filter(pk=agent_id).values_list("cycle_interval", "kind").first()
+            if row is not None:
+                cycle_defer(agent_id, after=row[0], kind=row[1])
             return
         except CHAIN_ERRORS as exc:
             connection_recover()
@@ -329,9 +336,33 @@ if settings.RETENTION_PRUNE_SECONDS > 0:
             connection_release()
 
 
+def chain_start_on_save(sender: type[Agent], instance: Agent, created: bool = False,
+                        update_fields: frozenset[str] | None = None, raw: bool = False, **kwargs: Any) -> None:
+    """A tool agent saved running (created, or resumed: `agent_set_status`, the admin, the API) has its chain
+    of cycles started once the write commits, so its first cycle need not wait for the next sweep (up to
+    RUNNER_SWEEP_SECONDS). Its queueing lock keeps it at one waiting cycle; should the defer fail, the sweep
+    starts the chain as before. Personas are driven by their shard's passes, external agents by no runner."""
+    if raw or (update_fields is not None and "status" not in update_fields):
+        return
+    if instance.status != Agent.Status.RUNNING or instance.kind in (Agent.Kind.PERSONA, Agent.Kind.EXTERNAL):
+        return
+    agent_id, kind = instance.pk, instance.kind
+    transaction.on_commit(lambda: chain_start(agent_id, kind), robust=True)
+
+
+def chain_start(agent_id: int, kind: str) -> None:
+    try:
+        cycle_defer(agent_id, kind=kind)
+    except CHAIN_ERRORS as exc:
+        logger.info("first cycle of agent %s not deferred (%s); the sweep starts its chain", agent_id,
+                    error_brief(exc))
+
+
 def on_app_ready(app: object) -> None:
-    """PROCRASTINATE_ON_APP_READY: the contrib app's App gets these tasks."""
+    """PROCRASTINATE_ON_APP_READY: the contrib app's App gets these tasks, and every process of the scale-out
+    stack (pages, API, admin, runners) starts the chain of a tool agent it saves running."""
     app.add_tasks_from(blueprint, namespace="runtime")  # type: ignore[attr-defined]
+    post_save.connect(chain_start_on_save, sender=Agent, dispatch_uid="runtime.chain_start_on_save")
     from notifications.tasks import on_app_ready as notifications_ready
 
     notifications_ready(app)

@@ -75,6 +75,51 @@ async def test_a_paused_agents_chain_ends_and_a_resumed_one_gets_a_new_chain() -
     assert await sync_to_async(agents_unscheduled)() == []
 
 
+async def test_a_tool_agent_created_or_resumed_has_its_first_cycle_waiting_at_once() -> None:
+    """No wait for the sweep (up to RUNNER_SWEEP_SECONDS): the write that makes a tool agent driven, from any
+    process, defers its first cycle when it commits. A persona waits for its shard's pass, a paused or external
+    agent for nothing, and an edit that leaves the status alone defers nothing."""
+    from django.contrib.auth.models import User
+
+    from planning.services import agent_set_status
+    from tests.factories import AgentFactory
+
+    def check() -> None:
+        tool = AgentFactory(kind="tool")
+        AgentFactory(kind="persona")
+        AgentFactory(kind="external")
+        paused = AgentFactory(kind="tool", status=Agent.Status.PAUSED)
+        assert cycle_jobs() == [(f"agent:{tool.pk}", "todo")]
+
+        paused.name = "renamed"
+        paused.save(update_fields=["name"])
+        assert cycle_jobs() == [(f"agent:{tool.pk}", "todo")]
+        operator = User.objects.create_user("resumer")
+        agent_set_status(agent=paused, user=operator, status=Agent.Status.RUNNING)
+        assert cycle_jobs() == sorted([(f"agent:{tool.pk}", "todo"), (f"agent:{paused.pk}", "todo")])
+        agent_set_status(agent=tool, user=operator, status=Agent.Status.PAUSED)
+        agent_set_status(agent=tool, user=operator, status=Agent.Status.RUNNING)  # still one waiting cycle
+        assert cycle_jobs() == sorted([(f"agent:{tool.pk}", "todo"), (f"agent:{paused.pk}", "todo")])
+
+    await sync_to_async(check)()
+
+
+async def test_an_agent_whose_first_cycle_could_not_be_deferred_is_still_created_and_the_sweep_starts_it() -> None:
+    """The defer runs after the commit: a database hiccup there loses nothing an operator did."""
+    from unittest import mock
+
+    from django.db import OperationalError
+
+    from agents.runtime import tasks
+    from tests.factories import AgentFactory
+
+    with mock.patch.object(tasks, "cycle_defer", side_effect=OperationalError("the server closed the connection")):
+        agent = await sync_to_async(AgentFactory)(kind="tool")
+    assert await sync_to_async(Agent.objects.filter(pk=agent.pk).exists)()
+    assert await sync_to_async(cycle_jobs)() == []
+    assert await sync_to_async(tasks.agents_unscheduled)() == [agent.pk]  # the sweep's next round starts it
+
+
 async def test_healthz_counts_the_engines_live_workers() -> None:
     from agents.runtime.worker import worker_run
 
@@ -106,8 +151,8 @@ async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() 
     from agents.runtime import tasks
     from tests.factories import AgentFactory
 
-    agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0)
-    assert await sync_to_async(tasks.cycle_defer)(agent.pk)
+    agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0)  # its first cycle deferred at once
+    assert await sync_to_async(cycle_jobs)() == [(f"agent:{agent.pk}", "todo")]
 
     def lost_end() -> int:
         with connection.cursor() as cursor:  # what the engine left: the job still "doing"
@@ -129,24 +174,29 @@ async def test_a_connection_cut_while_the_next_cycle_is_deferred_is_tried_again(
     from unittest import mock
 
     from django.db import OperationalError
+    from procrastinate.contrib.django.models import ProcrastinateJob
 
     from agents.runtime import tasks
     from tests.factories import AgentFactory
 
     agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=5)
+    await sync_to_async(ProcrastinateJob.objects.all().delete)()  # type: ignore[misc]  # its first cycle ran
     real = tasks.cycle_defer
     calls: list[int] = []
 
-    def cut_once(agent_id: int, *, after: float = 0.0) -> bool:
+    def cut_once(agent_id: int, *, after: float = 0.0, kind: str = "") -> bool:
         calls.append(agent_id)
         if len(calls) == 1:
             raise OperationalError("terminating connection due to administrator command")
-        return real(agent_id, after=after)
+        return real(agent_id, after=after, kind=kind)
 
     with mock.patch.object(tasks, "cycle_defer", cut_once):
         await sync_to_async(tasks.chain_next)(agent.pk)
     assert calls == [agent.pk, agent.pk]
     assert await sync_to_async(cycle_jobs)() == [(f"agent:{agent.pk}", "todo")]
+    # The job carries the kind the chain just read: the tool agent's cycle reads only its row, not a persona's.
+    job = await sync_to_async(ProcrastinateJob.objects.get)(lock=f"agent:{agent.pk}")  # type: ignore[misc]
+    assert job.args == {"agent_id": agent.pk, "kind": "tool"}
 
 
 def test_a_shards_next_pass_comes_the_gap_after_this_one_started_and_at_once_after_a_long_pass(settings: Any) -> None:

@@ -3,7 +3,8 @@ the product stores per agent-hour with retention on and off.
 
 round_100_agents: 100 tool agents each plan a goal with two sequential model calls (restatement, then
 the plan) of 300 ms each, against the local OpenAI-compatible test server (tests/llm_server.py) over
-real HTTP with the real `openai` client, driven by one runner with its default settings. The server runs in
+real HTTP with the real `openai` client, driven by one runner with its default settings: on PostgreSQL the
+engine's worker (what `runagents` runs there), on SQLite the embedded scheduler. The server runs in
 a process of its own, as a real model server does (in the runner's process its thread per request took
 about 1 ms of the runner's CPU per call, under the same GIL). The ideal is
 0.6 s (every agent's two calls overlapping all others'); the baseline is one agent alone, measured the
@@ -45,31 +46,82 @@ def tool_agents(n: int, prefix: str) -> list[int]:
 
     ids = []
     for i in range(n):
-        agent = Agent.objects.create(name=f"{prefix}-{i}", kind=Agent.Kind.TOOL, cycle_interval=0)
+        agent = Agent.objects.create(name=f"{prefix}-{i}", kind=Agent.Kind.TOOL)  # the default interval
         Goal.objects.create(agent=agent, description="List the workspace", source_needs=[])
         ids.append(agent.pk)
     return ids
 
 
+def planned(ids: list[int], *, release: bool = False) -> int:
+    """How many of these agents have a plan awaiting approval; `release`: the thread's connection given back
+    (a thread of the worker's executor, as its cycles do)."""
+    from agents.connections import connection_release
+    from planning.models import Plan
+
+    try:
+        return Plan.objects.filter(agent_id__in=ids, status=Plan.Status.AWAITING_APPROVAL).count()
+    finally:
+        if release:
+            connection_release()
+
+
+async def worker_round(ids: list[int], prefix: str) -> float:
+    """The scale-out stack's runner (the engine's worker, as `runagents` starts it) until every agent of `ids`
+    has planned: the seconds from its start until the last plan awaited approval (looked at every 20 ms)."""
+    from asgiref.sync import sync_to_async
+
+    from agents.runtime.worker import worker_run
+
+    stop = asyncio.Event()
+    started = time.perf_counter()
+    worker = asyncio.create_task(worker_run(runner_id=f"bench-{prefix}", stop=stop))
+    try:
+        while not worker.done():
+            if await sync_to_async(planned)(ids, release=True) >= len(ids):
+                return time.perf_counter() - started
+            await asyncio.sleep(0.02)
+        raise RuntimeError("the worker stopped before every agent planned")
+    finally:
+        stop.set()
+        await worker
+
+
+def jobs_drop(ids: list[int]) -> None:
+    """The agents' next cycles, deferred by the round's, are not the next round's work."""
+    from procrastinate.contrib.django import app
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    from agents.runtime.tasks import agent_lock
+
+    waiting = ProcrastinateJob.objects.filter(  # type: ignore[misc]  # the engine's read-only model
+        lock__in=[agent_lock(pk) for pk in ids], status="todo").values_list("id", flat=True)
+    for job_id in waiting:
+        app.job_manager.cancel_job_by_id(job_id, delete_job=True)
+
+
 def round_seconds(server: object, n: int, prefix: str) -> float:
-    """Time one runner (default settings) takes to have `n` fresh tool agents plan once."""
+    """Time one runner (default settings) takes to have `n` fresh tool agents plan once: on PostgreSQL the
+    engine's worker, which `runagents` runs there (each agent's first cycle deferred as it is created), on
+    SQLite the embedded scheduler (`--cycles 1`)."""
     from agents.models import Agent
     from agents.runtime.embedded import Scheduler
-    from planning.models import Plan
     from tests.llm_server import answer
 
     ids = tool_agents(n, prefix)
     server.script("bench-fast", *[answer(RESTATE, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
     server.script("bench-planner", *[answer(PLAN, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
-    runner = Scheduler(runner_id=f"bench-{prefix}", cycles=1, prune_seconds=0)
     started, cpu = time.perf_counter(), time.process_time()
-    asyncio.run(runner.run())
-    elapsed = time.perf_counter() - started
+    if settings.SCALE_OUT:
+        elapsed = asyncio.run(worker_round(ids, prefix))
+    else:
+        asyncio.run(Scheduler(runner_id=f"bench-{prefix}", cycles=1, prune_seconds=0).run())
+        elapsed = time.perf_counter() - started
     ROUND_CPU[prefix] = time.process_time() - cpu
-    planned = Plan.objects.filter(agent_id__in=ids, status=Plan.Status.AWAITING_APPROVAL).count()
-    if planned != n:
-        raise RuntimeError(f"only {planned} of {n} agents planned")
+    if (done := planned(ids)) != n:
+        raise RuntimeError(f"only {done} of {n} agents planned")
     Agent.objects.filter(pk__in=ids).update(status=Agent.Status.PAUSED)
+    if settings.SCALE_OUT:
+        jobs_drop(ids)
     return elapsed
 
 
@@ -119,6 +171,7 @@ def bench_round() -> list[dict]:
         note=f"{hundred / IDEAL_ROUND_SECONDS:.2f}x the ideal 0.6 s; {overlap} model calls at once at most; "
              f"CPU {cpu:.2f} s ({cpu * 1000 / 100:.1f} ms an agent); the openai client alone making the same calls: "
              f"{sdk_alone:.2f} s, {sdk_cpu:.1f} ms of CPU a call ({settings.LLM_HTTP_TRANSPORT}); "
+             f"runner: {'the engine worker' if settings.SCALE_OUT else 'the embedded scheduler'}, "
              f"RUNNER_CONCURRENCY={settings.RUNNER_CONCURRENCY}, DB {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}",
     )]
 
