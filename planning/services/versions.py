@@ -52,8 +52,10 @@ EDITABLE_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.ACTIVE)
 
 def plan_locked_validating(plan: Plan) -> Plan:
     """The plan row, locked (not its agent's or previous version's), with both; PlanNoLongerValidating when
-    someone else ended its planning meanwhile. Every write of a planning cycle starts here."""
-    locked = Plan.objects.select_for_update(of=("self",)).select_related("agent", "previous").get(pk=plan.pk)
+    someone else ended its planning meanwhile. Every write of a planning cycle starts here. A first version
+    has no previous one to join (round_100_agents: a fifth of this read's CPU)."""
+    related = ("agent", "previous") if plan.previous_id is not None else ("agent",)
+    locked = Plan.objects.select_for_update(of=("self",)).select_related(*related).get(pk=plan.pk)
     if locked.status != Plan.Status.VALIDATING:
         raise PlanNoLongerValidating(locked)
     return locked
