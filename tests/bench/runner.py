@@ -3,8 +3,10 @@ the product stores per agent-hour with retention on and off.
 
 round_100_agents: 100 tool agents each plan a goal with two sequential model calls (restatement, then
 the plan) of 300 ms each, against the local OpenAI-compatible test server (tests/llm_server.py) over
-real HTTP with the real `openai` client, driven by one runner with its default settings: on PostgreSQL the
-engine's worker (what `runagents` runs there), on SQLite the embedded scheduler. The server runs in
+real HTTP with the real `openai` client, driven by the runners with their default settings: on PostgreSQL two
+`runagents` processes (the engine's workers, as the scale figures run them; the agents are set running and
+their first cycles deferred, as resuming them does, when the clock starts), on SQLite the embedded scheduler
+in this process (`--cycles 1`). The server runs in
 a process of its own, as a real model server does (in the runner's process its thread per request took
 about 1 ms of the runner's CPU per call, under the same GIL). The ideal is
 0.6 s (every agent's two calls overlapping all others'); the baseline is one agent alone, measured the
@@ -21,13 +23,20 @@ what the product would keep forever, per agent-hour. The issue measured 1,800 + 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import F
 
 from tests.bench.common import figure
+from tests.bench.scale import ROOT, RUNNERS, cpu_seconds
 
 IDEAL_ROUND_SECONDS = 0.6  # two sequential model calls of 300 ms
 MODEL_DELAY = 0.3
@@ -37,53 +46,79 @@ PLAN = ('<json>{"goal": "List the workspace", "steps": [{"id": "1", "tool": "fil
 PERSONA_AGENTS = 10
 PERSONA_CYCLES = 24
 ROUND_CPU: dict[str, float] = {}  # CPU seconds of the runner's process during each round, by prefix
+ROUND_TIMEOUT_SECONDS = 120.0
+WARM_UP_ROUNDS = 6
 DEFAULT_CYCLE_SECONDS = 2.0  # Agent.cycle_interval's default: 1,800 cycles an agent-hour
 
 
-def tool_agents(n: int, prefix: str) -> list[int]:
+def tool_agents(n: int, prefix: str, *, status: str = "running") -> list[int]:
+    """`n` fresh tool agents with one goal each (an agent and its goal in one transaction: on the scale-out
+    stack its first cycle is deferred when they commit, and finds its goal)."""
+    from django.db import transaction
+
     from agents.models import Agent
     from goals.models import Goal
 
     ids = []
     for i in range(n):
-        agent = Agent.objects.create(name=f"{prefix}-{i}", kind=Agent.Kind.TOOL)  # the default interval
-        Goal.objects.create(agent=agent, description="List the workspace", source_needs=[])
+        with transaction.atomic():
+            agent = Agent.objects.create(name=f"{prefix}-{i}", kind=Agent.Kind.TOOL, status=status)  # default interval
+            Goal.objects.create(agent=agent, description="List the workspace", source_needs=[])
         ids.append(agent.pk)
     return ids
 
 
-def planned(ids: list[int], *, release: bool = False) -> int:
-    """How many of these agents have a plan awaiting approval; `release`: the thread's connection given back
-    (a thread of the worker's executor, as its cycles do)."""
-    from agents.connections import connection_release
+def planned(ids: list[int]) -> int:
+    """How many of these agents have a plan awaiting approval."""
     from planning.models import Plan
 
+    return Plan.objects.filter(agent_id__in=ids, status=Plan.Status.AWAITING_APPROVAL).count()
+
+
+@contextlib.contextmanager
+def runner_processes(server: object) -> Iterator[list[subprocess.Popen[str]]]:
+    """RUNNERS `manage.py runagents` processes (the engine's workers) on this database, asking the model
+    server; stopped with SIGTERM (their graceful stop) at the end."""
+    env = dict(os.environ, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="bench",  # type: ignore[attr-defined]
+               PLANNER_MODELS="bench-planner", FAST_MODELS="bench-fast", LOG_LEVEL="WARNING")
+    runners = [subprocess.Popen([sys.executable, "manage.py", "runagents", "--runner-id", f"bench-round-{i}"], env=env,
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                start_new_session=True) for i in range(RUNNERS)]
     try:
-        return Plan.objects.filter(agent_id__in=ids, status=Plan.Status.AWAITING_APPROVAL).count()
+        for runner in runners:
+            if "started" not in (runner.stdout.readline() if runner.stdout else ""):
+                raise RuntimeError("a runner did not start")
+        yield runners
     finally:
-        if release:
-            connection_release()
+        for runner in runners:
+            with contextlib.suppress(ProcessLookupError):
+                runner.send_signal(signal.SIGTERM)
+        for runner in runners:
+            try:
+                runner.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(runner.pid, signal.SIGKILL)
 
 
-async def worker_round(ids: list[int], prefix: str) -> float:
-    """The scale-out stack's runner (the engine's worker, as `runagents` starts it) until every agent of `ids`
-    has planned: the seconds from its start until the last plan awaited approval (looked at every 20 ms)."""
-    from asgiref.sync import sync_to_async
+def runners_round(runners: list[subprocess.Popen[str]], ids: list[int], prefix: str) -> float:
+    """The agents `ids` (created paused, with their goals) set running and their first cycles deferred, as
+    resuming them does (agents/runtime/tasks.py chain_start_on_save); the seconds until the last one's plan awaits
+    approval (looked at every 20 ms), and the runners' CPU meanwhile (ROUND_CPU)."""
+    from agents.models import Agent
+    from agents.runtime.tasks import cycle_defer
 
-    from agents.runtime.worker import worker_run
-
-    stop = asyncio.Event()
+    cpu = sum(cpu_seconds(r.pid) for r in runners)
     started = time.perf_counter()
-    worker = asyncio.create_task(worker_run(runner_id=f"bench-{prefix}", stop=stop))
-    try:
-        while not worker.done():
-            if await sync_to_async(planned)(ids, release=True) >= len(ids):
-                return time.perf_counter() - started
-            await asyncio.sleep(0.02)
-        raise RuntimeError("the worker stopped before every agent planned")
-    finally:
-        stop.set()
-        await worker
+    Agent.objects.filter(pk__in=ids).update(status=Agent.Status.RUNNING)
+    for pk in ids:
+        cycle_defer(pk, kind=Agent.Kind.TOOL)
+    while planned(ids) < len(ids):
+        if time.perf_counter() - started > ROUND_TIMEOUT_SECONDS or any(r.poll() is not None for r in runners):
+            raise RuntimeError(f"only {planned(ids)} of {len(ids)} agents planned")
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    ROUND_CPU[prefix] = sum(cpu_seconds(r.pid) for r in runners) - cpu
+    return elapsed
 
 
 def jobs_drop(ids: list[int]) -> None:
@@ -99,28 +134,29 @@ def jobs_drop(ids: list[int]) -> None:
         app.job_manager.cancel_job_by_id(job_id, delete_job=True)
 
 
-def round_seconds(server: object, n: int, prefix: str) -> float:
-    """Time one runner (default settings) takes to have `n` fresh tool agents plan once: on PostgreSQL the
-    engine's worker, which `runagents` runs there (each agent's first cycle deferred as it is created), on
-    SQLite the embedded scheduler (`--cycles 1`)."""
+def round_seconds(server: object, n: int, prefix: str, runners: list[subprocess.Popen[str]] | None = None) -> float:
+    """Time the runners take to have `n` fresh tool agents plan once: on PostgreSQL `runners` (RUNNERS
+    `runagents` processes, as the scale figures run them), on SQLite the embedded scheduler in this process
+    (`--cycles 1`: the embedded stack is one process)."""
     from agents.models import Agent
     from agents.runtime.embedded import Scheduler
     from tests.llm_server import answer
 
-    ids = tool_agents(n, prefix)
     server.script("bench-fast", *[answer(RESTATE, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
     server.script("bench-planner", *[answer(PLAN, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
-    started, cpu = time.perf_counter(), time.process_time()
-    if settings.SCALE_OUT:
-        elapsed = asyncio.run(worker_round(ids, prefix))
+    if runners is not None:
+        ids = tool_agents(n, prefix, status=Agent.Status.PAUSED)
+        elapsed = runners_round(runners, ids, prefix)
     else:
+        ids = tool_agents(n, prefix)
+        started, cpu = time.perf_counter(), time.process_time()
         asyncio.run(Scheduler(runner_id=f"bench-{prefix}", cycles=1, prune_seconds=0).run())
         elapsed = time.perf_counter() - started
-    ROUND_CPU[prefix] = time.process_time() - cpu
+        ROUND_CPU[prefix] = time.process_time() - cpu
     if (done := planned(ids)) != n:
         raise RuntimeError(f"only {done} of {n} agents planned")
     Agent.objects.filter(pk__in=ids).update(status=Agent.Status.PAUSED)
-    if settings.SCALE_OUT:
+    if runners is not None:
         jobs_drop(ids)
     return elapsed
 
@@ -149,18 +185,36 @@ def sdk_round_seconds(server: object, n: int, prefix: str) -> tuple[float, float
     return time.perf_counter() - started, (time.process_time() - cpu) * 1000 / (2 * n)
 
 
+def warm_up(server: object, runners: list[subprocess.Popen[str]] | None) -> None:
+    """Imports, the first clients and connections: not the runners' pace. Rounds of a few agents until every
+    runner has planned one (which runner takes a job is the engine's choice; an agent's plan names it)."""
+    from planning.models import PlanEvent
+
+    for attempt in range(WARM_UP_ROUNDS):
+        prefix = f"warm-up-{attempt}"
+        round_seconds(server, 2 * RUNNERS if runners else 1, prefix, runners)
+        if not runners:
+            return
+        labels = set(PlanEvent.objects.filter(agent__name__startswith=f"{prefix}-", kind=PlanEvent.Kind.CREATED)
+                     .values_list("actor_label", flat=True))
+        if len(labels) >= len(runners):
+            return
+    print(f"  round: not every runner planned in {WARM_UP_ROUNDS} warm-up rounds", flush=True)
+
+
 def bench_round() -> list[dict]:
     from tests.llm_server import LLMServerProcess
 
     saved = settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY, settings.LLM_MODELS
-    with LLMServerProcess() as server:
+    with LLMServerProcess() as server, (runner_processes(server) if settings.SCALE_OUT
+                                         else contextlib.nullcontext()) as runners:
         settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY = server.base_url, "bench"
         settings.LLM_MODELS = {"planner": ["bench-planner"], "fast": ["bench-fast"]}
         try:
-            round_seconds(server, 1, "warm-up")  # imports, the first client and connections: not the runner's pace
-            alone = round_seconds(server, 1, "alone")
-            hundred = round_seconds(server, 100, "hundred")
-            cpu = ROUND_CPU["hundred"]  # the runner's process during the round (the model server has its own)
+            warm_up(server, runners)
+            alone = round_seconds(server, 1, "alone", runners)
+            hundred = round_seconds(server, 100, "hundred", runners)
+            cpu = ROUND_CPU["hundred"]  # the runners' processes during the round (the model server has its own)
             overlap = server.max_in_flight
             sdk_alone, sdk_cpu = sdk_round_seconds(server, 100, "alone")
         finally:
@@ -171,7 +225,7 @@ def bench_round() -> list[dict]:
         note=f"{hundred / IDEAL_ROUND_SECONDS:.2f}x the ideal 0.6 s; {overlap} model calls at once at most; "
              f"CPU {cpu:.2f} s ({cpu * 1000 / 100:.1f} ms an agent); the openai client alone making the same calls: "
              f"{sdk_alone:.2f} s, {sdk_cpu:.1f} ms of CPU a call ({settings.LLM_HTTP_TRANSPORT}); "
-             f"runner: {'the engine worker' if settings.SCALE_OUT else 'the embedded scheduler'}, "
+             f"runners: {f'{RUNNERS} runagents processes' if settings.SCALE_OUT else 'the embedded scheduler'}, "
              f"RUNNER_CONCURRENCY={settings.RUNNER_CONCURRENCY}, DB {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}",
     )]
 
