@@ -338,12 +338,13 @@ if settings.RETENTION_PRUNE_SECONDS > 0:
 
 def chain_start_on_save(sender: type[Agent], instance: Agent, created: bool = False,
                         update_fields: frozenset[str] | None = None, raw: bool = False, **kwargs: Any) -> None:
-    """A tool agent saved running (created, or resumed: `agent_set_status`, the admin, the API) has its chain
-    of cycles started once the write commits, so its first cycle need not wait for the next sweep (up to
-    RUNNER_SWEEP_SECONDS). Its queueing lock keeps it at one waiting cycle; should the defer fail, the sweep
-    starts the chain as before. Personas are driven by their shard's passes, external agents by no runner."""
-    if raw or (update_fields is not None and "status" not in update_fields):
-        return
+    """A tool agent created running, or saved with its status running (resumed: `agent_set_status`, the
+    admin's edits, which save the fields changed), has its chain of cycles started once the write commits, so
+    its first cycle need not wait for the next sweep (up to RUNNER_SWEEP_SECONDS). Its queueing lock keeps it
+    at one waiting cycle; should the defer fail, the sweep starts the chain as before. Personas are driven by
+    their shard's passes, external agents by no runner."""
+    if raw or not (created or (update_fields is not None and "status" in update_fields)):
+        return  # a save that did not create the agent nor set its status (the sweep starts any chain it needs)
     if instance.status != Agent.Status.RUNNING or instance.kind in (Agent.Kind.PERSONA, Agent.Kind.EXTERNAL):
         return
     agent_id, kind = instance.pk, instance.kind

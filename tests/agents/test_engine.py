@@ -80,6 +80,7 @@ async def test_a_tool_agent_created_or_resumed_has_its_first_cycle_waiting_at_on
     process, defers its first cycle when it commits. A persona waits for its shard's pass, a paused or external
     agent for nothing, and an edit that leaves the status alone defers nothing."""
     from django.contrib.auth.models import User
+    from procrastinate.contrib.django.models import ProcrastinateJob
 
     from planning.services import agent_set_status
     from tests.factories import AgentFactory
@@ -100,6 +101,13 @@ async def test_a_tool_agent_created_or_resumed_has_its_first_cycle_waiting_at_on
         agent_set_status(agent=tool, user=operator, status=Agent.Status.PAUSED)
         agent_set_status(agent=tool, user=operator, status=Agent.Status.RUNNING)  # still one waiting cycle
         assert cycle_jobs() == sorted([(f"agent:{tool.pk}", "todo"), (f"agent:{paused.pk}", "todo")])
+
+        # A whole-row save that neither creates the agent nor sets its status starts nothing (were its job under
+        # way, a second one would bring its next cycle forward).
+        ProcrastinateJob.objects.all().delete()  # type: ignore[misc]
+        tool.refresh_from_db()
+        tool.save()
+        assert cycle_jobs() == []
 
     await sync_to_async(check)()
 
