@@ -333,6 +333,27 @@ def test_a_provider_registered_in_settings_answers_its_models_and_is_logged_by_n
 
 
 @pytest.mark.django_db
+def test_a_starting_runner_imports_the_providers_its_chains_name_and_no_other(settings: Settings) -> None:
+    """`runagents` and `serve` import the providers of the configured chains before their first cycle, so the
+    first model call does not pay the SDK's import; a provider no chain names is left alone (its module does not
+    even exist here: importing it would fail)."""
+    import sys
+
+    from agents.llm.gateway import imported, providers_import
+
+    sys.modules.pop("tests.agents.lazy_provider", None)
+    imported.cache_clear()
+    settings.LLM_PROVIDERS = {**settings.LLM_PROVIDERS,
+                              "lazy": {"answer": "tests.agents.lazy_provider.answer", "models": ["lazy-1"]},
+                              "unused": {"answer": "tests.agents.no_such_provider.answer", "models": ["never-named"]}}
+    settings.LLM_MODELS = {"planner": ["lazy-1"], "fast": [OFFLINE_MODEL]}
+
+    assert providers_import() == ["lazy", "offline"]
+    assert "tests.agents.lazy_provider" in sys.modules
+    assert llm_complete(purpose="plan", messages=MESSAGES).text == "plan by lazy-1"
+
+
+@pytest.mark.django_db
 def test_a_model_no_provider_serves_is_a_logged_error_and_the_chain_moves_on(settings: Settings) -> None:
     settings.LLM_PROVIDERS = {"offline": settings.LLM_PROVIDERS["offline"]}  # no "*" provider
 

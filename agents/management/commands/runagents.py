@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from agents.llm.gateway import providers_import
 from agents.runtime.cycles import runner_id_new
 from agents.runtime.heap import YOUNG_THRESHOLD, heap_freeze
 
@@ -68,6 +69,7 @@ class Command(BaseCommand):
             loop.add_signal_handler(sig, on_signal)
         self.stdout.write(f"{runner_id} started")
         self.stdout.flush()
+        providers_import()  # the first cycle's model call does not pay the SDK's import
         if settings.SCALE_OUT:
             from agents.runtime.worker import worker_run
 

@@ -21,6 +21,7 @@ import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agents.llm.gateway import providers_import
 from agents.runtime.heap import heap_freeze
 
 logger = logging.getLogger("planner.serve")
@@ -94,6 +95,7 @@ def worker_serve(*, sock: socket.socket, host: str, port: int, with_runner: bool
 
     django.setup()
     server = PlannerServer(server_config(host, port), with_runner, supervisor=supervisor)
+    providers_import()  # planning (the runner's, an external agent's request) does not pay the SDK's import
     heap_freeze()
     with contextlib.suppress(KeyboardInterrupt):
         server.run(sockets=[sock])
@@ -167,6 +169,7 @@ class Command(BaseCommand):
                        workers=workers).run()
         else:
             server = PlannerServer(server_config(host, port), with_runner)
+            providers_import()  # planning (the runner's, an external agent's request) does not pay the SDK's import
             heap_freeze()
             with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the runner was already stopped cleanly
                 server.run()
