@@ -34,8 +34,9 @@ def agents_driven() -> QuerySet[Agent]:
     return Agent.objects.filter(DRIVEN)
 
 
-def cycle_run(agent_id: int, runner: str, kind: str = "") -> str:
-    """Run one cycle of an agent and give the thread's connection back. Both runtimes run one cycle of an
+def cycle_run(agent_id: int, runner: str, kind: str = "", *, release: bool = True) -> str:
+    """Run one cycle of an agent and give the thread's connection back (`release`; a caller with more to do
+    on it gives it back itself). Both runtimes run one cycle of an
     agent at a time, so planning found "validating" when a cycle starts was left by a cycle that died (a
     killed worker, a restarted process): it fails first, with that reason, and the agent plans again. `kind`:
     the agent's kind as the caller read it: a tool agent's cycle then skips the persona read, and finds such
@@ -49,7 +50,8 @@ def cycle_run(agent_id: int, runner: str, kind: str = "") -> str:
         connection_recover()
         raise
     finally:
-        connection_release()
+        if release:
+            connection_release()
 
 
 def personas_run(agent_ids: list[int], runner: str) -> tuple[dict[int, str], list[int]]:

@@ -98,8 +98,10 @@ def agent_cycle_job(context: JobContext, agent_id: int, kind: str = "") -> str:
 
 
 def agent_cycle_run(context: JobContext, agent_id: int, kind: str = "") -> str:
+    """The cycle, then its successor deferred on the same connection (one pool checkout, and its check, fewer a
+    cycle; a connection the cycle found cut was dropped, and the next is checked out afresh), then given back."""
     try:
-        return cycle_run(agent_id, runner_name(context), kind)
+        return cycle_run(agent_id, runner_name(context), kind, release=False)
     except Agent.DoesNotExist:
         return "agent deleted"  # its chain ends here: it is driven no more
     except CONNECTION_ERRORS as exc:  # not a cycle that happened: the next one comes all the same
@@ -216,9 +218,9 @@ CHAIN_ERRORS: tuple[type[Exception], ...] = (*CONNECTION_ERRORS, exceptions.Conn
 
 def chain_next(agent_id: int) -> None:
     """Defer the agent's next cycle after its interval, while it is driven by a chain (a persona's own cycle
-    is one cycle: passes drive it again). A connection cut just now (the
-    cycle's connection was given back; this one is checked out afresh, but can be cut after its check) is
-    recovered and tried once more; failing again, it is logged and the sweep starts the chain again."""
+    is one cycle: passes drive it again). A connection cut just now (after the cycle's last statement, or
+    after the pool's check of a connection checked out afresh) is recovered and tried once more; failing
+    again, it is logged and the sweep starts the chain again."""
     for attempt in (1, 2):
         try:
             row = agents_chained().filter(pk=agent_id).values_list("cycle_interval", "kind").first()

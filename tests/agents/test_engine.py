@@ -128,6 +128,28 @@ async def test_an_agent_whose_first_cycle_could_not_be_deferred_is_still_created
     assert await sync_to_async(tasks.agents_unscheduled)() == [agent.pk]  # the sweep's next round starts it
 
 
+def test_a_cycle_job_and_its_successors_defer_check_out_one_connection() -> None:
+    """A cycle job's cycle and the defer of its successor share one connection from the pool: one checkout, so
+    one of the pool's checks (a round trip each), not one for the cycle and another for the chain."""
+    from unittest import mock
+
+    from psycopg_pool import ConnectionPool
+
+    from agents.connections import connection_release
+    from agents.runtime import tasks
+    from tests.factories import AgentFactory
+
+    agent = AgentFactory(kind="tool", cycle_interval=5)  # no goal: an idle cycle
+    connection_release()
+    context = mock.Mock(additional_context={"runner": "test-runner"}, worker_name="w")
+    with mock.patch.object(ConnectionPool, "check_connection", autospec=True) as check:
+        assert tasks.agent_cycle_run(context, agent.pk, "tool") == "idle: no goal"
+    assert check.call_count == 1
+    agent.refresh_from_db()
+    assert agent.cycle_count == 1
+    assert cycle_jobs() == [(f"agent:{agent.pk}", "todo")]  # its next cycle waits
+
+
 async def test_healthz_counts_the_engines_live_workers() -> None:
     from agents.runtime.worker import worker_run
 
