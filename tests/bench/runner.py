@@ -52,18 +52,15 @@ DEFAULT_CYCLE_SECONDS = 2.0  # Agent.cycle_interval's default: 1,800 cycles an a
 
 
 def tool_agents(n: int, prefix: str, *, status: str = "running") -> list[int]:
-    """`n` fresh tool agents with one goal each (an agent and its goal in one transaction: on the scale-out
-    stack its first cycle is deferred when they commit, and finds its goal)."""
-    from django.db import transaction
-
+    """`n` fresh tool agents with one goal each (the runners' rounds create them paused: runners_round sets them
+    running when its clock starts)."""
     from agents.models import Agent
     from goals.models import Goal
 
     ids = []
     for i in range(n):
-        with transaction.atomic():
-            agent = Agent.objects.create(name=f"{prefix}-{i}", kind=Agent.Kind.TOOL, status=status)  # default interval
-            Goal.objects.create(agent=agent, description="List the workspace", source_needs=[])
+        agent = Agent.objects.create(name=f"{prefix}-{i}", kind=Agent.Kind.TOOL, status=status)  # default interval
+        Goal.objects.create(agent=agent, description="List the workspace", source_needs=[])
         ids.append(agent.pk)
     return ids
 
