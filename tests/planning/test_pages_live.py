@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from django.urls import reverse
+from django.urls import reverse, set_script_prefix
 from django.utils.html import escape
 
 from agents.models import Agent
@@ -33,6 +33,32 @@ def test_dashboard_pages_of_fifty_with_links(viewer_client: Client) -> None:
     assert agent_names(second) == [f"agent-{i:03d}" for i in range(DASHBOARD_PAGE_SIZE, DASHBOARD_PAGE_SIZE + 7)]
     assert 'data-live="/ws/dashboard/?page=2"' in second  # the socket resyncs this page, not the first
     assert "57 agents" in second
+
+
+@pytest.mark.parametrize("script_name", ["", "/planner"])
+def test_dashboard_rows_link_each_agent_and_plan_under_the_sites_prefix(viewer_client: Client, script_name: str) -> None:
+    """The rows' links are the models' own URLs (the routes are reversed once, then reused), each row its own
+    agent and plan, under the prefix the site is served at (SCRIPT_NAME, a proxy's sub-path)."""
+    agents = [AgentFactory(name=f"linked-{i}") for i in range(3)]
+    plans = [PlanFactory(agent=a, status=Plan.Status.ACTIVE) for a in agents[:2]]
+    set_script_prefix(f"{script_name}/")  # what the server's handler does for a request under that prefix
+    try:
+        html = viewer_client.get("/").content.decode()
+        second = viewer_client.get("/").content.decode()  # the routes reused
+    finally:
+        set_script_prefix("/")
+    def rows(page: str) -> str:
+        return page[page.index('<tbody id="agent-rows"'):page.index("</tbody>")]
+
+    assert rows(second) == rows(html)
+    for agent in agents:
+        row = html[html.index(f'<tr id="agent-row-{agent.pk}"'):]
+        row = row[:row.index("</tr>")]
+        assert f'<a href="{script_name}/agents/{agent.pk}/">{agent.name}</a>' in row
+    for plan in plans:
+        row = html[html.index(f'<tr id="agent-row-{plan.agent_id}"'):]
+        assert f'<a href="{script_name}/plans/{plan.pk}/">' in row[:row.index("</tr>")]
+    assert html.count(f'href="{script_name}/plans/') == len(plans)
 
 
 @pytest.mark.parametrize("page", ["0", "-3", "abc", "99999999999999999999", "2.5"])
