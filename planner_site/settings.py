@@ -304,8 +304,13 @@ RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "100"))
 RUNNER_HEARTBEAT_SECONDS = float(os.environ.get("RUNNER_HEARTBEAT_SECONDS", "2"))
 RUNNER_STALLED_SECONDS = float(os.environ.get("RUNNER_STALLED_SECONDS", "10"))
 RUNNER_SWEEP_SECONDS = int(os.environ.get("RUNNER_SWEEP_SECONDS", "2"))
-# Scale-out: persona agents are driven in passes, one chain of passes per shard (agents/runtime/tasks.py).
+# Scale-out: persona agents are driven in passes, one chain of passes per shard (agents/runtime/tasks.py): a shard
+# per RUNNER_SHARD_CYCLES_PER_SECOND of the running personas' cycles (125: 250 personas at the default 2 s), at most
+# RUNNER_PERSONA_SHARDS (4: the most runners that share the personas' passes).
 RUNNER_PERSONA_SHARDS = int(os.environ.get("RUNNER_PERSONA_SHARDS", "4"))
+RUNNER_SHARD_CYCLES_PER_SECOND = float(os.environ.get("RUNNER_SHARD_CYCLES_PER_SECOND", "125"))
+if RUNNER_PERSONA_SHARDS < 1 or RUNNER_SHARD_CYCLES_PER_SECOND <= 0:
+    raise ImproperlyConfigured("RUNNER_PERSONA_SHARDS must be at least 1 and RUNNER_SHARD_CYCLES_PER_SECOND above 0")
 # The least time between the starts of two passes of a shard: a persona due meanwhile waits for the next pass, at
 # most this late (its next cycle keeps its pace), and a pass as long as the gap is followed at once. A longer gap
 # makes fewer, larger passes, each costing its job and its fixed statements (~60, ~0.3 ms of ORM CPU each): 0.5 s

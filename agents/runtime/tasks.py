@@ -1,10 +1,13 @@
 """Agent cycles as Procrastinate jobs (the scale-out runtime; PostgreSQL).
 
-Persona agents are driven in passes: the driven personas are split into RUNNER_PERSONA_SHARDS shards (by id),
-and each shard has one chain of `agents.personas` jobs. A pass runs one cycle of each of the shard's due
-personas at once (agents/cycle.py, persona_cycles: one read, one transaction), then defers the shard's next
-pass to when its next persona falls due. Its lock (`personas:<shard>/<shards>`) keeps one pass of a shard
-under way at a time. A persona whose cycle needs more than the common path (a model call, a plan to make)
+Persona agents are driven in passes: the driven personas are split into shards (by id), as many as their cycles
+need (one per RUNNER_SHARD_CYCLES_PER_SECOND of them, at most RUNNER_PERSONA_SHARDS, none without personas:
+shards_wanted), and each shard has one chain of `agents.personas` jobs. A pass runs one cycle of each of the
+shard's due personas at once (agents/cycle.py, persona_cycles: one read, one transaction), then defers the
+shard's next pass to when its next persona falls due. Its lock (`personas:<shard>/<shards>`) keeps one pass of a
+shard under way at a time. When the fleet wants another number of shards, the old chains end at their next pass
+and the sweep starts the new ones once none of the old is waiting or under way: two passes never take the same
+persona. A persona whose cycle needs more than the common path (a model call, a plan to make)
 gets a cycle job of its own, below; passes leave it alone while that job waits or runs.
 
 Every other driven agent (tool agents) has one chain of `agents.cycle` jobs: each cycle, when it ends, defers
@@ -24,6 +27,7 @@ read of its open plans (agents/cycle.py, tool_open_plan).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from datetime import timedelta
@@ -32,8 +36,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Min, Q, QuerySet
-from django.db.models.functions import Mod
+from django.db.models import F, FloatField, Min, Q, QuerySet, Sum, Value
+from django.db.models.functions import Greatest, Mod
 from django.db.models.signals import post_save
 from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
@@ -126,6 +130,20 @@ def shard_personas(shard: int, shards: int) -> QuerySet[Agent]:
     return agents_driven().filter(kind=Agent.Kind.PERSONA).annotate(shard=Mod(F("pk"), shards)).filter(shard=shard)
 
 
+def shards_wanted() -> int:
+    """How many shards the driven personas make: one per RUNNER_SHARD_CYCLES_PER_SECOND of their cycles (a persona
+    cycles at most once a pass: 1 / max(its interval, RUNNER_PASS_GAP_SECONDS) a second), at most
+    RUNNER_PERSONA_SHARDS; none without personas. Each shard's passes cost their job and their fixed statements
+    whatever their size: four shards of 50 personas each cost ~0.7 ms of CPU a cycle more than one of 200
+    (`make bench`, scale_200_cpu_per_cycle), while 1,000 personas need the four to spread over both runners."""
+    gap = max(settings.RUNNER_PASS_GAP_SECONDS, 0.001)
+    rate = agents_driven().filter(kind=Agent.Kind.PERSONA).aggregate(rate=Sum(
+        Value(1.0) / Greatest(F("cycle_interval"), Value(gap)), output_field=FloatField()))["rate"]
+    if not rate:
+        return 0
+    return max(1, min(settings.RUNNER_PERSONA_SHARDS, math.ceil(rate / settings.RUNNER_SHARD_CYCLES_PER_SECOND)))
+
+
 def pass_lock(shard: int, shards: int) -> str:
     return f"{PASS_PREFIX}{shard}/{shards}"
 
@@ -168,8 +186,11 @@ def personas_pass(shard: int, shards: int, runner: str) -> tuple[int, int, bool]
 @blueprint.task(name="agents.personas", queue=CYCLES_QUEUE, pass_context=True)
 def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
     """A pass of one shard of personas, then the shard's next pass deferred to when its next persona is due."""
-    backlog, started = False, time.monotonic()
+    backlog, started, chained = False, time.monotonic(), True
     try:
+        if (wanted := shards_wanted()) != shards:  # the fleet grew or shrank: the sweep starts the new shards
+            chained = False
+            return f"the personas now make {wanted} shards: this chain ends"
         done, alone, backlog = personas_pass(shard, shards, runner_name(context))
         return f"{done} cycles, {alone} on their own"
     except CONNECTION_ERRORS as exc:  # not cycles that happened: the next pass tries again
@@ -180,7 +201,8 @@ def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
         return "failed"
     finally:
         try:
-            pass_next(shard, shards, backlog=backlog, elapsed=time.monotonic() - started)
+            if chained:
+                pass_next(shard, shards, backlog=backlog, elapsed=time.monotonic() - started)
         finally:
             connection_release()
             if context.job is not None and context.job.id is not None:
@@ -192,9 +214,7 @@ def pass_next(shard: int, shards: int, *, backlog: bool, elapsed: float = 0.0) -
     """Defer the shard's next pass to when its next persona falls due (within a sweep), and no sooner than
     RUNNER_PASS_GAP_SECONDS after this pass started (`elapsed` ago): a pass as long as the gap is followed at
     once, so a shard's passes never fall further apart than their own length. With a backlog, at the gap.
-    A shard of another number of shards (the setting changed) ends here: the sweep starts the new."""
-    if shards != settings.RUNNER_PERSONA_SHARDS:
-        return
+    (Should the fleet want another number of shards meanwhile, that next pass ends the chain.)"""
     gap = max(settings.RUNNER_PASS_GAP_SECONDS - elapsed, 0.0)
     for attempt in (1, 2):
         try:
@@ -281,11 +301,15 @@ def agents_unscheduled() -> list[int]:
     return [pk for pk in due.values_list("pk", flat=True) if pk not in held]
 
 
-def shards_unscheduled() -> list[int]:
-    """The persona shards with no pass waiting or under way."""
-    shards = settings.RUNNER_PERSONA_SHARDS
+def shards_unscheduled() -> tuple[int, list[int]]:
+    """How many shards the personas make now (shards_wanted), and those of them with no pass waiting or under
+    way; none while a pass of another number of shards waits or runs (that chain ends at its next pass), so
+    that no persona is in two passes at once."""
+    shards = shards_wanted()
     held = set(jobs_locked(PASS_PREFIX, "todo", "doing"))
-    return [shard for shard in range(shards) if pass_lock(shard, shards) not in held]
+    if any(lock.rpartition("/")[2] != str(shards) for lock in held):
+        return shards, []
+    return shards, [shard for shard in range(shards) if pass_lock(shard, shards) not in held]
 
 
 @blueprint.periodic(cron=f"* * * * * */{settings.RUNNER_SWEEP_SECONDS}")
@@ -296,7 +320,8 @@ def agents_schedule(context: JobContext, timestamp: int) -> int:
     persona's whose own cycle died)."""
     try:
         started = sum(cycle_defer(pk) for pk in agents_unscheduled())
-        started += sum(pass_defer(shard, settings.RUNNER_PERSONA_SHARDS) for shard in shards_unscheduled())
+        shards, unscheduled = shards_unscheduled()
+        started += sum(pass_defer(shard, shards) for shard in unscheduled)
         plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing"))
         return started
     finally:

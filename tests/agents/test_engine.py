@@ -52,8 +52,8 @@ async def test_each_agent_runs_its_cycles_once_each_with_one_chain() -> None:
         # One next pass waiting per shard of personas and one next cycle for the tool agent (the queueing
         # locks), none left "doing" by a clean stop; a persona has a cycle job of its own only while its
         # cycle needs one (a plan to make), never a chain.
-        shards = settings.RUNNER_PERSONA_SHARDS
-        assert cycle_jobs("personas:") == sorted((f"personas:{k}/{shards}", "todo") for k in range(shards))
+        # Five personas make one shard (shards_wanted: far below RUNNER_SHARD_CYCLES_PER_SECOND).
+        assert cycle_jobs("personas:") == [("personas:0/1", "todo")]
         assert cycle_jobs() == [(f"agent:{tool.pk}", "todo")]
 
     await sync_to_async(check)()
@@ -258,6 +258,53 @@ def test_a_shards_next_pass_comes_the_gap_after_this_one_started_and_at_once_aft
     assert 0.65 <= next_pass_in(0.3) <= 0.75 + 0.5  # the rest of the gap (the slack: this test's own statements)
     assert next_pass_in(1.4) <= 0.2  # the pass took longer than the gap: the next one at once
     assert 0.95 <= next_pass_in(0.0) <= 1.5
+
+
+def test_the_personas_make_as_many_shards_as_their_cycles_need(settings: Any) -> None:
+    """One shard per RUNNER_SHARD_CYCLES_PER_SECOND of the running personas' cycles (a persona cycles at most once
+    a pass), at most RUNNER_PERSONA_SHARDS, none without personas: a small fleet's passes are not split four
+    ways (each pass costs its job and its fixed statements), and the sweep starts a chain for each shard."""
+    from agents.runtime.tasks import shards_unscheduled, shards_wanted
+    from tests.factories import AgentFactory
+    from tests.runners import personas
+
+    settings.RUNNER_SHARD_CYCLES_PER_SECOND, settings.RUNNER_PERSONA_SHARDS = 1.0, 4
+    settings.RUNNER_PASS_GAP_SECONDS = 1.0
+    AgentFactory(kind="tool", cycle_interval=0.1)  # not a persona: no shard
+    paused = personas(3, cycle_interval=1.0)
+    Agent.objects.filter(pk__in=[a.pk for a in paused]).update(status=Agent.Status.PAUSED)
+    assert shards_wanted() == 0 and shards_unscheduled() == (0, [])  # no running persona: no pass at all
+    personas(3, cycle_interval=2.0)  # 1.5 cycles a second
+    assert shards_wanted() == 2
+    assert shards_unscheduled() == (2, [0, 1])
+    personas(1, cycle_interval=0.0)  # at most once a pass: 1 / RUNNER_PASS_GAP_SECONDS, 2.5 a second in all
+    assert shards_wanted() == 3
+    personas(10, cycle_interval=2.0)
+    assert shards_wanted() == 4  # RUNNER_PERSONA_SHARDS at most
+
+
+def test_when_the_fleet_wants_other_shards_the_old_chains_end_before_the_new_start(settings: Any) -> None:
+    """A chain of another number of shards ends at its next pass without passing; until none of it waits or
+    runs, the sweep starts no chain of the new number, so no persona is ever in two passes at once."""
+    from unittest import mock
+
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    from agents.runtime import tasks
+    from tests.runners import personas
+
+    settings.RUNNER_SHARD_CYCLES_PER_SECOND, settings.RUNNER_PERSONA_SHARDS = 1000.0, 4
+    fleet = personas(4, cycle_interval=2.0)
+    assert tasks.pass_defer(0, 4)  # a chain of an earlier, bigger fleet: its next pass waits
+    assert tasks.shards_unscheduled() == (1, [])  # the old pass still waits: nothing new yet
+    context = mock.Mock(additional_context={"runner": "test-runner"}, worker_name="w", job=None)
+    ProcrastinateJob.objects.filter(lock=tasks.pass_lock(0, 4)).delete()  # type: ignore[misc]  # it runs now:
+    assert "this chain ends" in tasks.personas_pass_job(context, shard=0, shards=4)
+    assert cycle_jobs("personas:") == []  # no next pass of the old chain
+    assert not Experience.objects.filter(agent__in=fleet).exists()  # and it took no persona
+    assert tasks.shards_unscheduled() == (1, [0])
+    assert "cycles" in tasks.personas_pass_job(context, shard=0, shards=1)  # the new chain passes
+    assert cycle_jobs("personas:") == [("personas:0/1", "todo")]
 
 
 async def test_the_workers_engine_queries_run_in_autocommit() -> None:
