@@ -1,5 +1,5 @@
 """The real server (`manage.py serve`, uvicorn) against clients no browser would be: a body declared huge, a
-forged X-Forwarded-For, an agent's websocket without an Origin."""
+forged X-Forwarded-For, an agent's websocket without an Origin; and what its websockets negotiate."""
 
 from __future__ import annotations
 
@@ -51,14 +51,18 @@ def ws_url(server: LiveServer, path: str) -> str:
     return server.url.replace("http://", "ws://") + path
 
 
-def test_an_agent_socket_needs_no_origin_and_says_why_it_closes(live_server_process: LiveServer) -> None:
-    token = live_server_process.token("Socket agent")
-    with httpx.Client(base_url=live_server_process.url, timeout=30,
-                      headers={"Authorization": f"Bearer {token}"}) as http:
+def plan_submitted(server: LiveServer, name: str) -> tuple[str, dict[str, object]]:
+    """A new external agent's token, and the plan it submitted over the API."""
+    token = server.token(name)
+    with httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as http:
         assert http.put("/api/v1/agent/tools", json={"tools": TOOLS}).status_code == 200
         response = http.post("/api/v1/plans", json=PLAN)
         assert response.status_code == 201, response.text
-        plan = response.json()
+        return token, response.json()
+
+
+def test_an_agent_socket_needs_no_origin_and_says_why_it_closes(live_server_process: LiveServer) -> None:
+    token, plan = plan_submitted(live_server_process, "Socket agent")
 
     async def talk() -> tuple[dict[str, object], int | None, int | None]:
         url = ws_url(live_server_process, f"/ws/api/plans/{plan['id']}/")
@@ -77,3 +81,28 @@ def test_an_agent_socket_needs_no_origin_and_says_why_it_closes(live_server_proc
 
     first, bad_token, not_its_plan = asyncio.run(talk())
     assert first["action"] in ("wait", "run") and (bad_token, not_its_plan) == (4401, 4404)
+
+
+def test_sockets_are_not_compressed_unless_the_setting_asks(live_server_process: LiveServer) -> None:
+    """A client offering per-message compression (as browsers and `websockets` do) gets plain frames by default
+    (LIVE_WS_DEFLATE): a fan-out compressed each update again for every open page. The setting turns it on."""
+    from django.test import override_settings
+
+    from agents.management.commands.serve import server_config
+
+    token, plan = plan_submitted(live_server_process, "Plain socket agent")
+
+    async def talk() -> tuple[str | None, str | None, dict[str, object]]:
+        url = ws_url(live_server_process, f"/ws/api/plans/{plan['id']}/")
+        async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+            first = json.loads(await asyncio.wait_for(ws.recv(), timeout=10))
+            assert ws.request is not None and ws.response is not None
+            return ws.request.headers.get("Sec-WebSocket-Extensions"), ws.response.headers.get(
+                "Sec-WebSocket-Extensions"), first
+
+    offered, accepted, first = asyncio.run(talk())
+    assert offered is not None and "permessage-deflate" in offered
+    assert accepted is None and first["action"] in ("wait", "run")
+    assert server_config("127.0.0.1", 0).ws_per_message_deflate is False
+    with override_settings(LIVE_WS_DEFLATE=True):
+        assert server_config("127.0.0.1", 0).ws_per_message_deflate is True

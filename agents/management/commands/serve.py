@@ -86,7 +86,8 @@ def server_config(host: str, port: int) -> uvicorn.Config:
     # undone by a header); the address is read once, in Django, trusting exactly TRUSTED_PROXY_COUNT proxies
     # (planner_site.accounts.client_ip, which the login lockout uses too).
     return uvicorn.Config(application, host=host, port=port, lifespan="off", log_level="warning",
-                          ws_ping_interval=20, proxy_headers=False, forwarded_allow_ips="")
+                          ws_ping_interval=20, ws_per_message_deflate=settings.LIVE_WS_DEFLATE,
+                          proxy_headers=False, forwarded_allow_ips="")
 
 
 def worker_serve(*, sock: socket.socket, host: str, port: int, with_runner: bool, supervisor: int) -> None:
