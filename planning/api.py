@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 from collections.abc import Callable
 from functools import partial, wraps
 from typing import Annotated, Any, Literal
@@ -46,6 +47,12 @@ API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "600/m")  # requests per token: N/s, N/m, N/h or N/d
 LONG_POLL_MAX_SECONDS = int(os.environ.get("API_LONG_POLL_MAX_SECONDS", "60"))  # the longest ?wait= allowed
 POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
+# A long poll with nothing to say ends up to this fraction of its wait sooner, at random: agents that began waiting
+# together (a fleet started at once, a server restarted under them) would otherwise come back at the same instant,
+# wait after wait (their re-reads within a wait follow its start, so they spread as the waits do). 200 such agents
+# with ?wait=20 stalled the dashboard for up to 1.5 s every 20 s on `serve --workers 2` (`make bench`, dashboard
+# under load p95: 510-750 ms in the runs whose probes met that instant, 80-105 ms in those that did not).
+LONG_POLL_SPREAD = 0.1
 API_JSON_MAX_DEPTH = 32  # a tool's input schema nests a little deeper than a step's input
 API_JSON_MAX_VALUES = 100_000  # in effect unbounded: the body size limit bounds a request
 LAST_USED_EVERY_SECONDS = 60  # last_used_at is written at most this often per token
@@ -412,7 +419,8 @@ class NextQuery(Schema):
         description='One of {"action": "run", "step"}, {"action": "wait", "reason"}, {"action": "replan", '
                     '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
                     '{"action": "replanned", "plan"} or {"action": "done"}. With wait=N the answer comes as soon '
-                    'as it is no longer "wait", or after N seconds.')
+                    'as it is no longer "wait", or else "wait" after N seconds at most (up to 10 % sooner, at '
+                    'random, so that agents that began waiting together do not all come back at once).')
 async def plan_next_get(request: HttpRequest, plan_id: ObjectId, query: Query[NextQuery]) -> dict[str, Any]:
     token: AgentToken = request.auth  # type: ignore[attr-defined]
     return await plan_next_wait(agent=token.agent, plan_id=plan_id, wait=query.wait, token_id=token.pk)
@@ -443,12 +451,13 @@ def plan_next_checked(*, agent: Agent, plan_id: int, token_id: int | None, via: 
 async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: int | None = None,
                          via: str = external.VIA_API) -> dict[str, Any]:
     """Answer at once unless it is "wait"; then wait for a push about the plan or agent (or a short poll),
-    holding no database connection in between. A token revoked meanwhile ends the wait with a 401 (its
-    revocation is pushed as a change of the agent; the poll catches a lost push)."""
+    holding no database connection in between, until the wait ends (spread: LONG_POLL_SPREAD). A token revoked
+    meanwhile ends the wait with a 401 (its revocation is pushed as a change of the agent; the poll catches a lost
+    push)."""
     read = sync_to_async(partial(external.plan_next_read, via=via))
     checked = sync_to_async(partial(plan_next_checked, via=via))
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+    deadline = loop.time() + wait * (1 - random.uniform(0, LONG_POLL_SPREAD))
     answer = await read(agent=agent, plan_id=plan_id)
     if answer["action"] != "wait" or wait <= 0:
         return answer
