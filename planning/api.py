@@ -419,8 +419,9 @@ class NextQuery(Schema):
         description='One of {"action": "run", "step"}, {"action": "wait", "reason"}, {"action": "replan", '
                     '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
                     '{"action": "replanned", "plan"} or {"action": "done"}. With wait=N the answer comes as soon '
-                    'as it is no longer "wait", or else "wait" after N seconds at most (up to 10 % sooner, at '
-                    'random, so that agents that began waiting together do not all come back at once).')
+                    'as it is no longer "wait", or else "wait" after N seconds at most (up to '
+                    f'{LONG_POLL_SPREAD * 100:.0f} % sooner, at random, so that agents that began waiting together do not '
+                    'all come back at once).')
 async def plan_next_get(request: HttpRequest, plan_id: ObjectId, query: Query[NextQuery]) -> dict[str, Any]:
     token: AgentToken = request.auth  # type: ignore[attr-defined]
     return await plan_next_wait(agent=token.agent, plan_id=plan_id, wait=query.wait, token_id=token.pk)
