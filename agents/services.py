@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
 from agents.persona import StepVerdict, routine_keeps
+from agents.signals import operator_acted_on_commit
 from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import GoalState, clamp_unit
@@ -92,6 +93,15 @@ def agent_cycle_count(*, agent: Agent) -> None:
     Agent.objects.filter(pk=agent.pk).update(cycle_count=F("cycle_count") + 1,
                                              next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval))
     publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
+
+
+def agent_cycle_soon(*, agent_id: int) -> bool:
+    """An operator acted on the agent (agents/signals.py): its next cycle is due now rather than at the end of
+    its interval, so a decision takes effect at once. Only a running agent that a runner drives, whose next
+    cycle was later; False when nothing moved. No event: the operator's write has its own."""
+    now = timezone.now()
+    return bool(Agent.objects.filter(pk=agent_id, status=Agent.Status.RUNNING, next_cycle_at__gt=now)
+                .exclude(kind=Agent.Kind.EXTERNAL).update(next_cycle_at=now))
 
 
 @transaction.atomic
@@ -647,6 +657,8 @@ def admin_event_record(*, user: Any, agent_id: int, plan_id: int | None, what: s
         detail={"diff": diff},
     )
     publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_edit")
+    if event.actor_id is not None:
+        operator_acted_on_commit(agent_id)
     return event
 
 

@@ -38,6 +38,8 @@ from agents.runtime.cycles import (
     plans_orphaned_fail,
     runner_id_new,
 )
+from agents.services import agent_cycle_soon
+from agents.signals import operator_acted
 
 logger = logging.getLogger("planner.runner")
 
@@ -104,6 +106,8 @@ class Scheduler:
         self.ticked = True  # the last wait ended on the tick (or there was none yet), not on a wake
         self.failures = 0
         self.outage_since: float | None = None
+        self.woken: set[int] = set()  # agents an operator acted on since their cycle started (operator_acted)
+        self.loop: asyncio.AbstractEventLoop | None = None
         # Cycles get threads of their own: the loop's default executor stays free for the work the async LLM
         # client and DNS lookups hand to it, which the cycles' model calls wait for.
         self.cycle_threads = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="cycle")
@@ -112,6 +116,32 @@ class Scheduler:
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
+
+    def operator_acted(self, sender: object, agent_id: int, **kwargs: Any) -> None:
+        """agents/signals.py, in the thread whose write committed (a page's, the API's, the admin's): the agent's
+        next cycle is due now (in the database, which `look` reads) and the loop looks at once. The agent is
+        marked first: a cycle of it under way may have read the state before the write, and ends by setting its
+        next cycle at its interval; marked, it is due again when it ends (woken_due). A cycle that starts
+        later reads the write, and clears the mark (`look`). (set.add and discard are atomic under the GIL.)"""
+        self.woken.add(agent_id)
+        agent_cycle_soon(agent_id=agent_id)
+        if self.loop is not None and not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the scheduler stopped
+                self.loop.call_soon_threadsafe(self.look_now)
+
+    def look_now(self) -> None:
+        """On the loop: look for due agents at once."""
+        self.due_again(0.0)
+        self.wake.set()
+
+    async def woken_due(self, agent_ids: list[int]) -> None:
+        """Of these agents, whose cycles just ended, those an operator acted on during the cycle are due now
+        again (their cycle set their next one at the end of their interval)."""
+        for agent_id in [a for a in agent_ids if a in self.woken]:
+            self.woken.discard(agent_id)
+            with contextlib.suppress(*CONNECTION_ERRORS):  # the database is away: the interval stands
+                await self.db(agent_cycle_soon, agent_id=agent_id)
+                self.due_again(0.0)
 
     @property
     def finished(self) -> set[int]:
@@ -143,6 +173,7 @@ class Scheduler:
             what = await self.cycle(agent_id, self.id, kind)
             logger.debug("agent %s: %s", agent_id, what)
             self.done[agent_id] += 1
+            await self.woken_due([agent_id])
         except CONNECTION_ERRORS as exc:  # not a cycle that happened: it runs once the database is back
             logger.warning("%s: cycle of agent %s cut off by the database (%s)", self.id, agent_id, error_brief(exc))
         except Exception:  # one agent's broken cycle must never stop the others
@@ -160,6 +191,7 @@ class Scheduler:
             done, apart = await self.personas([d.pk for d in due], self.id)
             for agent_id in done:
                 self.done[agent_id] += 1
+            await self.woken_due(list(done))
         except CONNECTION_ERRORS as exc:  # not cycles that happened: they run once the database is back
             logger.warning("%s: a pass of %d personas cut off by the database (%s)", self.id, len(due),
                            error_brief(exc))
@@ -184,6 +216,7 @@ class Scheduler:
         self.backlog = len(due) >= limit
         wait = None if later is None else (later - timezone.now()).total_seconds()
         self.next_due = time.monotonic() + wait if wait is not None and wait > 0 else None
+        self.woken.difference_update(d.pk for d in due)  # these cycles read what the operators wrote until now
         personas = [d for d in due if d.kind == Agent.Kind.PERSONA]
         if personas:
             task = asyncio.create_task(self.drive_pass(personas))
@@ -234,6 +267,8 @@ class Scheduler:
     async def run(self) -> None:
         global current
         current = self
+        self.loop = asyncio.get_running_loop()
+        operator_acted.connect(self.operator_acted, dispatch_uid=f"embedded.operator_acted.{id(self)}")
         # The threads' entry points, wrapped once for the run rather than once a cycle.
         self.cycle = sync_to_async(cycle_run, thread_sensitive=False, executor=self.cycle_threads)
         self.personas = sync_to_async(personas_run, thread_sensitive=False, executor=self.cycle_threads)
@@ -268,6 +303,7 @@ class Scheduler:
                 except TimeoutError:
                     self.ticked = True
         finally:
+            operator_acted.disconnect(dispatch_uid=f"embedded.operator_acted.{id(self)}")
             self.stopping.set()
             await self.shutdown(background)
             if current is self:

@@ -47,6 +47,8 @@ from agents.connections import CONNECTION_ERRORS, connection_recover, connection
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import agents_driven, cycle_run, error_brief, personas_run, plans_orphaned_fail
+from agents.services import agent_cycle_soon
+from agents.signals import operator_acted
 
 logger = logging.getLogger("planner.runner")
 
@@ -378,6 +380,41 @@ def chain_start_on_save(sender: type[Agent], instance: Agent, created: bool = Fa
     transaction.on_commit(lambda: chain_start(agent_id, kind), robust=True)
 
 
+def cycle_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None:
+    """An operator acted on the agent (agents/signals.py, after the commit): its next cycle is due now. A persona's
+    next pass takes it (agent_cycle_soon: unless the pass under way had read it already); a tool agent's cycle
+    waiting for its time is replaced by one due now (the engine moves no waiting job's time: it is cancelled and
+    deferred again). A cycle under way keeps its lock: the new one runs when it ends. Failing, the agent cycles
+    at its interval, as before."""
+    try:
+        agent_cycle_soon(agent_id=agent_id)
+        kind = agents_chained().filter(pk=agent_id).values_list("kind", flat=True).first()
+        if kind is None:
+            return
+        for job_id in cycles_waiting_later(agent_id):
+            app_of_jobs().job_manager.cancel_job_by_id(job_id, delete_job=True)
+        cycle_defer(agent_id, kind=kind)
+    except CHAIN_ERRORS as exc:
+        logger.info("cycle of agent %s not brought forward (%s); it comes at its interval", agent_id,
+                    error_brief(exc))
+
+
+def cycles_waiting_later(agent_id: int) -> list[int]:
+    """The ids of the agent's cycle jobs that wait for a time still to come."""
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
+    return list(jobs.filter(lock=agent_lock(agent_id), status="todo", scheduled_at__gt=timezone.now())
+                .values_list("id", flat=True))
+
+
+def app_of_jobs() -> Any:
+    """The contrib app's engine App (its job manager), as every process of the scale-out stack has it."""
+    from procrastinate.contrib.django import app
+
+    return app
+
+
 def chain_start(agent_id: int, kind: str) -> None:
     try:
         cycle_defer(agent_id, kind=kind)
@@ -388,9 +425,11 @@ def chain_start(agent_id: int, kind: str) -> None:
 
 def on_app_ready(app: object) -> None:
     """PROCRASTINATE_ON_APP_READY: the contrib app's App gets these tasks, and every process of the scale-out
-    stack (pages, API, admin, runners) starts the chain of a tool agent it saves running."""
+    stack (pages, API, admin, runners) starts the chain of a tool agent it saves running, and brings an agent's
+    next cycle forward when an operator acts on it."""
     app.add_tasks_from(blueprint, namespace="runtime")  # type: ignore[attr-defined]
     post_save.connect(chain_start_on_save, sender=Agent, dispatch_uid="runtime.chain_start_on_save")
+    operator_acted.connect(cycle_soon_on_decision, dispatch_uid="runtime.cycle_soon_on_decision")
     from notifications.tasks import on_app_ready as notifications_ready
 
     notifications_ready(app)

@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from agents.models import Agent
+from agents.signals import operator_acted_on_commit
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import text_problem
 from planning.models import Plan, PlanEvent, PlanStep
@@ -32,20 +33,26 @@ def actor_name(user: User) -> str:
 
 def event_record(*, plan: Plan, kind: str, actor: User | None = None, actor_label: str = "",
                  step: PlanStep | None = None, reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
-    """Record an event and push the plan to open pages once the transaction commits."""
+    """Record an event and push the plan to open pages once the transaction commits; an operator's (`actor`)
+    brings the agent's next cycle forward then (agents/signals.py)."""
     event = PlanEvent.objects.create(
         plan=plan, agent_id=plan.agent_id, step=step, kind=kind, actor=actor,
         actor_label=actor_label or (actor_name(actor) if actor else "system"), reason=reason, detail=detail or {},
     )
     publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=kind)
+    if actor is not None:
+        operator_acted_on_commit(plan.agent_id)
     return event
 
 
 def event_agent_record(*, agent: Agent, kind: str, actor: User | None = None, actor_label: str = "",
                        reason: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
-    """Record an event about an agent that no plan carries (a goal given, a pause while idle), and push it."""
+    """Record an event about an agent that no plan carries (a goal given, a pause while idle), and push it; an
+    operator's brings the agent's next cycle forward, as event_record's."""
     event = PlanEvent.objects.create(agent=agent, kind=kind, actor=actor,
                                      actor_label=actor_label or (actor_name(actor) if actor else "system"),
                                      reason=reason, detail=detail or {})
     publish_changed_on_commit(agent_id=agent.pk, kind=kind)
+    if actor is not None:
+        operator_acted_on_commit(agent.pk)
     return event

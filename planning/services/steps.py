@@ -39,7 +39,8 @@ UNSTARTED = (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL)
 
 @atomic_retried
 def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
-    """Approve a step that waits for an operator; the runner runs it next cycle."""
+    """Approve a step that waits for an operator; the runner runs it in the agent's next cycle, which the
+    approval brings forward (agents/signals.py)."""
     step = step_lock(step.pk)
     if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
         raise StepNotAwaitingApproval(step)
