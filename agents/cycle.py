@@ -111,15 +111,16 @@ def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
         if kind == Agent.Kind.TOOL:  # a wrong guess: the caller left the check for dead planning to tool_open_plan
             plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
         return persona_cycle(agent=agent, rows=rows or persona_rows(agent_id), runner=runner)
+    waits = False
     try:
         plan_retry_due(agent=agent, runner=runner)  # a failed planning whose automatic retry is due
         plan = tool_open_plan(agent, runner=runner)
         if plan is not None and plan.replan_reason:
             what = plan_replan(agent=agent, plan=plan, runner=runner)
         else:
-            what = tool_cycle(agent=agent, plan=plan, runner=runner)
+            what, waits = tool_cycle(agent=agent, plan=plan, runner=runner)
     finally:
-        agent_cycle_count(agent=agent)
+        agent_cycle_count(agent=agent, waits=waits)
     return what
 
 
@@ -917,11 +918,15 @@ def steps_interrupted(*, plan: Plan, runner: str) -> None:
                     error="interrupted: the runner driving this step stopped before it finished")
 
 
-def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
+def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bool]:
+    """What the cycle did, and whether the agent now waits for a person and nothing else: its plan awaits
+    approval or an answer, or its steps still to do wait behind a step awaiting approval. Such an agent's next
+    cycle comes after RUNNER_WAITING_SECONDS rather than its interval: only a decision moves it on, and a decision
+    brings that cycle forward (agents/signals.py)."""
     if plan is None:
-        return plan_for_next_goal(agent=agent, runner=runner) or "idle: no goal"
+        return plan_for_next_goal(agent=agent, runner=runner) or "idle: no goal", False
     if plan.status != Plan.Status.ACTIVE:
-        return f"waiting: plan {plan.get_status_display().lower()}"
+        return f"waiting: plan {plan.get_status_display().lower()}", plan_waits_for_a_person(plan, [])
     steps_interrupted(plan=plan, runner=runner)
     steps = list(plan.steps.all())
     table = [(s.key, s.status, s.depends_on) for s in steps]
@@ -930,7 +935,8 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
         blocked = steps_blocked(table)
         if blocked and not any(s.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL) for s in steps):
             plan_replan_schedule(plan=plan, runner=runner, reason=f"steps {', '.join(blocked)} can never run")
-        return "waiting"
+            return "waiting", False
+        return "waiting", plan_waits_for_a_person(plan, steps)
     done: list[str] = []
     agent.workspace.mkdir(parents=True, exist_ok=True)
     started: list[PlanStep] = []
@@ -949,4 +955,4 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> str:
         step_finish(step=step, runner=runner, succeeded=succeeded, result=text if succeeded else "",
                     error="" if succeeded else text)
         done.append(f"{step.key} {'done' if succeeded else 'failed: ' + text}")
-    return "; ".join(done)
+    return "; ".join(done), False

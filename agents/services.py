@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core import serializers
 from django.db import transaction
 from django.db.models import Case, F, JSONField, Q, QuerySet, Value, When
@@ -85,13 +86,24 @@ def cycle_next_at(agent: Agent, now: Any) -> Any:
     return now + interval
 
 
-def agent_cycle_count(*, agent: Agent) -> None:
+def agent_cycle_count(*, agent: Agent, waits: bool = False) -> None:
     """A tool agent's cycle ended (whatever it did, recorded by its own services): count it and set the next
-    one's time. No event: the cycle's work has its own, and an idle cycle is no news for the timeline."""
+    one's time. No event: the cycle's work has its own, and an idle cycle is no news for the timeline.
+
+    An agent that `waits` for a person and nothing else (agents/cycle.py tool_cycle) comes back after
+    RUNNER_WAITING_SECONDS when its interval is shorter: an operator's decision brings its next cycle forward
+    (agents/signals.py), and 100 agents waiting at the default 2 s kept half a core of the runners busy finding
+    nothing to do. A failed planning's automatic retry due sooner keeps its time (never before the interval)."""
+    now = timezone.now()
+    soon = now + timedelta(seconds=agent.cycle_interval)
+    next_at: Any = soon
+    if waits and agent.cycle_interval < settings.RUNNER_WAITING_SECONDS:
+        rest = Value(now + timedelta(seconds=settings.RUNNER_WAITING_SECONDS))
+        next_at = Case(When(plan_retry_at__isnull=True, then=rest),
+                       default=Least(rest, Greatest(F("plan_retry_at"), Value(soon))))
     # One statement, atomic on its own (no transaction around it); the count is moved by the database, not
     # from the value read.
-    Agent.objects.filter(pk=agent.pk).update(cycle_count=F("cycle_count") + 1,
-                                             next_cycle_at=timezone.now() + timedelta(seconds=agent.cycle_interval))
+    Agent.objects.filter(pk=agent.pk).update(cycle_count=F("cycle_count") + 1, next_cycle_at=next_at)
     publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
 
 

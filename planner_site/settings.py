@@ -310,6 +310,10 @@ RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "100"))
 RUNNER_HEARTBEAT_SECONDS = float(os.environ.get("RUNNER_HEARTBEAT_SECONDS", "2"))
 RUNNER_STALLED_SECONDS = float(os.environ.get("RUNNER_STALLED_SECONDS", "10"))
 RUNNER_SWEEP_SECONDS = int(os.environ.get("RUNNER_SWEEP_SECONDS", "2"))
+# A tool agent that waits for a person and nothing else (a plan awaiting approval or an answer, steps behind a step
+# awaiting approval) cycles this often at most: an operator's decision brings its next cycle forward at once
+# (agents/signals.py). 0 keeps every agent at its own interval.
+RUNNER_WAITING_SECONDS = float(os.environ.get("RUNNER_WAITING_SECONDS", "30"))
 # Scale-out: persona agents are driven in passes, one chain of passes per shard (agents/runtime/tasks.py): a shard
 # per RUNNER_SHARD_CYCLES_PER_SECOND of the running personas' cycles (125: 250 personas at the default 2 s), at most
 # RUNNER_PERSONA_SHARDS (4: the most runners that share the personas' passes).

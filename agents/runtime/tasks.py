@@ -239,15 +239,20 @@ CHAIN_ERRORS: tuple[type[Exception], ...] = (*CONNECTION_ERRORS, exceptions.Conn
 
 
 def chain_next(agent_id: int) -> None:
-    """Defer the agent's next cycle after its interval, while it is driven by a chain (a persona's own cycle
+    """Defer the agent's next cycle at the time its cycle set (its interval, longer while it waits for a person:
+    agents/services.py agent_cycle_count), while it is driven by a chain (a persona's own cycle
     is one cycle: passes drive it again). A connection cut just now (after the cycle's last statement, or
     after the pool's check of a connection checked out afresh) is recovered and tried once more; failing
     again, it is logged and the sweep starts the chain again."""
     for attempt in (1, 2):
         try:
-            row = agents_chained().filter(pk=agent_id).values_list("cycle_interval", "kind").first()
+            row = agents_chained().filter(pk=agent_id).values_list("next_cycle_at", "cycle_interval", "kind").first()
             if row is not None:
-                cycle_defer(agent_id, after=row[0], kind=row[1])
+                # The time the cycle set (agent_cycle_count); the interval after a cycle that failed before it.
+                next_at, interval, kind = row
+                now = timezone.now()
+                after = interval if next_at is None or next_at <= now else (next_at - now).total_seconds()
+                cycle_defer(agent_id, after=after, kind=kind)
             return
         except CHAIN_ERRORS as exc:
             connection_recover()

@@ -1,6 +1,8 @@
 """An operator's decision takes effect at once, not after the rest of the agent's cycle interval: every event with
 a user as its actor sends `operator_acted` once its write commits (agents/signals.py), and both runtimes bring
-the agent's next cycle forward (agents/runtime/embedded.py, agents/runtime/tasks.py cycle_soon_on_decision)."""
+the agent's next cycle forward (agents/runtime/embedded.py, agents/runtime/tasks.py cycle_soon_on_decision).
+So a tool agent that waits for a person and nothing else cycles every RUNNER_WAITING_SECONDS at most, not every
+two seconds (agents/services.py agent_cycle_count)."""
 
 from __future__ import annotations
 
@@ -206,3 +208,59 @@ def test_a_runner_process_runs_an_approved_step_at_once(tmp_path: Path) -> None:
         runner.terminate()
         _out, err = runner.communicate(timeout=60)
     assert "Traceback" not in err, err
+
+
+def due_in(agent: Agent) -> float:
+    """Seconds until the agent's next cycle."""
+    agent.refresh_from_db()
+    assert agent.next_cycle_at is not None
+    return (agent.next_cycle_at - timezone.now()).total_seconds()
+
+
+def test_a_tool_agent_waiting_for_a_person_comes_back_after_the_waiting_time(settings: Any) -> None:
+    from agents.cycle import agent_cycle
+
+    settings.RUNNER_WAITING_SECONDS = 30.0
+    plan = waiting_plan(interval=2.0)
+    assert agent_cycle(agent_id=plan.agent_id, runner="r", kind="tool") == "waiting: plan awaiting approval"
+    assert 25 < due_in(plan.agent) <= 30
+
+    # A failed planning's automatic retry, due sooner, keeps its time.
+    Agent.objects.filter(pk=plan.agent_id).update(plan_retry_at=timezone.now() + timedelta(seconds=10))
+    agent_cycle(agent_id=plan.agent_id, runner="r", kind="tool")
+    assert 5 < due_in(plan.agent) <= 10
+
+    # Steps still to do behind a step awaiting approval wait for a person too; a runnable one does not.
+    Agent.objects.filter(pk=plan.agent_id).update(plan_retry_at=None)
+    Plan.objects.filter(pk=plan.pk).update(status=Plan.Status.ACTIVE, approval_mode=Plan.ApprovalMode.STEP)
+    PlanStep.objects.filter(plan=plan).update(status=PlanStep.Status.AWAITING_APPROVAL)
+    agent_cycle(agent_id=plan.agent_id, runner="r", kind="tool")
+    assert 25 < due_in(plan.agent) <= 30
+    PlanStep.objects.filter(plan=plan).update(status=PlanStep.Status.PENDING, approved_by=UserFactory())
+    assert agent_cycle(agent_id=plan.agent_id, runner="r", kind="tool").startswith("1 done")
+    assert due_in(plan.agent) <= 2
+
+
+def test_the_waiting_time_off_keeps_the_interval(settings: Any) -> None:
+    from agents.cycle import agent_cycle
+
+    settings.RUNNER_WAITING_SECONDS = 0.0
+    plan = waiting_plan(interval=2.0)
+    agent_cycle(agent_id=plan.agent_id, runner="r", kind="tool")
+    assert due_in(plan.agent) <= 2
+
+
+@pytest.mark.skipif(not settings.SCALE_OUT, reason="the job engine's chains: the scale-out stack (PostgreSQL); "
+                                                     "it runs in the scale-out pass of `make test`")
+def test_a_chain_defers_the_next_cycle_of_an_agent_waiting_for_a_person_after_the_waiting_time() -> None:
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    from agents.runtime import tasks
+
+    plan = waiting_plan(interval=2.0)
+    for job_id in ProcrastinateJob.objects.filter(lock=tasks.agent_lock(plan.agent_id)).values_list("id", flat=True):
+        tasks.app_of_jobs().job_manager.cancel_job_by_id(job_id, delete_job=True)  # the first, from its creation
+    context = mock.Mock(additional_context={"runner": "test-runner"}, worker_name="w")
+    assert tasks.agent_cycle_run(context, plan.agent_id, "tool") == "waiting: plan awaiting approval"
+    job = ProcrastinateJob.objects.get(lock=tasks.agent_lock(plan.agent_id), status="todo")
+    assert (job.scheduled_at - timezone.now()).total_seconds() > settings.RUNNER_WAITING_SECONDS - 5

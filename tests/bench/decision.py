@@ -1,13 +1,20 @@
-"""An operator's decision taking effect: a plan approved → its first step done, through the stack's own runtime in
-this process (the embedded scheduler, or a worker of the job engine on PostgreSQL), tool agents at the default
-2 s interval. The time is read from the plan's events: "Plan approved" to "Step completed" (a `file.list` step).
+"""An operator's decision taking effect, and what agents waiting for one cost.
 
-The baseline is the same approvals with the decision not sent to the runtime (`operator_acted`,
-agents/signals.py: as before it existed), measured in the same run: the step then waits for the agent's next
-cycle, on average half its interval."""
+decision_to_step: a plan approved → its first step done, through the stack's own runtime in this process (the
+embedded scheduler, or a worker of the job engine on PostgreSQL), tool agents at the default 2 s interval. The
+time is read from the plan's events: "Plan approved" to "Step completed" (a `file.list` step). The baseline is
+the same approvals as before `operator_acted` existed (agents/signals.py): the decision not sent to the runtime,
+and the waiting agents cycling at their interval (RUNNER_WAITING_SECONDS=0), measured in the same run: the step
+then waits for the agent's next cycle.
+
+waiting_100_cpu (scale-out stack): the CPU a second of two `runagents` processes and PostgreSQL while 100 tool
+agents at the default 2 s interval wait for approval, beside the same runners with no agent at all (the floor).
+The note adds the same fleet with RUNNER_WAITING_SECONDS=0 (each agent cycling at its interval while it waits,
+as before)."""
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import threading
@@ -20,17 +27,20 @@ from tests.bench.common import figure
 from tests.bench.notify import runtime_thread
 
 AGENTS = 12  # approvals a phase, a fresh agent each
+WAITING_AGENTS = 100
+WAITING_SETTLE_SECONDS = 6.0  # the runners start and every agent has had its first cycle
+WAITING_SECONDS = 15.0
 SETTLE_SECONDS = 3.0  # the agents' chains are under way, each cycling on its own beat
 GOAL_SECONDS = 0.5
 
 
-def agents_waiting(prefix: str) -> list[Any]:
-    """AGENTS running tool agents at the default interval, each with a plan of one step awaiting approval."""
+def agents_waiting(prefix: str, n: int = AGENTS) -> list[Any]:
+    """`n` running tool agents at the default interval, each with a plan of one step awaiting approval."""
     from agents.models import Agent
     from planning.models import Plan, PlanStep
 
     plans = []
-    for i in range(AGENTS):
+    for i in range(n):
         agent = Agent.objects.create(name=f"{prefix}-{i}", kind=Agent.Kind.TOOL, status=Agent.Status.RUNNING,
                                      waiting_reason="plan v1 awaits approval")
         plan = Plan.objects.create(agent=agent, goal_text="List the workspace", status=Plan.Status.AWAITING_APPROVAL)
@@ -63,16 +73,63 @@ def approvals(plans: list[Any], user: Any, *, sent: bool) -> list[float]:
             for p in plans]
 
 
+def fleet_cpu(agents: int, **env: str) -> float:
+    """Runner + PostgreSQL CPU milliseconds a second over WAITING_SECONDS, with `agents` tool agents waiting for
+    approval, two `runagents` processes started afresh with `env`."""
+    from agents.models import Agent
+    from tests.bench.runner import runner_processes
+    from tests.bench.scale import cpu_seconds, postgres_cpu_seconds
+
+    class NoModel:  # these agents call no model
+        base_url = "http://127.0.0.1:9/v1"
+
+    Agent.objects.all().delete()
+    if agents:
+        agents_waiting("bench-waiting", agents)
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        with runner_processes(NoModel()) as runners:
+            time.sleep(WAITING_SETTLE_SECONDS)
+            cpu, pg, started = sum(cpu_seconds(r.pid) for r in runners), postgres_cpu_seconds(), time.monotonic()
+            time.sleep(WAITING_SECONDS)
+            cpu = sum(cpu_seconds(r.pid) for r in runners) - cpu + postgres_cpu_seconds() - pg
+            return 1000 * cpu / (time.monotonic() - started)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        Agent.objects.all().delete()
+
+
+def waiting_figures() -> list[dict[str, Any]]:
+    from django.conf import settings
+
+    if not settings.SCALE_OUT:
+        print("  decision: waiting_100_cpu SKIPPED, it runs `runagents` processes on the scale-out stack", flush=True)
+        return []
+    idle = fleet_cpu(0)
+    waiting = fleet_cpu(WAITING_AGENTS)
+    cycling = fleet_cpu(WAITING_AGENTS, RUNNER_WAITING_SECONDS="0")
+    return [figure(
+        "waiting_100_cpu", waiting, "ms/s", baseline=idle, baseline_name="the same two runners with no agent",
+        goal="<= 2x the runners with no agent", passed=waiting <= 2 * idle,
+        note=f"runners + PostgreSQL, {WAITING_SECONDS:.0f} s; the same {WAITING_AGENTS} agents cycling every 2 s while "
+             f"they wait (RUNNER_WAITING_SECONDS=0, as before): {cycling:.0f} ms/s")]
+
+
 def figures() -> list[dict[str, Any]]:
     from django.contrib.auth.models import User
+    from django.test import override_settings
 
     user = User.objects.create_user("bench-decision")
     before, after = agents_waiting("bench-unsent"), agents_waiting("bench-sent")
     stop = threading.Event()
     thread = runtime_thread(stop)
-    time.sleep(SETTLE_SECONDS)
     try:
-        unsent = approvals(before, user, sent=False)
+        # As before `operator_acted` existed: a waiting agent cycled at its interval, and a decision waited for it.
+        with override_settings(RUNNER_WAITING_SECONDS=0):
+            time.sleep(SETTLE_SECONDS)
+            unsent = approvals(before, user, sent=False)
         sent = approvals(after, user, sent=True)
     finally:
         stop.set()
@@ -82,9 +139,9 @@ def figures() -> list[dict[str, Any]]:
     note = (f"{AGENTS} approvals a phase, tool agents at the default 2 s interval; sent, ms: "
             + ", ".join(f"{x * 1000:.0f}" for x in sorted(sent)) + "; not sent, ms: "
             + ", ".join(f"{x * 1000:.0f}" for x in sorted(unsent)))
-    return [
+    return [*waiting_figures(),
         figure("decision_to_step_p50", p50, "s", baseline=base, goal=f"< {GOAL_SECONDS} s",
-               baseline_name="the same approvals not sent to the runtime (the agent's next cycle)",
+               baseline_name="the same approvals not sent, the agents cycling at their interval (as before)",
                passed=p50 < GOAL_SECONDS, note=note),
         figure("decision_to_step_p90", p90, "s", baseline=statistics.quantiles(unsent, n=10)[-1],
                goal=f"< {GOAL_SECONDS} s", baseline_name="the same, not sent", passed=p90 < GOAL_SECONDS),
