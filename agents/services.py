@@ -116,6 +116,11 @@ def agent_cycle_soon(*, agent_id: int) -> bool:
                 .exclude(kind=Agent.Kind.EXTERNAL).update(next_cycle_at=now))
 
 
+def cycle_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None:
+    """agents/signals.py `operator_acted`, in every process (agents/apps.py): agent_cycle_soon."""
+    agent_cycle_soon(agent_id=agent_id)
+
+
 @transaction.atomic
 def persona_cycle_record(record: CycleRecord) -> Experience:
     """Record one persona cycle in one transaction; raises CycleAlreadyDone (and nothing is written) when the

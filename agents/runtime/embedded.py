@@ -118,13 +118,12 @@ class Scheduler:
         self.wake.set()
 
     def operator_acted(self, sender: object, agent_id: int, **kwargs: Any) -> None:
-        """agents/signals.py, in the thread whose write committed (a page's, the API's, the admin's): the agent's
-        next cycle is due now (in the database, which `look` reads) and the loop looks at once. The agent is
-        marked first: a cycle of it under way may have read the state before the write, and ends by setting its
-        next cycle at its interval; marked, it is due again when it ends (woken_due). A cycle that starts
-        later reads the write, and clears the mark (`look`). (set.add and discard are atomic under the GIL.)"""
+        """agents/signals.py, in the thread whose write committed (a page's, the API's, the admin's), after the
+        receiver that made the agent due in the database (agents/apps.py): the loop looks at once. The agent is
+        marked: a cycle of it under way may have read the state before the write, and ends by setting its next
+        cycle at its interval; marked, it is due again when it ends (woken_due). A cycle that starts later reads
+        the write, and clears the mark (`look`). (set.add and discard are atomic under the GIL.)"""
         self.woken.add(agent_id)
-        agent_cycle_soon(agent_id=agent_id)
         if self.loop is not None and not self.loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the scheduler stopped
                 self.loop.call_soon_threadsafe(self.look_now)

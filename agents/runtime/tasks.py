@@ -47,7 +47,6 @@ from agents.connections import CONNECTION_ERRORS, connection_recover, connection
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import agents_driven, cycle_run, error_brief, personas_run, plans_orphaned_fail
-from agents.services import agent_cycle_soon
 from agents.signals import operator_acted
 
 logger = logging.getLogger("planner.runner")
@@ -385,14 +384,13 @@ def chain_start_on_save(sender: type[Agent], instance: Agent, created: bool = Fa
     transaction.on_commit(lambda: chain_start(agent_id, kind), robust=True)
 
 
-def cycle_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None:
+def chain_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None:
     """An operator acted on the agent (agents/signals.py, after the commit): its next cycle is due now. A persona's
-    next pass takes it (agent_cycle_soon: unless the pass under way had read it already); a tool agent's cycle
-    waiting for its time is replaced by one due now (the engine moves no waiting job's time: it is cancelled and
-    deferred again). A cycle under way keeps its lock: the new one runs when it ends. Failing, the agent cycles
-    at its interval, as before."""
+    next pass takes it (agents/services.py cycle_soon_on_decision made it due: unless the pass under way had read
+    it already); a tool agent's cycle waiting for its time is replaced by one due now (the engine moves no waiting
+    job's time: it is cancelled and deferred again). A cycle under way keeps its lock: the new one runs when it
+    ends. Failing, the agent cycles at the time its last cycle set, as before."""
     try:
-        agent_cycle_soon(agent_id=agent_id)
         kind = agents_chained().filter(pk=agent_id).values_list("kind", flat=True).first()
         if kind is None:
             return
@@ -434,7 +432,7 @@ def on_app_ready(app: object) -> None:
     next cycle forward when an operator acts on it."""
     app.add_tasks_from(blueprint, namespace="runtime")  # type: ignore[attr-defined]
     post_save.connect(chain_start_on_save, sender=Agent, dispatch_uid="runtime.chain_start_on_save")
-    operator_acted.connect(cycle_soon_on_decision, dispatch_uid="runtime.cycle_soon_on_decision")
+    operator_acted.connect(chain_soon_on_decision, dispatch_uid="runtime.chain_soon_on_decision")
     from notifications.tasks import on_app_ready as notifications_ready
 
     notifications_ready(app)

@@ -1,6 +1,7 @@
 """An operator's decision takes effect at once, not after the rest of the agent's cycle interval: every event with
 a user as its actor sends `operator_acted` once its write commits (agents/signals.py), and both runtimes bring
-the agent's next cycle forward (agents/runtime/embedded.py, agents/runtime/tasks.py cycle_soon_on_decision).
+the agent's next cycle forward (agents/services.py cycle_soon_on_decision in every process, then
+agents/runtime/embedded.py or agents/runtime/tasks.py chain_soon_on_decision).
 So a tool agent that waits for a person and nothing else cycles every RUNNER_WAITING_SECONDS at most, not every
 two seconds (agents/services.py agent_cycle_count)."""
 
@@ -173,6 +174,23 @@ async def test_a_decision_made_during_the_agents_cycle_is_not_lost() -> None:
             approved.set()
             scheduler.stop()
             await asyncio.wait_for(task, timeout=30)
+
+
+@pytest.mark.skipif(settings.SCALE_OUT, reason="on the scale-out stack `runagents` is the engine's worker (the test below)")
+@pytest.mark.django_db(transaction=True)
+def test_a_runagents_process_of_its_own_on_sqlite_runs_an_approved_step_at_its_next_tick(tmp_path: Path) -> None:
+    """The decision is made in another process than the scheduler's (a web process beside `runagents`): the
+    agent is due in the database, and the scheduler finds it when it next looks (RUNNER_TICK_SECONDS)."""
+    plan = waiting_plan()
+    runner = runagents(runner_env(tmp_path), "--runner-id", "beside")
+    try:
+        assert runner.stdout is not None and "started" in runner.stdout.readline()
+        planning.plan_approve(plan=plan, user=UserFactory(role="operators"), mode=Plan.ApprovalMode.ALL)
+        asyncio.run(step_done(plan))
+    finally:
+        runner.terminate()
+        _out, err = runner.communicate(timeout=60)
+    assert "Traceback" not in err, err
 
 
 @pytest.mark.skipif(not settings.SCALE_OUT, reason="the job engine's workers: the scale-out stack (PostgreSQL); "
