@@ -277,6 +277,11 @@ class LLMServerProcess:
         self._conn.recv()
 
     @property
+    def pid(self) -> int | None:
+        """The server process's id (its CPU is read from /proc by the runner's bench)."""
+        return self._process.pid
+
+    @property
     def max_in_flight(self) -> int:
         self._conn.send(("max_in_flight", ()))
         return int(self._conn.recv())
