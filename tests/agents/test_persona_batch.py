@@ -289,9 +289,11 @@ def passes_statements(*batches: list[Agent]) -> list[int]:
     """The statements of one pass of each batch, every cycle of which ran in the pass."""
     counts = []
     for agents in batches:
-        # The policies' state is read once per STATE_CACHE_SECONDS (two statements): read just before each pass
-        # measured, so that a window ending in one pass and not in the other never counts (seen on a loaded
-        # machine: 35 statements against 33).
+        # The policies' state is read once per STATE_CACHE_SECONDS (two statements): read afresh just before each
+        # pass measured, so that a window ending in one pass and not in the other never counts (seen on a loaded
+        # machine: 35 statements against 33). Dropped first: a state kept since the batch before would be handed
+        # back as it is, its window nearly over (CI on 2026-11-30: 33 against 35 again).
+        policies.policy_state_drop()
         policies.policy_state()
         with CaptureQueriesContext(connection) as queries:
             done, own = persona_cycles([a.pk for a in agents], runner="runner test")
