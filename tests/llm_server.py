@@ -277,8 +277,9 @@ class LLMServerProcess:
         self._conn.recv()
 
     @property
-    def pid(self) -> int | None:
-        """The server process's id (its CPU is read from /proc by the runner's bench)."""
+    def pid(self) -> int:
+        """The server process's id (its CPU is read from /proc by the runner's bench); started in __enter__."""
+        assert self._process.pid is not None, "the server is not started"
         return self._process.pid
 
     @property

@@ -47,7 +47,7 @@ PERSONA_AGENTS = 10
 PERSONA_CYCLES = 24
 ROUND_CPU: dict[str, float] = {}  # CPU seconds of the runner's process during each round, by prefix
 # On PostgreSQL, the machine during each round, by prefix: the core-seconds of PostgreSQL, the model server and
-# this process (the round's defers and its looks at the plans), and the round's seconds.
+# this process (the round's defers and its looks at the plans).
 ROUND_MACHINE: dict[str, dict[str, float]] = {}
 ROUND_TIMEOUT_SECONDS = 120.0
 WARM_UP_ROUNDS = 6
@@ -100,8 +100,7 @@ def runner_processes(server: object) -> Iterator[list[subprocess.Popen[str]]]:
                 os.killpg(runner.pid, signal.SIGKILL)
 
 
-def runners_round(runners: list[subprocess.Popen[str]], ids: list[int], prefix: str,
-                  server_pid: int | None = None) -> float:
+def runners_round(runners: list[subprocess.Popen[str]], ids: list[int], prefix: str, server_pid: int) -> float:
     """The agents `ids` (created paused, with their goals) set running and their first cycles deferred, as
     resuming them does (agents/runtime/tasks.py chain_start_on_save); the seconds until the last one's plan awaits
     approval (looked at every 20 ms), the runners' CPU meanwhile (ROUND_CPU) and the rest of the machine's
@@ -110,7 +109,7 @@ def runners_round(runners: list[subprocess.Popen[str]], ids: list[int], prefix: 
     from agents.runtime.tasks import cycle_defer
 
     cpu = sum(cpu_seconds(r.pid) for r in runners)
-    postgres, server, own = postgres_cpu_seconds(), cpu_seconds(server_pid) if server_pid else 0.0, time.process_time()
+    postgres, server, own = postgres_cpu_seconds(), cpu_seconds(server_pid), time.process_time()
     started = time.perf_counter()
     Agent.objects.filter(pk__in=ids).update(status=Agent.Status.RUNNING)
     for pk in ids:
@@ -121,9 +120,8 @@ def runners_round(runners: list[subprocess.Popen[str]], ids: list[int], prefix: 
         time.sleep(0.02)
     elapsed = time.perf_counter() - started
     ROUND_CPU[prefix] = sum(cpu_seconds(r.pid) for r in runners) - cpu
-    ROUND_MACHINE[prefix] = {
-        "postgres": postgres_cpu_seconds() - postgres, "own": time.process_time() - own, "seconds": elapsed,
-        "server": (cpu_seconds(server_pid) - server) if server_pid else 0.0}
+    ROUND_MACHINE[prefix] = {"postgres": postgres_cpu_seconds() - postgres, "server": cpu_seconds(server_pid) - server,
+                             "own": time.process_time() - own}
     return elapsed
 
 
@@ -152,7 +150,7 @@ def round_seconds(server: object, n: int, prefix: str, runners: list[subprocess.
     server.script("bench-planner", *[answer(PLAN, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
     if runners is not None:
         ids = tool_agents(n, prefix, status=Agent.Status.PAUSED)
-        elapsed = runners_round(runners, ids, prefix, server_pid=getattr(server, "pid", None))
+        elapsed = runners_round(runners, ids, prefix, server.pid)  # type: ignore[attr-defined]
     else:
         ids = tool_agents(n, prefix)
         started, cpu = time.perf_counter(), time.process_time()
@@ -233,11 +231,11 @@ def bench_round() -> list[dict]:
              f"{sdk_alone:.2f} s, {sdk_cpu:.1f} ms of CPU a call ({settings.LLM_HTTP_TRANSPORT}); "
              f"runners: {f'{RUNNERS} runagents processes' if settings.SCALE_OUT else 'the embedded scheduler'}, "
              f"RUNNER_CONCURRENCY={settings.RUNNER_CONCURRENCY}, DB {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}"
-             f"{machine_busy(cpu, ROUND_MACHINE.get('hundred'))}",
+             f"{machine_busy(cpu, hundred, ROUND_MACHINE.get('hundred'))}",
     )]
 
 
-def machine_busy(runners: float, machine: dict[str, float] | None) -> str:
+def machine_busy(runners: float, seconds: float, machine: dict[str, float] | None) -> str:
     """What the whole machine spent during the round, beside what its cores had: a round whose core-seconds come
     near cores x seconds is as fast as the machine allows, whatever the model's latency."""
     if not machine:
@@ -246,7 +244,7 @@ def machine_busy(runners: float, machine: dict[str, float] | None) -> str:
     cores = os.cpu_count() or 1
     return (f"; the machine during the round: runners {runners:.2f} + PostgreSQL {machine['postgres']:.2f} + model "
             f"server {machine['server']:.2f} + this process {machine['own']:.2f} = {used:.2f} core-seconds of the "
-            f"{cores * machine['seconds']:.2f} its {cores} cores had ({100 * used / (cores * machine['seconds']):.0f} %)")
+            f"{cores * seconds:.2f} its {cores} cores had ({100 * used / (cores * seconds):.0f} %)")
 
 
 def table_rows() -> dict[str, int]:
