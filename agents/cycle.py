@@ -40,6 +40,7 @@ from agents.services import (
     Routine,
     StepChange,
     agent_cycle_count,
+    agents_cycle_count,
     goals_plans_close,
     persona_cycle_record,
     persona_cycles_record,
@@ -74,15 +75,18 @@ from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.models import Plan, PlanEvent, PlanStep, step_current
 from planning.planner import (
     MAX_REPLANS,
-    personas_plans_first,
+    First,
+    asks_together,
     plan_continue,
     plan_generate,
     plan_interrupted_fail,
     plan_retry_due,
+    plans_first,
     plans_interrupted_fail,
 )
 from planning.selectors import plan_feedback
 from planning.services import (
+    GoalAlreadyPlanned,
     PlanAlreadyReplanned,
     plan_abandon,
     plan_replan_schedule,
@@ -685,7 +689,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
 def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner: str,
                        changed: dict[int, int]) -> list[PersonaState]:
     """The goals a pass's personas plan with the model (no routine to repeat), planned together
-    (personas_plans_first); a planning whose first answer is not a plan goes on alone (plan_continue). Returns
+    (plans_first); a planning whose first answer is not a plan goes on alone (plan_continue). Returns
     the states whose plan was accepted at once, with that plan added as a routine's is (persona_state_add):
     nothing else of them was written, so their cycle goes on with the state in hand (`make bench`,
     scale_*_cpu_per_cycle: reading them again was ~7 % of a runner's CPU in a young fleet). Each other agent
@@ -693,8 +697,8 @@ def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner:
     if not planning:
         return []
     try:
-        accepted, rest = personas_plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner,
-                                              needs={state.agent.pk: state.needs for state, _ in planning})
+        accepted, rest = plans_first([(state.agent, goal) for state, goal in planning], actor_label=runner,
+                                     needs={state.agent.pk: state.needs for state, _ in planning})
     except Exception:  # a broken batch must never stop the rest of the pass; what it left "validating" is failed
         logger.exception("plannings of a pass failed")  # by the sweep (plans_orphaned_fail)
         return []
@@ -706,13 +710,20 @@ def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner:
             ready.append(state)
         else:
             changed[state.agent.pk] = state.agent.cycle_count
-    for agent, goal, plan, first in rest:
-        try:
-            plan_continue(agent=agent, plan=plan, goal_text=goal.description, goal=goal, actor_label=runner,
-                          deadline=Deadline.after(float(settings.PLAN_DEADLINE_SECONDS)), first=first)
-        except Exception:  # one agent's broken planning must never stop the others'
-            logger.exception("planning of agent %s failed", agent.pk)
+    for first in rest:
+        plan_first_continue(first, runner=runner)
     return ready
+
+
+def plan_first_continue(first: First, *, runner: str) -> None:
+    """A first plan whose first ask (plans_first) was no plan, planned on to its end (plan_continue): a rejection,
+    a question, a model error."""
+    try:
+        plan_continue(agent=first.agent, plan=first.plan, goal_text=first.goal.description, goal=first.goal,
+                      actor_label=runner, deadline=Deadline.after(float(settings.PLAN_DEADLINE_SECONDS)),
+                      first=first.asked, restatement=first.restatement if first.agent.kind == Agent.Kind.TOOL else None)
+    except Exception:  # one agent's broken planning must never stop the others'
+        logger.exception("planning of agent %s failed", first.agent.pk)
 
 
 def persona_goals_reevaluate(states: Sequence[PersonaState]) -> None:
@@ -892,9 +903,48 @@ def unplanned_goals(agent_id: int) -> list[Goal]:
 def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
     """A tool agent plans its most pressing active goal that has no plan yet."""
     for goal in unplanned_goals(agent.pk):
-        plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner)
+        try:
+            plan = plan_generate(agent=agent, goal_text=goal.description, goal=goal, actor_label=runner,
+                                 exclusive=True)
+        except GoalAlreadyPlanned:  # a start pass began it meanwhile (tools_start)
+            return f"'{goal.description}' already being planned"
         return f"planned '{goal.description}' ({plan.status})"
     return ""
+
+
+def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], list[int]]:
+    """The first cycles of tool agents whose chains start (agents/runtime/tasks.py, a start pass), as agent_cycle
+    would run them: each running agent whose cycle would only plan its most pressing goal (no open plan, no
+    automatic retry due, a goal no plan holds: plan_for_next_goal) plans it here with the others (plans_first:
+    their models asked side by side, the plans written together; a start pass and a cycle of the same agent that
+    meet plan a goal once, `exclusive`), and that cycle is counted; any other running agent's cycle runs on its
+    own. Returns the agents planned here and the running agents left to their own cycle."""
+    now = timezone.now()
+    agents = list(Agent.objects.filter(pk__in=list(agent_ids), status=Agent.Status.RUNNING, kind=Agent.Kind.TOOL)
+                  .order_by("pk"))
+    ids = [agent.pk for agent in agents]
+    busy = set(Plan.objects.filter(agent_id__in=ids).open().values_list("agent_id", flat=True))
+    held = Plan.objects.filter(agent_id__in=ids, goal__isnull=False).held().values("goal_id")
+    goals: dict[int, list[Goal]] = {}
+    for goal in Goal.objects.filter(agent_id__in=ids).active().exclude(pk__in=held).order_by():
+        goals.setdefault(goal.agent_id, []).append(goal)
+    wanted = [(agent, min(goals[agent.pk], key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence)))
+              for agent in agents if agent.pk not in busy and agent.pk in goals
+              and (agent.plan_retry_at is None or agent.plan_retry_at > now)]
+    if not wanted:
+        return [], ids
+    accepted, rest = plans_first(wanted, actor_label=runner, exclusive=True)
+    go_on = functools.partial(plan_first_continue, runner=runner)
+    if all(answers_at_once(agent_models=first.agent.planner_models) for first in rest):
+        for first in rest:
+            go_on(first)
+    else:  # each planning may wait on its models again: side by side, as their first asks were
+        asks_together(go_on, rest)
+    began = set(accepted) | {first.goal.pk for first in rest}
+    planned = [agent for agent, goal in wanted if goal.pk in began]
+    agents_cycle_count(agents=planned)  # what tool_cycle counts after plan_for_next_goal: its interval, no wait
+    done = {agent.pk for agent in planned}
+    return sorted(done), [pk for pk in ids if pk not in done]
 
 
 def tool_call(step: PlanStep, workspace: Path) -> tuple[bool, str]:

@@ -88,23 +88,35 @@ def cycle_next_at(agent: Agent, now: Any) -> Any:
 
 def agent_cycle_count(*, agent: Agent, waits: bool = False) -> None:
     """A tool agent's cycle ended (whatever it did, recorded by its own services): count it and set the next
-    one's time. No event: the cycle's work has its own, and an idle cycle is no news for the timeline.
+    one's time (agents_cycle_count)."""
+    agents_cycle_count(agents=[agent], waits=waits)
 
-    An agent that `waits` for a person and nothing else (agents/cycle.py tool_cycle) comes back after
-    RUNNER_WAITING_SECONDS when its interval is shorter: an operator's decision brings its next cycle forward
+
+def agents_cycle_count(*, agents: Sequence[Agent], waits: bool = False) -> None:
+    """Tool agents' cycles ended (a cycle's, or a start pass's: agents/cycle.py tools_start): each counted and its
+    next cycle's time set, one UPDATE per cycle interval among them. No event: the cycle's work has its own, and
+    an idle cycle is no news for the timeline.
+
+    Agents that `wait` for a person and nothing else (agents/cycle.py tool_cycle) come back after
+    RUNNER_WAITING_SECONDS when their interval is shorter: an operator's decision brings the next cycle forward
     (agents/signals.py), and 100 agents waiting at the default 2 s kept half a core of the runners busy finding
     nothing to do. A failed planning's automatic retry due sooner keeps its time (never before the interval)."""
     now = timezone.now()
-    soon = now + timedelta(seconds=agent.cycle_interval)
-    next_at: Any = soon
-    if waits and agent.cycle_interval < settings.RUNNER_WAITING_SECONDS:
-        rest = Value(now + timedelta(seconds=settings.RUNNER_WAITING_SECONDS))
-        next_at = Case(When(plan_retry_at__isnull=True, then=rest),
-                       default=Least(rest, Greatest(F("plan_retry_at"), Value(soon))))
-    # One statement, atomic on its own (no transaction around it); the count is moved by the database, not
-    # from the value read.
-    Agent.objects.filter(pk=agent.pk).update(cycle_count=F("cycle_count") + 1, next_cycle_at=next_at)
-    publish_changed_on_commit(agent_id=agent.pk, kind="cycle")
+    by_interval: dict[float, list[int]] = {}
+    for agent in agents:
+        by_interval.setdefault(agent.cycle_interval, []).append(agent.pk)
+    for interval, ids in by_interval.items():
+        soon = now + timedelta(seconds=interval)
+        next_at: Any = soon
+        if waits and interval < settings.RUNNER_WAITING_SECONDS:
+            rest = Value(now + timedelta(seconds=settings.RUNNER_WAITING_SECONDS))
+            next_at = Case(When(plan_retry_at__isnull=True, then=rest),
+                           default=Least(rest, Greatest(F("plan_retry_at"), Value(soon))))
+        # One statement, atomic on its own (no transaction around it); the count is moved by the database, not
+        # from the value read.
+        Agent.objects.filter(pk__in=ids).update(cycle_count=F("cycle_count") + 1, next_cycle_at=next_at)
+        for pk in ids:
+            publish_changed_on_commit(agent_id=pk, kind="cycle")
 
 
 def agent_cycle_soon(*, agent_id: int) -> bool:

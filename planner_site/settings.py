@@ -328,6 +328,12 @@ if RUNNER_PERSONA_SHARDS < 1 or RUNNER_SHARD_CYCLES_PER_SECOND <= 0:
 # 4 % less than that (`make bench`, scale_1000_cpu_per_cycle, alternating runs 2026-11-28: 2.20-2.31 against
 # 2.24-2.44 ms); 2 shards left a runner idle (80.9-92.8 % of due cycles).
 RUNNER_PASS_GAP_SECONDS = float(os.environ.get("RUNNER_PASS_GAP_SECONDS", "1.0"))
+# Scale-out: a tool agent's chain of cycles starts with a start pass of its shard (agents/runtime/tasks.py), which
+# plans the first goals of all the shard's agents starting then together; RUNNER_START_SHARDS such passes may run
+# at once (the runners share them). The same value in every process.
+RUNNER_START_SHARDS = int(os.environ.get("RUNNER_START_SHARDS", "4"))
+if RUNNER_START_SHARDS < 1:
+    raise ImproperlyConfigured("RUNNER_START_SHARDS must be at least 1")
 RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
 RUNNER_DB_RETRY_MAX_SECONDS = float(os.environ.get("RUNNER_DB_RETRY_MAX_SECONDS", "10"))  # backoff ceiling
 RUNNER_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("RUNNER_SHUTDOWN_GRACE_SECONDS", "30"))

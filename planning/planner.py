@@ -12,15 +12,18 @@ fails is tried again later by the agent's retry policy, or waits for an operator
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.db.models import OuterRef, Subquery, prefetch_related_objects
 from django.utils import timezone
 
+from agents.connections import connection_release
 from agents.declared_tools import agent_plan_terms
 from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import (
@@ -28,6 +31,7 @@ from agents.llm.gateway import (
     LLMDeadlineError,
     LLMError,
     LLMResult,
+    answers_at_once,
     calls_recorded_together,
     llm_complete,
     model_chain,
@@ -48,14 +52,14 @@ from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import (
     PlanNoLongerValidating,
     attempt_reject,
-    personas_plans_accept,
-    personas_plans_start,
     plan_accept,
     plan_ask,
     plan_fail,
     plan_restatement_save,
     plan_retry_start,
     plan_start,
+    plans_first_accept,
+    plans_first_start,
 )
 
 logger = logging.getLogger("planner.planner")
@@ -97,70 +101,132 @@ def plan_generate(
     reason: str = "",
     feedback: Sequence[str] = (),
     actor_label: str = "runner",
+    exclusive: bool = False,
 ) -> Plan:
-    """Make a validated plan (or a failed one with every reason) for a goal; a replan when `previous` is given."""
+    """Make a validated plan (or a failed one with every reason) for a goal; a replan when `previous` is given.
+    `exclusive`: a tool agent's first plan of its goal, refused when another planner began one (plan_start)."""
     deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
     if previous is not None and previous.clarification_answer:
         # Seed 003: the operator's answer to the planner's question is part of the goal from now on.
         goal_text = f"{goal_text} ({previous.clarification_answer})"[:500]
     plan = plan_start(agent=agent, goal_text=goal_text, goal=goal, previous=previous, reason=reason,
-                      actor_label=actor_label)
+                      actor_label=actor_label, exclusive=exclusive)
     return plan_continue(agent=agent, plan=plan, goal_text=goal_text, goal=goal, previous=previous, reason=reason,
                          feedback=feedback, actor_label=actor_label, deadline=deadline)
 
 
 def plan_continue(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None, previous: Plan | None = None,
                   reason: str = "", feedback: Sequence[str] = (), actor_label: str, deadline: Deadline,
-                  first: Asked | None = None) -> Plan:
+                  first: Asked | None = None, restatement: dict[str, str] | None = None) -> Plan:
     """The planning of a version started (plan_start), to its end: accepted, a question, or failed. `first`:
-    the first model's answer, already asked (personas_plans_first)."""
+    the first model's answer, already asked (plans_first), with the `restatement` it was asked with."""
     try:
         return plan_attempts(agent=agent, plan=plan, goal_text=goal_text, goal=goal, previous=previous,
                              reason=reason, feedback=feedback, actor_label=actor_label, deadline=deadline,
-                             first=first)
+                             first=first, restatement=restatement)
     except PlanNoLongerValidating:
         plan.refresh_from_db()
         return plan
 
 
-def personas_plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
-                         needs: Mapping[int, Mapping[str, float]] | None = None,
-                         ) -> tuple[dict[int, tuple[Plan, list[PlanStep]]], list[tuple[Agent, Goal, Plan, Asked]]]:
-    """plan_generate for the first plans of many personas' goals at once (a runner's pass; their models answer at
-    once): the versions started together (personas_plans_start), each goal asked of its chain's first model as
-    plan_attempts asks it, the calls recorded in one INSERT, and the plans whose answer is a valid plan accepted
-    together (personas_plans_accept). `needs`: the needs each prompt shows, by agent, when the caller has just
-    read them (a pass); otherwise they are read. Returns the plans accepted with their steps, by goal, and the
-    others with their first answer, for the caller to take on one by one (plan_continue: a rejection, a question,
-    a model error)."""
+@dataclass
+class First:
+    """A first plan's first ask, before anything of it is written: its restatement and the first model's answer,
+    or the one step of a simple goal (plan_direct: no call)."""
+
+    agent: Agent
+    goal: Goal
+    plan: Plan
+    restatement: dict[str, str] = field(default_factory=dict)
+    asked: Asked | None = None
+    direct: tuple[PlanSpec, list[str]] | None = None
+
+    def accepted(self) -> tuple[PlanSpec, list[str], str] | None:
+        """The plan to accept as it is, with its flags and model; None when its planning goes on (plan_continue)."""
+        if self.direct is not None:
+            spec, flags = self.direct
+            return spec, [*flags, SIMPLE_GOAL_FLAG], ""
+        if self.asked is not None and self.asked.check is not None and self.asked.check.spec is not None:
+            return self.asked.check.spec, list(self.asked.check.flags), self.asked.model
+        return None
+
+
+def plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
+                needs: Mapping[int, Mapping[str, float]] | None = None, exclusive: bool = False,
+                ) -> tuple[dict[int, tuple[Plan, list[PlanStep]]], list[First]]:
+    """plan_generate for the first plans of many agents' goals at once (a runner's pass): the versions started
+    together (plans_first_start; `exclusive` for tool agents, whose goals another planner may have begun), each goal
+    restated and asked of its chain's first model as plan_attempts asks it, the calls recorded in one INSERT, and
+    the plans whose answer is a valid plan (or a simple goal's one step) accepted together with their
+    restatements (plans_first_accept). Models that answer at once (the offline rules) are asked one after
+    another; any other's asks are made side by side (asks_together), so a hundred agents wait for their models
+    once, not a hundred times (round_100_agents). `needs`: the needs each persona's prompt shows, by agent, when
+    the caller has just read them (a pass); otherwise they are read. Returns the plans accepted with their steps,
+    by goal, and the others with their first ask (restatement stored), for the caller to take on one by one
+    (plan_continue: a rejection, a question, a model error)."""
     if not wanted:
         return {}, []
     deadline = Deadline.after(float(settings.PLAN_DEADLINE_SECONDS))
-    plans = personas_plans_start(wanted, actor_label=actor_label)
-    # What each prompt shows of its persona (plan_messages: needs, lessons), read for all at once.
-    shown = ["lessons"] if needs is not None else ["needs", "lessons"]
-    prefetch_related_objects([agent for agent, _ in wanted], *shown)
-    asked: list[tuple[Agent, Goal, Plan, Asked]] = []
+    started = plans_first_start(wanted, actor_label=actor_label, exclusive=exclusive)
+    firsts = [First(agent=agent, goal=goal, plan=plan) for (agent, goal), plan in zip(wanted, started, strict=True)
+              if plan is not None]
+    # What each persona's prompt shows (plan_messages: needs, lessons), read for all at once.
+    personas = [first.agent for first in firsts if first.agent.kind == Agent.Kind.PERSONA]
+    if personas:
+        prefetch_related_objects(personas, *(["lessons"] if needs is not None else ["needs", "lessons"]))
+
+    def ask(first: First) -> First:
+        """No database here: the asks may run side by side in threads; what they learn is written after."""
+        agent, goal = first.agent, first.goal
+        first.direct = plan_direct(agent=agent, goal=goal, goal_text=goal.description)
+        if first.direct is not None:
+            return first
+        first.restatement = plan_restatement(agent=agent, plan=first.plan, previous=None, goal_text=goal.description,
+                                             deadline=deadline, save=False)
+        first.asked = plan_ask_model(
+            agent=agent, plan=first.plan, model=model_chain("plan", agent_models=agent.planner_models)[0],
+            purpose="plan", goal_text=goal.description, restatement=first.restatement, previous=None, kept=[],
+            reason="", feedback=(), memory=RetryContext(), deadline=deadline,
+            needs=needs.get(agent.pk, {}) if needs is not None and agent.kind == Agent.Kind.PERSONA else None)
+        return first
+
     with calls_recorded_together():
-        for (agent, goal), plan in zip(wanted, plans, strict=True):
-            restatement = plan_restatement(agent=agent, plan=plan, previous=None, goal_text=goal.description,
-                                           deadline=deadline)
-            asked.append((agent, goal, plan, plan_ask_model(
-                agent=agent, plan=plan, model=model_chain("plan", agent_models=agent.planner_models)[0],
-                purpose="plan", goal_text=goal.description, restatement=restatement, previous=None, kept=[],
-                reason="", feedback=(), memory=RetryContext(), deadline=deadline,
-                needs=needs.get(agent.pk, {}) if needs is not None else None)))
-    accepted = personas_plans_accept([(plan, first.check.spec, list(first.check.flags), first.model)
-                                      for _, _, plan, first in asked
-                                      if first.check is not None and first.check.spec is not None],
-                                     actor_label=actor_label)
-    return ({plan.goal_id: (plan, steps) for plan, steps in accepted.values() if plan.goal_id is not None},
-            [item for item in asked if item[2].pk not in accepted])
+        if all(answers_at_once(agent_models=first.agent.planner_models) for first in firsts):
+            firsts = [ask(first) for first in firsts]
+        else:
+            firsts = asks_together(ask, firsts)
+    for first in firsts:
+        for key in RESTATE_KEYS:
+            setattr(first.plan, key, first.restatement.get(key, ""))
+    ready = [(first, first.accepted()) for first in firsts]
+    accepted = plans_first_accept([(first.plan, *plan) for first, plan in ready if plan is not None],
+                                  actor_label=actor_label)
+    rest = [first for first in firsts if first.plan.pk not in accepted]
+    for first in rest:
+        if any(first.restatement.values()):
+            plan_restatement_save(plan=first.plan, restatement=first.restatement)
+    return {plan.goal_id: (plan, steps) for plan, steps in accepted.values() if plan.goal_id is not None}, rest
+
+
+def asks_together[T, R](ask: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """`[ask(item) for item in items]`, each in a thread of the event loop's executor, all at once: their model
+    calls are awaited side by side on the loop (the runner's own, where a pass runs; a loop of its own
+    elsewhere). Each thread gives back any database connection it opened."""
+    def alone(item: T) -> R:
+        try:
+            return ask(item)
+        finally:
+            connection_release()
+
+    async def together() -> list[R]:
+        return list(await asyncio.gather(*(sync_to_async(alone, thread_sensitive=False)(item) for item in items)))
+
+    return async_to_sync(together)()
 
 
 def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None, previous: Plan | None,
                   reason: str, feedback: Sequence[str], actor_label: str, deadline: Deadline,
-                  first: Asked | None = None) -> Plan:
+                  first: Asked | None = None, restatement: dict[str, str] | None = None) -> Plan:
     base = plan_with_steps(previous)
     kept = list(base.steps.filter(status__in=PlanStep.DONE_STATUSES)) if base else []
     declined = steps_declined(previous)
@@ -171,7 +237,9 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
         return plan_accept(plan=plan, spec=spec, flags=[*flags, SIMPLE_GOAL_FLAG], model="", kept=[],
                            actor_label=actor_label)
 
-    restatement = plan_restatement(agent=agent, plan=plan, previous=previous, goal_text=goal_text, deadline=deadline)
+    if restatement is None:
+        restatement = plan_restatement(agent=agent, plan=plan, previous=previous, goal_text=goal_text,
+                                       deadline=deadline)
     purpose = "replan" if previous is not None else "plan"
     chain = model_chain(purpose, agent_models=agent.planner_models)
     memory = RetryContext()
@@ -390,9 +458,9 @@ def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[Pla
 
 
 def plan_restatement(*, agent: Agent, plan: Plan, previous: Plan | None, goal_text: str,
-                     deadline: Deadline) -> dict[str, str]:
+                     deadline: Deadline, save: bool = True) -> dict[str, str]:
     """The restatement of a replan's goal is its previous version's (copied by plan_start, no call);
-    a tool agent's first plan asks the fast model."""
+    a tool agent's first plan asks the fast model. Without `save`, the caller stores it (plans_first)."""
     if previous is not None:
         kept = {k: getattr(plan, k) for k in RESTATE_KEYS}
         if any(kept.values()) and not previous.clarification_answer:
@@ -401,11 +469,13 @@ def plan_restatement(*, agent: Agent, plan: Plan, previous: Plan | None, goal_te
         return {}
     if model_profile(model_chain("restate")[0]).small:
         return {}  # a small model's restatement repeats the goal or fills in placeholders: no call
-    return plan_restate(agent=agent, plan=plan, goal_text=goal_text, deadline=deadline)
+    return plan_restate(agent=agent, plan=plan, goal_text=goal_text, deadline=deadline, save=save)
 
 
-def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline | None = None) -> dict[str, str]:
-    """WHO/WHAT/WHEN/WHERE/WHY by the fast model (seed 002); a failure here only loses the restatement."""
+def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline | None = None,
+                 save: bool = True) -> dict[str, str]:
+    """WHO/WHAT/WHEN/WHERE/WHY by the fast model (seed 002); a failure here only loses the restatement.
+    Without `save`, nothing is written (the call is recorded as every call is)."""
     try:
         answer = llm_complete(purpose="restate", messages=prompt_restate(goal=goal_text, agent_name=agent.name,
                                                                           backstory=agent.backstory),
@@ -424,7 +494,8 @@ def plan_restate(*, agent: Agent, plan: Plan, goal_text: str, deadline: Deadline
     if not any(restatement.values()):
         logger.info("restatement for plan %s held only placeholders", plan.pk)
         return {}
-    plan_restatement_save(plan=plan, restatement=restatement)
+    if save:
+        plan_restatement_save(plan=plan, restatement=restatement)
     return restatement
 
 

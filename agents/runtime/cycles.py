@@ -13,7 +13,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
-from agents.cycle import agent_cycle, persona_cycles
+from agents.cycle import agent_cycle, persona_cycles, tools_start
 from agents.models import Agent
 from planner_site.events import published_together
 from planning.models import Plan
@@ -65,6 +65,17 @@ def personas_run(agent_ids: list[int], runner: str) -> tuple[dict[int, str], lis
         raise
     finally:
         connection_release()
+
+
+def tools_start_run(agent_ids: list[int], runner: str) -> tuple[list[int], list[int]]:
+    """The first cycles of tool agents whose chains start (tools_start): the agents planned there, and those whose
+    cycle runs apart. The caller chains them on the same connection and gives it back."""
+    try:
+        with published_together():  # the pass's changes: one message to the open pages
+            return tools_start(agent_ids, runner=runner)
+    except CONNECTION_ERRORS:
+        connection_recover()
+        raise
 
 
 def plans_orphaned_fail(*, runner: str, busy: set[int] | frozenset[int] = frozenset(),

@@ -11,12 +11,20 @@ persona. A persona whose cycle needs more than the common path (a model call, a 
 gets a cycle job of its own, below; passes leave it alone while that job waits or runs.
 
 Every other driven agent (tool agents) has one chain of `agents.cycle` jobs: each cycle, when it ends, defers
-the next one `cycle_interval` seconds later. Every cycle job carries the agent's lock (`agent:<id>`), so the engine never
+the next one `cycle_interval` seconds later. A chain starts with a start pass (`agents.start`) of the agent's
+shard (its id modulo RUNNER_START_SHARDS): the pass takes the shard's driven tool agents that are due and have no
+cycle waiting or under way, plans together the first goals of those whose cycle would only plan one (agents/cycle.py
+tools_start: a hundred agents given goals wait for their models side by side, in one pass, not in a hundred
+jobs), and defers each agent's cycle (the planned ones' next, at the time their cycle set; the others' first, at
+once). Its lock (`starts:<shard>/<shards>`) keeps one start pass of a shard under way at a time, and its queueing
+lock one waiting: an agent made driven while its shard's pass runs is taken by the next one. Every cycle job carries the agent's lock (`agent:<id>`), so the engine never
 starts a cycle of an agent while another runs, on any worker; and its queueing lock (the same string), so an
 agent never has two cycles waiting. A chain breaks when a cycle's worker dies (the engine retries the job
 once the worker's heartbeats stop: `jobs_stalled_retry`). A tool agent created or resumed gets its chain when
-the write commits (`chain_start_on_save`); the `agents_schedule` sweep, every two seconds, starts a chain for
-each driven agent that still has none.
+the write commits (`chain_start_on_save`: a start pass of its shard); the `agents_schedule` sweep, every two
+seconds, defers a start pass for each shard with a driven agent that still has no chain. Planning a start pass
+began and a dead worker cut off is failed like a dead cycle's: by the agent's next cycle, or by the sweep once no
+start pass of its shard runs.
 
 Every cycle first fails the planning a dead cycle left "validating" (agents/runtime/cycles.py): thanks to
 the lock, no other cycle of this agent runs meanwhile. A cycle job carries the agent's kind when its deferrer
@@ -46,8 +54,16 @@ from procrastinate.jobs import Status
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
 from agents.models import Agent
 from agents.retention import retention_prune
-from agents.runtime.cycles import agents_driven, cycle_run, error_brief, personas_run, plans_orphaned_fail
+from agents.runtime.cycles import (
+    agents_driven,
+    cycle_run,
+    error_brief,
+    personas_run,
+    plans_orphaned_fail,
+    tools_start_run,
+)
 from agents.signals import operator_acted
+from planning.models import Plan
 
 logger = logging.getLogger("planner.runner")
 
@@ -55,6 +71,8 @@ CYCLES_QUEUE = "cycles"
 CONTROL_QUEUE = "control"  # the sweep, the stalled-job retry and pruning: never behind a backlog of cycles
 LOCK_PREFIX = "agent:"
 PASS_PREFIX = "personas:"
+START_PREFIX = "starts:"
+TOOLS_PER_START = 400  # a bigger backlog goes on in the next start pass, deferred at once
 PERSONAS_PER_PASS = 400  # a bigger backlog goes on in the next pass, deferred at once
 PRUNE_BUDGET_SECONDS = 5.0  # one pruning round; a bigger backlog goes on in the next round
 
@@ -247,17 +265,113 @@ def chain_next(agent_id: int) -> None:
         try:
             row = agents_chained().filter(pk=agent_id).values_list("next_cycle_at", "cycle_interval", "kind").first()
             if row is not None:
-                # The time the cycle set (agent_cycle_count); the interval after a cycle that failed before it.
                 next_at, interval, kind = row
-                now = timezone.now()
-                after = interval if next_at is None or next_at <= now else (next_at - now).total_seconds()
-                cycle_defer(agent_id, after=after, kind=kind)
+                cycle_defer(agent_id, after=cycle_after(next_at, interval), kind=kind)
             return
         except CHAIN_ERRORS as exc:
             connection_recover()
             if attempt == 2:
                 logger.warning("next cycle of agent %s not deferred (%s); the sweep starts its chain again",
                                agent_id, error_brief(exc))
+
+
+def cycle_after(next_at: Any, interval: float) -> float:
+    """Seconds until an agent's next cycle: the time its cycle set (agent_cycle_count); the interval after a cycle
+    that failed before setting it."""
+    now = timezone.now()
+    return interval if next_at is None or next_at <= now else (next_at - now).total_seconds()
+
+
+# --- start passes: where tool agents' chains begin ---------------------------------------------------------
+
+
+def start_shard(agent_id: int) -> tuple[int, int]:
+    shards = settings.RUNNER_START_SHARDS
+    return agent_id % shards, shards
+
+
+def start_lock(shard: int, shards: int) -> str:
+    return f"{START_PREFIX}{shard}/{shards}"
+
+
+def start_defer(shard: int, shards: int) -> bool:
+    """Defer a start pass of the shard now; False when one is already waiting (it takes every agent due then)."""
+    try:
+        tools_start_job.configure(lock=start_lock(shard, shards), queueing_lock=start_lock(shard, shards)
+                                  ).defer(shard=shard, shards=shards)
+    except exceptions.AlreadyEnqueued:
+        return False
+    return True
+
+
+def tools_unchained(shard: int, shards: int, *, limit: int) -> list[int]:
+    """The shard's driven tool agents that are due (never run, or overdue) and have no cycle waiting or under way,
+    never-run ones first."""
+    due = (agents_chained().filter(kind=Agent.Kind.TOOL).annotate(shard=Mod(F("pk"), shards)).filter(shard=shard)
+           .filter(Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=timezone.now())))
+    ids = list(due.order_by(F("next_cycle_at").asc(nulls_first=True), "pk").values_list("pk", flat=True)[:limit])
+    if not ids:
+        return []
+    chained = agents_with_cycles("todo", "doing")
+    return [pk for pk in ids if pk not in chained]
+
+
+def tools_start_pass(shard: int, shards: int, runner: str) -> tuple[int, int, bool]:
+    """One start pass of a shard: the first goals of its agents that only plan one planned together, then every
+    agent's chain deferred (tools_start). Returns the agents planned here, those sent to their own first cycle,
+    and whether more were due than a pass takes."""
+    ids = tools_unchained(shard, shards, limit=TOOLS_PER_START)
+    if not ids:
+        return 0, 0, False
+    planned, alone = tools_start_run(ids, runner)
+    rows = agents_chained().filter(pk__in=planned).values_list("pk", "next_cycle_at", "cycle_interval")
+    for agent_id, next_at, interval in rows:
+        cycle_defer(agent_id, after=cycle_after(next_at, interval), kind=Agent.Kind.TOOL)
+    for agent_id in alone:
+        cycle_defer(agent_id, kind=Agent.Kind.TOOL)
+    return len(planned), len(alone), len(ids) >= TOOLS_PER_START
+
+
+@blueprint.task(name="agents.start", queue=CYCLES_QUEUE, pass_context=True)
+def tools_start_job(context: JobContext, shard: int, shards: int) -> str:
+    """A start pass of one shard of tool agents (tools_start_pass); with a backlog, the next one deferred at once.
+    An agent it read but did not chain (the pass broke off) is found by the sweep."""
+    backlog = False
+    try:
+        planned, alone, backlog = tools_start_pass(shard, shards, runner_name(context))
+        return f"{planned} planned, {alone} on their own"
+    except CONNECTION_ERRORS as exc:  # not cycles that happened: the sweep starts the chains again
+        logger.warning("start pass %s cut off by the database (%s)", start_lock(shard, shards), error_brief(exc))
+        return "cut off by the database"
+    except Exception:  # logged; the sweep defers the shard's next start pass for the agents left without a chain
+        logger.exception("start pass %s failed", start_lock(shard, shards))
+        return "failed"
+    finally:
+        try:
+            if backlog:
+                start_defer(shard, shards)
+        except CHAIN_ERRORS as exc:
+            logger.warning("next start pass %s not deferred (%s); the sweep defers it", start_lock(shard, shards),
+                           error_brief(exc))
+        finally:
+            connection_release()
+            if context.job is not None and context.job.id is not None:
+                with _returned_lock:
+                    _returned[context.job.id] = time.monotonic()
+
+
+def agents_starting() -> set[int]:
+    """Tool agents with planning "validating" in a shard whose start pass is under way: that pass may still be
+    planning it (a dead worker's pass is retried by jobs_stalled_retry, and is then no longer under way)."""
+    doing = jobs_locked(START_PREFIX, "doing")
+    shards = settings.RUNNER_START_SHARDS
+    under_way = [int(lock.removeprefix(START_PREFIX).partition("/")[0]) for lock in doing
+                 if lock.rpartition("/")[2] == str(shards)]
+    if not under_way:
+        return set()
+    return set(Plan.objects.filter(status=Plan.Status.VALIDATING, agent__kind=Agent.Kind.TOOL)
+               .annotate(shard=Mod(F("agent_id"), shards)).filter(shard__in=under_way)
+               .values_list("agent_id", flat=True))
 
 
 async def jobs_unfinished_settle(app: Any) -> int:
@@ -321,14 +435,14 @@ def shards_unscheduled() -> tuple[int, list[int]]:
 @blueprint.periodic(cron=f"* * * * * */{settings.RUNNER_SWEEP_SECONDS}")
 @blueprint.task(name="agents.schedule", queue=CONTROL_QUEUE, pass_context=True)
 def agents_schedule(context: JobContext, timestamp: int) -> int:
-    """Start a chain of cycles for every chain-driven agent without one, and of passes for every persona shard
-    without one; fail planning left by dead cycles of agents no cycle drives any more (a paused agent's, or a
-    persona's whose own cycle died)."""
+    """Start the chain of cycles of every chain-driven agent without one (a start pass of its shard), and of passes
+    for every persona shard without one; fail planning left by dead cycles (or start passes) of agents nothing
+    drives any more (a paused agent's, or a persona's whose own cycle died)."""
     try:
-        started = sum(cycle_defer(pk) for pk in agents_unscheduled())
+        started = sum(start_defer(*shard) for shard in sorted({start_shard(pk) for pk in agents_unscheduled()}))
         shards, unscheduled = shards_unscheduled()
         started += sum(pass_defer(shard, shards) for shard in unscheduled)
-        plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing"))
+        plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing") | agents_starting())
         return started
     finally:
         connection_release()
@@ -380,8 +494,8 @@ def chain_start_on_save(sender: type[Agent], instance: Agent, created: bool = Fa
         return  # a save that did not create the agent nor set its status (the sweep starts any chain it needs)
     if instance.status != Agent.Status.RUNNING or instance.kind in (Agent.Kind.PERSONA, Agent.Kind.EXTERNAL):
         return
-    agent_id, kind = instance.pk, instance.kind
-    transaction.on_commit(lambda: chain_start(agent_id, kind), robust=True)
+    agent_id = instance.pk
+    transaction.on_commit(lambda: chain_start(agent_id), robust=True)
 
 
 def chain_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None:
@@ -418,9 +532,10 @@ def app_of_jobs() -> Any:
     return app
 
 
-def chain_start(agent_id: int, kind: str) -> None:
+def chain_start(agent_id: int) -> None:
+    """A tool agent's chain starts: a start pass of its shard, now (one waiting takes it as well)."""
     try:
-        cycle_defer(agent_id, kind=kind)
+        start_defer(*start_shard(agent_id))
     except CHAIN_ERRORS as exc:
         logger.info("first cycle of agent %s not deferred (%s); the sweep starts its chain", agent_id,
                     error_brief(exc))

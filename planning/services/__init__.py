@@ -28,6 +28,7 @@ from planning.services.agents import (
 )
 from planning.services.errors import (
     DecisionError,
+    GoalAlreadyPlanned,
     PlanAlreadyReplanned,
     PlanEditInvalid,
     PlanNoLongerValidating,
@@ -83,8 +84,6 @@ from planning.services.versions import (
     REJECTED_OUTPUT_SHOWN,
     attempt_reject,
     failure_reasons,
-    personas_plans_accept,
-    personas_plans_start,
     plan_accept,
     plan_ask,
     plan_check_seen,
@@ -97,12 +96,15 @@ from planning.services.versions import (
     plan_start,
     plan_start_by_policy,
     plan_steps_build,
+    plans_first_accept,
+    plans_first_start,
     steps_permission_raise,
 )
 
 __all__ = [
     "CONFLICT_ATTEMPTS",
     "DecisionError",
+    "GoalAlreadyPlanned",
     "EDITABLE_PLAN_STATUSES",
     "EDITABLE_STEP_FIELDS",
     "PLAN_FINAL",
@@ -131,8 +133,6 @@ __all__ = [
     "event_record",
     "failure_reasons",
     "plan_abandon",
-    "personas_plans_accept",
-    "personas_plans_start",
     "plan_accept",
     "plan_approve",
     "plan_ask",
@@ -152,6 +152,8 @@ __all__ = [
     "plan_start",
     "plan_start_by_policy",
     "plan_steps_build",
+    "plans_first_accept",
+    "plans_first_start",
     "reason_clean",
     "step_approve",
     "step_changes_problems",

@@ -49,5 +49,9 @@ class PlanAlreadyReplanned(Exception):
     """Another runner or operator already made the next version of this plan."""
 
 
+class GoalAlreadyPlanned(Exception):
+    """A plan already holds this goal: another planner (a runner's start pass, another cycle) began it first."""
+
+
 class PlanNoLongerValidating(Exception):
     """The plan left "validating" while the planner worked (failed as interrupted, or cancelled)."""

@@ -35,6 +35,7 @@ from planning.models import Plan, PlanEvent, PlanStep
 from planning.services.agents import agent_retry_sync, agent_waiting_set, agents_waiting_refresh
 from planning.services.errors import (
     DecisionError,
+    GoalAlreadyPlanned,
     PlanAlreadyReplanned,
     PlanEditInvalid,
     PlanNoLongerValidating,
@@ -63,10 +64,17 @@ def plan_locked_validating(plan: Plan) -> Plan:
 
 @transaction.atomic
 def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Plan | None, reason: str,
-               actor_label: str) -> Plan:
-    """Create the new version in status "validating"; refuse a second next version of the same plan."""
+               actor_label: str, exclusive: bool = False) -> Plan:
+    """Create the new version in status "validating"; refuse a second next version of the same plan.
+    `exclusive` (a tool agent's first plan of a goal: its cycle and a start pass may meet, agents/runtime/tasks.py):
+    the agent's row is locked first, as plans_first_start locks it, and a goal some plan holds by then is refused
+    (GoalAlreadyPlanned), nothing written."""
     retry = 0
     planned = False
+    if exclusive and previous is None and goal is not None:
+        Agent.objects.select_for_update().filter(pk=agent.pk).exists()
+        if Plan.objects.filter(goal=goal).held().exists():
+            raise GoalAlreadyPlanned(goal)
     if previous is not None:
         previous = Plan.objects.select_for_update().get(pk=previous.pk)
         if Plan.objects.filter(previous=previous).exists():
@@ -199,29 +207,44 @@ def plan_accepted(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str,
 
 
 @transaction.atomic
-def personas_plans_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str) -> list[Plan]:
-    """plan_start for the first versions of many personas' goals at once (a runner's pass): one INSERT of the
+def plans_first_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
+                      exclusive: bool = False) -> list[Plan | None]:
+    """plan_start for the first versions of many agents' goals at once (a runner's pass): one INSERT of the
     plans ("validating"), one of their CREATED events, pushed after commit. An agent whose row said something
-    waits has it say what still waits (agents_waiting_refresh), as plan_start does. The plans, in order."""
+    waits has it say what still waits (agents_waiting_refresh), as plan_start does. The plans, in order.
+
+    `exclusive` (tool agents, whose start pass may meet a cycle of the same agent, agents/runtime/tasks.py): the
+    agents' rows are locked first, as plan_start(exclusive=True) locks its agent's, and a goal that some plan
+    holds by then (GoalAlreadyPlanned) gets no plan: None in its place."""
+    held: set[int] = set()
+    if exclusive and wanted:
+        list(Agent.objects.select_for_update().filter(pk__in=sorted({a.pk for a, _ in wanted})).order_by("pk")
+             .values_list("pk", flat=True))
+        held = set(Plan.objects.filter(goal_id__in=[g.pk for _, g in wanted]).held().values_list("goal_id", flat=True))
+    starting = [(agent, goal) for agent, goal in wanted if goal.pk not in held]
     plans = Plan.objects.bulk_create([
         Plan(agent=agent, goal=goal, goal_text=goal.description[:500], status=Plan.Status.VALIDATING, version=1)
-        for agent, goal in wanted])
-    agents_waiting_refresh(sorted({agent.pk for agent, _ in wanted if agent.waiting_reason}))
+        for agent, goal in starting])
+    agents_waiting_refresh(sorted({agent.pk for agent, _ in starting if agent.waiting_reason}))
     PlanEvent.objects.bulk_create([
         PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=actor_label,
                   detail={"version": 1, "previous": None}) for plan in plans])
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.CREATED)
-    return plans
+    started = iter(plans)
+    return [None if goal.pk in held else next(started) for _, goal in wanted]
 
 
 @transaction.atomic
-def personas_plans_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]], *,
-                          actor_label: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
-    """plan_accept for many personas' first versions at once (a runner's pass), by plan_accepted's rules: the
-    plans still "validating" locked, one INSERT of their steps, one statement writing the plans, one INSERT of their
-    VALIDATED events, pushed after commit. A plan someone ended meanwhile is left as it is. The plans
-    accepted with their steps as stored, by plan id."""
+def plans_first_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]], *,
+                       actor_label: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
+    """plan_accept for many agents' first versions at once (a runner's pass), by plan_accepted's rules: the
+    plans still "validating" locked, one INSERT of their steps, one statement writing the plans (their
+    restatements with them), one INSERT of their VALIDATED events, pushed after commit. A persona's plan starts
+    at once; a tool agent's awaits approval, its row says so (one UPDATE), the approval policies decide it
+    (policies_plan_waiting, plan by plan, as plan_accept) and the notifications' dispatch is woken (bulk events
+    send no post_save). A plan someone ended meanwhile is left as it is. The plans accepted with their steps as
+    stored, by plan id."""
     validating = set(Plan.objects.select_for_update().filter(
         pk__in=[plan.pk for plan, _, _, _ in accepted], status=Plan.Status.VALIDATING).order_by("pk")
         .values_list("pk", flat=True))
@@ -230,7 +253,7 @@ def personas_plans_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], st
     events: list[PlanEvent] = []
     done: dict[int, tuple[Plan, list[PlanStep]]] = {}
     for plan, spec, flags, model in accepted:
-        if plan.pk not in validating or plan.agent.kind != Agent.Kind.PERSONA or plan.previous_id is not None:
+        if plan.pk not in validating or plan.agent.kind == Agent.Kind.EXTERNAL or plan.previous_id is not None:
             continue
         plan_steps, detail = plan_accepted(plan=plan, spec=spec, flags=flags, model=model, kept=[])
         plans.append(plan)
@@ -239,10 +262,21 @@ def personas_plans_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], st
         events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.VALIDATED,
                                 actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
     PlanStep.objects.bulk_create(steps)
-    rows_write(Plan, plans, ACCEPTED_FIELDS)  # locked and checked above; bulk_update's CASE WHEN costs ~10x
+    rows_write(Plan, plans, [*ACCEPTED_FIELDS, *RESTATE_KEYS])  # locked and checked above; bulk_update's CASE WHEN costs ~10x
     PlanEvent.objects.bulk_create(events)
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
+    waiting = [plan for plan in plans if plan.status == Plan.Status.AWAITING_APPROVAL]
+    if waiting:
+        from notifications.runtime import nudge  # noqa: PLC0415 (the notifications app sits above the planner's services)
+        from policies.services import policies_plan_waiting  # noqa: PLC0415 (policies decide through the services)
+
+        Agent.objects.filter(pk__in=[plan.agent_id for plan in waiting]).update(
+            waiting_reason="plan v1 awaits approval")  # first versions: plan_accept's reason, the same for all
+        for plan in waiting:
+            if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
+                plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
+        transaction.on_commit(nudge, robust=True)
     return done
 
 

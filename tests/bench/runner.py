@@ -5,7 +5,7 @@ round_100_agents: 100 tool agents each plan a goal with two sequential model cal
 the plan) of 300 ms each, against the local OpenAI-compatible test server (tests/llm_server.py) over
 real HTTP with the real `openai` client, driven by the runners with their default settings: on PostgreSQL two
 `runagents` processes (the engine's workers, as the scale figures run them; the agents are set running and
-their first cycles deferred, as resuming them does, when the clock starts), on SQLite the embedded scheduler
+their chains started, as resuming them does, when the clock starts: their shards' start passes plan them), on SQLite the embedded scheduler
 in this process (`--cycles 1`). The server runs in
 a process of its own, as a real model server does (in the runner's process its thread per request took
 about 1 ms of the runner's CPU per call, under the same GIL). The ideal is
@@ -101,19 +101,19 @@ def runner_processes(server: object) -> Iterator[list[subprocess.Popen[str]]]:
 
 
 def runners_round(runners: list[subprocess.Popen[str]], ids: list[int], prefix: str, server_pid: int) -> float:
-    """The agents `ids` (created paused, with their goals) set running and their first cycles deferred, as
-    resuming them does (agents/runtime/tasks.py chain_start_on_save); the seconds until the last one's plan awaits
-    approval (looked at every 20 ms), the runners' CPU meanwhile (ROUND_CPU) and the rest of the machine's
-    (ROUND_MACHINE)."""
+    """The agents `ids` (created paused, with their goals) set running and their chains started, as resuming them
+    does (agents/runtime/tasks.py chain_start_on_save: a start pass of each one's shard); the seconds until the last
+    one's plan awaits approval (looked at every 20 ms), the runners' CPU meanwhile (ROUND_CPU) and the rest of the
+    machine's (ROUND_MACHINE)."""
     from agents.models import Agent
-    from agents.runtime.tasks import cycle_defer
+    from agents.runtime.tasks import chain_start
 
     cpu = sum(cpu_seconds(r.pid) for r in runners)
     postgres, server, own = postgres_cpu_seconds(), cpu_seconds(server_pid), time.process_time()
     started = time.perf_counter()
     Agent.objects.filter(pk__in=ids).update(status=Agent.Status.RUNNING)
     for pk in ids:
-        cycle_defer(pk, kind=Agent.Kind.TOOL)
+        chain_start(pk)
     while planned(ids) < len(ids):
         if time.perf_counter() - started > ROUND_TIMEOUT_SECONDS or any(r.poll() is not None for r in runners):
             raise RuntimeError(f"only {planned(ids)} of {len(ids)} agents planned")
