@@ -13,8 +13,10 @@ fails is tried again later by the agent's retry policy, or waits for an operator
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,10 +210,18 @@ def plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
     return {plan.goal_id: (plan, steps) for plan, steps in accepted.values() if plan.goal_id is not None}, rest
 
 
+@functools.cache
+def asks_executor() -> ThreadPoolExecutor:
+    """The threads asks run in, RUNNER_CONCURRENCY of them in a process: not the loop's default executor, whose
+    threads the loop itself needs meanwhile (a host name to resolve, the SDK's platform lookup): asks filling it
+    while they wait for the loop would wait for good."""
+    return ThreadPoolExecutor(max_workers=max(1, settings.RUNNER_CONCURRENCY), thread_name_prefix="ask")
+
+
 def asks_together[T, R](ask: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """`[ask(item) for item in items]`, each in a thread of the event loop's executor, all at once: their model
-    calls are awaited side by side on the loop (the runner's own, where a pass runs; a loop of its own
-    elsewhere). Each thread gives back any database connection it opened."""
+    """`[ask(item) for item in items]`, each in a thread of its own (asks_executor), at most RUNNER_CONCURRENCY at
+    once: their model calls are awaited side by side on the event loop (the runner's own, where a pass runs; a loop
+    of its own elsewhere). Each thread gives back any database connection it opened."""
     def alone(item: T) -> R:
         try:
             return ask(item)
@@ -219,8 +229,10 @@ def asks_together[T, R](ask: Callable[[T], R], items: Sequence[T]) -> list[R]:
             connection_release()
 
     async def together() -> list[R]:
-        return list(await asyncio.gather(*(sync_to_async(alone, thread_sensitive=False)(item) for item in items)))
+        ask_in_thread = sync_to_async(alone, thread_sensitive=False, executor=asks_executor())
+        return list(await asyncio.gather(*(ask_in_thread(item) for item in items)))
 
+    connection_release()  # the wait holds no connection of this thread either (outside a transaction)
     return async_to_sync(together)()
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import Exists
 from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
@@ -72,8 +73,9 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
     retry = 0
     planned = False
     if exclusive and previous is None and goal is not None:
-        Agent.objects.select_for_update().filter(pk=agent.pk).exists()
-        if Plan.objects.filter(goal=goal).held().exists():
+        # The agent's row locked and the goal's plans looked at, in one statement.
+        held = Exists(Plan.objects.filter(goal=goal).held())
+        if Agent.objects.select_for_update(of=("self",)).filter(pk=agent.pk).values_list(held, flat=True).first():
             raise GoalAlreadyPlanned(goal)
     if previous is not None:
         previous = Plan.objects.select_for_update().get(pk=previous.pk)

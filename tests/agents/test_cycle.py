@@ -303,7 +303,9 @@ def tool_agent_to_plan(settings: object, llm_server: object, monkeypatch: pytest
 def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(
         settings: object, llm_server: object, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     """One planning cycle (restatement, plan, accepted) through the real HTTP client: the statements do not
-    grow with the plan's steps (they are stored together) and stay within the bound the runner's pace needs."""
+    grow with the plan's steps (they are stored together) and stay within the bound the runner's pace needs (one
+    of them locks the agent's row and looks for a plan of the goal begun meanwhile: a start pass may meet this
+    cycle, agents/runtime/tasks.py)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -315,7 +317,7 @@ def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(
     assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.steps.count() == 4
     statements = [q["sql"] for q in queries.captured_queries
                   if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
-    assert len(statements) <= 16, "\n".join(statements)
+    assert len(statements) <= 17, "\n".join(statements)
     assert sum(s.startswith('INSERT INTO "planning_planstep"') for s in statements) == 1
 
 

@@ -75,31 +75,48 @@ async def test_a_paused_agents_chain_ends_and_a_resumed_one_gets_a_new_chain() -
     assert await sync_to_async(agents_unscheduled)() == []
 
 
-async def test_a_tool_agent_created_or_resumed_has_its_first_cycle_waiting_at_once() -> None:
+async def test_a_tool_agent_created_or_resumed_has_its_chain_started_at_once() -> None:
     """No wait for the sweep (up to RUNNER_SWEEP_SECONDS): the write that makes a tool agent driven, from any
-    process, defers its first cycle when it commits. A persona waits for its shard's pass, a paused or external
-    agent for nothing, and an edit that leaves the status alone defers nothing."""
+    process, defers a start pass of its shard when it commits, and that pass defers the agent's first cycle. A
+    persona waits for its shard's pass, a paused or external agent for nothing, and an edit that leaves the status
+    alone defers nothing."""
     from django.contrib.auth.models import User
     from procrastinate.contrib.django.models import ProcrastinateJob
 
+    from agents.runtime.tasks import start_lock, start_shard, tools_start_pass
     from planning.services import agent_set_status
     from tests.factories import AgentFactory
+
+    def starts(*agents: Agent) -> list[tuple[str, str]]:
+        return sorted({(start_lock(*start_shard(a.pk)), "todo") for a in agents})
 
     def check() -> None:
         tool = AgentFactory(kind="tool")
         AgentFactory(kind="persona")
         AgentFactory(kind="external")
         paused = AgentFactory(kind="tool", status=Agent.Status.PAUSED)
-        assert cycle_jobs() == [(f"agent:{tool.pk}", "todo")]
+        assert cycle_jobs("starts:") == starts(tool)
+        assert cycle_jobs() == []
 
         paused.name = "renamed"
         paused.save(update_fields=["name"])
-        assert cycle_jobs() == [(f"agent:{tool.pk}", "todo")]
-        operator = User.objects.create_user("resumer")
-        agent_set_status(agent=paused, user=operator, status=Agent.Status.RUNNING)
+        assert cycle_jobs("starts:") == starts(tool)
+        paused.status = Agent.Status.RUNNING  # set running by a write of its status (an import, a script)
+        paused.save(update_fields=["status"])
+        assert cycle_jobs("starts:") == starts(tool, paused)
+        assert cycle_jobs() == []
+
+        # The start passes (here run in line) give each agent, with no goal to plan, its first cycle at once.
+        passes = [tools_start_pass(*shard, runner="test") for shard in {start_shard(a.pk) for a in (tool, paused)}]
+        assert [sum(counts) for counts in zip(*passes, strict=True)] == [0, 2, 0]  # none planned, both chained
         assert cycle_jobs() == sorted([(f"agent:{tool.pk}", "todo"), (f"agent:{paused.pk}", "todo")])
+        assert tools_start_pass(*start_shard(tool.pk), runner="test") == (0, 0, False)  # chained: not taken again
+
+        # An operator who pauses and resumes it brings its cycle forward at once (agents/signals.py): still one
+        # waiting cycle.
+        operator = User.objects.create_user("resumer")
         agent_set_status(agent=tool, user=operator, status=Agent.Status.PAUSED)
-        agent_set_status(agent=tool, user=operator, status=Agent.Status.RUNNING)  # still one waiting cycle
+        agent_set_status(agent=tool, user=operator, status=Agent.Status.RUNNING)
         assert cycle_jobs() == sorted([(f"agent:{tool.pk}", "todo"), (f"agent:{paused.pk}", "todo")])
 
         # A whole-row save that neither creates the agent nor sets its status starts nothing (were its job under
@@ -107,7 +124,7 @@ async def test_a_tool_agent_created_or_resumed_has_its_first_cycle_waiting_at_on
         ProcrastinateJob.objects.all().delete()  # type: ignore[misc]
         tool.refresh_from_db()
         tool.save()
-        assert cycle_jobs() == []
+        assert cycle_jobs("") == []
 
     await sync_to_async(check)()
 
@@ -121,10 +138,10 @@ async def test_an_agent_whose_first_cycle_could_not_be_deferred_is_still_created
     from agents.runtime import tasks
     from tests.factories import AgentFactory
 
-    with mock.patch.object(tasks, "cycle_defer", side_effect=OperationalError("the server closed the connection")):
+    with mock.patch.object(tasks, "start_defer", side_effect=OperationalError("the server closed the connection")):
         agent = await sync_to_async(AgentFactory)(kind="tool")
     assert await sync_to_async(Agent.objects.filter(pk=agent.pk).exists)()
-    assert await sync_to_async(cycle_jobs)() == []
+    assert await sync_to_async(cycle_jobs)("") == []
     assert await sync_to_async(tasks.agents_unscheduled)() == [agent.pk]  # the sweep's next round starts it
 
 
@@ -181,7 +198,8 @@ async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() 
     from agents.runtime import tasks
     from tests.factories import AgentFactory
 
-    agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0)  # its first cycle deferred at once
+    agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0)
+    assert await sync_to_async(tasks.cycle_defer)(agent.pk)  # its first cycle, as its start pass defers it
     assert await sync_to_async(cycle_jobs)() == [(f"agent:{agent.pk}", "todo")]
 
     def lost_end() -> int:
