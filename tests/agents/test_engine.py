@@ -345,3 +345,39 @@ async def test_the_workers_engine_queries_run_in_autocommit() -> None:
                                           delete_jobs="never")
         job = await worker_app.job_manager.get_job_status_async(job_id)
     assert job.value == "succeeded"
+
+
+def test_planning_a_start_pass_began_is_failed_only_once_no_start_pass_of_its_shard_runs() -> None:
+    """A start pass plans for as long as its models take: the sweep leaves its "validating" plans alone while it
+    runs, and fails them as any dead cycle's once its worker died (the engine then retries the pass: no longer
+    under way)."""
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from agents.runtime.cycles import plans_orphaned_fail
+    from agents.runtime.tasks import agents_starting, start_lock, start_shard
+    from planning.models import Plan
+    from tests.factories import AgentFactory, PlanFactory
+
+    agent = AgentFactory(kind="tool")  # its shard's start pass deferred on commit
+    plan = PlanFactory(agent=agent, status=Plan.Status.VALIDATING)
+    Plan.objects.filter(pk=plan.pk).update(updated_at=timezone.now() - timedelta(hours=1))  # long at it
+
+    def pass_status(status: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE procrastinate_jobs SET status = %s WHERE lock = %s",
+                           [status, start_lock(*start_shard(agent.pk))])
+
+    pass_status("doing")  # the pass under way
+    assert agents_starting() == {agent.pk}
+    assert plans_orphaned_fail(runner="sweep", busy=agents_starting()) == 0
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.VALIDATING
+
+    pass_status("todo")  # its worker died, and the engine retried the pass
+    assert agents_starting() == set()
+    assert plans_orphaned_fail(runner="sweep", busy=agents_starting()) == 1
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.FAILED and "planning interrupted" in plan.failure_reason
