@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 
 from django.conf import settings
@@ -42,27 +44,33 @@ def cycle_run(agent_id: int, runner: str, kind: str = "", *, release: bool = Tru
     the agent's kind as the caller read it: a tool agent's cycle then skips the persona read, and finds such
     planning in the read of its open plans it makes anyway (agent_cycle, tool_open_plan)."""
     try:
-        with published_together():  # the cycle's changes: one message to the open pages
+        with cycle_scope():
             if kind != Agent.Kind.TOOL:
                 plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
             return agent_cycle(agent_id=agent_id, runner=runner, kind=kind)
-    except CONNECTION_ERRORS:
-        connection_recover()
-        raise
     finally:
         if release:
             connection_release()
+
+
+@contextlib.contextmanager
+def cycle_scope() -> Iterator[None]:
+    """Where a cycle or a pass does its work: its changes reach the open pages as one message once it ends, and a
+    connection the database cut under it is dropped, so that the next statement opens a fresh one."""
+    try:
+        with published_together():
+            yield
+    except CONNECTION_ERRORS:
+        connection_recover()
+        raise
 
 
 def personas_run(agent_ids: list[int], runner: str) -> tuple[dict[int, str], list[int]]:
     """One pass of these personas (persona_cycles), then the thread's connection given back: what happened to
     each whose cycle ran, and those whose cycle runs apart (it may wait on a model server)."""
     try:
-        with published_together():  # the pass's changes: one message to the open pages
+        with cycle_scope():
             return persona_cycles(agent_ids, runner=runner)
-    except CONNECTION_ERRORS:
-        connection_recover()
-        raise
     finally:
         connection_release()
 
@@ -70,12 +78,8 @@ def personas_run(agent_ids: list[int], runner: str) -> tuple[dict[int, str], lis
 def tools_start_run(agent_ids: list[int], runner: str) -> tuple[list[int], list[int]]:
     """The first cycles of tool agents whose chains start (tools_start): the agents planned there, and those whose
     cycle runs apart. The caller chains them on the same connection and gives it back."""
-    try:
-        with published_together():  # the pass's changes: one message to the open pages
-            return tools_start(agent_ids, runner=runner)
-    except CONNECTION_ERRORS:
-        connection_recover()
-        raise
+    with cycle_scope():
+        return tools_start(agent_ids, runner=runner)
 
 
 def plans_orphaned_fail(*, runner: str, busy: set[int] | frozenset[int] = frozenset(),

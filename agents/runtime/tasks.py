@@ -181,12 +181,18 @@ def pass_defer(shard: int, shards: int, *, after: float = 0.0) -> bool:
 def personas_due(shard: int, shards: int, *, limit: int) -> list[int]:
     """The shard's due personas (never-run ones first, then the longest overdue), without those whose own cycle
     job waits or runs."""
-    due = shard_personas(shard, shards).filter(Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=timezone.now()))
+    return due_without_cycles(shard_personas(shard, shards), limit=limit)
+
+
+def due_without_cycles(agents: QuerySet[Agent], *, limit: int) -> list[int]:
+    """Up to `limit` of these agents that are due (never-run ones first, then the longest overdue), without those
+    whose cycle job waits or runs."""
+    due = agents.filter(Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=timezone.now()))
     ids = list(due.order_by(F("next_cycle_at").asc(nulls_first=True), "pk").values_list("pk", flat=True)[:limit])
     if not ids:
         return []
-    alone = agents_with_cycles("todo", "doing")
-    return [pk for pk in ids if pk not in alone]
+    chained = agents_with_cycles("todo", "doing")
+    return [pk for pk in ids if pk not in chained]
 
 
 def personas_pass(shard: int, shards: int, runner: str) -> tuple[int, int, bool]:
@@ -307,13 +313,8 @@ def start_defer(shard: int, shards: int) -> bool:
 def tools_unchained(shard: int, shards: int, *, limit: int) -> list[int]:
     """The shard's driven tool agents that are due (never run, or overdue) and have no cycle waiting or under way,
     never-run ones first."""
-    due = (agents_chained().filter(kind=Agent.Kind.TOOL).annotate(shard=Mod(F("pk"), shards)).filter(shard=shard)
-           .filter(Q(next_cycle_at__isnull=True) | Q(next_cycle_at__lte=timezone.now())))
-    ids = list(due.order_by(F("next_cycle_at").asc(nulls_first=True), "pk").values_list("pk", flat=True)[:limit])
-    if not ids:
-        return []
-    chained = agents_with_cycles("todo", "doing")
-    return [pk for pk in ids if pk not in chained]
+    shard_tools = agents_chained().filter(kind=Agent.Kind.TOOL).annotate(shard=Mod(F("pk"), shards)).filter(shard=shard)
+    return due_without_cycles(shard_tools, limit=limit)
 
 
 def tools_start_pass(shard: int, shards: int, runner: str) -> tuple[int, int, bool]:
