@@ -123,11 +123,36 @@ def tool_agent_with_plan(n_steps: int, workspace_note: str) -> tuple[Agent, Plan
     return agent, plan
 
 
-def test_kill_storm_loses_nothing_and_doubles_nothing(tmp_path: Path, runners: list[subprocess.Popen[str]]) -> None:
+def tool_agents_to_plan(n: int, server: object) -> list[Agent]:
+    """Tool agents with a goal to plan through the scripted server, whose restatement takes seconds: their start
+    passes are under way when runners die."""
+    from tests.llm_server import answer
+
+    restate = '<json>{"who": "Storm", "what": "list", "when": "now", "where": "here", "why": "asked"}</json>'
+    plan_text = ('<json>{"goal": "List", "steps": [{"id": "1", "tool": "file.list", "intent": "List the files", '
+                 '"input": {"path": "."}, "requiresPermission": false}]}</json>')
+    server.script("storm-fast", *[answer(restate, delay=2.5) for _ in range(20 * n)])  # type: ignore[attr-defined]
+    server.script("storm-planner", *[answer(plan_text) for _ in range(20 * n)])  # type: ignore[attr-defined]
+    agents = []
+    for i in range(n):
+        agent = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0.5, name=f"Storm planner {i}",
+                             planner_models="storm-planner", plan_retry_backoff=1)
+        GoalFactory(agent=agent, description="List the workspace", source_needs=[])
+        agents.append(agent)
+    return agents
+
+
+def test_kill_storm_loses_nothing_and_doubles_nothing(tmp_path: Path, runners: list[subprocess.Popen[str]],
+                                                      llm_server: object) -> None:
     people = personas(45, cycle_interval=3.0)
     tools = [tool_agent_with_plan(TOOL_STEPS, f"agent {i}") for i in range(15)]
-    every = people + [agent for agent, _plan in tools]
-    env = runner_env(tmp_path, RUNNER_TICK_SECONDS="0.2", DB_POOL_MAX_SIZE="4")
+    planners = tool_agents_to_plan(8, llm_server)
+    every = people + [agent for agent, _plan in tools] + planners
+    # The persona agents think offline; the planners restate through the scripted server (their own planner
+    # chain too), and cycle at their interval while their plans wait (the final runner's cycle comes at once).
+    env = runner_env(tmp_path, RUNNER_TICK_SECONDS="0.2", DB_POOL_MAX_SIZE="4", RUNNER_WAITING_SECONDS="0",
+                     OPENAI_BASE_URL=llm_server.base_url, OPENAI_API_KEY="k",  # type: ignore[attr-defined]
+                     PLANNER_MODELS="offline-rules", FAST_MODELS="offline-rules", RESTATE_MODELS="storm-fast")
     logs: list[Path] = []
 
     def start(slot: int, generation: int) -> subprocess.Popen[str]:
@@ -180,6 +205,11 @@ def test_kill_storm_loses_nothing_and_doubles_nothing(tmp_path: Path, runners: l
         lines = Counter((Path(env["AGENT_WORKSPACES"]) / str(agent.pk) / "log.txt").read_text().splitlines())
         assert len(lines) >= done
         assert all(n <= 1 + interrupted[line.removeprefix("line ")] for line, n in lines.items()), lines
+    # Every planner's goal was planned, once: planning a killed runner cut off was failed (and retried as a next
+    # version), never begun again beside it.
+    for agent in planners:
+        firsts = Plan.objects.filter(agent=agent, previous__isnull=True)
+        assert firsts.count() == 1, list(firsts.values_list("status", "failure_reason"))
     assert jobs_doing() == 0  # every cycle a killed runner had under way was retried and ended
     assert workers_live() == 0  # stopped cleanly, or killed and found dead
 
