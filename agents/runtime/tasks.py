@@ -44,7 +44,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, FloatField, Min, Q, QuerySet, Sum, Value
+from django.db.models import Exists, F, FloatField, Min, OuterRef, Q, QuerySet, Sum, Value
 from django.db.models.functions import Greatest, Mod
 from django.db.models.signals import post_save
 from django.utils import timezone
@@ -504,26 +504,34 @@ def chain_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None
     next pass takes it (agents/services.py cycle_soon_on_decision made it due: unless the pass under way had read
     it already); a tool agent's cycle waiting for its time is replaced by one due now (the engine moves no waiting
     job's time: it is cancelled and deferred again). A cycle under way keeps its lock: the new one runs when it
-    ends. Failing, the agent cycles at the time its last cycle set, as before."""
+    ends. A tool agent with no open plan and no other cycle (a goal given to an idle agent) goes to its shard's
+    start pass instead, which plans it with the other agents given goals meanwhile, or defers its cycle at once.
+    Failing, the agent cycles at the time its last cycle set, as before."""
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
     try:
-        kind = agents_chained().filter(pk=agent_id).values_list("kind", flat=True).first()
-        if kind is None:
+        planning = ~Exists(Plan.objects.filter(agent_id=OuterRef("pk")).open())
+        row = agents_chained().filter(pk=agent_id).values_list("kind", planning).first()
+        if row is None:
             return
-        for job_id in cycles_waiting_later(agent_id):
+        kind, unplanned = row
+        jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
+        now, later, others = timezone.now(), [], 0
+        for job_id, status, at in jobs.filter(lock=agent_lock(agent_id), status__in=["todo", "doing"]).values_list(
+                "id", "status", "scheduled_at"):
+            if status == "todo" and at is not None and at > now:
+                later.append(job_id)
+            else:
+                others += 1
+        for job_id in later:
             app_of_jobs().job_manager.cancel_job_by_id(job_id, delete_job=True)
-        cycle_defer(agent_id, kind=kind)
+        if kind == Agent.Kind.TOOL and unplanned and not others:
+            start_defer(*start_shard(agent_id))
+        else:
+            cycle_defer(agent_id, kind=kind)
     except CHAIN_ERRORS as exc:
         logger.info("cycle of agent %s not brought forward (%s); it comes at its interval", agent_id,
                     error_brief(exc))
-
-
-def cycles_waiting_later(agent_id: int) -> list[int]:
-    """The ids of the agent's cycle jobs that wait for a time still to come."""
-    from procrastinate.contrib.django.models import ProcrastinateJob
-
-    jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
-    return list(jobs.filter(lock=agent_lock(agent_id), status="todo", scheduled_at__gt=timezone.now())
-                .values_list("id", flat=True))
 
 
 def app_of_jobs() -> Any:

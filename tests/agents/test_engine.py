@@ -381,3 +381,39 @@ def test_planning_a_start_pass_began_is_failed_only_once_no_start_pass_of_its_sh
     assert plans_orphaned_fail(runner="sweep", busy=agents_starting()) == 1
     plan.refresh_from_db()
     assert plan.status == Plan.Status.FAILED and "planning interrupted" in plan.failure_reason
+
+
+def test_a_goal_given_to_an_idle_tool_agent_is_planned_by_its_start_pass() -> None:
+    """An operator gives a running, idle tool agent a goal: its waiting cycle is replaced by its shard's start
+    pass (which plans it with the other agents given goals meanwhile) and the chain goes on from there; an agent
+    with an open plan gets its own cycle at once, as before."""
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    from agents.runtime.tasks import cycle_defer, start_lock, start_shard, tools_start_pass
+    from planning.models import Plan
+    from planning.services import agent_give_goal
+    from tests.factories import AgentFactory
+
+    agent = AgentFactory(kind="tool", cycle_interval=60)
+    ProcrastinateJob.objects.all().delete()  # type: ignore[misc]  # its start pass ran: its chain waits a minute
+    assert cycle_defer(agent.pk, after=60, kind=Agent.Kind.TOOL)
+    operator = User.objects.create_user("giver")
+
+    agent_give_goal(agent=agent, user=operator, description="Read notes.txt and write a short summary to summary.txt")
+    assert cycle_jobs() == []
+    assert cycle_jobs("starts:") == [(start_lock(*start_shard(agent.pk)), "todo")]
+    assert tools_start_pass(*start_shard(agent.pk), runner="test") == (1, 0, False)
+    plan = Plan.objects.get(agent=agent)
+    assert plan.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING)  # the offline planner answered
+    assert cycle_jobs() == [(f"agent:{agent.pk}", "todo")]  # chained again, at the time the pass's cycle set
+
+    # With that plan open, a second goal brings the agent's own cycle forward, as any decision does.
+    ProcrastinateJob.objects.all().delete()  # type: ignore[misc]
+    assert cycle_defer(agent.pk, after=60, kind=Agent.Kind.TOOL)
+    agent_give_goal(agent=agent, user=operator, description="List the workspace")
+    jobs = ProcrastinateJob.objects.filter(lock=f"agent:{agent.pk}")  # type: ignore[misc]
+    assert [(job.status, job.scheduled_at is None or job.scheduled_at <= timezone.now()) for job in jobs] == [
+        ("todo", True)]
+    assert cycle_jobs("starts:") == []
