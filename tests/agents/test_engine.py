@@ -1,7 +1,8 @@
 """The scale-out runtime on the job engine (agents/runtime/tasks.py, worker.py), in this process against the
 test database: personas are driven in passes, one chain of passes per shard; every other driven agent has one
-chain of cycles, runs them one at a time, and the chain stops for a paused agent and starts again when it
-runs; /healthz counts the engine's live workers."""
+chain of cycles, started by a start pass of its shard (which plans the first goals of the agents starting
+together), runs them one at a time, and the chain stops for a paused agent and starts again when it runs;
+/healthz counts the engine's live workers."""
 
 from __future__ import annotations
 
