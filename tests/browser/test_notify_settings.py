@@ -5,6 +5,7 @@ notification when a step starts to wait, and the page lists it as delivered. Ref
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -79,10 +80,17 @@ def test_an_operator_subscribes_and_is_notified_by_webhook(login: Login, server:
     assert body["title"] == "Nora: step n1 waits for your approval"
     assert json.dumps(body["step"]["risk"]) == '"risky"'
 
-    page.reload()
+    # The receiver has the body before the runner has its answer and marks the delivery delivered: a page loaded in
+    # between says "Sending" (the table is not pushed), so the operator's reload is tried again for a while.
     recent = page.locator("table.notify-recent")
-    expect(recent).to_contain_text("Nora: step n1 waits for your approval")
-    expect(recent.locator("tr", has_text="Nora: step n1")).to_contain_text("Webhook (signed JSON): Delivered")
+    row = recent.locator("tr", has_text="Nora: step n1")
+    for _ in range(30):
+        page.reload()
+        expect(recent).to_contain_text("Nora: step n1 waits for your approval")
+        if "Delivered" in row.inner_text():
+            break
+        time.sleep(0.5)
+    expect(row).to_contain_text("Webhook (signed JSON): Delivered")
 
     # The page, secrets and URLs included, does not scroll sideways on a phone.
     page.set_viewport_size(PHONE)
