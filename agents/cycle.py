@@ -76,7 +76,7 @@ from planning.models import Plan, PlanEvent, PlanStep, step_current
 from planning.planner import (
     MAX_REPLANS,
     First,
-    asks_together,
+    firsts_each,
     plan_continue,
     plan_generate,
     plan_interrupted_fail,
@@ -895,9 +895,18 @@ def action_decide_asked(*, state: PersonaState, plan: Plan | None, step: PlanSte
 
 def unplanned_goals(agent_id: int) -> list[Goal]:
     """A tool agent's active goals that no open or failed plan holds, the most pressing first."""
-    planned = Plan.objects.filter(agent_id=agent_id, goal__isnull=False).held().values("goal_id")
-    goals = list(Goal.objects.filter(agent_id=agent_id).active().exclude(pk__in=planned).order_by())
-    return sorted(goals, key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
+    return unplanned_goals_many([agent_id]).get(agent_id, [])
+
+
+def unplanned_goals_many(agent_ids: Sequence[int]) -> dict[int, list[Goal]]:
+    """unplanned_goals of many tool agents in one read, by agent (agents with none are left out)."""
+    planned = Plan.objects.filter(agent_id__in=list(agent_ids), goal__isnull=False).held().values("goal_id")
+    goals: dict[int, list[Goal]] = {}
+    for goal in Goal.objects.filter(agent_id__in=list(agent_ids)).active().exclude(pk__in=planned).order_by():
+        goals.setdefault(goal.agent_id, []).append(goal)
+    for agent_goals in goals.values():
+        agent_goals.sort(key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence))
+    return goals
 
 
 def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
@@ -924,22 +933,14 @@ def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], li
                   .order_by("pk"))
     ids = [agent.pk for agent in agents]
     busy = set(Plan.objects.filter(agent_id__in=ids).open().values_list("agent_id", flat=True))
-    held = Plan.objects.filter(agent_id__in=ids, goal__isnull=False).held().values("goal_id")
-    goals: dict[int, list[Goal]] = {}
-    for goal in Goal.objects.filter(agent_id__in=ids).active().exclude(pk__in=held).order_by():
-        goals.setdefault(goal.agent_id, []).append(goal)
-    wanted = [(agent, min(goals[agent.pk], key=lambda g: goal_priority(horizon=g.horizon, confidence=g.confidence)))
-              for agent in agents if agent.pk not in busy and agent.pk in goals
+    goals = unplanned_goals_many(ids)
+    wanted = [(agent, goals[agent.pk][0]) for agent in agents if agent.pk not in busy and agent.pk in goals
               and (agent.plan_retry_at is None or agent.plan_retry_at > now)]
     if not wanted:
         return [], ids
     accepted, rest = plans_first(wanted, actor_label=runner, exclusive=True)
-    go_on = functools.partial(plan_first_continue, runner=runner)
-    if all(answers_at_once(agent_models=first.agent.planner_models) for first in rest):
-        for first in rest:
-            go_on(first)
-    else:  # each planning may wait on its models again: side by side, as their first asks were
-        asks_together(go_on, rest)
+    # Each planning may wait on its models again: side by side, as their first asks were.
+    firsts_each(functools.partial(plan_first_continue, runner=runner), rest)
     began = set(accepted) | {first.goal.pk for first in rest}
     planned = [agent for agent, goal in wanted if goal.pk in began]
     agents_cycle_count(agents=planned)  # what tool_cycle counts after plan_for_next_goal: its interval, no wait

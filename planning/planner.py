@@ -193,10 +193,7 @@ def plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
         return first
 
     with calls_recorded_together():
-        if all(answers_at_once(agent_models=first.agent.planner_models) for first in firsts):
-            firsts = [ask(first) for first in firsts]
-        else:
-            firsts = asks_together(ask, firsts)
+        firsts = firsts_each(ask, firsts)
     for first in firsts:
         for key in RESTATE_KEYS:
             setattr(first.plan, key, first.restatement.get(key, ""))
@@ -208,6 +205,14 @@ def plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
         if any(first.restatement.values()):
             plan_restatement_save(plan=first.plan, restatement=first.restatement)
     return {plan.goal_id: (plan, steps) for plan, steps in accepted.values() if plan.goal_id is not None}, rest
+
+
+def firsts_each[R](work: Callable[[First], R], firsts: Sequence[First]) -> list[R]:
+    """`[work(first) for first in firsts]`: one after another when every agent's models answer at once (the offline
+    rules: nothing to wait for), else side by side (asks_together)."""
+    if all(answers_at_once(agent_models=first.agent.planner_models) for first in firsts):
+        return [work(first) for first in firsts]
+    return asks_together(work, firsts)
 
 
 @functools.cache
