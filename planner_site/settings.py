@@ -416,7 +416,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"quiet_forbidden": {"()": "planner_site.error_pages.QuietForbidden"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["quiet_forbidden"]}},
+    # Each line with its time and source: a runner's log is read after the fact, beside the jobs table.
+    "formatters": {"timed": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["quiet_forbidden"], "formatter": "timed"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"planner": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False}},
 }

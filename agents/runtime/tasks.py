@@ -377,26 +377,44 @@ def agents_starting() -> set[int]:
 
 async def jobs_unfinished_settle(app: Any) -> int:
     """Finish the cycle jobs whose task returned here a while ago but which the engine could not mark finished
-    (see `_returned`); the agent's next cycle was deferred by the task, or the sweep starts one."""
-    from procrastinate.contrib.django.models import ProcrastinateJob
-
+    (see `_returned`); the agent's next cycle was deferred by the task, or the sweep starts one. A job is
+    forgotten only once it is found ended, or is finished here: a round cut off by the database (the read or
+    the finish) leaves it for the next round, or it would hold its lock for as long as this worker lives."""
     now = time.monotonic()
     with _returned_lock:
         due = [job_id for job_id, at in _returned.items() if now - at >= RETURNED_GRACE_SECONDS]
-        for job_id in due:
-            del _returned[job_id]
     if not due:
         return 0
-    jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
-    stuck = await sync_to_async(lambda: list(jobs.filter(id__in=due, status="doing").values_list("id", flat=True)))()
+    stuck = await sync_to_async(jobs_doing_among)(due)
+    settled = set(due) - set(stuck)  # ended as they should have
     for job_id in stuck:
         try:
             await app.job_manager.finish_job_by_id_async(job_id=job_id, status=Status.SUCCEEDED, delete_job=True)
+            settled.add(job_id)
         except exceptions.ConnectorException as exc:  # ended meanwhile, or the database is away: the next round
             logger.info("unfinished job %s not settled (%s)", job_id, error_brief(exc))
-    if stuck:
-        logger.warning("finished %d cycle jobs whose end was lost to the database", len(stuck))
-    return len(stuck)
+    with _returned_lock:
+        for job_id in settled:
+            _returned.pop(job_id, None)
+    finished = len(set(stuck) & settled)
+    if finished:
+        logger.warning("finished %d cycle jobs whose end was lost to the database", finished)
+    return finished
+
+
+def jobs_doing_among(ids: list[int]) -> list[int]:
+    """Which of these jobs are still under way. The connection is given back after (the settling thread runs
+    no cycles that would), and recovered after a cut, so the next round connects afresh."""
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
+    try:
+        return list(jobs.filter(id__in=ids, status="doing").values_list("id", flat=True))
+    except CONNECTION_ERRORS:
+        connection_recover()
+        raise
+    finally:
+        connection_release()
 
 
 def jobs_locked(prefix: str, *statuses: str) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agents.connections import CONNECTION_ERRORS
+from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
 from agents.runtime.cycles import agents_driven, error_brief
 from agents.runtime.tasks import CONTROL_QUEUE, CYCLES_QUEUE, jobs_unfinished_settle
 from notifications.tasks import QUEUE as NOTIFICATIONS_QUEUE
@@ -34,8 +34,15 @@ class WorkerStopped(Exception):
     """The engine's worker ended while nobody asked it to."""
 
 
-def driven_cycle_counts() -> dict[int, int]:
-    return dict(agents_driven().values_list("pk", "cycle_count"))
+def driven_cycle_counts() -> dict[int, int] | None:
+    """Each driven agent's cycle count; None while the database is away (the connection recovered, given back)."""
+    try:
+        return dict(agents_driven().values_list("pk", "cycle_count"))
+    except CONNECTION_ERRORS:
+        connection_recover()
+        return None
+    finally:
+        connection_release()
 
 
 def worker_connector() -> Any:
@@ -56,11 +63,14 @@ def worker_connector() -> Any:
 
 async def cycles_reached(cycles: int, poll: float = 0.2) -> None:
     """Return once every driven agent has had `cycles` more cycles than when this began (by any worker)."""
-    start = await sync_to_async(driven_cycle_counts)()
+    start = None
+    while start is None:  # an outage as the runner starts is waited out like any other
+        start = await sync_to_async(driven_cycle_counts)()
+        await asyncio.sleep(poll)
     while True:
         await asyncio.sleep(poll)
         now = await sync_to_async(driven_cycle_counts)()
-        if all(count >= start.get(pk, 0) + cycles for pk, count in now.items()):
+        if now is not None and all(count >= start.get(pk, 0) + cycles for pk, count in now.items()):
             return
 
 
@@ -117,8 +127,8 @@ async def jobs_settle_forever(worker_app: Any) -> None:
         await asyncio.sleep(settings.RUNNER_SWEEP_SECONDS)
         try:
             await jobs_unfinished_settle(worker_app)
-        except Exception as exc:  # the database is away: the next round tries again
-            logger.info("settling unfinished jobs failed (%s)", error_brief(exc))
+        except Exception as exc:  # the database is away: the next round tries again, with the same jobs
+            logger.warning("settling unfinished jobs failed (%s); the next round tries again", error_brief(exc))
 
 
 async def worker_until(worker_app: Any, runner_id: str, concurrency: int, until: list[asyncio.Task[Any]]) -> None:

@@ -192,8 +192,10 @@ async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() 
     """A cut connection can lose the engine's "finished" write after a cycle returned: the job would stay
     "doing" under a live worker and hold the agent's lock for good. The worker finishes it."""
     import time
+    from unittest import mock
 
     from django.db import connection
+    from procrastinate import exceptions
     from procrastinate.contrib.django import app
 
     from agents.runtime import tasks
@@ -213,8 +215,14 @@ async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() 
     tasks._returned[job_id] = time.monotonic() - 10  # its task returned here ten seconds ago
     worker_app = app.with_connector(app.connector.get_worker_connector())
     async with worker_app.open_async():
+        # A round cut off by the database finishes nothing and forgets nothing: the next round finishes it.
+        cut = exceptions.ConnectorException("Database error.")
+        with mock.patch.object(worker_app.job_manager, "finish_job_by_id_async", side_effect=cut):
+            assert await tasks.jobs_unfinished_settle(worker_app) == 0
+        assert await sync_to_async(cycle_jobs)() == [(f"agent:{agent.pk}", "doing")]
         assert await tasks.jobs_unfinished_settle(worker_app) == 1
     assert await sync_to_async(cycle_jobs)() == []  # the lock is free: the sweep starts the agent's next chain
+    assert job_id not in tasks._returned
 
 
 async def test_a_connection_cut_while_the_next_cycle_is_deferred_is_tried_again() -> None:

@@ -42,11 +42,20 @@ STORM_SECONDS = 40
 TOOL_STEPS = 30
 
 
-def wait_until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:
+def wait_until(condition: Callable[[], bool], *, timeout: float, what: str, log: Path | None = None) -> None:
+    """Wait for `condition`; on giving up, say what was awaited, with the runner's `log` and its jobs."""
     deadline = time.monotonic() + timeout
     while not condition():
-        assert time.monotonic() < deadline, f"gave up after {timeout:.0f} s waiting for {what}"
+        if time.monotonic() >= deadline:
+            detail = "" if log is None else f"\njobs: {jobs_listed()}\nrunner log:\n{log.read_text()[-6000:]}"
+            raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}{detail}")
         time.sleep(0.2)
+
+
+def jobs_listed() -> list[tuple[str, str, str | None, int | None]]:
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    return list(ProcrastinateJob.objects.values_list("task_name", "status", "lock", "worker_id"))
 
 
 def workers_live(within: float = 3.0) -> int:
@@ -231,7 +240,7 @@ def test_terminated_connections_do_not_stop_a_runner(tmp_path: Path, runners: li
         terminate_runner_connections()
         # It carries on: every agent cycles again after each cut, and the process is still there.
         wait_until(lambda before=before: all(n > before[pk] for pk, n in cycles_of(agents).items()),
-                   timeout=60, what="cycles after pg_terminate_backend")
+                   timeout=60, what="cycles after pg_terminate_backend", log=tmp_path / "runner.log")
         assert proc.poll() is None, (tmp_path / "runner.log").read_text()[-3000:]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 0
