@@ -463,6 +463,10 @@ def agents_schedule(context: JobContext, timestamp: int) -> int:
         started += sum(pass_defer(shard, shards) for shard in unscheduled)
         plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing") | agents_starting())
         return started
+    except CHAIN_ERRORS as exc:  # the next sweep does it all again
+        logger.warning("sweep cut off by the database (%s)", error_brief(exc))
+        connection_recover()
+        return 0
     finally:
         connection_release()
 

@@ -191,10 +191,11 @@ async def test_healthz_counts_the_engines_live_workers() -> None:
 async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() -> None:
     """A cut connection can lose the engine's "finished" write after a cycle returned: the job would stay
     "doing" under a live worker and hold the agent's lock for good. The worker finishes it."""
+    import contextlib
     import time
     from unittest import mock
 
-    from django.db import connection
+    from django.db import OperationalError, connection
     from procrastinate import exceptions
     from procrastinate.contrib.django import app
 
@@ -214,8 +215,21 @@ async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() 
     job_id = await sync_to_async(lost_end)()
     tasks._returned[job_id] = time.monotonic() - 10  # its task returned here ten seconds ago
     worker_app = app.with_connector(app.connector.get_worker_connector())
+
+    def cut_then_read() -> list[int]:
+        with contextlib.suppress(OperationalError), connection.cursor() as cursor:  # as pg_terminate_backend does
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        with pytest.raises(OperationalError):
+            tasks.jobs_doing_among([job_id])
+        return tasks.jobs_doing_among([job_id])  # the settling thread connects afresh
+
+    assert await sync_to_async(cut_then_read)() == [job_id]
     async with worker_app.open_async():
-        # A round cut off by the database finishes nothing and forgets nothing: the next round finishes it.
+        # Rounds cut off by the database (the read, the finish) finish nothing and forget nothing: the next
+        # round finishes the job.
+        read_cut = OperationalError("the connection is closed")
+        with mock.patch.object(tasks, "jobs_doing_among", side_effect=read_cut), pytest.raises(OperationalError):
+            await tasks.jobs_unfinished_settle(worker_app)
         cut = exceptions.ConnectorException("Database error.")
         with mock.patch.object(worker_app.job_manager, "finish_job_by_id_async", side_effect=cut):
             assert await tasks.jobs_unfinished_settle(worker_app) == 0
