@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 
 DATABASE_URL = os.environ.get("SCALEOUT_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres")
@@ -37,7 +36,7 @@ def main() -> int:
     env = dict(os.environ, DATABASE_URL=DATABASE_URL, REDIS_URL=REDIS_URL, CHANNELS_PREFIX=os.environ.get("SCALEOUT_CHANNELS_PREFIX", "planner-test"),
                DB_CONN_MAX_AGE="0")
     args = [sys.executable, "-m", "pytest", *sys.argv[1:]]
-    return subprocess.call(args, env=env)
+    os.execve(sys.executable, args, env)  # pytest in this process's place: its exit code, and a signal reaches it
 
 
 if __name__ == "__main__":
