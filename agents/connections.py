@@ -8,6 +8,9 @@ connection each. SQLite keeps each thread's connection (opening one is cheap and
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from django.db import InterfaceError, OperationalError, close_old_connections, connection, transaction
 from django.db.transaction import TransactionManagementError
 
@@ -39,3 +42,16 @@ def connection_recover() -> None:
     if in_transaction():
         return
     close_old_connections()  # Django's own check after an error (as at a request's end)
+
+
+@contextlib.contextmanager
+def connection_scope() -> Iterator[None]:
+    """Database work of a thread outside a request: a connection the database cut under it is dropped (the next
+    statement opens a fresh one), and the connection is given back once it ends."""
+    try:
+        yield
+    except CONNECTION_ERRORS:
+        connection_recover()
+        raise
+    finally:
+        connection_release()

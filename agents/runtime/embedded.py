@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db.models import F, Min
 from django.utils import timezone
 
-from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
+from agents.connections import CONNECTION_ERRORS, connection_scope
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import (
@@ -77,13 +77,8 @@ def agents_remaining(*, finished: set[int]) -> bool:
 
 def db_call(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
     """Run one of the loop's database operations in its thread, then hand the connection back."""
-    try:
+    with connection_scope():
         return fn(**kwargs)
-    except CONNECTION_ERRORS:
-        connection_recover()
-        raise
-    finally:
-        connection_release()
 
 
 class Scheduler:

@@ -51,7 +51,7 @@ from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.jobs import Status
 
-from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
+from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release, connection_scope
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import (
@@ -387,34 +387,31 @@ async def jobs_unfinished_settle(app: Any) -> int:
         return 0
     stuck = await sync_to_async(jobs_doing_among)(due)
     settled = set(due) - set(stuck)  # ended as they should have
+    finished = 0
     for job_id in stuck:
         try:
             await app.job_manager.finish_job_by_id_async(job_id=job_id, status=Status.SUCCEEDED, delete_job=True)
-            settled.add(job_id)
         except exceptions.ConnectorException as exc:  # ended meanwhile, or the database is away: the next round
             logger.info("unfinished job %s not settled (%s)", job_id, error_brief(exc))
+        else:
+            settled.add(job_id)
+            finished += 1
     with _returned_lock:
         for job_id in settled:
             _returned.pop(job_id, None)
-    finished = len(set(stuck) & settled)
     if finished:
         logger.warning("finished %d cycle jobs whose end was lost to the database", finished)
     return finished
 
 
 def jobs_doing_among(ids: list[int]) -> list[int]:
-    """Which of these jobs are still under way. The connection is given back after (the settling thread runs
-    no cycles that would), and recovered after a cut, so the next round connects afresh."""
+    """Which of these jobs are still under way, in a connection scope (the settling thread runs no cycles that
+    would give its connection back, or drop it once cut: the next round connects afresh)."""
     from procrastinate.contrib.django.models import ProcrastinateJob
 
     jobs = ProcrastinateJob.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
-    try:
+    with connection_scope():
         return list(jobs.filter(id__in=ids, status="doing").values_list("id", flat=True))
-    except CONNECTION_ERRORS:
-        connection_recover()
-        raise
-    finally:
-        connection_release()
 
 
 def jobs_locked(prefix: str, *statuses: str) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
+from agents.connections import CONNECTION_ERRORS, connection_scope
 from agents.runtime.cycles import agents_driven, error_brief
 from agents.runtime.tasks import CONTROL_QUEUE, CYCLES_QUEUE, jobs_unfinished_settle
 from notifications.tasks import QUEUE as NOTIFICATIONS_QUEUE
@@ -37,12 +37,10 @@ class WorkerStopped(Exception):
 def driven_cycle_counts() -> dict[int, int] | None:
     """Each driven agent's cycle count; None while the database is away (the connection recovered, given back)."""
     try:
-        return dict(agents_driven().values_list("pk", "cycle_count"))
+        with connection_scope():
+            return dict(agents_driven().values_list("pk", "cycle_count"))
     except CONNECTION_ERRORS:
-        connection_recover()
         return None
-    finally:
-        connection_release()
 
 
 def worker_connector() -> Any:
@@ -63,9 +61,7 @@ def worker_connector() -> Any:
 
 async def cycles_reached(cycles: int, poll: float = 0.2) -> None:
     """Return once every driven agent has had `cycles` more cycles than when this began (by any worker)."""
-    start = None
-    while start is None:  # an outage as the runner starts is waited out like any other
-        start = await sync_to_async(driven_cycle_counts)()
+    while (start := await sync_to_async(driven_cycle_counts)()) is None:  # an outage as the runner starts
         await asyncio.sleep(poll)
     while True:
         await asyncio.sleep(poll)
