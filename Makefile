@@ -10,7 +10,7 @@ PYTHON_BOOT := $(shell for p in python3.13 python3.12 python3; do \
 	  root=$$(pyenv root 2>/dev/null); for v in $$(ls -r $$root/versions 2>/dev/null); do \
 	  p=$$root/versions/$$v/bin/python3; if [ -x $$p ] && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then echo $$p; exit; fi; done)
 
-.PHONY: run test lint bench eval setup password clean check-python
+.PHONY: run test lint docs bench eval setup password clean check-python
 
 check-python:
 	@if [ -z "$(PYTHON_BOOT)" ]; then echo "This project needs Python >= 3.12 (Django 6.1). Install python3.12 or newer (OS package, pyenv or python.org) and run make again." >&2; exit 1; fi
@@ -36,6 +36,11 @@ lint: $(STAMP)
 	$(PY) -m mypy .
 	cd clients/python && ../../$(PY) -m mypy planner_client
 
+# The documentation site (docs/, Sphinx + Furo + MyST), built strictly: a warning (a broken link, a page in no
+# table of contents) fails the build. Open var/docs-html/index.html.
+docs: $(STAMP)
+	$(PY) -m sphinx -E -W --keep-going -q -b html docs var/docs-html
+
 # The suite runs twice: embedded (SQLite + in-memory layer) and scale-out (PostgreSQL + Redis). The two passes
 # share nothing (their own databases, channel prefixes, ports and temporary folders), so they run side by side,
 # a core each; the scale-out pass's report follows the embedded one's, and either failing fails the target.
@@ -44,6 +49,7 @@ test: $(STAMP)
 	$(PY) -m mypy .
 	cd clients/python && ../../$(PY) -m mypy planner_client
 	$(PY) manage.py makemigrations --check --dry-run
+	$(MAKE) --no-print-directory docs
 	@mkdir -p var
 	@$(PY) tests/scaleout_pass.py -p no:cacheprovider > var/test-scaleout.log 2>&1 & scaleout=$$!; \
 	  trap 'kill $$scaleout 2>/dev/null' INT TERM; \
