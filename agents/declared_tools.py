@@ -10,13 +10,13 @@ problems read like the built-in tools' ("search input 'limit' must be integer, g
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from agents.tools import ToolSpec
+from agents.tools import TOOLS, ToolSpec
 
 MAX_TOOLS = 50
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
@@ -116,9 +116,13 @@ def tool_registry(tools: list[Mapping[str, Any]]) -> dict[str, ToolSpec]:
     return {tool["name"]: tool_spec(tool) for tool in tools}
 
 
-def agent_plan_terms(kind: str, declared: list[Mapping[str, Any]]) -> tuple[str, dict[str, ToolSpec] | None]:
+def agent_plan_terms(kind: str, declared: list[Mapping[str, Any]],
+                     tools: Sequence[str] = ()) -> tuple[str, dict[str, ToolSpec] | None]:
     """The validator's plan kind and tool registry for an agent: an external agent plans tool calls with the
-    tools it declared; the others with their own kind and the built-in registry (None)."""
+    tools it declared; a tool agent given some of the built-in tools (`Agent.tools`) with those; the others with
+    their own kind and the whole built-in registry (None)."""
     if kind == "external":
         return "tool", tool_registry(declared)
+    if kind == "tool" and tools:
+        return kind, {name: TOOLS[name] for name in sorted(tools) if name in TOOLS}
     return kind, None

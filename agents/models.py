@@ -8,12 +8,24 @@ from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.tools import TOOLS
+
 UNIT = [MinValueValidator(0.0), MaxValueValidator(1.0)]
+
+
+def tools_known(value: object) -> None:
+    """A tool agent's tools: names of the built-in registry (agents/tools.py)."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValidationError("Give the tools as a list of names.")
+    unknown = sorted(set(value) - set(TOOLS))
+    if unknown:
+        raise ValidationError(f"Unknown tools: {', '.join(unknown)}. The tools are: {', '.join(sorted(TOOLS))}.")
 
 
 class Agent(models.Model):
@@ -56,6 +68,10 @@ class Agent(models.Model):
     declared_tools = models.JSONField(
         default=list, blank=True,
         help_text="External agents: the tools the agent declared over the API (name, description, input_schema, risk)",
+    )
+    tools = models.JSONField(
+        default=list, blank=True, validators=[tools_known],
+        help_text="Tool agents: the built-in tools (agents/tools.py) its plans may call; empty: every one",
     )
     approval_policy = models.CharField(
         max_length=16, choices=ApprovalPolicy, default=ApprovalPolicy.PLAN,

@@ -14,6 +14,7 @@ import json
 import ntpath
 import os
 import re
+import secrets
 import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -202,6 +203,79 @@ def workspace_listing(workspace: Path, *, limit: int = MAX_LIST_ENTRIES) -> list
         if len(entries) >= limit:
             break
     return sorted(entries)[:limit]
+
+
+@dataclass(frozen=True)
+class WorkspaceFile:
+    """A file in a workspace, as its page lists it."""
+
+    path: str
+    size: int
+
+
+def workspace_files(workspace: Path, *, limit: int = MAX_LIST_ENTRIES) -> list[WorkspaceFile]:
+    """The files in the workspace with their sizes, relative and sorted (at most `limit`); none when it does not
+    exist yet. Symbolic links are not followed, and a file that goes while it is read is left out."""
+    root = workspace.resolve()
+    if not root.is_dir():
+        return []
+    found: list[WorkspaceFile] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        base = Path(dirpath)
+        for name in sorted(filenames):
+            try:
+                size = (base / name).lstat().st_size
+            except OSError:
+                continue
+            found.append(WorkspaceFile(_name_shown((base / name).relative_to(root).as_posix()), size))
+        if len(found) >= limit:
+            break
+    return sorted(found, key=lambda f: f.path)[:limit]
+
+
+def upload_name_problem(name: object) -> str | None:
+    """Why `name` may not be the name of a file put into a workspace by an operator (one name, no folder), or
+    None. The folder it goes to is checked as a path (`path_problem`)."""
+    if not isinstance(name, str) or not name.strip():
+        return "a file has no name"
+    if problem := path_problem(name):
+        return problem
+    if "/" in name or "\\" in name:
+        return f"'{_shown(name)}' names a folder; give a file name, and the folder in its own field"
+    if name.strip() in (".", ".."):
+        return f"'{name}' is not a file name"
+    if name.startswith(".") or name != name.strip():
+        return f"'{_shown(name)}' starts with a dot or a space (hidden or easily mistaken); rename it"
+    return None
+
+
+def upload_folder_problem(folder: str) -> str | None:
+    """Why `folder` may not receive uploaded files (relative, inside the workspace, no hidden folder), or None."""
+    if problem := path_problem(folder):
+        return problem
+    parts = [part for part in folder.replace("\\", "/").split("/") if part not in ("", ".")]
+    if any(part.startswith(".") for part in parts):
+        return f"folder '{_shown(folder)}' leaves the workspace or is hidden (a name starting with a dot)"
+    return None
+
+
+def workspace_upload_stage(workspace: Path, rel: str, data: bytes, *, replace: bool) -> tuple[Path, Path]:
+    """Check where an uploaded file goes (confined to the workspace through symbolic links too, never over a
+    folder, over a file only when `replace`) and write its bytes beside it under a temporary name. Returns
+    (temporary, target): `os.replace` of the one onto the other puts it in place."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    target = workspace_resolve(workspace, rel)
+    if target.is_dir():
+        raise ToolError(f"'{_shown(rel)}' is a folder in the workspace")
+    if target.exists() and not replace:
+        raise ToolError(f"'{_shown(rel)}' already exists; tick Replace to overwrite it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if workspace_resolve(workspace, rel) != target:  # a folder on the way became a link meanwhile
+        raise ToolError(f"path '{_shown(rel)}' leads outside the workspace (through a symbolic link)")
+    temporary = target.with_name(f".{target.name}.upload-{secrets.token_hex(6)}")
+    temporary.write_bytes(data)
+    return temporary, target
 
 
 def _name_shown(name: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -35,13 +36,20 @@ def for_agents(path: str) -> bool:
     return path.startswith("/api/") or path in ("/mcp", "/mcp/")
 
 
+# An agent page's Upload files (planning/urls.py, agent-upload).
+WORKSPACE_UPLOAD_PATH = re.compile(r"/agents/\d+/workspace/")
+
+
 def body_limit(path: str) -> int:
-    """The largest body a request to `path` may have: the API's own limit for the API and the MCP server, the
-    forms' elsewhere."""
+    """The largest body a request to `path` may have: the API's own limit for the API and the MCP server; for an
+    upload into a workspace the upload's limit (WORKSPACE_UPLOAD_MAX_BYTES) on top of the forms', so that an upload
+    somewhat over it reaches the page, which says why it was refused; the forms' elsewhere."""
     if for_agents(path):
         from planning.api import body_limit as api_body_limit
 
         return api_body_limit()
+    if WORKSPACE_UPLOAD_PATH.fullmatch(path):
+        return int(settings.WORKSPACE_UPLOAD_MAX_BYTES) + int(settings.REQUEST_MAX_BODY_BYTES)
     return int(settings.REQUEST_MAX_BODY_BYTES)
 
 

@@ -299,6 +299,8 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # Agents' sandboxed workspaces: tools may touch nothing outside AGENT_WORKSPACES/<agent id>/.
 AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces"))
+# The most one upload of files into a workspace, from an agent's page, may hold (all its files together).
+WORKSPACE_UPLOAD_MAX_BYTES = int(os.environ.get("WORKSPACE_UPLOAD_MAX_BYTES", str(5 * 1024 * 1024)))
 
 # The runtime (agents/runtime/). Embedded: one process drives every agent, up to RUNNER_CONCURRENCY cycles at
 # once, looking for due agents every RUNNER_TICK_SECONDS at least. Scale-out: Procrastinate workers, each

@@ -45,10 +45,40 @@ class AgentStatusForm(forms.Form):
 
 
 def agent_tool_names(agent: Agent) -> list[str]:
-    """The tools an agent's steps may call: an external agent's declared ones, else the built-in ones."""
+    """The tools an agent's steps may call: an external agent's declared ones, a tool agent's own (when it was
+    given some), else the built-in ones."""
     if agent.kind == Agent.Kind.EXTERNAL:
         return sorted(str(t.get("name", "")) for t in agent.declared_tools)
+    if agent.kind == Agent.Kind.TOOL and agent.tools:
+        return sorted(t for t in agent.tools if t in TOOLS)
     return sorted(TOOLS)
+
+
+def tool_choice(name: str) -> tuple[str, str]:
+    spec = TOOLS[name]
+    return name, f"{name}: {spec.description} ({'risky: waits for approval' if spec.risky else 'safe: reads only'})"
+
+
+class AgentCreateForm(forms.Form):
+    """The dashboard's New agent: a tool agent, its name, what it is for and the built-in tools it may use."""
+
+    name = TextField(label="Name", max_length=100, strip=True,
+                     widget=forms.TextInput(attrs={"placeholder": "e.g. Data clerk", "autocomplete": "off"}))
+    backstory = TextField(label="What it is for", max_length=2000, required=False, strip=True,
+                          widget=forms.Textarea(attrs={"rows": 2, "placeholder": "e.g. Converts the team's CSV files"}))
+    tools = forms.MultipleChoiceField(
+        label="Tools it may use", widget=forms.CheckboxSelectMultiple, initial=sorted(TOOLS),
+        choices=[tool_choice(name) for name in sorted(TOOLS)],
+        error_messages={"required": "Choose at least one tool the agent may use."},
+    )
+
+
+class WorkspaceUploadForm(forms.Form):
+    """The agent page's Upload files: the files come from request.FILES ("files"), the rest from here."""
+
+    folder = TextField(label="Into folder", max_length=200, required=False, strip=True,
+                       widget=forms.TextInput(attrs={"placeholder": "(the workspace itself) e.g. notes"}))
+    replace = forms.BooleanField(label="Replace files of the same name", required=False)
 
 
 class StepEditForm(forms.Form):

@@ -386,7 +386,7 @@ def reflection_helps(model: str, problems: Sequence[str]) -> bool:
 def plan_answer_schema(agent: Agent, goal_text: str, model: str) -> dict[str, Any]:
     """The JSON Schema of a plan answer for this agent: its tools (or the persona actions), its goal. A small
     model's is narrower: the tools the goal's words name, the paths of the workspace and the goal."""
-    kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    kind, declared = agent_plan_terms(agent.kind, agent.declared_tools, agent.tools)
     registry = declared or TOOLS
     tools = list(registry.values()) if kind == Agent.Kind.TOOL else []
     paths = None
@@ -522,7 +522,7 @@ def plan_messages(*, agent: Agent, goal_text: str, restatement: dict[str, str], 
                   compact: bool = False, needs: Mapping[str, float] | None = None) -> list[dict[str, str]]:
     """The plan prompt. `needs`: the persona's needs by name, as read just now by the caller (read here
     otherwise)."""
-    kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    kind, declared = agent_plan_terms(agent.kind, agent.declared_tools, agent.tools)
     # A tool plan's prompt shows no needs (and tool agents have none): no query for them.
     if kind == Agent.Kind.TOOL:
         needs = {}
@@ -560,7 +560,7 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
 
     An answer cut off at the token limit is rejected as such; prose is "no JSON plan in the answer", never
     steps; with `goal_text` the plan must mean the goal (planning/engine/meaning.py)."""
-    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools, agent.tools)
     if answer is not None and answer.truncated:
         return Check([TRUNCATED])
     try:

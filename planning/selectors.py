@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce
 
 from agents.models import Agent, Experience, LLMCall, Need
 from agents.selectors import persona_page
-from agents.tools import undo_dir_for
+from agents.tools import undo_dir_for, workspace_files
 from agents.world import URGENT_BELOW
 from planning.models import Plan, PlanEvent, PlanStep, step_current, steps_done, steps_done_q
 
@@ -308,6 +308,8 @@ def agent_context(agent_id: int) -> dict[str, Any]:
         "open_without_steps": [p for p in plans if p.is_open and not p.steps_total],  # type: ignore[attr-defined]
         "experiences": list(Experience.objects.filter(agent=agent).select_related("step").order_by("-cycle")[:15]),
         "lessons": list(agent.lessons.all()[:10]),
+        # A tool agent's workspace as its tools see it (the agent page's Workspace section, live).
+        "workspace": workspace_files(agent.workspace) if agent.kind == Agent.Kind.TOOL else None,
     } | persona_page(agent, {n.name: n.satisfaction for n in needs})  # goals short-term first, curves, what the cycle computed
 
 

@@ -6,7 +6,9 @@ from planning import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("agents/new/", views.agent_new, name="agent-new"),
     path("agents/<int:pk>/", views.agent_detail, name="agent-detail"),
+    path("agents/<int:pk>/workspace/", views.agent_upload_view, name="agent-upload"),
     path("agents/<int:pk>/status/", views.agent_status_view, name="agent-status"),
     path("agents/<int:pk>/goals/", views.agent_goal_view, name="agent-goal"),
     path("plans/<int:pk>/", views.plan_detail, name="plan-detail"),

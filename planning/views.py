@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.contrib.auth.models import User
@@ -20,6 +21,7 @@ from goals.models import Goal
 from planner_site.roles import DECIDE_PERMISSION
 from planning import services
 from planning.forms import (
+    AgentCreateForm,
     AgentStatusForm,
     ApproveplanForm,
     ClarifyForm,
@@ -28,6 +30,7 @@ from planning.forms import (
     ReasonForm,
     ReplanForm,
     StepEditForm,
+    WorkspaceUploadForm,
     agent_tool_names,
 )
 from planning.models import Plan, PlanEvent, PlanStep
@@ -52,7 +55,48 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 @require_GET
 def agent_detail(request: HttpRequest, pk: int) -> HttpResponse:
     get_object_or_404(Agent, pk=pk)
-    return render(request, "planning/agent_detail.html", agent_context(pk) | {"goal_form": GoalForm()})
+    return render(request, "planning/agent_detail.html", agent_context(pk) | {
+        "goal_form": GoalForm(), "upload_form": WorkspaceUploadForm(),
+        "upload_max": services.size_shown(settings.WORKSPACE_UPLOAD_MAX_BYTES),
+    })
+
+
+@require_http_methods(["GET", "POST"])
+@permission_required("agents.add_agent", raise_exception=True)
+def agent_new(request: HttpRequest) -> HttpResponse:
+    """The dashboard's New agent: a tool agent with the built-in tools the operator chooses."""
+    form = AgentCreateForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            agent = services.agent_create(user=operator(request), name=form.cleaned_data["name"],
+                                          backstory=form.cleaned_data["backstory"], tools=form.cleaned_data["tools"])
+        except services.DecisionError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Created the tool agent {agent.name}. Upload its files, then give it a goal.")
+            return redirect(agent)
+    return render(request, "planning/agent_new.html", {"form": form},
+                  status=400 if request.method == "POST" else 200)
+
+
+@require_POST
+@permission_required("agents.change_agent", raise_exception=True)
+def agent_upload_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Upload files: into the tool agent's workspace, the outcome shown on its page after the redirect."""
+    agent = get_object_or_404(Agent, pk=pk)
+    form = WorkspaceUploadForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"{form_errors(form)} Nothing was changed.")
+        return redirect(agent)
+    uploads = [services.Upload(name=str(f.name or ""), data=f.read()) for f in request.FILES.getlist("files")]
+    try:
+        paths = services.workspace_upload(agent=agent, user=operator(request), uploads=uploads,
+                                          folder=form.cleaned_data["folder"], replace=form.cleaned_data["replace"])
+    except services.DecisionError as exc:
+        messages.error(request, str(exc))
+        return redirect(agent)
+    messages.success(request, f"Uploaded {', '.join(paths)} into {agent.name}'s workspace.")
+    return redirect(agent)
 
 
 @require_GET

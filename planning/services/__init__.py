@@ -7,7 +7,8 @@ One module per noun it writes:
     steps.py         a step approved, declined, skipped, edited, rolled back; put up for approval, started, finished
     versions.py      a plan's versions: the planner's writes (started, attempts, accepted, asked, failed, retried)
                      and an operator's edit as version n+1, refused on a stale version
-    agents.py        an agent's status, a goal given to it, what it waits for and its next automatic retry
+    agents.py        a tool agent created and files put into its workspace; an agent's status, a goal given to
+                     it, what it waits for and its next automatic retry
     events.py        the PlanEvent each write records, pushed after commit
     external.py      external agents' plans and steps over the API and MCP (import it as a module: its
                      `step_start` is the agent's, not the runner's)
@@ -20,11 +21,15 @@ The names in `__all__` are re-exported, so `from planning import services; servi
 from __future__ import annotations
 
 from planning.services.agents import (
+    Upload,
+    agent_create,
     agent_give_goal,
     agent_retry_earliest,
     agent_retry_sync,
     agent_set_status,
     agent_waiting_set,
+    size_shown,
+    workspace_upload,
 )
 from planning.services.errors import (
     DecisionError,
@@ -120,7 +125,9 @@ __all__ = [
     "StaleVersion",
     "StepNotAwaitingApproval",
     "UNSTARTED",
+    "Upload",
     "actor_name",
+    "agent_create",
     "agent_give_goal",
     "agent_retry_earliest",
     "agent_retry_sync",
@@ -168,5 +175,7 @@ __all__ = [
     "step_rollback",
     "step_skip",
     "step_start",
+    "size_shown",
+    "workspace_upload",
     "steps_permission_raise",
 ]

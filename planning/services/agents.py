@@ -1,14 +1,28 @@
-"""Writes to an agent's row and its goals: an operator pauses, resumes or stops it or gives it a goal; the
-planner records what it waits for and its earliest automatic retry."""
+"""Writes to an agent's row and its goals: an operator creates a tool agent, puts files into its workspace,
+pauses, resumes or stops it or gives it a goal; the planner records what it waits for and its earliest automatic
+retry."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
 from django.db.models import Subquery
 
 from agents.models import Agent
+from agents.tools import (
+    TOOLS,
+    ToolError,
+    upload_folder_problem,
+    upload_name_problem,
+    workspace_resolve,
+    workspace_upload_stage,
+)
 from goals.models import Goal
 from goals.system import MAX_GOALS
 from planner_site.validators import text_problem
@@ -138,3 +152,135 @@ def agent_retry_earliest(*, agent_id: int) -> Subquery:
 def agent_retry_sync(*, agent_id: int) -> None:
     """The agent row keeps the earliest automatic retry of its failed plans, so a cycle knows without a query."""
     Agent.objects.filter(pk=agent_id).update(plan_retry_at=agent_retry_earliest(agent_id=agent_id))
+
+
+# --- an operator creates a tool agent and puts files into its workspace (the dashboard's New agent, the agent
+# page's Upload files) ---
+
+UPLOAD_MAX_FILES = 20  # files in one upload
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One file an operator puts into an agent's workspace: its name (no folder) and its bytes."""
+
+    name: str
+    data: bytes
+
+
+def size_shown(size: int) -> str:
+    """1536 -> "1.5 KB": sizes as people read them (1 KB = 1,024 bytes)."""
+    value = float(size)
+    for unit in ("bytes", "KB", "MB"):
+        if value < 1024 or unit == "MB":
+            return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+@atomic_retried
+def agent_create(*, user: User, name: str, backstory: str = "", tools: Sequence[str]) -> Agent:
+    """Create a tool agent that may use the given built-in tools (agents/tools.py), running: it plans the goals
+    it is given, in its own empty workspace. Recorded as an `Agent created` event naming the operator."""
+    name = " ".join(name.split())
+    backstory = backstory.strip()
+    if not name:
+        raise DecisionError("Name the agent. Nothing was changed.")
+    if problem := text_problem(name, max_length=100):
+        raise DecisionError(f"The name {problem}. Nothing was changed.")
+    if problem := text_problem(backstory, max_length=2000):
+        raise DecisionError(f"The description {problem}. Nothing was changed.")
+    chosen = sorted(set(tools))
+    if not chosen:
+        raise DecisionError("Choose at least one tool the agent may use. Nothing was changed.")
+    if unknown := [tool for tool in chosen if tool not in TOOLS]:
+        raise DecisionError(f"Unknown tools: {', '.join(unknown)}. Nothing was changed.")
+    if Agent.objects.filter(name__iexact=name).exists():
+        raise DecisionError(f"An agent named {name} already exists; choose another name. Nothing was changed.")
+    try:
+        with transaction.atomic():  # two operators creating the same name at once: the second is told so
+            agent = Agent.objects.create(name=name, backstory=backstory, kind=Agent.Kind.TOOL, tools=chosen)
+    except IntegrityError:
+        raise DecisionError(f"An agent named {name} already exists; choose another name. "
+                            "Nothing was changed.") from None
+    risky = [tool for tool in chosen if TOOLS[tool].risky]
+    event_agent_record(agent=agent, kind=PlanEvent.Kind.AGENT_CREATED, actor=user,
+                       reason=f"Tool agent {name} created with {len(chosen)} tools: {', '.join(chosen)}",
+                       detail={"tools": chosen, "risky_tools": risky, "diff": {"created": ["", name]}})
+    return agent
+
+
+def workspace_upload(*, agent: Agent, user: User, uploads: Sequence[Upload], folder: str = "",
+                     replace: bool = False) -> list[str]:
+    """Put files into a tool agent's workspace, in `folder` (relative; "" is the workspace itself): every name,
+    the folder and the total size checked first (WORKSPACE_UPLOAD_MAX_BYTES), a file of the same name kept unless
+    `replace`, each path confined to the workspace through symbolic links too. Either every file is put in place
+    and one `Files uploaded` event records them, or none is and the refusal says why. Returns their paths."""
+    created: list[Path] = []  # files this upload made, removed again when it does not commit
+    try:
+        return workspace_upload_recorded(agent=agent, user=user, uploads=uploads, folder=folder, replace=replace,
+                                         created=created)
+    except BaseException:
+        for path in created:
+            path.unlink(missing_ok=True)
+        raise
+
+
+@atomic_retried
+def workspace_upload_recorded(*, agent: Agent, user: User, uploads: Sequence[Upload], folder: str, replace: bool,
+                              created: list[Path]) -> list[str]:
+    for path in created:  # an attempt rolled back (a conflict retried): its files go with it
+        path.unlink(missing_ok=True)
+    created.clear()
+    if agent.kind != Agent.Kind.TOOL:
+        raise DecisionError(f"{agent.name} is not a tool agent: only tool agents work on files in a workspace. "
+                            "Nothing was changed.")
+    if not uploads:
+        raise DecisionError("Choose at least one file to upload. Nothing was changed.")
+    if len(uploads) > UPLOAD_MAX_FILES:
+        raise DecisionError(f"{len(uploads)} files at once; upload at most {UPLOAD_MAX_FILES}. Nothing was changed.")
+    problems = [problem for upload in uploads if (problem := upload_name_problem(upload.name))]
+    folder = folder.strip().replace("\\", "/").rstrip("/")
+    if folder and (problem := upload_folder_problem(folder)):
+        problems.append(problem)
+    names = [upload.name for upload in uploads]
+    if doubled := sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"{', '.join(doubled)} chosen twice")
+    total = sum(len(upload.data) for upload in uploads)
+    limit = int(settings.WORKSPACE_UPLOAD_MAX_BYTES)
+    if total > limit:
+        problems.append(f"the files hold {size_shown(total)}, more than the {size_shown(limit)} an upload may "
+                        "hold (WORKSPACE_UPLOAD_MAX_BYTES)")
+    if problems:
+        raise DecisionError(f"Not uploaded: {'; '.join(problems)}. Nothing was changed.")
+    agent = Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)  # one upload into a workspace at a time
+    staged: list[tuple[Path, Path, str, bool]] = []
+    try:
+        refused = []
+        for upload in uploads:
+            rel = f"{folder}/{upload.name}" if folder else upload.name
+            try:
+                existed = workspace_resolve(agent.workspace, rel).exists()
+                temporary, target = workspace_upload_stage(agent.workspace, rel, upload.data, replace=replace)
+            except ToolError as exc:
+                refused.append(str(exc))
+                continue
+            staged.append((temporary, target, rel, existed))
+        if refused:
+            raise DecisionError(f"Not uploaded: {'; '.join(refused)}. Nothing was changed.")
+        files = [{"path": rel, "bytes": len(upload.data), "replaced": existed}
+                 for (_, _, rel, existed), upload in zip(staged, uploads, strict=True)]
+        listed = ", ".join(f"{rel} ({size_shown(len(upload.data))}{', replaced' if existed else ''})"
+                           for (_, _, rel, existed), upload in zip(staged, uploads, strict=True))
+        event_agent_record(agent=agent, kind=PlanEvent.Kind.FILES_UPLOADED, actor=user,
+                           reason=f"Uploaded {len(files)} file{'s' if len(files) > 1 else ''}: {listed}"[:4000],
+                           detail={"files": files, "folder": folder})
+        for temporary, target, _, existed in staged:
+            os.replace(temporary, target)
+            if not existed:
+                created.append(target)
+        staged = []
+        return [str(f["path"]) for f in files]
+    finally:
+        for temporary, *_ in staged:  # refused or failed before they were put in place
+            temporary.unlink(missing_ok=True)

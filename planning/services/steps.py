@@ -119,7 +119,7 @@ def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]
     specs = [(edited if other.pk == step.pk else other).spec() for other in plan.steps.all()]
     if step.pk is None:
         specs.append(edited.spec())
-    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)  # external agents: their declared tools
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools, agent.tools)  # external agents: their declared tools
     return plan_validate_edit(kind=kind, steps=specs, key=edited.key, changes={},
                               workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None,
                               max_steps=settings.PLAN_MAX_STEPS, allowed_actions=list(ACTIONS), tools=tools)

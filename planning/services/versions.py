@@ -413,7 +413,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
         before = old_by_key.get(step.key)
         if before is not None and before.tool == step.tool:  # what the editor does not show is kept
             step.tools_needed, step.loop = list(before.tools_needed), dict(before.loop)
-    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools)  # external agents: their declared tools
+    kind, tools = agent_plan_terms(agent.kind, agent.declared_tools, agent.tools)  # external agents: their declared tools
     problems = [f"step {position}: '{name}' {problem}"
                 for position, step in enumerate(edited, start=len(kept) + 1)
                 for name in ("key", "description", "tool", "action_hint", "expected_outcome")
