@@ -27,9 +27,10 @@ GUIDES_MARKER = "<!-- guides: every page of docs/ no other toctree lists -->"
 
 
 def guides(app: Any, docname: str, source: list[str]) -> None:
-    """The index's "Guides" toctree lists every page of docs/ that no other toctree of the index names, so a page
-    added by any branch is in the site (and the strict build never says "document isn't included in any toctree"),
-    and a page not there yet is simply not listed (a glob that matches nothing would be a warning)."""
+    """The index's "Guides" toctree lists every page of docs/ that no other toctree of the index names (the guides
+    to plan checks, operator decisions, security, models, runtime guarantees, mutation testing, charts, and any
+    other), so a page added by any branch is in the site and the strict build never says "document isn't included
+    in any toctree"; with none, there is no Guides section (a glob matching nothing would be a warning)."""
     if docname != root_doc or GUIDES_MARKER not in source[0]:
         return
     listed = set(re.findall(r"^([\w./-]+)$", source[0], re.M))
@@ -38,7 +39,8 @@ def guides(app: Any, docname: str, source: list[str]) -> None:
         for path in DOCS.glob("*.md")
         if path.stem not in listed and path.stem != root_doc
     )
-    source[0] = source[0].replace(GUIDES_MARKER, "\n".join(pages))
+    block = "```{toctree}\n:caption: Guides\n:maxdepth: 2\n\n" + "\n".join(pages) + "\n```\n" if pages else ""
+    source[0] = source[0].replace(GUIDES_MARKER, block)
 
 
 def setup(app: Any) -> dict[str, Any]:
