@@ -10,18 +10,23 @@ from typing import Any
 
 from django.db.models import Case, Exists, F, IntegerField, OuterRef, Value, When, Window
 from django.db.models.functions import RowNumber
+from django.utils import timezone
 
 from agents.llm.context import percent
 from agents.models import Agent, Experience, Lesson, LLMCall
 from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for
+from agents.world import URGENT_BELOW
 from goals.models import Goal
-from goals.system import HORIZON_ORDER
+from goals.system import ABANDON_BELOW, DECAY_PER_HOUR, HORIZON_ORDER, MILESTONE_CHECK_THRESHOLD
+from planning.charts import LineChart, Sample, Series, Threshold, line_chart
 from planning.engine.schedule import steps_runnable
 from planning.models import Plan, PlanStep
 
-CURVE_POINTS = 60  # experiences drawn in each curve
-CURVE_WIDTH = 160
-CURVE_HEIGHT = 36
+# The experiences the charts are drawn from: the newest HISTORY_EXPERIENCES. Every action takes at least an hour
+# of simulated time (agents/world.py), and the slowest decay (a long-term goal's, goals/system.py) takes a goal
+# from full confidence to abandonment in 475 simulated hours: a goal's whole unpursued life fits in this window.
+# Each chart then keeps ~100 samples of it (planning/charts.py POINTS_LIMIT).
+HISTORY_EXPERIENCES = 500
 FINISHED_GOALS_SHOWN = 10
 GOAL_CALLS_SHOWN = 10
 
@@ -45,13 +50,75 @@ class OpenPlan:
     current: PlanStep | None = None
 
 
-def curve_points(values: list[float | None], *, width: int = CURVE_WIDTH, height: int = CURVE_HEIGHT) -> str:
-    """SVG polyline points for values in 0..1, oldest first; a missing value breaks nothing, it is skipped."""
-    if len(values) < 2:
-        return ""
-    step = width / (len(values) - 1)
-    return " ".join(f"{i * step:.1f},{height - max(0.0, min(1.0, v)) * height:.1f}"
-                    for i, v in enumerate(values) if v is not None)
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One experience: its cycle, the simulated hours elapsed since the oldest one read (a running sum of the
+    hours each action took), its wall clock, and the needs and goals after it."""
+
+    cycle: int
+    hours: float
+    clock: str
+    needs: dict[str, float]
+    goals: dict[str, list[float]]
+
+
+def experiences_history(agent_id: int) -> list[HistoryPoint]:
+    """The agent's newest HISTORY_EXPERIENCES experiences, oldest first, with their running simulated hours:
+    one query."""
+    rows = list(Experience.objects.filter(agent_id=agent_id).order_by("-cycle")
+                .values_list("cycle", "hours", "created_at", "needs_after", "goals_after")[:HISTORY_EXPERIENCES])
+    rows.reverse()
+    history, elapsed = [], 0.0
+    for i, (cycle, hours, at, needs, goals) in enumerate(rows):
+        if i:  # an experience's values are those after its action: its hours lie between it and the one before
+            elapsed += float(hours or 0.0)
+        history.append(HistoryPoint(cycle=cycle, hours=elapsed, clock=timezone.localtime(at).strftime("%H:%M:%S"),
+                                    needs=needs or {}, goals=goals or {}))
+    return history
+
+
+def needs_chart(history: list[HistoryPoint]) -> LineChart | None:
+    """The needs over the sampled history, with the urgency line (agents/world.py URGENT_BELOW)."""
+    names = sorted({name for p in history for name in p.needs})
+    if not names:
+        return None
+    return line_chart(
+        title="Needs over time", series=[Series(name=n, key=f"need-{i}") for i, n in enumerate(names, start=1)],
+        samples=[Sample(hours=p.hours, clock=p.clock, values=tuple(p.needs.get(n) for n in names)) for p in history],
+        thresholds=[Threshold(label=f"urgent below {percent(URGENT_BELOW)}", value=URGENT_BELOW, key="urgent")])
+
+
+NEAR_ABANDON_HOURS = 12.0  # a goal this few simulated hours of decay from abandonment is flagged on its page
+
+
+def goal_abandon_forecast(*, horizon: str, confidence: float) -> tuple[str, bool]:
+    """What the decay rule (goals/system.py) says of an active goal: how fast its confidence falls, how many
+    simulated hours of that decay are left before it is abandoned, and whether that is NEAR_ABANDON_HOURS or
+    fewer. Confidence never rises: only pursuit's waiting for a person holds it."""
+    below, rate = ABANDON_BELOW.get(horizon, 0.0), DECAY_PER_HOUR.get(horizon, 0.0)
+    if rate <= 0:
+        return f"Abandoned below {percent(below)} confidence.", False
+    left = max(confidence - below, 0.0) / rate
+    text = (f"Confidence falls {rate * 100:g} points a simulated hour: below {percent(below)} (abandoned) in about "
+            f"{left:.0f} simulated hours unless its plan waits for a person.")
+    return text, left <= NEAR_ABANDON_HOURS
+
+
+def goal_chart(goal: Goal, history: list[HistoryPoint]) -> LineChart | None:
+    """A goal's progress and confidence over its whole sampled life, with its horizon's abandonment line
+    (goals/system.py ABANDON_BELOW) and the milestone line (MILESTONE_CHECK_THRESHOLD)."""
+    key = str(goal.pk)
+    points = [(p, p.goals[key]) for p in history if isinstance(p.goals.get(key), list) and len(p.goals[key]) >= 2]
+    if not points:
+        return None
+    abandon = ABANDON_BELOW.get(goal.horizon, 0.0)
+    return line_chart(
+        title=f"Progress and confidence of “{goal.description}”",
+        series=[Series(name="progress", key="progress"), Series(name="confidence", key="confidence")],
+        samples=[Sample(hours=p.hours, clock=p.clock, values=(float(v[0]), float(v[1]))) for p, v in points],
+        thresholds=[Threshold(label=f"milestone check at {percent(MILESTONE_CHECK_THRESHOLD)} progress",
+                              value=MILESTONE_CHECK_THRESHOLD, key="milestone"),
+                    Threshold(label=f"abandoned below {percent(abandon)} confidence", value=abandon, key="abandon")])
 
 
 def plan_step_now(steps: list[PlanStep]) -> PlanStep | None:
@@ -133,16 +200,12 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
                           if e.plan.goal is not None and not plan_waits_for_a_person(e.plan, e.steps)}
         goals_plan_waits(goals=active, needs=need_levels, open_horizons=open_horizons)
 
-    history = list(reversed(Experience.objects.filter(agent=agent).order_by("-cycle")
-                            .values_list("needs_after", "goals_after")[:CURVE_POINTS]))
-    names = sorted({name for needs, _ in history for name in needs})
-    need_curves = [{"name": name, "points": curve_points([needs.get(name) for needs, _ in history])} for name in names]
+    history = experiences_history(agent.pk)
     for goal in shown:
-        points = [after.get(str(goal.pk)) for _, after in history]
-        goal.curve = {  # type: ignore[attr-defined]
-            "progress": curve_points([p[0] if p else None for p in points]),
-            "confidence": curve_points([p[1] if p else None for p in points]),
-        }
+        goal.chart = goal_chart(goal, history)  # type: ignore[attr-defined]
+        goal.chart_id = f"goal-chart-{goal.pk}"  # type: ignore[attr-defined]
+        goal.abandon_forecast, goal.near_abandon = goal_abandon_forecast(  # type: ignore[attr-defined]
+            horizon=goal.horizon, confidence=goal.confidence)
         goal.is_current = goal.pk == current_goal_id  # type: ignore[attr-defined]
     calls = list(LLMCall.objects.filter(agent=agent, purpose__in=[LLMCall.Purpose.GOALS, LLMCall.Purpose.MILESTONE])
                  .order_by("-created_at")[:GOAL_CALLS_SHOWN])
@@ -150,6 +213,6 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
         "goals": shown,
         "open_plans": plans,
         "following": following,
-        "need_curves": need_curves,
+        "needs_chart": needs_chart(history),
         "goal_calls": calls,
     }
