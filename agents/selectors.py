@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Case, Exists, F, IntegerField, OuterRef, Value, When, Window
+from django.db.models import Case, Exists, F, FloatField, IntegerField, OuterRef, Value, When, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -91,6 +91,13 @@ def needs_chart(history: list[HistoryPoint]) -> LineChart | None:
 NEAR_ABANDON_HOURS = 12.0  # a goal this few simulated hours of decay from abandonment is flagged on its page
 
 
+def goal_abandon_hours(*, horizon: str, confidence: float) -> float:
+    """The simulated hours of decay left before a goal at this confidence is abandoned (goals/system.py: its
+    confidence falls DECAY_PER_HOUR of its horizon, and it is abandoned below ABANDON_BELOW)."""
+    rate = DECAY_PER_HOUR.get(horizon, 0.0)
+    return max(confidence - ABANDON_BELOW.get(horizon, 0.0), 0.0) / rate if rate > 0 else float("inf")
+
+
 def goal_abandon_forecast(*, horizon: str, confidence: float) -> tuple[str, bool]:
     """What the decay rule (goals/system.py) says of an active goal: how fast its confidence falls, how many
     simulated hours of that decay are left before it is abandoned, and whether that is NEAR_ABANDON_HOURS or
@@ -98,9 +105,10 @@ def goal_abandon_forecast(*, horizon: str, confidence: float) -> tuple[str, bool
     below, rate = ABANDON_BELOW.get(horizon, 0.0), DECAY_PER_HOUR.get(horizon, 0.0)
     if rate <= 0:
         return f"Abandoned below {percent(below)} confidence.", False
-    left = max(confidence - below, 0.0) / rate
-    text = (f"Confidence falls {rate * 100:g} points a simulated hour: below {percent(below)} (abandoned) in about "
-            f"{left:.0f} simulated hours unless its plan waits for a person.")
+    left = goal_abandon_hours(horizon=horizon, confidence=confidence)
+    when = "within the next simulated hour" if left < 1 else f"in about {left:.0f} simulated hours"
+    text = (f"Confidence falls {rate * 100:g} points a simulated hour: below {percent(below)} (abandoned) {when} "
+            f"unless its plan waits for a person.")
     return text, left <= NEAR_ABANDON_HOURS
 
 
@@ -203,7 +211,7 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
     history = experiences_history(agent.pk)
     for goal in shown:
         goal.chart = goal_chart(goal, history)  # type: ignore[attr-defined]
-        goal.chart_id = f"goal-chart-{goal.pk}"  # type: ignore[attr-defined]
+        goal.chart_id = f"chart-goal-{goal.pk}"  # type: ignore[attr-defined]
         goal.abandon_forecast, goal.near_abandon = goal_abandon_forecast(  # type: ignore[attr-defined]
             horizon=goal.horizon, confidence=goal.confidence)
         goal.is_current = goal.pk == current_goal_id  # type: ignore[attr-defined]
@@ -216,3 +224,61 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
         "needs_chart": needs_chart(history),
         "goal_calls": calls,
     }
+
+
+# --- the dashboard's glance: each persona's most urgent goal -----------------------------------------------------
+
+GLANCE_CYCLES = 24  # the sparkline of a persona's most urgent goal covers its last cycles
+
+
+@dataclass
+class UrgentGoal:
+    """A persona's active goal nearest abandonment (the fewest simulated hours of decay left, goal_abandon_hours), with
+    its confidence over the persona's last GLANCE_CYCLES cycles (oldest first)."""
+
+    agent_id: int
+    agent_name: str
+    goal: Goal
+    abandon_below: float
+    confidences: list[float] = field(default_factory=list)
+    hours_left: float = 0.0
+
+    @property
+    def near(self) -> bool:
+        return self.hours_left <= NEAR_ABANDON_HOURS
+
+
+def personas_goal_most_urgent(agent_ids: Iterable[int]) -> list[UrgentGoal]:
+    """For each of these agents that is a persona with an active goal, its most urgent goal and the goal's recent
+    confidence: two queries for any number of agents (the goals ranked in one, the recent experiences of all the
+    agents in the other). Most urgent first."""
+    ids = sorted(set(agent_ids))
+    if not ids:
+        return []
+    # goal_abandon_hours in SQL: the simulated hours of decay left before abandonment.
+    hours_left = Case(*[When(horizon=h, then=(F("confidence") - Value(ABANDON_BELOW[h])) / Value(rate))
+                        for h, rate in DECAY_PER_HOUR.items() if rate > 0],
+                      default=Value(1e9), output_field=FloatField())
+    rank = Window(RowNumber(), partition_by=[F("agent_id")], order_by=[F("hours_left").asc(), F("pk").asc()])
+    goals = list(Goal.objects.filter(agent_id__in=ids, agent__kind=Agent.Kind.PERSONA).active()
+                 .annotate(hours_left=hours_left, agent_name=F("agent__name")).annotate(rank=rank).filter(rank=1)
+                 .only("id", "agent_id", "description", "horizon", "confidence", "progress"))
+    if not goals:
+        return []
+    # An agent's experiences are numbered by its cycle count: the last GLANCE_CYCLES by the (agent, cycle) index.
+    history: dict[int, list[dict[str, Any]]] = {}
+    for agent_id, after in (Experience.objects.filter(agent_id__in=[g.agent_id for g in goals],
+                                                      cycle__gt=F("agent__cycle_count") - GLANCE_CYCLES)
+                            .order_by("agent_id", "cycle").values_list("agent_id", "goals_after")):
+        history.setdefault(agent_id, []).append(after or {})
+    urgent = []
+    for goal in goals:
+        key = str(goal.pk)
+        values = [float(a[key][1]) for a in history.get(goal.agent_id, [])
+                  if isinstance(a.get(key), list) and len(a[key]) >= 2]
+        urgent.append(UrgentGoal(agent_id=goal.agent_id, agent_name=goal.agent_name,  # type: ignore[attr-defined]
+                                 goal=goal, abandon_below=ABANDON_BELOW.get(goal.horizon, 0.0),
+                                 confidences=values or [goal.confidence],
+                                 hours_left=goal_abandon_hours(horizon=goal.horizon, confidence=goal.confidence)))
+    urgent.sort(key=lambda u: (u.hours_left, u.agent_name))
+    return urgent

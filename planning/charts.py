@@ -315,6 +315,7 @@ class Bar:
     height: float
     count: int
     title: str
+    usable: float  # the height of the row's bars at their peak (the hover target spans it)
 
 
 @dataclass
@@ -322,6 +323,7 @@ class BarRow:
     name: str
     key: str
     top: float
+    base: float
     total: int
     peak: int
     bars: list[Bar] = field(default_factory=list)
@@ -344,7 +346,7 @@ def bar_strip(*, title: str, buckets: Sequence[str], series: Sequence[tuple[Seri
               width: int = 420, row_height: float = 30.0, ticks: Sequence[tuple[int, str, str]] = ()) -> BarStrip:
     """Counts per time bucket (`buckets` are their labels, oldest first), one row of bars per series, each row
     scaled to its own peak and labelled with its total. `ticks`: (bucket index, label, clock) for the time axis."""
-    left, right = 4.0, width - 110.0
+    left, right = 4.0, width - 120.0
     n = max(len(buckets), 1)
     slot = (right - left) / n
     strip = BarStrip(title=title, desc="", width=width, height=int(len(series) * row_height + 26),
@@ -352,13 +354,13 @@ def bar_strip(*, title: str, buckets: Sequence[str], series: Sequence[tuple[Seri
     for r, (s, counts) in enumerate(series):
         top = r * row_height + 4
         peak = max(counts, default=0)
-        row = BarRow(name=s.name, key=s.key, top=top, total=sum(counts), peak=peak)
         usable = row_height - 8
+        row = BarRow(name=s.name, key=s.key, top=top, base=top + usable, total=sum(counts), peak=peak)
         for i, count in enumerate(counts):
             h = round(usable * count / peak, 1) if peak else 0.0
             h = max(h, 1.0) if count else 0.0
             row.bars.append(Bar(x=round(left + i * slot + 1, 1), y=round(top + usable - h, 1),
-                                width=round(max(slot - 2, 1.0), 1), height=h, count=count,
+                                width=round(max(slot - 2, 1.0), 1), height=h, count=count, usable=usable,
                                 title=f"{s.name}: {count} ({buckets[i]})"))
         strip.rows.append(row)
     axis = len(series) * row_height + 4

@@ -6,6 +6,7 @@ from planning import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
+    path("glance/", views.dashboard_glance_view, name="dashboard-glance"),
     path("agents/<int:pk>/", views.agent_detail, name="agent-detail"),
     path("agents/<int:pk>/status/", views.agent_status_view, name="agent-status"),
     path("agents/<int:pk>/goals/", views.agent_goal_view, name="agent-goal"),
