@@ -25,7 +25,7 @@ KEYBOARD_STOPS = 12  # samples of a chart reachable with Tab (every sample shows
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 HOUR_STEPS = (0.5, 1, 2, 3, 6, 12, 24, 48, 96, 168, 336, 720)  # tick spacing in simulated hours
 TICKS_MAX = 5
-LABEL_GAP = 11.0  # the least vertical distance between two end labels (the font is 10 px)
+LABEL_GAP = 12.0  # the least vertical distance between two end labels (the font is 11 px)
 
 
 def percent(value: float) -> str:
@@ -203,7 +203,7 @@ def line_chart(*, title: str, samples: Sequence[Sample], series: Sequence[Series
                limit: int = POINTS_LIMIT, keyboard_stops: int = KEYBOARD_STOPS) -> LineChart:
     """A chart of curves in 0..1 over simulated hours, its samples downsampled to `limit` (see the module)."""
     chart = LineChart(title=title, desc="", width=width, height=height,
-                      left=34.0, top=8.0, right=width - 96.0, bottom=height - 32.0, total=len(samples))
+                      left=36.0, top=8.0, right=width - 104.0, bottom=height - 32.0, total=len(samples))
     keep = downsample_indices([[s.values[j] for s in samples] for j in range(len(series))], limit=limit)
     kept = [samples[i] for i in keep]
     chart.shown = len(kept)
@@ -346,7 +346,7 @@ def bar_strip(*, title: str, buckets: Sequence[str], series: Sequence[tuple[Seri
               width: int = 420, row_height: float = 30.0, ticks: Sequence[tuple[int, str, str]] = ()) -> BarStrip:
     """Counts per time bucket (`buckets` are their labels, oldest first), one row of bars per series, each row
     scaled to its own peak and labelled with its total. `ticks`: (bucket index, label, clock) for the time axis."""
-    left, right = 4.0, width - 120.0
+    left, right = 4.0, width - 150.0
     n = max(len(buckets), 1)
     slot = (right - left) / n
     strip = BarStrip(title=title, desc="", width=width, height=int(len(series) * row_height + 26),

@@ -61,7 +61,7 @@ def test_curves_are_labelled_at_their_end_by_name_and_value() -> None:
     assert [c.label for c in chart.curves] == ["progress 42%", "confidence 47%"]
     progress, confidence = chart.curves
     assert progress.end_x == chart.right and confidence.end_x == chart.right
-    assert abs(progress.label_y - confidence.label_y) >= 11  # close values: labels pushed apart, both readable
+    assert abs(progress.label_y - confidence.label_y) >= 12  # close values: labels pushed apart, both readable
     assert chart.desc.startswith("t. Now: progress 42%; confidence 47%.")
 
 
@@ -92,9 +92,9 @@ def test_a_single_sample_is_drawn_at_the_latest_end() -> None:
 
 
 def test_labels_spread_keeps_order_gap_and_box() -> None:
-    assert labels_spread([50.0, 50.0, 51.0], top=0, bottom=100) == [50.0, 61.0, 72.0]
+    assert labels_spread([50.0, 50.0, 51.0], top=0, bottom=100) == [50.0, 62.0, 74.0]
     ys = labels_spread([99.0, 99.0, 99.0], top=0, bottom=100)
-    assert max(ys) <= 100 and sorted(ys) == ys and min(b - a for a, b in zip(ys, ys[1:], strict=False)) >= 11
+    assert max(ys) <= 100 and sorted(ys) == ys and min(b - a for a, b in zip(ys, ys[1:], strict=False)) >= 12
 
 
 def test_chart_partial_escapes_labels_and_offers_a_data_table() -> None:
