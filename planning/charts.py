@@ -157,6 +157,7 @@ class LineChart:
     rows: list[Row] = field(default_factory=list)
     shown: int = 0  # samples drawn
     total: int = 0  # samples in the history
+    drawn: dict[str, str] = field(default_factory=dict, repr=False)  # its HTML by element id ({% line_chart %})
 
     @property
     def plot_width(self) -> float:
