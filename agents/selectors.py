@@ -18,7 +18,7 @@ from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for
 from agents.world import URGENT_BELOW
 from goals.models import Goal
 from goals.system import ABANDON_BELOW, DECAY_PER_HOUR, HORIZON_ORDER, MILESTONE_CHECK_THRESHOLD
-from planning.charts import LineChart, Sample, Series, Threshold, line_chart
+from planning.charts import LineChart, Sample, Series, Threshold, line_chart_kept
 from planning.engine.schedule import steps_runnable
 from planning.models import Plan, PlanStep
 
@@ -82,10 +82,12 @@ def needs_chart(history: list[HistoryPoint]) -> LineChart | None:
     names = sorted({name for p in history for name in p.needs})
     if not names:
         return None
-    return line_chart(
-        title="Needs over time", series=[Series(name=n, key=f"need-{i}") for i, n in enumerate(names, start=1)],
-        samples=[Sample(hours=p.hours, clock=p.clock, values=tuple(p.needs.get(n) for n in names)) for p in history],
-        thresholds=[Threshold(label=f"urgent below {percent(URGENT_BELOW)}", value=URGENT_BELOW, key="urgent")])
+    start = history[0].hours
+    return line_chart_kept(
+        title="Needs over time", series=tuple(Series(name=n, key=f"need-{i}") for i, n in enumerate(names, start=1)),
+        samples=tuple(Sample(hours=p.hours - start, clock=p.clock, values=tuple(p.needs.get(n) for n in names))
+                      for p in history),
+        thresholds=(Threshold(label=f"urgent below {percent(URGENT_BELOW)}", value=URGENT_BELOW, key="urgent"),))
 
 
 NEAR_ABANDON_HOURS = 12.0  # a goal this few simulated hours of decay from abandonment is flagged on its page
@@ -120,13 +122,14 @@ def goal_chart(goal: Goal, history: list[HistoryPoint]) -> LineChart | None:
     if not points:
         return None
     abandon = ABANDON_BELOW.get(goal.horizon, 0.0)
-    return line_chart(
+    start = points[0][0].hours
+    return line_chart_kept(
         title=f"Progress and confidence of “{goal.description}”",
-        series=[Series(name="progress", key="progress"), Series(name="confidence", key="confidence")],
-        samples=[Sample(hours=p.hours, clock=p.clock, values=(float(v[0]), float(v[1]))) for p, v in points],
-        thresholds=[Threshold(label=f"milestone check at {percent(MILESTONE_CHECK_THRESHOLD)} progress",
+        series=(Series(name="progress", key="progress"), Series(name="confidence", key="confidence")),
+        samples=tuple(Sample(hours=p.hours - start, clock=p.clock, values=(float(v[0]), float(v[1]))) for p, v in points),
+        thresholds=(Threshold(label=f"milestone check at {percent(MILESTONE_CHECK_THRESHOLD)} progress",
                               value=MILESTONE_CHECK_THRESHOLD, key="milestone"),
-                    Threshold(label=f"abandoned below {percent(abandon)} confidence", value=abandon, key="abandon")])
+                    Threshold(label=f"abandoned below {percent(abandon)} confidence", value=abandon, key="abandon")))
 
 
 def plan_step_now(steps: list[PlanStep]) -> PlanStep | None:

@@ -16,6 +16,7 @@ How to read the charts: docs/charts.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -272,6 +273,15 @@ def line_chart(*, title: str, samples: Sequence[Sample], series: Sequence[Series
     chart.desc = (f"{title}. Now: {now}." + (f" Lines: {lines}." if lines else "")
                   + f" {chart.shown} of {chart.total} samples over {hours_label(span)} simulated.")
     return chart
+
+
+@functools.lru_cache(maxsize=256)
+def line_chart_kept(*, title: str, samples: tuple[Sample, ...], series: tuple[Series, ...],
+                    thresholds: tuple[Threshold, ...] = ()) -> LineChart:
+    """line_chart for the same values returns the same chart, with the HTML its partial drew (`drawn`): a live
+    push redraws only the charts whose values changed (a finished goal's chart, or one a cycle did not move, is
+    drawn once). Its samples' hours should start at 0, so that the same curve has the same values."""
+    return line_chart(title=title, samples=samples, series=series, thresholds=thresholds)
 
 
 # --- the sparkline ----------------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.template.loader import render_to_string
 
 from planning.charts import (
@@ -12,6 +14,7 @@ from planning.charts import (
     downsample_indices,
     labels_spread,
     line_chart,
+    line_chart_kept,
     sparkline,
 )
 
@@ -127,3 +130,13 @@ def test_bar_strip_scales_each_row_to_its_peak_and_totals_it() -> None:
     assert row.bars[1].title == "plans made: 2 (b)" and strip.table == [("a", [0]), ("b", [2]), ("c", [4])]
     html = render_to_string("charts/bar_strip.html", {"strip": strip, "strip_id": "s"})
     assert "plans made: 4 (c)" in html and "6 in the hour, peak 4" in html
+
+
+def test_the_same_values_give_the_same_chart_drawn_once() -> None:
+    def chart(confidence: float) -> Any:
+        return line_chart_kept(title="t", samples=tuple(samples([(0.2, 0.9), (0.3, confidence)])), series=tuple(GOAL_SERIES))
+
+    first = chart(0.8)
+    html = render_to_string("planning/agent_detail.html#needs", {"needs_chart": first})
+    assert chart(0.8) is first and first.drawn["needs-chart"] in html  # a push that changed nothing draws nothing
+    assert chart(0.7) is not first
