@@ -87,7 +87,8 @@ def needs_chart(history: list[HistoryPoint]) -> LineChart | None:
         title="Needs over time", series=tuple(Series(name=n, key=f"need-{i}") for i, n in enumerate(names, start=1)),
         samples=tuple(Sample(hours=p.hours - start, clock=p.clock, values=tuple(p.needs.get(n) for n in names))
                       for p in history),
-        thresholds=(Threshold(label=f"urgent below {percent(URGENT_BELOW)}", value=URGENT_BELOW, key="urgent"),))
+        thresholds=(Threshold(label=f"urgent below {percent(URGENT_BELOW)}", value=URGENT_BELOW, key="urgent"),),
+        width=360)  # the needs card is the narrow one: a narrower box keeps its text as large as the goal charts'
 
 
 NEAR_ABANDON_HOURS = 12.0  # a goal this few simulated hours of decay from abandonment is flagged on its page

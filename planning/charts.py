@@ -26,6 +26,8 @@ KEYBOARD_STOPS = 12  # samples of a chart reachable with Tab (every sample shows
 GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 HOUR_STEPS = (0.5, 1, 2, 3, 6, 12, 24, 48, 96, 168, 336, 720)  # tick spacing in simulated hours
 TICKS_MAX = 5
+TICK_SPACING = 75.0  # the least distance between two time ticks, in the chart's units
+CLOCK_LABEL_WIDTH = 50.0  # "14:05:03" at 11 px
 LABEL_GAP = 12.0  # the least vertical distance between two end labels (the font is 11 px)
 
 
@@ -192,12 +194,27 @@ def ticks_anchor(ticks: list[Tick], *, left: float, right: float) -> None:
         tick.anchor = "start" if tick.x <= left + 12 else "end" if tick.x >= right - 12 else "middle"
 
 
-def hour_step(span: float) -> float:
-    """The tick spacing for a span of simulated hours: the smallest that gives at most TICKS_MAX ticks."""
+def ticks_thinned(ticks: list[Tick], *, label_width: float = CLOCK_LABEL_WIDTH) -> list[Tick]:
+    """The ticks whose labels do not overlap (anchored as ticks_anchor says), the latest (rightmost) kept first."""
+    kept: list[Tick] = []
+    for tick in reversed(ticks):
+        shift = {"start": 0.0, "end": -label_width}.get(tick.anchor, -label_width / 2)
+        right = tick.x + shift + label_width
+        if kept:
+            other = kept[-1]
+            other_left = other.x + {"start": 0.0, "end": -label_width}.get(other.anchor, -label_width / 2)
+            if right > other_left - 4:
+                continue
+        kept.append(tick)
+    return list(reversed(kept))
+
+
+def hour_step(span: float, intervals: int = TICKS_MAX - 1) -> float:
+    """The tick spacing for a span of simulated hours: the smallest of HOUR_STEPS giving at most `intervals`."""
     for step in HOUR_STEPS:
-        if span / step <= TICKS_MAX - 1:
+        if span / step <= intervals:
             return float(step)
-    return float(math.ceil(span / (TICKS_MAX - 1)))
+    return float(math.ceil(span / intervals))
 
 
 def line_chart(*, title: str, samples: Sequence[Sample], series: Sequence[Series],
@@ -230,7 +247,8 @@ def line_chart(*, title: str, samples: Sequence[Sample], series: Sequence[Series
         return round(chart.left + (hours - first) / span * chart.plot_width, 1)
 
     # Ticks back from the latest sample: "latest", "-6 h", "-12 h"... with the clock of the nearest sample.
-    step = hour_step(span) if span > 0 else 1.0
+    intervals = max(1, min(TICKS_MAX - 1, int(chart.plot_width // TICK_SPACING)))
+    step = hour_step(span, intervals) if span > 0 else 1.0
     back = 0.0
     while back <= span + 1e-9 and len(chart.ticks) < TICKS_MAX + 1:
         at = latest - back
@@ -239,6 +257,7 @@ def line_chart(*, title: str, samples: Sequence[Sample], series: Sequence[Series
         back += step
     chart.ticks.reverse()
     ticks_anchor(chart.ticks, left=chart.left, right=chart.right)
+    chart.ticks = ticks_thinned(chart.ticks)
 
     ends: list[tuple[Series, float, float, float]] = []
     for j, s in enumerate(series):
@@ -277,11 +296,11 @@ def line_chart(*, title: str, samples: Sequence[Sample], series: Sequence[Series
 
 @functools.lru_cache(maxsize=256)
 def line_chart_kept(*, title: str, samples: tuple[Sample, ...], series: tuple[Series, ...],
-                    thresholds: tuple[Threshold, ...] = ()) -> LineChart:
+                    thresholds: tuple[Threshold, ...] = (), width: int = 420) -> LineChart:
     """line_chart for the same values returns the same chart, with the HTML its partial drew (`drawn`): a live
     push redraws only the charts whose values changed (a finished goal's chart, or one a cycle did not move, is
     drawn once). Its samples' hours should start at 0, so that the same curve has the same values."""
-    return line_chart(title=title, samples=samples, series=series, thresholds=thresholds)
+    return line_chart(title=title, samples=samples, series=series, thresholds=thresholds, width=width)
 
 
 # --- the sparkline ----------------------------------------------------------------------------------------------

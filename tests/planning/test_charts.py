@@ -71,8 +71,15 @@ def test_curves_are_labelled_at_their_end_by_name_and_value() -> None:
 def test_time_runs_left_to_right_with_simulated_hours_and_clock_ticks() -> None:
     chart = line_chart(title="t", samples=samples([(0.1, 0.9)] * 25), series=GOAL_SERIES)  # 24 simulated hours
     assert chart.ticks[-1].hours == "latest" and chart.ticks[-1].x == chart.right
-    assert [t.hours for t in chart.ticks] == ["-24 h", "-18 h", "-12 h", "-6 h", "latest"]
+    assert [t.hours for t in chart.ticks] == ["-24 h", "-12 h", "latest"]  # ticks 140 units apart in 280
     assert chart.ticks[0].x == chart.left and chart.ticks[0].clock == "10:00:00" and chart.ticks[-1].clock == "10:24:00"
+
+
+def test_tick_labels_never_overlap_in_a_narrow_chart() -> None:
+    chart = line_chart(title="t", samples=samples([(0.1, 0.9)] * 4), series=GOAL_SERIES, width=360)  # 3 h, 220 px
+    assert chart.ticks[-1].hours == "latest" and len(chart.ticks) < 4
+    edges = [(t.x - {"start": 0, "end": 50}.get(t.anchor, 25)) for t in chart.ticks]
+    assert all(b - a >= 54 for a, b in zip(edges, edges[1:], strict=False))
 
 
 def test_every_sample_has_its_values_on_hover_and_some_on_keyboard_focus() -> None:
