@@ -216,8 +216,10 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
     for goal in shown:
         goal.chart = goal_chart(goal, history)  # type: ignore[attr-defined]
         goal.chart_id = f"chart-goal-{goal.pk}"  # type: ignore[attr-defined]
-        goal.abandon_forecast, goal.near_abandon = goal_abandon_forecast(  # type: ignore[attr-defined]
-            horizon=goal.horizon, confidence=goal.confidence)
+        # Only a persona's cycle decays its goals (goals/system.py goal_after_experience): a tool agent's wait.
+        forecast = (goal_abandon_forecast(horizon=goal.horizon, confidence=goal.confidence)
+                    if agent.kind == Agent.Kind.PERSONA and goal.status == Goal.Status.ACTIVE else ("", False))
+        goal.abandon_forecast, goal.near_abandon = forecast  # type: ignore[attr-defined]
         goal.is_current = goal.pk == current_goal_id  # type: ignore[attr-defined]
     calls = list(LLMCall.objects.filter(agent=agent, purpose__in=[LLMCall.Purpose.GOALS, LLMCall.Purpose.MILESTONE])
                  .order_by("-created_at")[:GOAL_CALLS_SHOWN])

@@ -93,7 +93,7 @@ def test_dashboard_glance_shows_the_fleet_and_goals_nearest_abandonment(login: L
     expect(glance.locator("text", has_text="-60 min")).to_be_visible()
     jenbina = glance.locator("li.urgent-goal", has=page.get_by_role("link", name="Jenbina", exact=True))
     expect(jenbina.locator("svg.sparkline")).to_be_visible()
-    expect(jenbina).to_contain_text(re.compile(r"confidence \d+% · abandoned below \d+% · about \d+ simulated h left"))
+    expect(jenbina).to_contain_text(re.compile(r"confidence \d+% · abandoned below \d+% · about \d+ simulated h of decay left"))
     spark = jenbina.locator("svg.sparkline")
     spark.focus()
     expect(spark).to_be_focused()

@@ -124,3 +124,17 @@ def test_agent_page_draws_a_goals_whole_history_not_only_its_last_cycles(viewer_
     assert "<td>-279 h</td>" in chart  # its first experience, 279 simulated hours before the latest
     assert "-192 h</text>" in chart and "latest</text>" in chart  # the time axis spans it, a tick every 96 h
     assert "confidence 40%</text>" in chart and "progress 30%</text>" in chart
+
+
+def test_agent_page_says_which_goals_are_about_to_be_abandoned(viewer_client: Client) -> None:
+    agent = AgentFactory(kind=Agent.Kind.PERSONA)
+    soon = GoalFactory(agent=agent, horizon="short_term", confidence=0.25, description="Eat soon")  # 5 h left
+    later = GoalFactory(agent=agent, horizon="long_term", confidence=0.9, description="Learn Greek")  # 425 h left
+    html = viewer_client.get(reverse("agent-detail", args=[agent.pk])).content.decode()
+    block = html[html.index(f'id="goal-{soon.pk}"'):html.index(f'id="goal-{later.pk}"')]
+    assert ('<div class="small abandon-forecast warn">Confidence falls 3 points a simulated hour: below 10% '
+            "(abandoned) in about 5 simulated hours unless its plan waits for a person.</div>") in block
+    assert "abandon-forecast\">Confidence falls 0.2 points a simulated hour: below 5% (abandoned) in about 425" in html
+    tool = AgentFactory(kind=Agent.Kind.TOOL)
+    GoalFactory(agent=tool, confidence=0.2)  # a tool agent's goal does not decay: nothing to forecast
+    assert "abandon-forecast" not in viewer_client.get(reverse("agent-detail", args=[tool.pk])).content.decode()
