@@ -34,7 +34,14 @@ from planning.forms import (
     agent_tool_names,
 )
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.selectors import DashboardFilter, agent_context, dashboard_page_counted, plan_context
+from planning.selectors import (
+    DASHBOARD_PAGE_SIZE,
+    DashboardFilter,
+    agent_context,
+    dashboard_glance,
+    dashboard_page_counted,
+    plan_context,
+)
 from planning.steer_selectors import goal_queue
 from policies import services as policy_services
 
@@ -49,7 +56,21 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "prev_query": filters.query(page=page.number - 1) if page.has_previous() else "",
         "next_query": filters.query(page=page.number + 1) if page.has_next() else "",
         "statuses": Agent.Status.choices, "kinds": Agent.Kind.choices,
+        "glance_query": urlencode({"agents": ",".join(str(r.agent.pk) for r in rows)}),
     })
+
+
+GLANCE_AGENTS_MAX = DASHBOARD_PAGE_SIZE
+GLANCE_REFRESH_SECONDS = 15  # the glance is no part of the pushes (see docs/charts.md): htmx asks for it again
+
+
+@require_GET
+def dashboard_glance_view(request: HttpRequest) -> HttpResponse:
+    """The dashboard's glance (the fleet's last hour, the personas' most urgent goals), loaded after the page and
+    refreshed every GLANCE_REFRESH_SECONDS by htmx. `agents`: the ids of the rows the page shows."""
+    ids = [int(v) for v in request.GET.get("agents", "").split(",") if v.strip().isdigit()][:GLANCE_AGENTS_MAX]
+    return render(request, "planning/dashboard_glance.html", dashboard_glance(ids) | {
+        "glance_query": urlencode({"agents": ",".join(map(str, ids))}), "refresh": GLANCE_REFRESH_SECONDS})
 
 
 @require_GET
