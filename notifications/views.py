@@ -44,7 +44,11 @@ def settings_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
 
 
 def settings_answer(request: HttpRequest, note: str, *, ok: bool, status: int = 200, **extra: Any) -> HttpResponse:
-    """The refreshed settings panel for htmx, or the page again after a redirect for a plain form."""
+    """The refreshed settings panel for htmx, or the page again after a redirect for a plain form (a refusal of
+    the role or of a missing channel: the page itself, with its status)."""
+    if status in (403, 404) and not getattr(request, "htmx", False):
+        context = settings_context(request, flash=[("error", note)], **extra)
+        return render(request, "notifications/settings.html", context, status=status)
     if getattr(request, "htmx", False):
         context = settings_context(request, flash=[("success" if ok else "error", note)], **extra)
         return render(request, "notifications/settings.html#panel", context, status=status)
