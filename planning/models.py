@@ -260,6 +260,8 @@ class PlanEvent(models.Model):
         TOOLS_DECLARED = "tools_declared", "Tools declared"
         ADMIN_DELETE = "admin_delete", "Deleted in admin"
         TOKEN_REVOKED = "token_revoked", "API token revoked"
+        TOKEN_ISSUED = "token_issued", "API token issued"
+        ROLES_CHANGED = "roles_changed", "Roles changed"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by
