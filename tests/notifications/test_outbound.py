@@ -340,3 +340,37 @@ def test_a_viewer_cannot_add_or_change_a_webhook_but_may_use_their_own_email(vie
     # Turning off or removing one's own channel only stops sending: allowed.
     assert viewer_client.post(f"/notifications/channels/{hook.pk}/remove/", HTTP_HX_REQUEST="true").status_code == 200
     assert list(Channel.objects.values_list("kind", flat=True)) == ["email"]
+
+
+def test_the_default_settings_allow_nothing_inside_and_only_slacks_host() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OUTBOUND_ALLOWED_NETWORKS", "SLACK_WEBHOOK_HOSTS", "NOTIFY_MAX_CHANNELS_PER_USER")}
+    code = ("import planner_site.settings as s; "
+            "print(s.OUTBOUND_ALLOWED_NETWORKS, s.SLACK_WEBHOOK_HOSTS, s.NOTIFY_MAX_CHANNELS_PER_USER)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    assert out == "[] ['hooks.slack.com'] 5"
+
+
+def test_https_goes_to_the_checked_address_with_the_name_as_host_and_tls_server_name(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    seen: dict[str, Any] = {}
+
+    class Recording:
+        def stream(self, method: str, url: str, **kwargs: Any) -> Any:
+            seen.update(method=method, url=url, **kwargs)
+            raise httpx.ConnectError("no network in tests")
+
+    monkeypatch.setattr(outbound, "http_client", lambda: Recording())
+    answer = outbound.post("https://hooks.example.com/services/x?y=1", b"{}", {})
+    assert answer.error_class == outbound.UNREACHABLE
+    assert seen["url"] == "https://93.184.215.14:443/services/x?y=1"
+    assert seen["headers"]["Host"] == "hooks.example.com"
+    assert seen["extensions"] == {"sni_hostname": "hooks.example.com"}  # the certificate is checked for the name
