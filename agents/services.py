@@ -12,7 +12,7 @@ import json
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -800,6 +800,32 @@ def routines_start(routines: Sequence[Routine], *, runner: str) -> dict[int, tup
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_created")
     return {routine.goal.pk: (plan, by_plan[plan.pk]) for plan, (routine, _) in zip(plans, kept, strict=True)}
+
+
+@transaction.atomic
+def token_issue(*, agent: Agent, label: str = "", expires_at: datetime | None = None, user: Any = None,
+                actor_label: str = "") -> tuple[AgentToken, str]:
+    """Issue an API token for an external agent (the raw token is returned once, never stored), recorded: who
+    issued which token (its hint and label), for the audit log."""
+    token, raw = AgentToken.issue(agent=agent, label=label, expires_at=expires_at)
+    known = user is not None and user.is_authenticated
+    PlanEvent.objects.create(agent=agent, kind=PlanEvent.Kind.TOKEN_ISSUED, actor=user if known else None,
+                             actor_label=(user.get_username() if known else actor_label or "system")[:150],
+                             reason=f"API token {token.hint}… issued ({token.label or 'no label'})",
+                             detail={"token": token.hint, "label": token.label,
+                                     "expires_at": token.expires_at.isoformat() if token.expires_at else None})
+    return token, raw
+
+
+@transaction.atomic
+def roles_change_record(*, user: Any, account: Any, diff: dict[str, list[Any]]) -> PlanEvent | None:
+    """A change of an account's role (its groups, its staff or superuser flag, its permissions) made in the admin:
+    an event with who, whose and the diff. Nothing changed: nothing recorded."""
+    if not diff:
+        return None
+    return PlanEvent.objects.create(kind=PlanEvent.Kind.ROLES_CHANGED, actor=user if user.is_authenticated else None,
+                                    actor_label=user.get_username(), reason=f"roles of {account.get_username()} changed",
+                                    detail={"account": account.pk, "diff": diff})
 
 
 @transaction.atomic

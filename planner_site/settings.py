@@ -251,6 +251,18 @@ NOTIFY_SWEEP_SECONDS = int(os.environ.get("NOTIFY_SWEEP_SECONDS", "1"))
 NOTIFY_RETRY_FIRST_SECONDS = int(os.environ.get("NOTIFY_RETRY_FIRST_SECONDS", "2"))
 NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", "6"))
 NOTIFY_TIMEOUT_SECONDS = float(os.environ.get("NOTIFY_TIMEOUT_SECONDS", "10"))
+# Each user has at most NOTIFY_MAX_CHANNELS_PER_USER channels; a Slack channel's URL must be on one of
+# SLACK_WEBHOOK_HOSTS (an Enterprise Grid may add its own).
+NOTIFY_MAX_CHANNELS_PER_USER = int(os.environ.get("NOTIFY_MAX_CHANNELS_PER_USER", "5"))
+SLACK_WEBHOOK_HOSTS = [h.strip().lower() for h in os.environ.get("SLACK_WEBHOOK_HOSTS", "hooks.slack.com").split(",")
+                       if h.strip()]
+# Requests to addresses people typed (planner_site/outbound.py) never reach loopback, private, link-local,
+# unique-local, multicast, unspecified or metadata addresses unless OUTBOUND_ALLOWED_NETWORKS names them (CIDRs
+# and host names, comma-separated; empty by default); at most OUTBOUND_MAX_PER_MINUTE requests a minute go to
+# one host and port (0: no cap).
+OUTBOUND_ALLOWED_NETWORKS = [n.strip() for n in os.environ.get("OUTBOUND_ALLOWED_NETWORKS", "").split(",")
+                             if n.strip()]
+OUTBOUND_MAX_PER_MINUTE = int(os.environ.get("OUTBOUND_MAX_PER_MINUTE", "30"))
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -262,6 +262,8 @@ class PlanEvent(models.Model):
         TOKEN_REVOKED = "token_revoked", "API token revoked"
         AGENT_CREATED = "agent_created", "Agent created"
         FILES_UPLOADED = "files_uploaded", "Files uploaded"
+        TOKEN_ISSUED = "token_issued", "API token issued"
+        ROLES_CHANGED = "roles_changed", "Roles changed"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -312,27 +312,6 @@ def plan_graph(steps: Sequence[PlanStep]) -> PlanGraph:
 
 
 # --- the audit log ------------------------------------------------------------------------------------------
-
-
-def audit_events(*, operator: str = "", agent_id: int | None = None, plan_id: int | None = None, kind: str = "",
-                 since: date | None = None, until: date | None = None) -> QuerySet[PlanEvent]:
-    """Every plan event and admin change, newest first, filtered; one query per page (planevent_audit_idx)."""
-    events = PlanEvent.objects.select_related("plan", "agent", "step").only(
-        "kind", "actor_label", "reason", "detail", "created_at", "plan__version", "plan__goal_text",
-        "agent__name", "step__key",
-    ).order_by("-created_at", "-id")
-    lookups = {"actor_label": operator or None, "agent_id": agent_id, "plan_id": plan_id, "kind": kind or None,
-               "created_at__date__gte": since, "created_at__date__lte": until}
-    return events.filter(**{name: value for name, value in lookups.items() if value is not None})
-
-
-AUDIT_EXPORT_FIELDS = ("id", "created_at", "kind", "actor_label", "agent__name", "plan_id", "plan__version",
-                       "step__key", "reason", "detail")
-
-
-def audit_rows(events: QuerySet[PlanEvent]) -> Iterable[dict[str, Any]]:
-    """The filtered events as plain rows for export, streamed from the database in chunks."""
-    return events.values(*AUDIT_EXPORT_FIELDS).iterator(chunk_size=1000)
 
 
 # --- usage and cost -----------------------------------------------------------------------------------------
