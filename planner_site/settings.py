@@ -116,12 +116,13 @@ TEMPLATES = [
 def db_stall_bounds(*, idle_in_transaction: float, statement: float, tcp_user_timeout: float,
                     keepalives_idle: int) -> dict[str, Any]:
     """libpq connection parameters bounding how long a cut-off connection holds anything: client keepalives and
-    TCP user timeout, and the same on the server's side of the socket plus the session timeouts (`options`)."""
+    TCP user timeout, a 10 s connect timeout (a SYN into a cut network is otherwise retried for minutes), and the
+    same on the server's side of the socket plus the session timeouts (`options`)."""
     ms = {"idle_in_transaction_session_timeout": int(idle_in_transaction * 1000),
           "statement_timeout": int(statement * 1000), "tcp_user_timeout": int(tcp_user_timeout * 1000),
           "tcp_keepalives_idle": keepalives_idle, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 3}
-    return {"keepalives": 1, "keepalives_idle": keepalives_idle, "keepalives_interval": 2, "keepalives_count": 3,
-            "tcp_user_timeout": int(tcp_user_timeout * 1000),
+    return {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": keepalives_idle, "keepalives_interval": 2,
+            "keepalives_count": 3, "tcp_user_timeout": int(tcp_user_timeout * 1000),
             "options": " ".join(f"-c {name}={value}" for name, value in ms.items())}
 
 
