@@ -121,8 +121,13 @@ def job_fence(context: JobContext) -> Fence | None:
 def job_returned(context: JobContext) -> None:
     """The job's task returned here (see `_returned`)."""
     if context.job is not None and context.job.id is not None:
-        with _returned_lock:
-            _returned[context.job.id] = (time.monotonic(), context.job.worker_id)
+        job_finish_later(context.job.id, context.job.worker_id)
+
+
+def job_finish_later(job_id: int, worker_id: int | None) -> None:
+    """Have the settling round finish this job if it is found still under way (and this worker's) a while later."""
+    with _returned_lock:
+        _returned[job_id] = (time.monotonic(), worker_id)
 
 
 def agent_lock(agent_id: int) -> str:

@@ -21,7 +21,14 @@ from django.conf import settings
 
 from agents.connections import CONNECTION_ERRORS, connection_scope
 from agents.runtime.cycles import agents_driven, error_brief
-from agents.runtime.tasks import CONTROL_QUEUE, CYCLES_QUEUE, LEASE, job_finish_held, jobs_unfinished_settle
+from agents.runtime.tasks import (
+    CONTROL_QUEUE,
+    CYCLES_QUEUE,
+    LEASE,
+    job_finish_held,
+    job_finish_later,
+    jobs_unfinished_settle,
+)
 from notifications.tasks import QUEUE as NOTIFICATIONS_QUEUE
 
 logger = logging.getLogger("planner.runner")
@@ -64,12 +71,20 @@ def fenced_job_manager(worker_app: Any) -> Any:
     finished only while this worker still holds it (tasks.job_finish_held: a late finish after a stall must not
     end the job, and free the lock, of the worker that took it over), and each heartbeat or registration the
     database took renews this runner's lease (tasks.LEASE, sent-at time)."""
-    from procrastinate import manager
+    from procrastinate import exceptions, manager
 
     class FencedJobManager(manager.JobManager):
         async def finish_job(self, job: Any, status: Any, delete_job: bool) -> None:
-            await job_finish_held(worker_app, job_id=job.id, worker_id=job.worker_id, status=status,
-                                  delete_job=delete_job)
+            try:
+                await job_finish_held(worker_app, job_id=job.id, worker_id=job.worker_id, status=status,
+                                      delete_job=delete_job)
+            except exceptions.ConnectorException as exc:
+                # Cut off: the job stays "doing" under this worker. The settling round finishes it once the
+                # database answers, if this worker still holds it (tasks.jobs_unfinished_settle); else its new
+                # holder does. One line, not the engine's "Task exception was never retrieved" traceback.
+                logger.warning("job %s: its finish was cut off by the database (%s); settled when it answers, "
+                               "if this worker still holds it", job.id, error_brief(exc))
+                job_finish_later(job.id, job.worker_id)
 
         async def update_heartbeat(self, worker_id: int) -> None:
             sent = time.monotonic()
