@@ -139,3 +139,36 @@ def test_a_late_finish_ends_nothing_another_worker_holds(job_taken_over: tuple[i
     assert sql("SELECT id FROM procrastinate_jobs WHERE id = %s", job) == []
     lines = [r for r in caplog.records if "no longer held" in r.getMessage()]
     assert len(lines) == 1 and lines[0].levelname == "INFO" and lines[0].exc_info is None
+
+
+def test_the_settling_round_finishes_no_job_another_worker_took_over(job_taken_over: tuple[int, int, int]) -> None:
+    """B's task returned but its finish was cut off; after the heal the job is A's: B's settling leaves it be."""
+    import time
+    from unittest import mock
+
+    from asgiref.sync import sync_to_async
+    from procrastinate import exceptions
+    from procrastinate.contrib.django import app
+    from procrastinate.jobs import Status
+
+    from agents.runtime import tasks
+    from agents.runtime.worker import fenced_job_manager, worker_connector
+
+    job, b, a = job_taken_over
+
+    async def cut_finish_then_settle() -> int:
+        worker_app = app.with_connector(worker_connector())
+        worker_app.job_manager = fenced_job_manager(worker_app)
+        async with worker_app.open_async():
+            job_row = type("Job", (), {"id": job, "worker_id": b})()
+            cut = exceptions.ConnectorException("Database error.")
+            with mock.patch.object(worker_app.connector, "execute_query_all_async", side_effect=cut):
+                await worker_app.job_manager.finish_job(job_row, Status.SUCCEEDED, True)  # one line, no raise
+            assert tasks._returned[job][1] == b
+            tasks._returned[job] = (time.monotonic() - 10, b)
+            await sync_to_async(take_over)(job, by=a)
+            return await tasks.jobs_unfinished_settle(worker_app)
+
+    assert asyncio.run(cut_finish_then_settle()) == 0
+    assert sql("SELECT status, worker_id FROM procrastinate_jobs WHERE id = %s", job) == [("doing", a)]
+    assert job not in tasks._returned
