@@ -64,7 +64,9 @@ class Link:
     def __init__(self) -> None:
         tag = os.getpid() % 100000
         self.ns, self.host_if, self.ns_if = f"plan{tag}", f"vph{tag}", f"vpn{tag}"
-        self.host_ip, self.ns_ip = f"10.253.{tag % 250}.1", f"10.253.{tag % 250}.2"
+        used = run("ip", "-4", "addr").stdout if shutil.which("ip") else ""
+        net = next((n for n in (*range(tag % 250, 250), *range(tag % 250)) if f"10.253.{n}." not in used), 0)
+        self.host_ip, self.ns_ip = f"10.253.{net}.1", f"10.253.{net}.2"  # a subnet no other run of this test uses
         self.relays: list[subprocess.Popen[bytes]] = []
 
     def make(self) -> str | None:
