@@ -22,6 +22,7 @@ from django.db.models import Case, F, JSONField, Q, QuerySet, Value, When
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
+from agents.fencing import fence_current, fence_hold
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
 from agents.persona import StepVerdict, routine_keeps
 from agents.signals import operator_acted_on_commit
@@ -100,7 +101,18 @@ def agents_cycle_count(*, agents: Sequence[Agent], waits: bool = False) -> None:
     Agents that `wait` for a person and nothing else (agents/cycle.py tool_cycle) come back after
     RUNNER_WAITING_SECONDS when their interval is shorter: an operator's decision brings the next cycle forward
     (agents/signals.py), and 100 agents waiting at the default 2 s kept half a core of the runners busy finding
-    nothing to do. A failed planning's automatic retry due sooner keeps its time (never before the interval)."""
+    nothing to do. A failed planning's automatic retry due sooner keeps its time (never before the interval).
+    In a runner's job, counted only while the runner holds it (agents/fencing.py), in one transaction with that
+    check."""
+    if fence_current() is not None:
+        with transaction.atomic():
+            fence_hold()
+            agents_cycle_counted(agents, waits=waits)
+        return
+    agents_cycle_counted(agents, waits=waits)
+
+
+def agents_cycle_counted(agents: Sequence[Agent], *, waits: bool) -> None:
     now = timezone.now()
     by_interval: dict[float, list[int]] = {}
     for agent in agents:
@@ -137,6 +149,7 @@ def cycle_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None
 def persona_cycle_record(record: CycleRecord) -> Experience:
     """Record one persona cycle in one transaction; raises CycleAlreadyDone (and nothing is written) when the
     cycle was already recorded."""
+    fence_hold()  # a runner's: only while it holds the job covering this agent (agents/fencing.py)
     agent = record.agent
     now = timezone.now()
     cycle = record.expected_cycle + 1
@@ -288,6 +301,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     and its plan stay as the operator left them, and a plan that did not complete gives its goal no bonus). A
     cycle that closes plans (a goal abandoned) is recorded on its own, by persona_cycle_record (uncommon).
     Returns the experiences recorded, by agent."""
+    fence_hold()  # a runner's pass: only while it holds the shard's job (agents/fencing.py)
     done: dict[int, Experience] = {}
     for record in (r for r in records if r.plans_to_close):
         try:

@@ -742,6 +742,62 @@ def tool_rollback(workspace: Path, undo_dir: Path) -> list[str]:
     return done
 
 
+# -- began: a step's tool call leaves a mark first, so a takeover can tell "never began" from "may have run" --
+
+TOOL_BEGAN = "began.json"
+
+
+def tool_began_mark(undo_dir: Path, attempt: int) -> None:
+    """Just before a step's tool runs (agents/cycle.py tool_call): which try of the step began it. An earlier
+    try's undo manifest goes (this try keeps its own, or changes nothing), so what is found there after an
+    interruption belongs to this try."""
+    undo_dir.mkdir(parents=True, exist_ok=True)
+    (undo_dir / "manifest.json").unlink(missing_ok=True)
+    (undo_dir / TOOL_BEGAN).write_text(json.dumps({"attempt": attempt}), encoding="utf-8")
+
+
+def tool_began(undo_dir: Path, attempt: int) -> bool:
+    """Whether try `attempt` of the step began its tool call (tool_began_mark)."""
+    try:
+        return json.loads((undo_dir / TOOL_BEGAN).read_text(encoding="utf-8")).get("attempt") == attempt
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def tool_has_effects(name: str) -> bool:
+    """Whether a call of tool `name` changes anything outside the database (an unknown tool is assumed to)."""
+    spec = TOOLS.get(name)
+    return spec is None or spec.risky
+
+
+def tool_effect_found(name: str, tool_input: Mapping[str, Any], workspace: Path, undo_dir: Path) -> bool:
+    """Whether the whole effect of a step's tool call is found in the workspace, checked against the undo copies
+    its call kept: a file holding the content written, a file holding what it held before plus the text
+    appended once, the folder created. False when it is not, or cannot be told (other tools, loops, no undo
+    manifest of this try)."""
+    manifest = undo_dir / "manifest.json"
+    if name not in ("file.write", "file.append", "dir.create") or not manifest.is_file():
+        return False
+    try:
+        entries = json.loads(manifest.read_text(encoding="utf-8"))["entries"]
+        path = workspace_resolve(workspace, tool_input["path"])
+        if len(entries) != 1:
+            return False
+        entry = entries[0]
+        if name == "dir.create":
+            return path.is_dir()
+        if not path.is_file():
+            return False
+        now = path.read_bytes()
+        content = str(tool_input["content"]).encode("utf-8")
+        if name == "file.write":
+            return now == content
+        before = (undo_dir / entry["copy"]).read_bytes() if entry.get("copy") else b""
+        return now == before + content
+    except (OSError, ValueError, KeyError, TypeError, ToolError):
+        return False
+
+
 # -- pre-check: what a step will touch, shown to the operator before it runs (seed 002) ---------------
 
 
