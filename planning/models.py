@@ -24,13 +24,14 @@ class PlanQuerySet(models.QuerySet["Plan"]):
         return self.filter(status__in=Plan.OPEN_STATUSES)
 
     def held(self) -> PlanQuerySet:
-        """Plans that hold their goal: open, or failed (a failed planning retries)."""
-        return self.filter(status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
+        """Plans that hold their goal: open, failed (a failed planning retries), or done but not verified (the
+        operator decides what next)."""
+        return self.filter(status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED, Plan.Status.UNVERIFIED])
 
     def waiting(self) -> PlanQuerySet:
         """Plans that wait for a person: a question of the planner, or a plan awaiting approval that was not sent
         back for a new version (declined with feedback, it waits for its agent)."""
-        return self.filter(models.Q(status=Plan.Status.CLARIFYING)
+        return self.filter(models.Q(status__in=[Plan.Status.CLARIFYING, Plan.Status.UNVERIFIED])
                            | models.Q(status=Plan.Status.AWAITING_APPROVAL, replan_reason=""))
 
 
@@ -51,6 +52,9 @@ class Plan(models.Model):
         CLARIFICATION_ASKED = "clarification_asked", "Clarification asked"
         CLARIFIED = "clarified", "Clarification answered"
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
+        # Every step ran, but the outcome the goal asks for was not found (planning/engine/goal_check.py
+        # outcome_problems): the goal stays open and the operator is asked what next.
+        UNVERIFIED = "unverified", "Done, not verified"
 
     class ApprovalMode(models.TextChoices):
         PENDING = "pending", "Not yet chosen"
@@ -240,6 +244,7 @@ class PlanEvent(models.Model):
         CLARIFIED = "clarified", "Clarification answered"
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
         PLAN_COMPLETED = "plan_completed", "Plan completed"
+        PLAN_UNVERIFIED = "plan_unverified", "Done, not verified"
         PLAN_FAILED = "plan_failed", "Plan failed"
         PLAN_RETRIED = "plan_retried", "Planning retried"
         ADMIN_EDIT = "admin_edit", "Edited in admin"

@@ -43,7 +43,13 @@ class InboxItem:
     @property
     def question(self) -> str:
         """What the planner asks, when this item is a question; its answer resumes planning."""
-        return self.plan.clarification_question if self.plan.status == Plan.Status.CLARIFYING else ""
+        return self.plan.clarification_question if self.plan.status in (
+            Plan.Status.CLARIFYING, Plan.Status.UNVERIFIED) else ""
+
+    @property
+    def unverified(self) -> bool:
+        """A plan whose steps all ran but whose outcome was not verified: the operator says what next."""
+        return self.plan.status == Plan.Status.UNVERIFIED
 
     @property
     def agent(self) -> Agent:
@@ -103,7 +109,8 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     plans = (
         Plan.objects.waiting()
         .select_related("agent").only(*plan_fields, *agent_fields)
-        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED, plan=OuterRef("pk")),
+        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED,
+                                      PlanEvent.Kind.PLAN_UNVERIFIED, plan=OuterRef("pk")),
                   escalated=waiting_since(PlanEvent.Kind.ESCALATED, plan=OuterRef("pk"), step__isnull=True))
         .prefetch_related(Prefetch("steps", queryset=PlanStep.objects.only(
             "plan_id", "key", "position", "description", "risk", "requires_permission", "status")))
