@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from planning.engine.schedule import steps_runnable
+from planning.engine.shown import input_preview, steps_fingerprint
 from planning.engine.validate import StepSpec
 
 
@@ -115,6 +116,12 @@ class Plan(models.Model):
     def is_open(self) -> bool:
         return self.status in self.OPEN_STATUSES
 
+    @property
+    def planned_by(self) -> str:
+        """Who made this version, as the operator is told: the person who wrote it in the plan editor, the model
+        whose plan was accepted, or "rules" (the one-step shortcut, a question asked before any model: no model)."""
+        return self.edited_by or self.model or "rules"
+
 
 class PlanStep(models.Model):
     """One step: a persona action hint or a tool call, with dependencies on other steps of its plan."""
@@ -199,6 +206,17 @@ class PlanStep(models.Model):
         """The tool input as the JSON the planner wrote."""
         return json.dumps(self.tool_input, ensure_ascii=False)
 
+    @property
+    def input_preview(self) -> str:
+        """The tool input as an operator reads it before approving: paths whole, written content previewed."""
+        return input_preview(self.tool_input if isinstance(self.tool_input, dict) else {})
+
+    def shown_values(self) -> dict[str, Any]:
+        """What the operator approves of this step (planning/engine/shown.py FINGERPRINT_FIELDS)."""
+        return {"key": self.key, "description": self.description, "tool": self.tool, "input": self.tool_input,
+                "action_hint": self.action_hint, "requires_permission": self.requires_permission,
+                "depends_on": self.depends_on, "loop": self.loop}
+
     def spec(self) -> StepSpec:
         """The step as the product's one step type: what it does, without its row state."""
         return StepSpec.from_step(self)
@@ -207,6 +225,11 @@ class PlanStep(models.Model):
         """The step as plain values for a diff (stored in events, shown on the compare page): its spec and,
         alongside it, its status."""
         return self.spec().as_dict() | {"status": self.status}
+
+
+def steps_shown_fingerprint(steps: Iterable[PlanStep]) -> str:
+    """The fingerprint of steps as an approve form shows them, in plan order (planning/engine/shown.py)."""
+    return steps_fingerprint(s.shown_values() for s in sorted(steps, key=lambda s: s.position))
 
 
 def step_current(steps: Sequence[PlanStep]) -> PlanStep | None:

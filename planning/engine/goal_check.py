@@ -181,8 +181,8 @@ def goal_reachable(goal: str, tools: Mapping[str, frozenset[str]]) -> Reach:
 
 def vague_question(goal: str) -> str:
     shown = " ".join(goal.split())[:120]
-    return (f"What should be done for \"{shown}\"? Name the files and the result you want, for example "
-            "\"convert data.csv to JSON in data.json\" or \"copy notes.txt to backup/notes.txt\".")
+    return (f"What should I do for \"{shown}\"? Name the files and the result you want, e.g. "
+            "\"convert data.csv to JSON\" or \"copy notes.txt to backup/notes.txt\".")
 
 
 def _same(a: str, b: str) -> bool:

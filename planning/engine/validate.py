@@ -396,8 +396,9 @@ def _tool_step(
             if has_risk and risk == "safe":
                 raised.append("it is marked risky")
             if raised:
-                # Operator-facing: the step as the plan page numbers it, no field names of the model's JSON.
-                c.flags.append(f"{where}: {tool} {RISK_DOES.get(spec.risk_class, 'changes things')}, so "
+                # Operator-facing: the step named by its key, as the plan page and the inbox show it (not its
+                # place in the model's list), and no field names of the model's JSON.
+                c.flags.append(f"{f'step {key}' if key else where}: {tool} {RISK_DOES.get(spec.risk_class, 'changes things')}, so "
                                f"{' and '.join(raised)} (the plan said it did not)")
             risk, requires_permission = "risky", True
     return StepSpec(

@@ -13,7 +13,8 @@ from agents.tools import MAX_FILE_BYTES, ToolError, workspace_resolve
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
 from planning.engine.goal_check import OutputFile, goal_outputs, outcome_problems
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.engine.shown import PLAN_CHANGED
+from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 from planning.services.agents import agent_retry_sync, agent_waiting_set
 from planning.services.errors import DecisionError, PlanNotAwaitingApproval
 from planning.services.events import event_record, reason_clean
@@ -28,14 +29,17 @@ PLAN_FINAL = (Plan.Status.COMPLETED, Plan.Status.CANCELLED, Plan.Status.REPLANNE
 
 @atomic_retried
 def plan_approve(*, plan: Plan, user: User, mode: str, actor_label: str = "", detail: dict[str, Any] | None = None,
-                 approve_permission_steps: bool = True) -> PlanEvent:
+                 approve_permission_steps: bool = True, seen_steps: str | None = None) -> PlanEvent:
     """Approve a validated plan: run all steps, or ask for each step (seed 002). A policy (`actor_label` names it)
-    may leave the steps that require permission to be decided one by one."""
+    may leave the steps that require permission to be decided one by one. `seen_steps`: the fingerprint of the
+    steps the operator saw (planning/engine/shown.py); steps changed since are refused, nothing changed."""
     if mode not in (Plan.ApprovalMode.ALL, Plan.ApprovalMode.STEP):
         raise DecisionError(f"Unknown approval mode {mode!r}. Nothing was changed.")
     plan = plan_lock(plan.pk)
     if plan.status != Plan.Status.AWAITING_APPROVAL:
         raise PlanNotAwaitingApproval(plan)
+    if seen_steps is not None and seen_steps != steps_shown_fingerprint(plan.steps.all()):
+        raise DecisionError(PLAN_CHANGED)
     plan.status = Plan.Status.ACTIVE
     plan.approval_mode = mode
     plan.save(update_fields=["status", "approval_mode", "updated_at"])

@@ -136,11 +136,11 @@ def steps_permission_raise(*, plan: Plan, spec: PlanSpec, kept_keys: set[str], f
     """Spending real money is the persona world's risky act: an operator says yes first."""
     if plan.agent.kind != Agent.Kind.PERSONA:
         return
-    for position, step in enumerate(spec.steps, start=1):  # numbered as the plan page shows them
+    for step in spec.steps:  # named by its key, as the plan page and the inbox show it
         if step.key not in kept_keys and action_needs_permission(step.action_hint) and not step.requires_permission:
             step.requires_permission = True
             step.risk = "risky"
-            flags.append(f"step {position}: '{step.action_hint}' spends money, so it now needs permission")
+            flags.append(f"step {step.key}: '{step.action_hint}' spends money, so it now needs permission")
 
 
 def plan_steps_build(*, plan: Plan, spec: PlanSpec, kept: Sequence[PlanStep]) -> list[PlanStep]:
@@ -453,7 +453,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
             requires_permission = asked[spec.key].requires_permission
             if action_needs_permission(spec.action_hint) and not requires_permission:
                 requires_permission, risk = True, PlanStep.Risk.RISKY
-                flags.append(f"step {position}: '{spec.action_hint}' spends money, so it now needs permission")
+                flags.append(f"step {spec.key}: '{spec.action_hint}' spends money, so it now needs permission")
         before = old_by_key.get(spec.key)
         unchanged = before is not None and before.status == PlanStep.Status.PENDING and not plan_diff(
             [before.spec().as_dict()], [replace(
