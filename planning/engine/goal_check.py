@@ -135,12 +135,7 @@ def goal_needs(goal: str) -> GoalNeeds:
     """What `goal` asks a tool agent for."""
     files = goal_files(goal)
     actions = tuple(dict.fromkeys(goal_actions(goal)))
-    inputs, outputs = files.inputs, files.outputs
-    if set(actions) & {"convert", "copy"} and len(inputs) >= 2:
-        # "a markdown version of data.csv in data.md": the later file of another kind is what the goal makes.
-        first = PurePosixPath(inputs[0]).suffix.lower()
-        made = tuple(f for f in inputs[1:] if PurePosixPath(f).suffix.lower() != first or "copy" in actions)
-        inputs, outputs = tuple(f for f in inputs if f not in made), (*outputs, *made)
+    inputs, outputs = files.inputs, files.outputs  # "a markdown version of x.csv in x.md": x.md is made
     outside = ""
     for match in _OUTSIDE.finditer(_URL.sub(" ", goal)):
         outside = match.group("path").rstrip(".!?")
