@@ -202,8 +202,8 @@ def plan_goal_problems(goal: str, steps: Sequence[StepView], tools: Mapping[str,
         if not any(_same(output, path) for path in written):
             problems.append(f"the goal asks for {output}, but no step writes it")
     for action in needs.actions:
-        if action not in DOING or action in ("send", "delete"):
-            continue  # "send" and "delete" with no tool are refused before planning (goal_reachable)
+        if action not in DOING:
+            continue
         if not any(action in tools.get(step.tool, frozenset()) for step in steps):
             able = sorted(name for name, verbs in tools.items() if action in verbs)
             hint = f"; use {' or '.join(able)}" if able else ""

@@ -21,7 +21,7 @@ from agents.models import Agent, ApiRequest
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import plan_generate
+from planning.planner import goal_plan_check, plan_generate
 from planning.selectors import plan_feedback
 from planning.services.errors import DecisionError, PlanAlreadyReplanned
 from planning.services.events import event_agent_record, event_record
@@ -209,6 +209,10 @@ def plan_check_external(*, agent: Agent, data: Mapping[str, Any]) -> ValidationR
                            tools=tool_registry(agent.declared_tools))
     if not result.ok or result.plan is None:
         raise PlanInvalid("The plan is not valid. Nothing was stored.", problems=result.problems)
+    # Checked against its goal as far as the declared tools tell (planning/engine/goal_check.py).
+    unreached = goal_plan_check(agent, " ".join(str(data.get("goal") or "").split()), result.plan.steps)
+    if unreached:
+        raise PlanInvalid("The plan does not do what its goal asks. Nothing was stored.", problems=unreached)
     return result
 
 

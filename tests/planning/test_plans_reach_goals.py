@@ -283,3 +283,17 @@ def test_written_content_is_previewed_escaped_and_cut(operator_client: Client) -
         assert "<script>alert(1)" not in html
         assert "path=&quot;notes2.txt&quot;, content=&quot;&lt;script&gt;alert(1)&lt;/script&gt;yyy" in html
         assert "(425 characters)" in html and "y" * 200 not in html
+
+
+def test_an_external_agents_plan_is_checked_as_far_as_its_declared_tools_tell() -> None:
+    from planning.services.external import PlanInvalid, plan_submit
+    from tests.api.conftest import PLAN, TOOLS, step
+
+    agent = Agent.objects.create(name="Mailer", kind=Agent.Kind.EXTERNAL, declared_tools=TOOLS)
+    reads = {"goal": "Mail the Q3 figures to Dana", "steps": [step("1", query="q3 figures")]}
+    with pytest.raises(PlanInvalid) as refused:
+        plan_submit(agent=agent, data=reads)
+    assert refused.value.problems == ["the goal asks to send something, but no step does; use send_email"]
+    assert not Plan.objects.filter(agent=agent).exists()
+    # Its tools tell nothing of summaries: a plan that sends what it found is not refused for that.
+    assert plan_submit(agent=agent, data=PLAN).status == Plan.Status.AWAITING_APPROVAL
