@@ -602,8 +602,8 @@ def _tool_template(goal: str, files: Sequence[str], max_steps: int, skip: Sequen
         template = _template_copy(goal, files)
     elif words & {"move", "rename"} and (moved := _template_move(goal, files)) is not None:
         template = moved
-    elif "convert" in words or ({"csv", "json"} <= words) or "markdown" in words or (
-            words & {"turn", "into", "export"} and re.search(r"\.(?:md|json|csv)\b", text)):
+    elif "convert" in words or ({"csv", "json"} <= words) or (
+            words & {"markdown", "turn", "export"} and any(_ext(f) in ("csv", "json") for f in _mentioned_files(goal))):
         template = _template_convert(goal, files)
     elif words & {"sort", "organize", "organise", "tidy", "arrange"} or "by extension" in text:
         template = _template_sort(goal, files, max_steps)

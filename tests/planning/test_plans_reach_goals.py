@@ -193,9 +193,13 @@ def test_a_plan_whose_output_was_not_written_is_done_not_verified_everywhere(
     # The agent does not plan the goal again by itself meanwhile; the operator's answer plans it again.
     agent_cycle(agent_id=agent.pk, runner="runner-test")
     assert Plan.objects.filter(agent=agent).count() == 1
-    services.plan_clarify(plan=plan, user=operator, answer="write the summary to summary.md with report.write")
+    services.plan_clarify(plan=plan, user=operator, answer="write the summary to summary.md")
     plan.refresh_from_db()
     assert plan.status == Plan.Status.ACTIVE and plan.replan_reason
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    new = Plan.objects.get(previous=plan)
+    assert new.status == Plan.Status.AWAITING_APPROVAL
+    assert any(s.tool_input.get("output") == "summary.md" for s in new.steps.all())
 
 
 def test_a_converted_file_that_does_not_parse_is_not_verified(operator: Any) -> None:
