@@ -336,8 +336,9 @@ def goal_plan_check(agent: Agent, goal_text: str, steps: Sequence[Any], *, steer
     problems = plan_goal_problems(goal_text, views, goal_tools_verbs(agent))
     if agent.kind == Agent.Kind.EXTERNAL:
         # An external agent's tools tell only what their names and descriptions say, and nothing of the files
-        # they write: its plan is refused only for an action one of its own tools can do and no step does.
-        return [p for p in problems if "; use " in p]
+        # they write: its plan is refused only for an action one of its own tools can do and no step does, and
+        # a version made after an operator's feedback (`steered`) follows that feedback instead.
+        return [] if steered else [p for p in problems if "; use " in p]
     return [p for p in problems if not (steered and p.startswith("the goal asks for "))]
 
 
