@@ -84,7 +84,7 @@ _EMAIL = re.compile(r"\be-?mail|\bmail(?:ed)?\b", re.IGNORECASE)
 
 _FILE = re.compile(r"(?<![\w/.-])(?:[\w-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7}(?![\w/-])")
 _OUTSIDE = re.compile(
-    r"""(?:^|(?<=[\s"'(=:,]))(?P<path>~[\w.-]*(?:[/\\][^\s"',;)]*)?|[A-Za-z]:[\\/][^\s"',;)]*|"""
+    r"""(?:^|(?<=[\s"'(=:,]))(?P<path>~[\w.-]*[/\\][^\s"',;)]*|[A-Za-z]:[\\/][^\s"',;)]*|"""
     r"""(?:\.\.[/\\])+[^\s"',;)]*|\.\.(?=\s|$)|/(?!/)[^\s"',;)]+)""")
 _URL = re.compile(r"https?://\S+", re.IGNORECASE)
 # A goal that names nothing to work on: a pronoun, "stuff", "the thing", "everything" as its object.

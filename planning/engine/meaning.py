@@ -26,8 +26,9 @@ _OUTPUT_BEFORE = re.compile(
 _CHANGING = re.compile(
     r"\b(?:move|rename|delete|remove|edit|update|modify|change|fix|overwrite|append|replace|clean|tidy|sort|"
     r"organi[sz]e|add\s+\w+(?:\s+\w+)?\s+to)\b", re.IGNORECASE)
-# A goal that makes one file from another (planning/engine/goal_check.py names the same actions "convert", "copy").
-_COPIES = re.compile(r"\b(?:copy|copies|duplicate|back\s*-?\s*up|backup)\b", re.IGNORECASE)
+# A goal that makes one file from another (planning/engine/goal_check.py names the same actions "convert", "copy"),
+# the file it makes named after "in" ("a markdown version of data.csv in data.md").
+_IN_BEFORE = re.compile(r"\bin\s+(?:the\s+|a\s+|new\s+|file\s+)*$", re.IGNORECASE)
 _MAKES = re.compile(r"\b(?:convert|export|turn\b.{0,60}\binto|transform\b.{0,60}\binto|"
                     r"(?:markdown|md|json|csv|html)\s+(?:version|table|format)|"
                     r"(?:as|to|into)\s+(?:a\s+)?(?:markdown|json|csv|html)\b|copy|copies|duplicate|"
@@ -65,11 +66,9 @@ def goal_files(goal: str) -> GoalFiles:
         (outputs if _OUTPUT_BEFORE.search(before) else inputs).append(path)
     inputs = list(dict.fromkeys(inputs))
     if len(inputs) >= 2 and _MAKES.search(_FILE.sub(" ", goal)):
-        # "a markdown version of data.csv in data.md", "back up data.csv in old/data.csv": the later file of
-        # another kind (or the copy's target) is what the goal makes, not what it reads.
-        first = inputs[0].rsplit(".", 1)[-1].lower()
-        copies = bool(_COPIES.search(_FILE.sub(" ", goal)))
-        made = [f for f in inputs[1:] if copies or f.rsplit(".", 1)[-1].lower() != first]
+        # "a markdown version of data.csv in data.md", "back up data.csv in old/data.csv": the later file named
+        # after "in" is what the goal makes, not what it reads.
+        made = [f for f in inputs[1:] if _IN_BEFORE.search(goal[:max(0, goal.find(f))])]
         inputs = [f for f in inputs if f not in made]
         outputs = [*outputs, *made]
     return GoalFiles(tuple(inputs), tuple(dict.fromkeys(o for o in outputs if o not in inputs)),

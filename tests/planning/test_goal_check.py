@@ -65,9 +65,23 @@ def test_vague_goals_are_a_question_for_the_operator(goal: str) -> None:
     assert not reach.cannot
 
 
+@pytest.mark.parametrize("goal", ["Count the rows in data.csv (about ~50 expected) into count.txt",
+                                  "Convert notes/monday.txt and/or notes/tuesday.txt to one report in report.md",
+                                  "Fetch https://example.com/a/b/c into page.html", "copy csv/data.csv to old/data.csv"])
+def test_paths_inside_the_workspace_and_urls_are_not_outside(goal: str) -> None:
+    assert goal_needs(goal).outside == ""
+
+
 def test_a_goal_naming_a_file_or_the_workspace_is_not_vague() -> None:
     for goal in ("tidy up notes.txt into notes-clean.txt", "sort the files in the workspace by extension"):
         assert not goal_needs(goal).vague
+
+
+def test_the_file_a_convert_or_copy_goal_makes_is_its_output() -> None:
+    assert goal_needs("I need a markdown version of data.csv in data.md").outputs == ("data.md",)
+    assert goal_needs("back up data.csv in old/data.csv").outputs == ("old/data.csv",)
+    both = goal_needs("Convert data.csv and people.json to JSON")
+    assert both.inputs == ("data.csv", "people.json") and both.outputs == ()
 
 
 def test_remove_rows_is_a_change_of_content_not_a_delete() -> None:
