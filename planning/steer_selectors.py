@@ -18,7 +18,7 @@ from agents.models import Agent, LLMCall
 from goals.models import Goal
 from goals.system import goal_priority
 from planning.engine.diff import field_changes_shown, plan_diff
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 
 # --- the approvals inbox ------------------------------------------------------------------------------------
 
@@ -43,11 +43,22 @@ class InboxItem:
     @property
     def question(self) -> str:
         """What the planner asks, when this item is a question; its answer resumes planning."""
-        return self.plan.clarification_question if self.plan.status == Plan.Status.CLARIFYING else ""
+        return self.plan.clarification_question if self.plan.status in (
+            Plan.Status.CLARIFYING, Plan.Status.UNVERIFIED) else ""
+
+    @property
+    def unverified(self) -> bool:
+        """A plan whose steps all ran but whose outcome was not verified: the operator says what next."""
+        return self.plan.status == Plan.Status.UNVERIFIED
 
     @property
     def agent(self) -> Agent:
         return self.plan.agent
+
+    @property
+    def fingerprint(self) -> str:
+        """The steps as this card shows them, for its approve forms (planning/engine/shown.py)."""
+        return steps_shown_fingerprint([self.step] if self.step is not None else self.steps)
 
     @property
     def risky(self) -> bool:
@@ -90,12 +101,12 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     now = now or timezone.now()
     agent_fields = ("agent__name", "agent__kind", "agent__escalate_after_minutes")
     plan_fields = ("goal_text", "version", "status", "risks", "approval_mode", "agent_id", "updated_at",
-                   "clarification_question")
+                   "clarification_question", "model", "edited_by")
     steps = (
         PlanStep.objects.filter(status=PlanStep.Status.AWAITING_APPROVAL, plan__status=Plan.Status.ACTIVE)
         .select_related("plan", "plan__agent")
         .only("key", "position", "description", "tool", "tool_input", "action_hint", "risk", "requires_permission",
-              "status", "updated_at", *(f"plan__{f}" for f in plan_fields),
+              "status", "updated_at", "depends_on", "loop", *(f"plan__{f}" for f in plan_fields),
               *(f"plan__{f}" for f in agent_fields))
         .annotate(since=waiting_since(PlanEvent.Kind.STEP_AWAITING, step=OuterRef("pk")),
                   escalated=waiting_since(PlanEvent.Kind.ESCALATED, step=OuterRef("pk")))
@@ -103,10 +114,12 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     plans = (
         Plan.objects.waiting()
         .select_related("agent").only(*plan_fields, *agent_fields)
-        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED, plan=OuterRef("pk")),
+        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED,
+                                      PlanEvent.Kind.PLAN_UNVERIFIED, plan=OuterRef("pk")),
                   escalated=waiting_since(PlanEvent.Kind.ESCALATED, plan=OuterRef("pk"), step__isnull=True))
         .prefetch_related(Prefetch("steps", queryset=PlanStep.objects.only(
-            "plan_id", "key", "position", "description", "risk", "requires_permission", "status")))
+            "plan_id", "key", "position", "description", "risk", "requires_permission", "status", "tool",
+            "tool_input", "action_hint", "depends_on", "loop")))
     )
     items = []
     for step in steps:

@@ -21,8 +21,9 @@ from agents.world import ACTIONS
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
 from planning.engine.schedule import step_transition_check
+from planning.engine.shown import PLAN_CHANGED
 from planning.engine.validate import plan_validate_edit
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 from planning.services.agents import agent_waiting_set
 from planning.services.errors import DecisionError, StepNotAwaitingApproval
 from planning.services.events import actor_name, event_record, reason_clean
@@ -39,12 +40,16 @@ UNSTARTED = (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL)
 
 
 @atomic_retried
-def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
+def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: dict[str, Any] | None = None,
+                 seen_steps: str | None = None) -> PlanEvent:
     """Approve a step that waits for an operator; the runner runs it in the agent's next cycle, which the
-    approval brings forward (agents/signals.py)."""
+    approval brings forward (agents/signals.py). `seen_steps`: the fingerprint of the step as the operator saw it
+    (planning/engine/shown.py); a step edited since is refused, nothing changed."""
     step = step_lock(step.pk)
     if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
         raise StepNotAwaitingApproval(step)
+    if seen_steps is not None and seen_steps != steps_shown_fingerprint([step]):
+        raise DecisionError(PLAN_CHANGED)
     step.status = PlanStep.Status.PENDING
     step.approved_by = user  # type: ignore[assignment]
     step.save(update_fields=["status", "approved_by", "updated_at"])
