@@ -930,10 +930,11 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
         if failed_pair not in before:
             before.insert(0, failed_pair)
     changed = before != [(s.tool, s.input) for s in remaining]
-    if failed is None and not changed and feedback:
-        # A plan sent back whose feedback says nothing this planner can follow: ask, rather than offer it again.
+    if failed is None and feedback and (not changed or not _redirect_read(feedback[-1:])):
+        # A plan sent back whose newest feedback says nothing this planner can follow: ask, rather than offer
+        # the same plan again.
         question = (f"What should change in the plan for \"{_one_line(goal, 120)}\"? Your feedback "
-                    f"(\"{_one_line(' '.join(feedback), 160)}\") names no step or file to change, e.g. \"write "
+                    f"(\"{_one_line(feedback[-1], 160)}\") names no step or file to change, e.g. \"write "
                     "weekly.md instead of report.md\", \"don't touch data.csv\" or \"skip the check step\".")
         return _reply("The feedback does not say what to change.", {"clarification": question})
     for step, key in zip(remaining, _fresh_keys([s["id"] for s in keep], len(remaining)), strict=True):
