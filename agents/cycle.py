@@ -991,10 +991,15 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bo
     done: list[str] = []
     agent.workspace.mkdir(parents=True, exist_ok=True)
     started: list[PlanStep] = []
+    now = timezone.now()
     for step in (s for s in steps if s.key in keys):
         if step.needs_approval(plan):
             step_request_approval(step=step, runner=runner)
             done.append(f"{step.key} awaits approval")
+            continue
+        if step.start_after is not None and step.start_after > now:
+            # A policy approved it: it starts once the operator's window to undo that approval has passed.
+            done.append(f"{step.key} starts after {timezone.localtime(step.start_after):%H:%M:%S} (undo window)")
             continue
         running = step_start(step=step, runner=runner)
         if running is not None:

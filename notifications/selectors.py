@@ -57,7 +57,9 @@ class Candidate:
             links["link"] = link_make(plan_id=plan.pk)
         else:
             links["link"] = link_make(agent_id=agent.pk if agent else None)
-        if self.kind in (Trigger.WAITING, Trigger.URGENT, Trigger.ESCALATED) and (step or plan):
+        if "undo_link" in self.extra and step is not None:
+            links["undo_link"] = link_make(plan_id=step.plan_id, step_id=step.pk, action="undo")
+        elif self.kind in (Trigger.WAITING, Trigger.URGENT, Trigger.ESCALATED) and (step or plan):
             ids = {"plan_id": plan.pk if plan else None, "step_id": step.pk if step else None}
             links["approve_link"] = link_make(**ids, action="approve")
             links["decline_link"] = link_make(**ids, action="decline")
@@ -76,7 +78,7 @@ class Candidate:
             **links,
             "settings_link": link_settings(),
             "created_at": timezone.now().isoformat(),
-            **self.extra,
+            **{k: v for k, v in self.extra.items() if k != "undo_link"},
         }
 
 
@@ -107,6 +109,13 @@ def plans_risky(plan_ids: set[int]) -> set[int]:
                .values_list("plan_id", flat=True).distinct())
 
 
+def step_held(step: PlanStep | None, plan: Plan | None) -> bool:
+    """A step a policy approved that waits for its undo window to pass before it starts."""
+    return (step is not None and plan is not None and plan.status == Plan.Status.ACTIVE
+            and step.status == PlanStep.Status.PENDING and step.start_after is not None
+            and step.start_after > timezone.now())
+
+
 def event_candidate(event: PlanEvent, risky_plans: set[int]) -> Candidate | None:
     """What an event tells, or None when it no longer matters (a wait already decided, e.g. by a policy)."""
     kind = EVENT_TRIGGERS[event.kind]
@@ -117,7 +126,14 @@ def event_candidate(event: PlanEvent, risky_plans: set[int]) -> Candidate | None
     risky = bool(step and step.risk == PlanStep.Risk.RISKY) or bool(plan and not step and (
         plan.pk in risky_plans or plan.risks))
     c = Candidate(key=f"event:{event.pk}", kind=kind, agent=agent, plan=plan, step=step, event=event, risky=risky)
-    if event.kind == PlanEvent.Kind.STEP_AWAITING:
+    if event.kind == PlanEvent.Kind.STEP_AWAITING and step_held(step, plan):
+        # A policy approved it at once; it starts after the undo window (POLICY_UNDO_SECONDS): say so, with Undo.
+        assert step is not None
+        c.title = (f"{name}: step {step.key} approved by a policy, starts after "
+                   f"{timezone.localtime(step.start_after):%H:%M:%S} unless you undo it")
+        c.text = f"{step.description} (plan {goal}{', risky' if risky else ''})"
+        c.extra["undo_link"] = True  # made in payload(), with the step
+    elif event.kind == PlanEvent.Kind.STEP_AWAITING:
         if step is None or plan is None or step.status != PlanStep.Status.AWAITING_APPROVAL \
                 or plan.status != Plan.Status.ACTIVE:
             return None

@@ -269,10 +269,11 @@ def test_operator_declines_an_external_agents_plan_with_feedback_in_place_and_it
     new version with it); once declined, the plan waits for the agent, not for a person: it leaves the list and
     the count, and a second decline (another operator, a stale page) is refused with nothing changed."""
     plan = waiting_plan(agent__name="Research bot", agent__kind=Agent.Kind.EXTERNAL)
-    persona_plan = waiting_plan(agent__name="Bob")
+    # A persona's plan has no plan-level decline (a built-in tool agent's has one since issue 50).
+    persona_plan = waiting_plan(agent__name="Bob", agent__kind=Agent.Kind.PERSONA)
     url = reverse("inbox-plan-decline", args=[plan.pk])
     html = operator_client.get(reverse("inbox")).content.decode()
-    assert html.count("Decline with feedback") == 1 and f'hx-post="{url}"' in html  # the external agent's only
+    assert html.count("Decline with feedback") == 1 and f'hx-post="{url}"' in html  # not the persona's
     assert url not in viewer_client.get(reverse("inbox")).content.decode()
     assert viewer_client.post(url, {"reason": "no", "version": 1}).status_code == 403
     empty = operator_client.post(url, {"reason": "  ", "version": 1}, HTTP_HX_REQUEST="true")
