@@ -1134,6 +1134,12 @@ def _answer_reflect(ctx: Mapping[str, Any]) -> str:
 _TOOL_WORDS = ("file", "files", "csv", "json", "folder", "report", "workspace", "summar", "convert", "list")
 
 
+def _stated_why(goal: str) -> str:
+    """Why, as the goal itself says it; nobody is claimed to have asked (a seeded goal was asked by no operator)."""
+    said = re.search(r"\b(because|so that|so|since|in order to)\b\s+(.+)$", goal, re.IGNORECASE)
+    return _one_line(f"{said.group(1).lower()} {said.group(2).rstrip('.')}", 200) if said else "not stated in the goal"
+
+
 def _answer_restate(ctx: Mapping[str, Any]) -> str:
     goal = _text(ctx, "goal") or "(no goal given)"
     agent = _text(ctx, "agent_name") or "the agent"
@@ -1145,7 +1151,7 @@ def _answer_restate(ctx: Mapping[str, Any]) -> str:
         "what": _one_line(goal, 300),
         "when": when,
         "where": f"in {agent}'s workspace" if tool_like else f"where {agent} is now",
-        "why": "because the operator asked for it" if tool_like else f"because {agent} needs it",
+        "why": _stated_why(goal) if tool_like else f"because {agent} needs it",
     }
     return _reply("Restated goal:", data)
 

@@ -73,13 +73,29 @@ class Candidate:
             if plan else None,
             "step": {"id": step.pk, "key": step.key, "description": step.description, "tool": step.tool,
                      "risk": step.risk, "requires_permission": step.requires_permission} if step else None,
-            "event": {"id": event.pk, "kind": event.kind, "reason": event.reason[:2000],
+            "event": {"id": event.pk, "kind": event.kind, "reason": event_reason_shown(event)[:2000],
                       "at": event.created_at.isoformat()} if event else None,
             **links,
             "settings_link": link_settings(),
             "created_at": timezone.now().isoformat(),
             **{k: v for k, v in self.extra.items() if k != "undo_link"},
         }
+
+
+# The planner's notes on how it read a model's answer: for the plan page's validator flags, not for a message to
+# a person (issue 50: a webhook's event.reason read "repaired: closed 1 bracket").
+PLANNER_NOTES = ("repaired:", "parsed from", "structured output")
+
+
+def event_reason_shown(event: PlanEvent) -> str:
+    """An event's reason as a notification tells it: a validated plan's flags without the planner's notes."""
+    if event.kind != PlanEvent.Kind.VALIDATED:
+        return event.reason
+    listed = event.detail.get("flags") if isinstance(event.detail, dict) else None
+    flags = [str(f).strip() for f in listed] if isinstance(listed, list) else event.reason.split(";")
+    flags = [f.strip() for f in flags if f.strip()]
+    kept = [f for f in flags if not f.lower().startswith(PLANNER_NOTES)]
+    return "; ".join(kept) or "The plan passed validation and awaits approval."
 
 
 def link_settings() -> str:
