@@ -18,6 +18,7 @@ from agents.selectors import persona_page
 from agents.tools import undo_dir_for
 from agents.world import URGENT_BELOW
 from planning.models import Plan, PlanEvent, PlanStep, step_current, steps_done, steps_done_q
+from planning.steer_selectors import plan_repeat_number, repeat_label
 
 DASHBOARD_PAGE_SIZE = 50
 TIMELINE_PAGE_SIZE = 50
@@ -417,6 +418,7 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "versions": versions,
         "next_version": later[0] if later else None,
         "status_shown": plan_status_shown(plan, later[0] if later else None),
+        "repeat_label": repeat_label(plan_repeat_number(plan)),
         "done": steps_done((s.status for s in steps), plan_status=plan.status),
         "total": len(steps),
         "withdrawn": plan_withdrawn(plan),
