@@ -12,11 +12,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from decimal import Decimal
+from pathlib import Path
 from time import time_ns
 from typing import Any
 
@@ -64,10 +66,11 @@ def policy_user() -> User:
 
 # What the runner needs to know at every waiting item and model call: the rules of the policies switched on and
 # every budget's limits. Kept in this process only while it is current: each use first reads the policies'
-# version, a value every change bumps (policies_forget) in a store every process shares: Redis when the stack has
-# it (one GET, no SQL), else the newest PolicyChange row (one small query; every edit of the policies page, the
-# admin and the API records one). A policy switched off therefore binds every process at once, with no window
-# (issue 50); the rules and budgets themselves are read again only after a change.
+# version, a value every change bumps (policies_forget, after its commit) where every process of the stack sees it:
+# Redis on the scale-out stack (one GET), a small file beside the SQLite database on the embedded stack (one
+# stat, no SQL: a runner started apart with `runagents` shares it), the newest PolicyChange row on PostgreSQL
+# without Redis; with an in-memory database there is one process and the change itself drops the state. A policy
+# switched off therefore binds every process at once (issue 50); no time window, no query per model call.
 POLICY_VERSION_KEY = "policies:version"
 
 
@@ -98,6 +101,15 @@ def shared_cache() -> Any | None:
     return _SHARED["cache"]
 
 
+def version_file() -> Path | None:
+    """The file beside the SQLite database that holds the policies' version (None: not SQLite on a file)."""
+    database = settings.DATABASES["default"]
+    name = str(database.get("NAME") or "")
+    if "sqlite" not in str(database.get("ENGINE", "")) or not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return Path(name).with_name(Path(name).name + ".policies-version")
+
+
 def policies_version() -> object:
     """The policies' current version, as every process sees it."""
     cache = shared_cache()
@@ -106,7 +118,22 @@ def policies_version() -> object:
             return ("cache", cache.get(POLICY_VERSION_KEY, 0))
         except Exception:  # Redis away: the database answers, never a stale state
             logger.warning("policies' version not readable from the cache; read from the database")
-    return ("db", PolicyChange.objects.order_by("-id").values_list("id", flat=True).first())
+            return ("db", PolicyChange.objects.order_by("-id").values_list("id", flat=True).first())
+    path = version_file()
+    if path is not None:
+        try:
+            return ("file", path.read_text())
+        except OSError:
+            return ("file", "")
+    if connection_vendor() != "sqlite":
+        return ("db", PolicyChange.objects.order_by("-id").values_list("id", flat=True).first())
+    return ("process", 0)  # an in-memory database: this process alone, whose changes drop the state
+
+
+def connection_vendor() -> str:
+    from django.db import connection
+
+    return str(connection.vendor)
 
 
 def policy_state() -> PolicyState:
@@ -141,6 +168,14 @@ def policies_version_bump() -> None:
             cache.set(POLICY_VERSION_KEY, time_ns(), timeout=None)
         except Exception:
             logger.exception("policies' version not written to the cache")
+    path = version_file()
+    if path is not None:
+        try:
+            written = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            written.write_text(str(time_ns()))
+            os.replace(written, path)  # whole, never half-written, for a reader in another process
+        except OSError:
+            logger.exception("policies' version not written to %s", path)
 
 
 def policies_forget() -> None:
@@ -230,8 +265,12 @@ def step_decide(*, step: PlanStep, match: Match) -> Match:
 
 
 def step_writes_or_is_risky(step: PlanStep) -> bool:
+    """A built-in tool agent's step that writes (or reaches the network) or is risky: its runner honours the
+    undo window (a persona's steps and an external agent's are not held; docs/operator-decisions.md)."""
     spec = TOOLS.get(step.tool) if step.tool else None
-    return step.risk == PlanStep.Risk.RISKY or (spec is not None and spec.risky)
+    if spec is None or step.plan.agent.kind != Agent.Kind.TOOL:
+        return False
+    return step.risk == PlanStep.Risk.RISKY or spec.risky
 
 
 def step_undo_window(step: PlanStep) -> datetime | None:

@@ -290,8 +290,8 @@ def tool_agent_to_plan(settings: object, llm_server: object, monkeypatch: pytest
     GoalFactory(agent=agent, description="Read the notes and list what they say", source_needs=[])
     from policies import services as policy_services
 
-    # Policies and budgets are read again only after a change (each use reads their version: one statement on
-    # the embedded stack), not per cycle.
+    # Policies and budgets are read again only after a change (each use reads their version, no statement), not
+    # per cycle.
     policy_services.policies_forget()
     request.addfinalizer(policy_services.policies_forget)  # the next tests read their own policies again
     policy_services.policy_state()
@@ -315,9 +315,7 @@ def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(
     assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.steps.count() == 4
     statements = [q["sql"] for q in queries.captured_queries
                   if not q["sql"].upper().startswith(("BEGIN", "SAVEPOINT", "RELEASE", "COMMIT"))]
-    # +3 since issue 50: the policies' version read before each of the three model calls' budget checks (a policy
-    # switched off binds every process at once; on the scale-out stack it is a Redis GET, no statement).
-    assert len(statements) <= 20, "\n".join(statements)
+    assert len(statements) <= 17, "\n".join(statements)
     assert sum(s.startswith('INSERT INTO "planning_planstep"') for s in statements) == 1
 
 
@@ -340,6 +338,5 @@ def test_tool_agent_planning_cycle_as_the_runner_runs_it_costs_two_transactions(
     assert sum(s.upper().startswith("SAVEPOINT") for s in statements) == 2, "\n".join(statements)
     assert not any('FROM "agents_need"' in s for s in statements), "\n".join(statements)
     # 16 statements and the two transactions' SAVEPOINT and RELEASE (inside the test's transaction); 25 when a
-    # tool agent's cycle read its needs and the restatement and the count had transactions of their own. +3 since
-    # issue 50: the policies' version, read at each model call's budget check (no statement with Redis).
-    assert len(statements) <= 23, "\n".join(statements)
+    # tool agent's cycle read its needs and the restatement and the count had transactions of their own.
+    assert len(statements) <= 20, "\n".join(statements)
