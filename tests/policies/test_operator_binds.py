@@ -84,7 +84,10 @@ def test_a_policys_approval_of_a_writing_step_waits_the_undo_window_and_undo_wor
     payload = candidate.payload()
     assert "undo_link" in payload and "approve_link" not in payload
 
-    services.decision_undo(event_id=approval.pk, user=operator)
+    # Undo from the plan page, within the window.
+    response = operator_client.post(reverse("step-policy-undo", args=[step.pk]), {"event": approval.pk},
+                                    HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
     step.refresh_from_db()
     assert step.status == PlanStep.Status.AWAITING_APPROVAL and step.start_after is None
     agent_cycle(agent_id=agent.pk, runner="runner-test")
