@@ -107,14 +107,12 @@ def test_a_held_step_starts_once_its_window_has_passed(operator: Any, settings: 
 def test_a_policy_change_here_is_read_again_here_and_bumps_the_shared_version(
         operator: Any, django_capture_on_commit_callbacks: Any) -> None:
     policy = policy_with(operator, APPROVE_EVERYTHING)
-    path = services.version_file()
-    assert path is not None
-    before = path.read_text() if path.exists() else ""
+    before = services.policies_version()
     assert services.rules_enabled()
     with django_capture_on_commit_callbacks(execute=True):
         services.policy_switch(user=operator, policy=policy, enabled=False)
     assert services.rules_enabled() == []
-    assert path.read_text() != before
+    assert services.policies_version() != before  # every other process reads the policies again
 
 
 def test_a_read_a_policy_approves_starts_at_once(operator: Any, settings: Any) -> None:
@@ -132,13 +130,17 @@ def test_a_read_a_policy_approves_starts_at_once(operator: Any, settings: Any) -
 def test_a_policy_switched_off_in_another_process_binds_here_at_once(operator: Any) -> None:
     policy = policy_with(operator, APPROVE_EVERYTHING)
     assert services.rules_enabled()  # this process keeps the policies' state now
-    path = services.version_file()
-    assert path is not None  # the embedded stack: SQLite on a file, the version beside it
-    # Another process (the web's) switches it off: its rows change and it bumps the version there (its
-    # policies_version_bump); nothing in this process is told.
+    # Another process (the web's) switches it off: its rows change and it bumps the shared version (its
+    # policies_version_bump: Redis on the scale-out stack, the file beside SQLite on the embedded one); nothing
+    # in this process is told.
     Policy.objects.filter(pk=policy.pk).update(enabled=False)
     PolicyChange.objects.create(policy=policy, actor=operator, actor_label="olga", what="policy switched off")
-    path.write_text("written by another process")
+    shared, path = services.shared_cache(), services.version_file()
+    if shared is not None:
+        shared.set(services.POLICY_VERSION_KEY, "written by another process", timeout=None)
+    else:
+        assert path is not None
+        path.write_text("written by another process")
     assert services.rules_enabled() == []
     agent, plan, step = writing_plan(Plan.ApprovalMode.ALL)
     agent_cycle(agent_id=agent.pk, runner="runner-test")
