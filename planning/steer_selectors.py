@@ -91,7 +91,7 @@ def escalated_since(row: Plan | PlanStep, since: datetime) -> bool:
 
 def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     """Everything that waits for a person (steps, plans, the planner's questions): urgent first, then oldest
-    first. Three queries."""
+    first; a persona's repeats say so (one query more when a persona's item waits)."""
     now = now or timezone.now()
     agent_fields = ("agent__name", "agent__kind", "agent__escalate_after_minutes")
     plan_fields = ("goal_text", "version", "status", "risks", "approval_mode", "agent_id", "updated_at",

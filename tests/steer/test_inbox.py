@@ -167,7 +167,8 @@ def test_inbox_query_count_with_a_thousand_items(viewer_client: Client, django_a
                  status=PlanStep.Status.AWAITING_APPROVAL if p.status == Plan.Status.ACTIVE else PlanStep.Status.PENDING)
         for p in plans
     ])
-    with django_assert_max_num_queries(10):
+    # 11 since issue 50: one query for the persona's repeats ("3rd time today"), whatever the number of items.
+    with django_assert_max_num_queries(11):
         response = viewer_client.get(reverse("inbox"))
     assert response.content.decode().count('<li id="inbox-') == 1000
 
