@@ -142,7 +142,14 @@
     document.dispatchEvent(new CustomEvent("live:applied"));
   }
 
-  window.live = { apply: apply };
+  window.live = {
+    apply: apply,
+    // steer.js: send(form, start) runs start() (which issues the form's request) with the form named.
+    send: function (form, start) {
+      sendingForm = form;
+      try { return start(); } finally { sendingForm = null; }
+    }
+  };
 
   document.addEventListener("htmx:afterRequest", function () {
     Array.prototype.forEach.call(document.querySelectorAll("form.stale"), function (form) {
@@ -156,10 +163,22 @@
   var NOT_SENT = "Not sent: the server cannot be reached. Nothing was decided by this click; try again when the connection is back.";
   var FAILED = "The server could not take this decision (error {status}). Look at the current state before trying again.";
 
+  // Decisions sent from the page (steer.js: htmx.ajax with the body as source) name their form here while htmx
+  // starts the request, so that its answer, or its failure, is told at that form.
+  var sendingForm = null;
+  var formOfRequest = typeof WeakMap === "function" ? new WeakMap() : null;
+
   function decisionForm(evt) {
-    var elt = evt.detail && evt.detail.elt;
-    return elt && elt.closest ? elt.closest("form") : null;
+    var detail = evt.detail || {};
+    var elt = detail.elt;
+    var form = elt && elt.closest ? elt.closest("form") : null;
+    if (!form && formOfRequest && detail.xhr) form = formOfRequest.get(detail.xhr) || null;
+    return form;
   }
+
+  document.addEventListener("htmx:beforeSend", function (evt) {
+    if (sendingForm && formOfRequest && evt.detail && evt.detail.xhr) formOfRequest.set(evt.detail.xhr, sendingForm);
+  });
 
   function decisionError(evt, text) {
     var form = decisionForm(evt);

@@ -147,6 +147,9 @@ def test_a_decision_that_cannot_reach_the_server_says_so_at_the_button(login: Lo
     """Issue 50: "Approve" clicked while the server cannot be reached says so next to the button (not only in the
     banner), the button can be used again, nothing is decided later by surprise, and a reload shows the state."""
     page_errors.allow("net::ERR_FAILED")  # the browser's own note of the aborted request
+    page_errors.allow("htmx:sendError")  # htmx's own log of it (and of its afterRequest, failed): on purpose
+    page_errors.allow("htmx error event htmx:afterRequest")
+    page_errors.allow("console error: htmx:afterRequest")
     page = login(OPERATOR)
     open_inbox(page)
     clerk = item(page, "Clerk")
