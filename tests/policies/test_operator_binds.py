@@ -4,6 +4,7 @@ that works meanwhile (inbox, plan page, notification); a policy switched off bin
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +24,15 @@ from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
 from tests.policies.test_decisions import policy_with
 
 pytestmark = pytest.mark.django_db
+
+@pytest.fixture(autouse=True)
+def version_file_removed() -> Iterator[None]:
+    """The policies' version file beside the test database goes with it."""
+    yield
+    path = services.version_file()
+    if path is not None:
+        path.unlink(missing_ok=True)
+
 
 APPROVE_EVERYTHING = {"action": "approve", "applies_to": "steps", "approve_risky": True, "approve_permission": True}
 
