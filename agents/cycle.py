@@ -155,7 +155,10 @@ def tool_open_plan(agent: Agent, *, runner: str | None = None) -> Plan | None:
         plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
     if not plans:
         return None
+    # A plan that can move on comes before one that waits for a person's approval or answer (issue 50: a tool
+    # agent may have several plans waiting for a person, and its other work goes on meanwhile).
     return min(plans, key=lambda p: (
+        p.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING) and not p.replan_reason,
         goal_priority(horizon=p.goal.horizon, confidence=p.goal.confidence) if p.goal else (3, 0.0),
         -p.created_at.timestamp(),
     ))
@@ -942,7 +945,10 @@ def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], li
     agents = list(Agent.objects.filter(pk__in=list(agent_ids), status=Agent.Status.RUNNING, kind=Agent.Kind.TOOL)
                   .order_by("pk"))
     ids = [agent.pk for agent in agents]
-    busy = set(Plan.objects.filter(agent_id__in=ids).open().values_list("agent_id", flat=True))
+    # An agent whose open plans all wait for a person's approval or answer is not busy: its new goal is planned.
+    busy = set(Plan.objects.filter(agent_id__in=ids).open()
+               .exclude(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
+               .values_list("agent_id", flat=True))
     goals = unplanned_goals_many(ids)
     wanted = [(agent, goals[agent.pk][0]) for agent in agents if agent.pk not in busy and agent.pk in goals
               and (agent.plan_retry_at is None or agent.plan_retry_at > now)]
@@ -1010,6 +1016,10 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bo
     if plan is None:
         return plan_for_next_goal(agent=agent, runner=runner) or "idle: no goal", False
     if plan.status != Plan.Status.ACTIVE:
+        # Its plans wait for a person: a goal given meanwhile is planned now, not queued behind them in silence.
+        planned = plan_for_next_goal(agent=agent, runner=runner)
+        if planned:
+            return planned, False
         return f"waiting: plan {plan.get_status_display().lower()}", plan_waits_for_a_person(plan, [])
     steps_interrupted(plan=plan, runner=runner)
     steps = list(plan.steps.all())
@@ -1020,14 +1030,24 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bo
         if blocked and not any(s.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL) for s in steps):
             plan_replan_schedule(plan=plan, runner=runner, reason=f"steps {', '.join(blocked)} can never run")
             return "waiting", False
-        return "waiting", plan_waits_for_a_person(plan, steps)
+        waits = plan_waits_for_a_person(plan, steps)
+        if waits:
+            planned = plan_for_next_goal(agent=agent, runner=runner)
+            if planned:
+                return planned, False
+        return "waiting", waits
     done: list[str] = []
     agent.workspace.mkdir(parents=True, exist_ok=True)
     started: list[PlanStep] = []
+    now = timezone.now()
     for step in (s for s in steps if s.key in keys):
         if step.needs_approval(plan):
             step_request_approval(step=step, runner=runner)
             done.append(f"{step.key} awaits approval")
+            continue
+        if step.start_after is not None and step.start_after > now:
+            # A policy approved it: it starts once the operator's window to undo that approval has passed.
+            done.append(f"{step.key} starts after {timezone.localtime(step.start_after):%H:%M:%S} (undo window)")
             continue
         running = step_start(step=step, runner=runner)
         if running is not None:

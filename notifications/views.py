@@ -139,7 +139,10 @@ def link_open(request: HttpRequest, token: str) -> HttpResponse:
         return render(request, "notifications/link_refused.html", {"expired": False}, status=400)
     if target.step_id is not None:
         step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=target.step_id)
-        if target.action != "open":
+        if target.action == "undo":
+            messages.info(request, f"A policy approved step {step.key}; undo the approval with its button below "
+                                   "before the step starts.")
+        elif target.action != "open":
             messages.info(request, f"{'Approve' if target.action == 'approve' else 'Decline'} step {step.key} "
                                    f"with its button below{' (feedback is required)' if target.action == 'decline' else ''}.")
         return redirect(step.plan.get_absolute_url() + f"#step-{step.key}")

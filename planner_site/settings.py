@@ -443,6 +443,9 @@ LLM_PURPOSE_MODELS = {
 # USD per million tokens in and out, per model, e.g. {"gpt-4o-mini": [0.15, 0.6]}: fills LLMCall.cost.
 LLM_PRICES = json.loads(os.environ.get("LLM_PRICES", "{}"))
 PLAN_MAX_STEPS = int(os.environ.get("PLAN_MAX_STEPS", "20"))
+# A policy's approval of a step that writes or is risky waits this long before the step starts, with an Undo in the
+# inbox, on the plan page and in the notification (docs/operator-decisions.md). 0: it starts at once.
+POLICY_UNDO_SECONDS = max(0.0, float(os.environ.get("POLICY_UNDO_SECONDS", "10")))
 # One deadline per plan: restatement, attempts, reflections, the whole chain (each call waits only for what remains).
 PLAN_DEADLINE_SECONDS = float(os.environ.get("PLAN_DEADLINE_SECONDS", "120"))
 PLAN_ATTEMPTS_PER_MODEL = 3

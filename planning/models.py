@@ -174,6 +174,9 @@ class PlanStep(models.Model):
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="approved_steps"
     )
+    start_after = models.DateTimeField(
+        null=True, blank=True,
+        help_text="A policy approved this step: it starts no earlier than this, so its approval can be undone")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -655,7 +655,8 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
     if not result.ok or result.plan is None:
         return Check(result.problems)
     kept_keys = {s.key for s in kept}
-    repeats = steps_repeating_declined([s for s in result.plan.steps if s.key not in kept_keys], declined)
+    existing = workspace_listing(workspace) if workspace is not None and declined else []
+    repeats = steps_repeating_declined([s for s in result.plan.steps if s.key not in kept_keys], declined, existing)
     if repeats:
         return Check(repeats)
     unreached = goal_plan_check(agent, goal_text, result.plan.steps, steered=steered)

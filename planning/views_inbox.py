@@ -118,16 +118,17 @@ def inbox_plan_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def inbox_plan_decline(request: HttpRequest, pk: int) -> HttpResponse:
-    """Send an external agent's plan back with feedback (as the plan page's Decline with feedback): the agent
-    submits a new version with it, and the plan leaves the inbox meanwhile (it waits for the agent)."""
+    """Send a tool or external agent's plan back with feedback (as the plan page's Decline with feedback): the
+    agent makes (a built-in tool agent, next cycle) or submits a new version with it, and the plan leaves the inbox
+    meanwhile (it waits for the agent)."""
     plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ReplanForm(request.POST)
     if not form.is_valid():
         note = "Feedback is required to decline a plan. Nothing was changed."
         context = inbox_context(flash=[("error", note)], announce=note, oob=True)
         return render(request, "planning/inbox_decided.html", context, status=400)
-    if plan.agent.kind != Agent.Kind.EXTERNAL or plan.status != Plan.Status.AWAITING_APPROVAL:
-        note = (f"Only an external agent's plan awaiting approval can be declined with feedback; plan v{plan.version} "
+    if plan.agent.kind == Agent.Kind.PERSONA or plan.status != Plan.Status.AWAITING_APPROVAL:
+        note = (f"Only a tool or external agent's plan awaiting approval can be declined with feedback; plan v{plan.version} "
                 f"of {plan.agent.name} is {plan.get_status_display().lower()}. Nothing was changed.")
         context = inbox_context(flash=[("error", note)], announce=note, oob=True)
         return render(request, "planning/inbox_decided.html", context, status=409)

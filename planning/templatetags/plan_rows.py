@@ -11,6 +11,7 @@ from html import escape as e
 
 from django import template
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from agents.persona import MAX_OVERRIDES
@@ -109,6 +110,10 @@ def step_row_html(step: PlanStep, *, plan: Plan | None, can_decide: bool, rollba
     if step.carried_over:
         head.append('<span class="tag ok">kept from earlier version</span>')
     tail = []
+    if step.start_after is not None and step.status == PlanStep.Status.PENDING and step.start_after > timezone.now():
+        tail.append(f'<div class="small waiting step-hold">Approved by a policy: starts after '
+                    f'{e(f"{timezone.localtime(step.start_after):%H:%M:%S}")}'
+                    f'{" unless you undo the approval" if policy_undo else ""}.</div>')
     if step.precheck and step.status == PlanStep.Status.AWAITING_APPROVAL:
         tail.append(f'<div class="small precheck">Pre-check: {e(step.precheck)}</div>')
     if step.result:

@@ -212,7 +212,8 @@ def test_offline_replan_keeps_completed_and_follows_feedback(tmp_path: Path) -> 
     assert new.steps[0].as_dict() == done.as_dict()
     convert = next(s for s in new.steps if s.tool == "file.convert")
     assert convert.input["output"] == "out/data.json"
-    assert "Write it to out/data.json instead" in convert.description
+    # The description says what the step does now; the operator's words are not pasted into it (issue 50).
+    assert convert.description == "Convert data.csv to JSON as out/data.json"
     assert convert.as_dict() != declined.as_dict()
     check = new.steps[-1]
     assert (check.tool, check.input, check.depends_on) == ("file.read", {"path": "out/data.json"}, [convert.key])

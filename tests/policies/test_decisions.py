@@ -101,7 +101,8 @@ def test_an_escalation_puts_the_step_on_top_of_the_inbox_as_urgent(operator: Any
     assert [(i.step.pk, i.urgent) for i in items if i.step] == [(step.pk, True), (older.pk, False)]
 
 
-def test_a_tool_plan_is_approved_by_policy_its_permission_step_by_another_rule(operator: Any) -> None:
+def test_a_tool_plan_is_approved_by_policy_its_permission_step_by_another_rule(operator: Any, settings: Any) -> None:
+    settings.POLICY_UNDO_SECONDS = 0  # no undo window here (tests/policies/test_operator_binds.py has it)
     policy_with(operator,
                 {"action": "approve", "applies_to": "plans", "tools": "file.read, file.convert", "approve_risky": True},
                 {"action": "approve", "tools": "file.convert", "approve_risky": True, "approve_permission": True,
