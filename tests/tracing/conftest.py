@@ -1,0 +1,20 @@
+"""The SDK's in-memory exporter in place of an OTLP endpoint, and a lineage driven as an operator drives one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from planner_site import tracing
+
+
+@pytest.fixture
+def exported() -> Iterator[InMemorySpanExporter]:
+    """Export on, to memory, span by span; off again after the test."""
+    exporter = InMemorySpanExporter()
+    tracing.provider_install(exporter)
+    yield exporter
+    tracing.provider_install(None)
