@@ -9,6 +9,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from planner_site import tracing
+from tests.api.conftest import api, external_agent, raw_token, tooled  # noqa: F401 (the API's fixtures, reused)
 
 
 @pytest.fixture
