@@ -40,13 +40,13 @@ PLANNING_ENDS = {PlanEvent.Kind.VALIDATED, PlanEvent.Kind.PLAN_FAILED, PlanEvent
 # What ends a lineage (and the export of its trace); a failed planning with a retry due goes on.
 LINEAGE_ENDS = {PlanEvent.Kind.PLAN_COMPLETED, PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.PLAN_FAILED}
 # A person's act on a wait, as the span event is named.
-HUMAN_ACTS = {
+HUMAN_ACTS: dict[str, str] = {
     PlanEvent.Kind.PLAN_APPROVED: "approved", PlanEvent.Kind.STEP_APPROVED: "approved",
     PlanEvent.Kind.STEP_DECLINED: "declined", PlanEvent.Kind.REPLAN_REQUESTED: "declined",
     PlanEvent.Kind.STEP_SKIPPED: "skipped", PlanEvent.Kind.STEP_EDITED: "edited", PlanEvent.Kind.PLAN_EDITED: "edited",
     PlanEvent.Kind.PLAN_CANCELLED: "cancelled", PlanEvent.Kind.CLARIFIED: "answered",
 }
-STEP_ENDS = {PlanEvent.Kind.STEP_COMPLETED: "completed", PlanEvent.Kind.STEP_FAILED: "failed",
+STEP_ENDS: dict[str, str] = {PlanEvent.Kind.STEP_COMPLETED: "completed", PlanEvent.Kind.STEP_FAILED: "failed",
              PlanEvent.Kind.STEP_ROLLED_BACK: "rolled_back"}
 
 
@@ -267,7 +267,8 @@ def tool_facts(events: Sequence[PlanEvent], *, now: datetime) -> list[SpanFact]:
                     "gen_ai.tool.call.id": str(event.step_id), "planner.step.key": event.step.key if event.step else "",
                     "planner.open": True})
             facts.append(fact)
-        elif event.kind in STEP_ENDS and (fact := running.pop(event.step_id, None)) is not None:
+        elif event.kind in STEP_ENDS and (ended := running.pop(event.step_id, None)) is not None:
+            fact = ended
             fact.end = event.created_at
             fact.attributes["planner.outcome"] = STEP_ENDS[event.kind]
             fact.attributes["planner.open"] = False

@@ -4,7 +4,6 @@ loopback gets the spans when the endpoint is set; the plan page draws the spans 
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import threading
 from collections.abc import Iterator
