@@ -140,6 +140,7 @@ class SpanFact:
     attributes: dict[str, AttrValue] = field(default_factory=dict)
     events: list[SpanEvent] = field(default_factory=list)
     error: str = ""  # a description when the span failed; a wait never does
+    closed_by: int = 0  # the record that closed it (0: still open); each span is exported once, past its closer
 
     @property
     def seconds(self) -> float:

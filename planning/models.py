@@ -94,7 +94,8 @@ class Plan(models.Model):
                                      help_text="The span id of the lineage's root span")
     trace_parent_id = models.CharField(max_length=16, blank=True, default=tracing.lineage_parent_id,
                                        help_text="The caller's span the root span is a child of (its traceparent)")
-    trace_exported_at = models.DateTimeField(null=True, blank=True, help_text="When the lineage's spans were exported")
+    trace_exported_through = models.PositiveBigIntegerField(
+        default=0, help_text="On a lineage's first version: the last event whose closed spans were exported")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

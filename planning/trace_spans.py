@@ -50,6 +50,12 @@ STEP_ENDS: dict[str, str] = {PlanEvent.Kind.STEP_COMPLETED: "completed", PlanEve
              PlanEvent.Kind.STEP_ROLLED_BACK: "rolled_back"}
 
 
+def lineage_ends(event: PlanEvent) -> bool:
+    """Whether the event ends its lineage: the plan completed or cancelled, or failed with no retry due."""
+    return event.kind in LINEAGE_ENDS and not (
+        event.kind == PlanEvent.Kind.PLAN_FAILED and isinstance(event.detail, dict) and event.detail.get("retry_at"))
+
+
 def channel_of(event: PlanEvent) -> str:
     """The way a decision came: a policy, an external agent's API or MCP call, a channel a notification named,
     else the dashboard (an operator's own act)."""
@@ -80,7 +86,7 @@ class Lineage:
     @property
     def ended(self) -> PlanEvent | None:
         last = self.versions[-1]
-        return next((e for e in reversed(self.events) if e.plan_id == last.pk and e.kind in LINEAGE_ENDS), None)
+        return next((e for e in reversed(self.events) if e.plan_id == last.pk and lineage_ends(e)), None)
 
 
 def lineage_load(plan: Plan) -> Lineage:
@@ -112,7 +118,7 @@ def lineage_facts(lineage: Lineage, *, now: datetime, capture: bool = False) -> 
                         "gen_ai.agent.id": str(agent.pk), "planner.agent.kind": agent.kind,
                         "planner.goal": versions[0].goal_text, "planner.plan.id": versions[0].pk,
                         "planner.versions": len(versions), "planner.outcome": last.status,
-                        "planner.open": ended is None})
+                        "planner.open": ended is None}, closed_by=ended.pk if ended else 0)
     if ended is not None and ended.kind == PlanEvent.Kind.PLAN_FAILED:
         root.error = ended.reason or "the plan failed"
     facts = [root]
@@ -127,8 +133,14 @@ def lineage_facts(lineage: Lineage, *, now: datetime, capture: bool = False) -> 
         facts.append(planning)
         facts.extend(waits_facts(version, events, now=now))
         facts.extend(tool_facts(events, now=now))
+    for fact in facts[1:]:
+        if not fact.closed_by and not fact.attributes.get("planner.open"):
+            fact.closed_by = root.closed_by  # closed by nothing recorded of its own: goes with the lineage
     for call in lineage.calls:
-        facts.append(chat_fact(call, plannings.get(call.plan_id or 0), capture=capture))
+        chat = chat_fact(call, plannings.get(call.plan_id or 0), capture=capture)
+        # Exported with the planning it served (once it ended), else with the lineage.
+        chat.closed_by = plannings[call.plan_id or 0].closed_by if chat.parent else root.closed_by
+        facts.append(chat)
     return [root, *sorted(facts[1:], key=lambda f: (f.start, f.key))]
 
 
@@ -147,6 +159,10 @@ def planning_fact(version: Plan, events: Sequence[PlanEvent], *, now: datetime) 
                     "planner.open": end_event is None and version.status == Plan.Status.VALIDATING},
         events=[SpanEvent("attempt_rejected", e.created_at, {"gen_ai.request.model": str(e.detail.get("model", "")),
                                                              "planner.reasons": e.reason[:1000]}) for e in rejected])
+    if end_event is not None:
+        fact.closed_by = end_event.pk
+    elif version.status != Plan.Status.VALIDATING:
+        fact.closed_by = next((e.pk for e in events), 0)  # no planning recorded (e.g. a persona's repeated plan)
     if end_event is not None and end_event.kind == PlanEvent.Kind.PLAN_FAILED:
         fact.error = end_event.reason or "planning failed"
     return fact
@@ -155,6 +171,8 @@ def planning_fact(version: Plan, events: Sequence[PlanEvent], *, now: datetime) 
 def chat_fact(call: LLMCall, planning: SpanFact | None, *, capture: bool) -> SpanFact:
     """`chat <model>`: one model call, under the planning it served (else under the root)."""
     start = call.created_at - timedelta(milliseconds=call.latency_ms or 0)
+    if planning is not None and call.created_at > planning.end and not planning.attributes.get("planner.open"):
+        planning = None  # a call after its version's planning (a persona's cycle): under the root
     fact = SpanFact(
         key=f"chat/{call.pk}", parent=planning.key if planning else "", name=f"chat {call.model}", kind="chat",
         start=start, end=call.created_at,
@@ -205,6 +223,7 @@ def waits_facts(version: Plan, events: Sequence[PlanEvent], *, now: datetime) ->
         if fact is None:
             return
         fact.end = event.created_at
+        fact.closed_by = event.pk
         name = "decided_by_policy" if "policy" in (event.detail or {}) else act
         fact.events.append(SpanEvent(name, event.created_at, act_attributes(event, fact.start)))
         fact.attributes["planner.decision"] = act
@@ -239,6 +258,7 @@ def waits_facts(version: Plan, events: Sequence[PlanEvent], *, now: datetime) ->
         elif kind in (PlanEvent.Kind.REPLANNED, *LINEAGE_ENDS):
             for key in list(open_waits):  # the plan moved on without a person's act on these
                 open_waits[key].end = event.created_at
+                open_waits[key].closed_by = event.pk
                 open_waits[key].attributes["planner.decision"] = "none"
                 open_waits.pop(key)
     for fact in open_waits.values():
@@ -270,6 +290,7 @@ def tool_facts(events: Sequence[PlanEvent], *, now: datetime) -> list[SpanFact]:
         elif event.kind in STEP_ENDS and (ended := running.pop(event.step_id, None)) is not None:
             fact = ended
             fact.end = event.created_at
+            fact.closed_by = event.pk
             fact.attributes["planner.outcome"] = STEP_ENDS[event.kind]
             fact.attributes["planner.open"] = False
             if event.kind == PlanEvent.Kind.STEP_FAILED:
@@ -286,23 +307,28 @@ def sample_ratio(agent: Agent) -> float:
 
 
 def lineage_export(plan_id: int) -> int:
-    """Export the spans of the lineage of `plan_id` (ended) that were not exported yet; the number exported.
-    The root span goes again (same id) if the lineage was reopened after an export (a failed plan replanned)."""
+    """Export the spans of the lineage of `plan_id` closed since its last export; the number exported. Each span
+    goes once, when the record that closed it is written: a planning when it ends (with its model calls), a
+    wait at the person's act, a step at its result, the root when the lineage ends (again, same id, if a failed
+    lineage is reopened and ends later)."""
     plan = Plan.objects.filter(pk=plan_id).first()
     if plan is None or not plan.trace_id or not tracing.export_on():
         return 0
     lineage = lineage_load(plan)
     if not tracing.sampled(lineage.trace_id, sample_ratio(lineage.agent)):
         return 0
-    since = max((v.trace_exported_at for v in lineage.versions if v.trace_exported_at), default=None)
-    facts = lineage_facts(lineage, now=timezone.now(), capture=tracing.capture_content())
-    if since is not None:
-        facts = [f for f in facts if f.key == "" or f.end > since]
     first = lineage.versions[0]
-    count = tracing.spans_export(trace_id=first.trace_id, root_id=first.trace_root_id,
-                                 parent_id=first.trace_parent_id, facts=facts)
-    Plan.objects.filter(pk=lineage.versions[-1].pk).update(trace_exported_at=timezone.now())
-    return count
+    since = first.trace_exported_through
+    facts = [f for f in lineage_facts(lineage, now=timezone.now(), capture=tracing.capture_content())
+             if f.closed_by > since]
+    if not facts:
+        return 0
+    through = max(f.closed_by for f in facts)
+    # Claimed before it is sent: two processes closing spans of one lineage at once never send a span twice.
+    if not Plan.objects.filter(pk=first.pk, trace_exported_through=since).update(trace_exported_through=through):
+        return 0
+    return tracing.spans_export(trace_id=first.trace_id, root_id=first.trace_root_id,
+                                parent_id=first.trace_parent_id, facts=facts)
 
 
 def lineage_export_safe(plan_id: int) -> None:
@@ -312,13 +338,22 @@ def lineage_export_safe(plan_id: int) -> None:
         logger.exception("trace of plan %s not exported", plan_id)
 
 
+# The events that close a span: each sends what it closed, after its commit.
+CLOSERS = frozenset({*PLANNING_ENDS, *HUMAN_ACTS, *STEP_ENDS, *LINEAGE_ENDS, PlanEvent.Kind.REPLANNED})
+
+
+def events_traced(events: Sequence[PlanEvent]) -> Sequence[PlanEvent]:
+    """The hook of every write of events (event_record, and the runners' batches): once they commit, the spans
+    they closed are exported (with export on; nothing otherwise). The events, for chaining."""
+    if not tracing.export_on():
+        return events
+    for plan_id in sorted({e.plan_id for e in events if e.plan_id is not None and e.kind in CLOSERS}):
+        transaction.on_commit(functools.partial(lineage_export_safe, plan_id))
+    return events
+
+
 def event_traced(event: PlanEvent) -> None:
-    """event_record's hook: when a lineage ends (and export is on), its spans go out after the commit."""
-    if event.kind not in LINEAGE_ENDS or event.plan_id is None or not tracing.export_on():
-        return
-    if event.kind == PlanEvent.Kind.PLAN_FAILED and (event.detail or {}).get("retry_at"):
-        return  # a retry is due: the lineage goes on
-    transaction.on_commit(functools.partial(lineage_export_safe, event.plan_id))
+    events_traced([event])
 
 
 # --- the plan page's timeline -------------------------------------------------------------------------------

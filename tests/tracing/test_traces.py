@@ -32,8 +32,8 @@ def reporter() -> Agent:
     return agent
 
 
-def declined_replanned_approved_run(agent: Agent, operator: Any, *, before_end: Any = None) -> tuple[Plan, Plan]:
-    """The goal planned, approved step by step, a step declined with feedback, replanned, approved, run."""
+def declined_and_replanned(agent: Agent, operator: Any) -> tuple[Plan, Plan]:
+    """The goal planned, approved step by step, a step declined with feedback, replanned: v2 awaits approval."""
     from planning.services import plan_approve, step_approve, step_decline
 
     first = plan_generate(agent=agent, goal_text="Write a report from the notes")
@@ -49,12 +49,21 @@ def declined_replanned_approved_run(agent: Agent, operator: Any, *, before_end: 
     run_cycles(agent, 1)
     second = Plan.objects.get(previous=first)
     assert second.status == Plan.Status.AWAITING_APPROVAL
-    if before_end is not None:
-        before_end(first, second)
+    return first, second
+
+
+def approved_and_run(second: Plan, operator: Any) -> None:
+    from planning.services import plan_approve
+
     plan_approve(plan=second, user=operator, mode=Plan.ApprovalMode.ALL)
-    run_cycles(agent)
+    run_cycles(second.agent)
     second.refresh_from_db()
     assert second.status == Plan.Status.COMPLETED
+
+
+def declined_replanned_approved_run(agent: Agent, operator: Any) -> tuple[Plan, Plan]:
+    first, second = declined_and_replanned(agent, operator)
+    approved_and_run(second, operator)
     return first, second
 
 
@@ -70,10 +79,15 @@ def test_declined_replanned_approved_and_run_is_one_trace_with_its_parents(
         operator: Any, exported: InMemorySpanExporter, django_capture_on_commit_callbacks: Any) -> None:
     agent = reporter()
     with django_capture_on_commit_callbacks(execute=True):
-        first, second = declined_replanned_approved_run(
-            agent, operator, before_end=lambda *_: exported.get_finished_spans() == () or pytest.fail(
-                "spans went out before the lineage ended"))
+        first, second = declined_and_replanned(agent, operator)
+    while_waiting = [s.name for s in exported.get_finished_spans()]
+    with django_capture_on_commit_callbacks(execute=True):
+        approved_and_run(second, operator)
+    # While v2 waited for the operator, what had closed was already in the tracing tool (not v2's wait, nor the root).
+    assert {"plan v1", "plan v2", "chat offline-rules", "execute_tool file.list", "await_approval"} <= set(while_waiting)
+    assert "invoke_agent Reporter" not in while_waiting
     spans = list(exported.get_finished_spans())
+    assert len({s.context.span_id for s in spans}) == len(spans)  # each span sent once
     assert {hexid(s.context.trace_id, 32) for s in spans} == {first.trace_id} == {second.trace_id}
 
     [root] = [s for s in spans if s.parent is None]
@@ -106,8 +120,9 @@ def test_declined_replanned_approved_and_run_is_one_trace_with_its_parents(
     assert declined["planner.feedback"] == "Leave tuesday out, those notes are not final"
     assert declined["planner.operator"] == operator.username and declined["planner.channel"] == "dashboard"
     assert declined["planner.wait_seconds"] >= 0
-    # Exported once: the lineage's last version remembers it.
-    assert Plan.objects.get(pk=second.pk).trace_exported_at is not None
+    # Exported once: the lineage's first version remembers how far; nothing is sent again.
+    assert Plan.objects.get(pk=first.pk).trace_exported_through == second.events.get(kind="plan_completed").pk
+    assert lineage_export(second.pk) == 0
 
 
 def test_a_plan_that_waited_ten_minutes_for_a_person_is_one_trace(
@@ -139,7 +154,7 @@ def test_nothing_is_exported_while_export_is_off(operator: Any, settings: Any,
     with django_capture_on_commit_callbacks(execute=True):
         first, second = declined_replanned_approved_run(agent, operator)
     assert tracing.exporting.provider is None  # no SDK provider was even made
-    assert Plan.objects.get(pk=second.pk).trace_exported_at is None
+    assert Plan.objects.get(pk=first.pk).trace_exported_through == 0
     assert lineage_export(second.pk) == 0
 
 
