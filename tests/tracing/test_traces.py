@@ -208,3 +208,21 @@ def test_a_lineage_made_before_traces_still_has_its_timeline(operator: Any) -> N
     facts = lineage_facts(lineage_load(plan), now=plan.updated_at + timedelta(seconds=5))
     assert facts[0].name == "invoke_agent Reporter" and any(f.kind == "chat" for f in facts)
     assert lineage_export(plan.pk) == 0  # no trace id: nothing to join, nothing exported
+
+
+def test_a_persona_plan_run_in_a_runners_batch_is_traced_when_sampled(
+        settings: Any, exported: InMemorySpanExporter, django_capture_on_commit_callbacks: Any) -> None:
+    from agents.cycle import persona_cycles
+    from tests.agents.test_persona_batch import person
+
+    settings.OTEL_PERSONA_SAMPLE_RATIO = 1.0
+    agents = [person(steps=(("work", 1), ("eat", 1))) for _ in range(2)]
+    for _ in range(6):
+        with django_capture_on_commit_callbacks(execute=True):
+            persona_cycles([a.pk for a in agents], runner="runner test")
+    plan = Plan.objects.filter(agent=agents[0]).order_by("pk").first()
+    assert plan is not None and plan.status == Plan.Status.COMPLETED
+    spans = [s for s in exported.get_finished_spans() if f"{s.context.trace_id:032x}" == plan.trace_id]
+    tools = by_name(spans, "execute_tool ")
+    assert {t.attributes["gen_ai.tool.name"] for t in tools} == {"work", "eat"}
+    assert [s.name for s in spans if s.parent is None] == [f"invoke_agent {agents[0].name}"]
