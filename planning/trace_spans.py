@@ -89,8 +89,8 @@ class Lineage:
         return next((e for e in reversed(self.events) if e.plan_id == last.pk and lineage_ends(e)), None)
 
 
-def lineage_load(plan: Plan) -> Lineage:
-    """The lineage `plan` belongs to, in four queries."""
+def lineage_load(plan: Plan, *, agent: Agent | None = None, capture: bool = True) -> Lineage:
+    """The lineage `plan` belongs to, in four queries (three given its agent)."""
     if plan.trace_id:
         versions = list(Plan.objects.filter(agent_id=plan.agent_id, trace_id=plan.trace_id).order_by("version", "pk"))
     else:  # a plan made before traces: its versions by their links
@@ -101,9 +101,15 @@ def lineage_load(plan: Plan) -> Lineage:
         while (after := Plan.objects.filter(previous_id=seen.pk).first()) is not None:
             versions.append(seen := after)
     ids = [v.pk for v in versions]
-    events = list(PlanEvent.objects.filter(plan_id__in=ids).select_related("step").order_by("created_at", "id"))
-    calls = list(LLMCall.objects.filter(plan_id__in=ids).order_by("created_at", "id"))
-    return Lineage(agent=Agent.objects.get(pk=plan.agent_id), versions=versions, events=events, calls=calls)
+    # Only what spans say: not a step's result, nor a call's prompt and answer unless they go on the spans.
+    events = list(PlanEvent.objects.filter(plan_id__in=ids).select_related("step").only(
+        "plan_id", "step_id", "kind", "actor_id", "actor_label", "reason", "detail", "created_at",
+        "step__key", "step__tool", "step__action_hint").order_by("created_at", "id"))
+    calls = LLMCall.objects.filter(plan_id__in=ids).order_by("created_at", "id")
+    if not capture:
+        calls = calls.defer("prompt", "response", "response_format")
+    return Lineage(agent=agent or Agent.objects.get(pk=plan.agent_id), versions=versions, events=events,
+                   calls=list(calls))
 
 
 def lineage_facts(lineage: Lineage, *, now: datetime, capture: bool = False) -> list[SpanFact]:
@@ -311,16 +317,16 @@ def lineage_export(plan_id: int) -> int:
     goes once, when the record that closed it is written: a planning when it ends (with its model calls), a
     wait at the person's act, a step at its result, the root when the lineage ends (again, same id, if a failed
     lineage is reopened and ends later)."""
-    plan = Plan.objects.filter(pk=plan_id).first()
+    plan = Plan.objects.select_related("agent").filter(pk=plan_id).first()
     if plan is None or not plan.trace_id or not tracing.export_on():
         return 0
-    lineage = lineage_load(plan)
-    if not tracing.sampled(lineage.trace_id, sample_ratio(lineage.agent)):
-        return 0
+    if not tracing.sampled(plan.trace_id, sample_ratio(plan.agent)):
+        return 0  # decided before anything is read: an unsampled persona costs one query
+    capture = tracing.capture_content()
+    lineage = lineage_load(plan, agent=plan.agent, capture=capture)
     first = lineage.versions[0]
     since = first.trace_exported_through
-    facts = [f for f in lineage_facts(lineage, now=timezone.now(), capture=tracing.capture_content())
-             if f.closed_by > since]
+    facts = [f for f in lineage_facts(lineage, now=timezone.now(), capture=capture) if f.closed_by > since]
     if not facts:
         return 0
     through = max(f.closed_by for f in facts)
@@ -331,24 +337,42 @@ def lineage_export(plan_id: int) -> int:
                                 parent_id=first.trace_parent_id, facts=facts)
 
 
-def lineage_export_safe(plan_id: int) -> None:
+# The plans whose export this process already took past an event id: a second callback of the same commit (a
+# plan validated and approved by a policy at once) costs nothing. Bounded: forgotten plans just read again.
+_exported: dict[int, int] = {}
+EXPORTED_REMEMBERED = 4096
+
+
+def lineage_export_safe(plan_id: int, event_id: int) -> None:
+    if event_id and _exported.get(plan_id, 0) >= event_id:
+        return
     try:
         lineage_export(plan_id)
     except Exception:  # a tracing tool that is down never fails a plan
         logger.exception("trace of plan %s not exported", plan_id)
+    if len(_exported) >= EXPORTED_REMEMBERED:
+        _exported.clear()
+    _exported[plan_id] = event_id
 
 
-# The events that close a span: each sends what it closed, after its commit.
-CLOSERS = frozenset({*PLANNING_ENDS, *HUMAN_ACTS, *STEP_ENDS, *LINEAGE_ENDS, PlanEvent.Kind.REPLANNED})
+# The events whose commit exports what closed since the last export: a planning's end, the start of a wait for
+# a person and the person's act, a replan, the lineage's end. A step's result is not one (the most frequent
+# event): its span goes with the next of these, at the latest when the lineage ends.
+EXPORT_AT = frozenset({*PLANNING_ENDS, *HUMAN_ACTS, *LINEAGE_ENDS, PlanEvent.Kind.STEP_AWAITING,
+                       PlanEvent.Kind.REPLANNED, PlanEvent.Kind.ESCALATED})
 
 
 def events_traced(events: Sequence[PlanEvent]) -> Sequence[PlanEvent]:
     """The hook of every write of events (event_record, and the runners' batches): once they commit, the spans
-    they closed are exported (with export on; nothing otherwise). The events, for chaining."""
+    closed since the last export are exported (with export on; nothing otherwise). The events, for chaining."""
     if not tracing.export_on():
         return events
-    for plan_id in sorted({e.plan_id for e in events if e.plan_id is not None and e.kind in CLOSERS}):
-        transaction.on_commit(functools.partial(lineage_export_safe, plan_id))
+    latest: dict[int, int] = {}
+    for event in events:
+        if event.plan_id is not None and event.kind in EXPORT_AT:
+            latest[event.plan_id] = max(latest.get(event.plan_id, 0), event.pk or 0)
+    for plan_id, event_id in sorted(latest.items()):
+        transaction.on_commit(functools.partial(lineage_export_safe, plan_id, event_id))
     return events
 
 

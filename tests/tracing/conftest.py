@@ -14,6 +14,9 @@ from tests.api.conftest import api, external_agent, raw_token, tooled  # noqa: F
 @pytest.fixture
 def exported() -> Iterator[InMemorySpanExporter]:
     """Export on, to memory, span by span; off again after the test."""
+    from planning import trace_spans
+
+    trace_spans._exported.clear()  # plan ids come again from test to test
     exporter = InMemorySpanExporter()
     tracing.provider_install(exporter)
     yield exporter
