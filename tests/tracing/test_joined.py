@@ -55,7 +55,8 @@ def test_without_a_valid_traceparent_a_plan_starts_its_own_trace(tooled: ApiClie
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_plan_submitted_over_mcp_with_a_traceparent_joins_the_callers_trace() -> None:
+@pytest.mark.parametrize("where", ["header", "meta"])
+async def test_a_plan_submitted_over_mcp_with_a_traceparent_joins_the_callers_trace(where: str) -> None:
     import httpx2
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
@@ -64,13 +65,14 @@ async def test_a_plan_submitted_over_mcp_with_a_traceparent_joins_the_callers_tr
     from tests.mcp.test_server import BASE, db, ok, setup
 
     raw = await db(setup)()
-    headers = {"Authorization": f"Bearer {raw}", "traceparent": TRACEPARENT}
+    headers = {"Authorization": f"Bearer {raw}"} | ({"traceparent": TRACEPARENT} if where == "header" else {})
     async with (httpx2.AsyncClient(transport=httpx2.ASGITransport(app=application), base_url=BASE, headers=headers,
                                    timeout=60) as http,
                 streamable_http_client(f"{BASE}/mcp", http_client=http) as (read, write),
                 ClientSession(read, write) as session):
         await session.initialize()
-        created = ok(await session.call_tool("submit_plan", PLAN))
+        meta: Any = {"traceparent": TRACEPARENT} if where == "meta" else None  # MCP's trace context
+        created = ok(await session.call_tool("submit_plan", PLAN, meta=meta))
     plan = await db(Plan.objects.get)(pk=created["id"])
     assert (plan.trace_id, plan.trace_parent_id) == (CALLER_TRACE, CALLER_SPAN)
 
