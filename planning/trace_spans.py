@@ -91,8 +91,9 @@ class Lineage:
 
 def lineage_load(plan: Plan, *, agent: Agent | None = None, capture: bool = True) -> Lineage:
     """The lineage `plan` belongs to, in four queries (three given its agent)."""
-    if plan.trace_id:
-        versions = list(Plan.objects.filter(agent_id=plan.agent_id, trace_id=plan.trace_id).order_by("version", "pk"))
+    if plan.trace_root_id:  # its root span's id, not the trace id: two plans may join one caller's trace
+        versions = list(Plan.objects.filter(agent_id=plan.agent_id, trace_root_id=plan.trace_root_id)
+                        .order_by("version", "pk"))
     else:  # a plan made before traces: its versions by their links
         versions, seen = [plan], plan
         while seen.previous_id is not None and (seen := Plan.objects.get(pk=seen.previous_id)):
@@ -318,7 +319,7 @@ def lineage_export(plan_id: int) -> int:
     wait at the person's act, a step at its result, the root when the lineage ends (again, same id, if a failed
     lineage is reopened and ends later)."""
     plan = Plan.objects.select_related("agent").filter(pk=plan_id).first()
-    if plan is None or not plan.trace_id or not tracing.export_on():
+    if plan is None or not plan.trace_id or not plan.trace_root_id or not tracing.export_on():
         return 0
     if not tracing.sampled(plan.trace_id, sample_ratio(plan.agent)):
         return 0  # decided before anything is read: an unsampled persona costs one query

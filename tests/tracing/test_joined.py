@@ -44,6 +44,20 @@ def test_a_plan_submitted_with_a_traceparent_joins_the_callers_trace(
 
 
 @pytest.mark.django_db
+def test_two_plans_in_one_callers_trace_are_two_lineages(
+        tooled: ApiClient, exported: InMemorySpanExporter, django_capture_on_commit_callbacks: Any) -> None:
+    tooled.client.defaults["HTTP_TRACEPARENT"] = TRACEPARENT
+    ids = [tooled.post("/api/v1/plans", PLAN)[1]["id"] for _ in range(2)]
+    with django_capture_on_commit_callbacks(execute=True):
+        for plan_id in ids:
+            assert tooled.post(f"/api/v1/plans/{plan_id}/cancel", {"reason": "done elsewhere"})[0] == 200
+    roots = [s for s in exported.get_finished_spans() if s.name.startswith("invoke_agent")]
+    assert len(roots) == 2 and {r.attributes["planner.plan.id"] for r in roots} == set(ids)
+    assert all(f"{r.parent.span_id:016x}" == CALLER_SPAN for r in roots if r.parent is not None)
+    assert all(r.attributes["planner.versions"] == 1 for r in roots)
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("header", [None, "garbage", "00-00000000000000000000000000000000-00f067aa0ba902b7-01"])
 def test_without_a_valid_traceparent_a_plan_starts_its_own_trace(tooled: ApiClient, header: str | None) -> None:
     if header is not None:
