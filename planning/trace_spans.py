@@ -89,7 +89,7 @@ class Lineage:
         return next((e for e in reversed(self.events) if e.plan_id == last.pk and lineage_ends(e)), None)
 
 
-def lineage_load(plan: Plan, *, agent: Agent | None = None, capture: bool = True) -> Lineage:
+def lineage_load(plan: Plan, *, agent: Agent | None = None, capture: bool = False) -> Lineage:
     """The lineage `plan` belongs to, in four queries (three given its agent)."""
     if plan.trace_root_id:  # its root span's id, not the trace id: two plans may join one caller's trace
         versions = list(Plan.objects.filter(agent_id=plan.agent_id, trace_root_id=plan.trace_root_id)
@@ -456,7 +456,7 @@ def bar_detail(fact: SpanFact) -> str:
 
 def plan_timeline(plan: Plan) -> dict[str, Any]:
     """The plan page's timeline: the lineage's bars and the link to its trace (TRACE_URL_TEMPLATE)."""
-    lineage = lineage_load(plan)
+    lineage = lineage_load(plan, agent=plan.agent, capture=False)
     facts = lineage_facts(lineage, now=timezone.now())
     return {"bars": timeline_bars(facts), "trace_id": lineage.trace_id, "trace_url": tracing.trace_url(lineage.trace_id),
             "seconds": facts[0].seconds if facts else 0.0}
