@@ -389,6 +389,8 @@ def _with_ext(path: str, ext: str) -> str:
 
 def _template_convert(goal: str, files: Sequence[str]) -> _Template:
     mentioned = _mentioned_files(goal)
+    if re.search(r"\bmarkdown\b|\bmd\b", goal.lower()) or any(_ext(f) in ("md", "markdown") for f in mentioned):
+        return _template_markdown(goal, files)
     wants_csv = bool(re.search(r"\bto\s+(?:a\s+)?csv\b", goal.lower()))
     source_ext = "json" if wants_csv else "csv"
     source = next((f for f in mentioned if _ext(f) == source_ext), None)
@@ -406,6 +408,49 @@ def _template_convert(goal: str, files: Sequence[str]) -> _Template:
     ]
     return _Template(f"Read {source}, convert it to {target_ext.upper()} as {output}, then check the result.",
                      steps, [f"Overwrites {output} if it already exists"])
+
+
+def _template_markdown(goal: str, files: Sequence[str]) -> _Template:
+    """"Turn data.csv into a Markdown table in data.md": file.convert to md, the source left as it is."""
+    mentioned = _mentioned_files(goal)
+    source = next((f for f in mentioned if _ext(f) in ("csv", "json")), None)
+    source = source or next((f for f in files if _ext(f) in ("csv", "json")), None) or "data.csv"
+    output = next((f for f in mentioned if _ext(f) in ("md", "markdown") and f != source), None) or _with_ext(source, "md")
+    steps = [
+        _ToolStep("convert", "file.convert", f"Convert {source} to a Markdown table in {output}",
+                  {"path": source, "to": "md", "output": output}, expects=f"{output} holds a table with a header row"),
+        _ToolStep("check", "file.read", f"Read {output} back to check the table", {"path": output}, ["convert"],
+                  f"{output} holds the rows of {source}"),
+    ]
+    return _Template(f"Convert {source} to a Markdown table in {output} ({source} itself is not changed), then check it.",
+                     steps, [f"Overwrites {output} if it already exists"])
+
+
+def _template_copy(goal: str, files: Sequence[str]) -> _Template:
+    """"Make a backup copy of data.csv called data_backup.csv": file.copy, the source left as it is."""
+    mentioned = _mentioned_files(goal)
+    source = next(iter(mentioned), None) or next(iter(files), None) or "data.csv"
+    path = PurePosixPath(source)
+    target = next((f for f in mentioned if f != source), None) or path.with_name(f"{path.stem}_backup{path.suffix}").as_posix()
+    steps = [
+        _ToolStep("copy", "file.copy", f"Copy {source} to {target}", {"path": source, "to": target},
+                  expects=f"{target} holds the same content as {source}"),
+        _ToolStep("check", "file.read", f"Read {target} back to check the copy", {"path": target}, ["copy"],
+                  f"{target} is readable"),
+    ]
+    return _Template(f"Copy {source} to {target} ({source} itself is not changed), then check the copy.", steps,
+                     [f"Fails if {target} already exists (a copy never overwrites)"])
+
+
+def _template_move(goal: str, files: Sequence[str]) -> _Template | None:
+    """"Rename notes.txt to old-notes.txt": one file.move, when the goal names both."""
+    mentioned = _mentioned_files(goal)
+    if len(mentioned) < 2:
+        return None
+    source, target = mentioned[0], mentioned[1]
+    steps = [_ToolStep("move", "file.move", f"Move {source} to {target}", {"path": source, "to": target},
+                       expects=f"{target} exists and {source} is gone")]
+    return _Template(f"Move {source} to {target}.", steps, [f"Links to {source} will break"])
 
 
 def _template_sort(goal: str, files: Sequence[str], max_steps: int) -> _Template:
@@ -553,7 +598,12 @@ def _tool_template(goal: str, files: Sequence[str], max_steps: int, skip: Sequen
         template = _template_fetch(goal, url.group())
     elif "count" in words or "how many" in text:
         template = _template_count(goal, files)
-    elif "convert" in words or ({"csv", "json"} <= words):
+    elif words & {"copy", "backup", "duplicate"} or re.search(r"\bback\s*-?\s*up\b", text):
+        template = _template_copy(goal, files)
+    elif words & {"move", "rename"} and (moved := _template_move(goal, files)) is not None:
+        template = moved
+    elif "convert" in words or ({"csv", "json"} <= words) or (
+            words & {"markdown", "turn", "export"} and any(_ext(f) in ("csv", "json") for f in _mentioned_files(goal))):
         template = _template_convert(goal, files)
     elif words & {"sort", "organize", "organise", "tidy", "arrange"} or "by extension" in text:
         template = _template_sort(goal, files, max_steps)

@@ -8,20 +8,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Case, Exists, F, IntegerField, OuterRef, Value, When, Window
+from django.db.models import Case, Exists, F, FloatField, IntegerField, OuterRef, Value, When, Window
 from django.db.models.functions import RowNumber
+from django.utils import timezone
 
 from agents.llm.context import percent
 from agents.models import Agent, Experience, Lesson, LLMCall
 from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for
+from agents.world import URGENT_BELOW
 from goals.models import Goal
-from goals.system import HORIZON_ORDER
+from goals.system import ABANDON_BELOW, DECAY_PER_HOUR, HORIZON_ORDER, MILESTONE_CHECK_THRESHOLD
+from planning.charts import LineChart, Sample, Series, Threshold, line_chart_kept
 from planning.engine.schedule import steps_runnable
 from planning.models import Plan, PlanStep
 
-CURVE_POINTS = 60  # experiences drawn in each curve
-CURVE_WIDTH = 160
-CURVE_HEIGHT = 36
+# The experiences the charts are drawn from: the newest HISTORY_EXPERIENCES. Every action takes at least an hour
+# of simulated time (agents/world.py), and the slowest decay (a long-term goal's, goals/system.py) takes a goal
+# from full confidence to abandonment in 475 simulated hours: a goal's whole unpursued life fits in this window.
+# Each chart then keeps ~100 samples of it (planning/charts.py POINTS_LIMIT).
+HISTORY_EXPERIENCES = 500
 FINISHED_GOALS_SHOWN = 10
 GOAL_CALLS_SHOWN = 10
 
@@ -45,13 +50,87 @@ class OpenPlan:
     current: PlanStep | None = None
 
 
-def curve_points(values: list[float | None], *, width: int = CURVE_WIDTH, height: int = CURVE_HEIGHT) -> str:
-    """SVG polyline points for values in 0..1, oldest first; a missing value breaks nothing, it is skipped."""
-    if len(values) < 2:
-        return ""
-    step = width / (len(values) - 1)
-    return " ".join(f"{i * step:.1f},{height - max(0.0, min(1.0, v)) * height:.1f}"
-                    for i, v in enumerate(values) if v is not None)
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One experience: its cycle, the simulated hours elapsed since the oldest one read (a running sum of the
+    hours each action took), its wall clock, and the needs and goals after it."""
+
+    cycle: int
+    hours: float
+    clock: str
+    needs: dict[str, float]
+    goals: dict[str, list[float]]
+
+
+def experiences_history(agent_id: int) -> list[HistoryPoint]:
+    """The agent's newest HISTORY_EXPERIENCES experiences, oldest first, with their running simulated hours:
+    one query."""
+    rows = list(Experience.objects.filter(agent_id=agent_id).order_by("-cycle")
+                .values_list("cycle", "hours", "created_at", "needs_after", "goals_after")[:HISTORY_EXPERIENCES])
+    rows.reverse()
+    history, elapsed = [], 0.0
+    for i, (cycle, hours, at, needs, goals) in enumerate(rows):
+        if i:  # an experience's values are those after its action: its hours lie between it and the one before
+            elapsed += float(hours or 0.0)
+        history.append(HistoryPoint(cycle=cycle, hours=elapsed, clock=timezone.localtime(at).strftime("%H:%M:%S"),
+                                    needs=needs or {}, goals=goals or {}))
+    return history
+
+
+def needs_chart(history: list[HistoryPoint]) -> LineChart | None:
+    """The needs over the sampled history, with the urgency line (agents/world.py URGENT_BELOW)."""
+    names = sorted({name for p in history for name in p.needs})
+    if not names:
+        return None
+    start = history[0].hours
+    return line_chart_kept(
+        title="Needs over time", series=tuple(Series(name=n, key=f"need-{i}") for i, n in enumerate(names, start=1)),
+        samples=tuple(Sample(hours=p.hours - start, clock=p.clock, values=tuple(p.needs.get(n) for n in names))
+                      for p in history),
+        thresholds=(Threshold(label=f"urgent below {percent(URGENT_BELOW)}", value=URGENT_BELOW, key="urgent"),),
+        width=360)  # the needs card is the narrow one: a narrower box keeps its text as large as the goal charts'
+
+
+NEAR_ABANDON_HOURS = 12.0  # a goal this few simulated hours of decay from abandonment is flagged on its page
+
+
+def goal_abandon_hours(*, horizon: str, confidence: float) -> float:
+    """The simulated hours of decay left before a goal at this confidence is abandoned (goals/system.py: its
+    confidence falls DECAY_PER_HOUR of its horizon, and it is abandoned below ABANDON_BELOW)."""
+    rate = DECAY_PER_HOUR.get(horizon, 0.0)
+    return max(confidence - ABANDON_BELOW.get(horizon, 0.0), 0.0) / rate if rate > 0 else float("inf")
+
+
+def goal_abandon_forecast(*, horizon: str, confidence: float) -> tuple[str, bool]:
+    """What the decay rule (goals/system.py) says of an active goal: how fast its confidence falls, how many
+    simulated hours of that decay are left before it is abandoned, and whether that is NEAR_ABANDON_HOURS or
+    fewer. Confidence never rises: only pursuit's waiting for a person holds it."""
+    below, rate = ABANDON_BELOW.get(horizon, 0.0), DECAY_PER_HOUR.get(horizon, 0.0)
+    if rate <= 0:
+        return f"Abandoned below {percent(below)} confidence.", False
+    left = goal_abandon_hours(horizon=horizon, confidence=confidence)
+    when = "within the next simulated hour" if left < 1 else f"in about {left:.0f} simulated hours"
+    text = (f"Confidence falls {rate * 100:g} points a simulated hour: below {percent(below)} (abandoned) {when} "
+            f"unless its plan waits for a person.")
+    return text, left <= NEAR_ABANDON_HOURS
+
+
+def goal_chart(goal: Goal, history: list[HistoryPoint]) -> LineChart | None:
+    """A goal's progress and confidence over its whole sampled life, with its horizon's abandonment line
+    (goals/system.py ABANDON_BELOW) and the milestone line (MILESTONE_CHECK_THRESHOLD)."""
+    key = str(goal.pk)
+    points = [(p, p.goals[key]) for p in history if isinstance(p.goals.get(key), list) and len(p.goals[key]) >= 2]
+    if not points:
+        return None
+    abandon = ABANDON_BELOW.get(goal.horizon, 0.0)
+    start = points[0][0].hours
+    return line_chart_kept(
+        title=f"Progress and confidence of “{goal.description}”",
+        series=(Series(name="progress", key="progress"), Series(name="confidence", key="confidence")),
+        samples=tuple(Sample(hours=p.hours - start, clock=p.clock, values=(float(v[0]), float(v[1]))) for p, v in points),
+        thresholds=(Threshold(label=f"milestone check at {percent(MILESTONE_CHECK_THRESHOLD)} progress",
+                              value=MILESTONE_CHECK_THRESHOLD, key="milestone"),
+                    Threshold(label=f"abandoned below {percent(abandon)} confidence", value=abandon, key="abandon")))
 
 
 def plan_step_now(steps: list[PlanStep]) -> PlanStep | None:
@@ -133,16 +212,14 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
                           if e.plan.goal is not None and not plan_waits_for_a_person(e.plan, e.steps)}
         goals_plan_waits(goals=active, needs=need_levels, open_horizons=open_horizons)
 
-    history = list(reversed(Experience.objects.filter(agent=agent).order_by("-cycle")
-                            .values_list("needs_after", "goals_after")[:CURVE_POINTS]))
-    names = sorted({name for needs, _ in history for name in needs})
-    need_curves = [{"name": name, "points": curve_points([needs.get(name) for needs, _ in history])} for name in names]
+    history = experiences_history(agent.pk)
     for goal in shown:
-        points = [after.get(str(goal.pk)) for _, after in history]
-        goal.curve = {  # type: ignore[attr-defined]
-            "progress": curve_points([p[0] if p else None for p in points]),
-            "confidence": curve_points([p[1] if p else None for p in points]),
-        }
+        goal.chart = goal_chart(goal, history)  # type: ignore[attr-defined]
+        goal.chart_id = f"chart-goal-{goal.pk}"  # type: ignore[attr-defined]
+        # Only a persona's cycle decays its goals (goals/system.py goal_after_experience): a tool agent's wait.
+        forecast = (goal_abandon_forecast(horizon=goal.horizon, confidence=goal.confidence)
+                    if agent.kind == Agent.Kind.PERSONA and goal.status == Goal.Status.ACTIVE else ("", False))
+        goal.abandon_forecast, goal.near_abandon = forecast  # type: ignore[attr-defined]
         goal.is_current = goal.pk == current_goal_id  # type: ignore[attr-defined]
     calls = list(LLMCall.objects.filter(agent=agent, purpose__in=[LLMCall.Purpose.GOALS, LLMCall.Purpose.MILESTONE])
                  .order_by("-created_at")[:GOAL_CALLS_SHOWN])
@@ -150,6 +227,64 @@ def persona_page(agent: Agent, need_levels: Mapping[str, float]) -> dict[str, An
         "goals": shown,
         "open_plans": plans,
         "following": following,
-        "need_curves": need_curves,
+        "needs_chart": needs_chart(history),
         "goal_calls": calls,
     }
+
+
+# --- the dashboard's glance: each persona's most urgent goal -----------------------------------------------------
+
+GLANCE_CYCLES = 24  # the sparkline of a persona's most urgent goal covers its last cycles
+
+
+@dataclass
+class UrgentGoal:
+    """A persona's active goal nearest abandonment (the fewest simulated hours of decay left, goal_abandon_hours), with
+    its confidence over the persona's last GLANCE_CYCLES cycles (oldest first)."""
+
+    agent_id: int
+    agent_name: str
+    goal: Goal
+    abandon_below: float
+    confidences: list[float] = field(default_factory=list)
+    hours_left: float = 0.0
+
+    @property
+    def near(self) -> bool:
+        return self.hours_left <= NEAR_ABANDON_HOURS
+
+
+def personas_goal_most_urgent(agent_ids: Iterable[int]) -> list[UrgentGoal]:
+    """For each of these agents that is a persona with an active goal, its most urgent goal and the goal's recent
+    confidence: two queries for any number of agents (the goals ranked in one, the recent experiences of all the
+    agents in the other). Most urgent first."""
+    ids = sorted(set(agent_ids))
+    if not ids:
+        return []
+    # goal_abandon_hours in SQL: the simulated hours of decay left before abandonment.
+    hours_left = Case(*[When(horizon=h, then=(F("confidence") - Value(ABANDON_BELOW[h])) / Value(rate))
+                        for h, rate in DECAY_PER_HOUR.items() if rate > 0],
+                      default=Value(1e9), output_field=FloatField())
+    rank = Window(RowNumber(), partition_by=[F("agent_id")], order_by=[F("hours_left").asc(), F("pk").asc()])
+    goals = list(Goal.objects.filter(agent_id__in=ids, agent__kind=Agent.Kind.PERSONA).active()
+                 .annotate(hours_left=hours_left, agent_name=F("agent__name")).annotate(rank=rank).filter(rank=1)
+                 .only("id", "agent_id", "description", "horizon", "confidence", "progress"))
+    if not goals:
+        return []
+    # An agent's experiences are numbered by its cycle count: the last GLANCE_CYCLES by the (agent, cycle) index.
+    history: dict[int, list[dict[str, Any]]] = {}
+    for agent_id, after in (Experience.objects.filter(agent_id__in=[g.agent_id for g in goals],
+                                                      cycle__gt=F("agent__cycle_count") - GLANCE_CYCLES)
+                            .order_by("agent_id", "cycle").values_list("agent_id", "goals_after")):
+        history.setdefault(agent_id, []).append(after or {})
+    urgent = []
+    for goal in goals:
+        key = str(goal.pk)
+        values = [float(a[key][1]) for a in history.get(goal.agent_id, [])
+                  if isinstance(a.get(key), list) and len(a[key]) >= 2]
+        urgent.append(UrgentGoal(agent_id=goal.agent_id, agent_name=goal.agent_name,  # type: ignore[attr-defined]
+                                 goal=goal, abandon_below=ABANDON_BELOW.get(goal.horizon, 0.0),
+                                 confidences=values or [goal.confidence],
+                                 hours_left=goal_abandon_hours(horizon=goal.horizon, confidence=goal.confidence)))
+    urgent.sort(key=lambda u: (u.hours_left, u.agent_name))
+    return urgent

@@ -23,6 +23,7 @@ EVENT_TRIGGERS: dict[str, str] = {
     PlanEvent.Kind.VALIDATED: Trigger.WAITING,  # only while its plan awaits approval
     PlanEvent.Kind.CLARIFICATION_ASKED: Trigger.QUESTION,
     PlanEvent.Kind.PLAN_FAILED: Trigger.FAILED,
+    PlanEvent.Kind.PLAN_UNVERIFIED: Trigger.FAILED,  # done, but its outcome was not found: the goal stays open
     PlanEvent.Kind.ESCALATED: Trigger.ESCALATED,
     PlanEvent.Kind.BUDGET_REACHED: Trigger.BUDGET,
 }
@@ -135,6 +136,9 @@ def event_candidate(event: PlanEvent, risky_plans: set[int]) -> Candidate | None
             return None
         c.title = f"{name} asks a question before planning {goal}"
         c.text = plan.clarification_question or event.reason
+    elif event.kind == PlanEvent.Kind.PLAN_UNVERIFIED:
+        c.title = f"{name}: plan {goal} is done, outcome not verified"
+        c.text = event.reason or (plan.failure_reason if plan else "")
     elif event.kind == PlanEvent.Kind.PLAN_FAILED:
         c.title = f"{name}: plan {goal} failed"
         c.text = event.reason or (plan.failure_reason if plan else "")

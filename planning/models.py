@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from planner_site import tracing
 from planning.engine.schedule import steps_runnable
+from planning.engine.shown import input_preview, steps_fingerprint
 from planning.engine.validate import StepSpec
 
 
@@ -25,13 +26,14 @@ class PlanQuerySet(models.QuerySet["Plan"]):
         return self.filter(status__in=Plan.OPEN_STATUSES)
 
     def held(self) -> PlanQuerySet:
-        """Plans that hold their goal: open, or failed (a failed planning retries)."""
-        return self.filter(status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
+        """Plans that hold their goal: open, failed (a failed planning retries), or done but not verified (the
+        operator decides what next)."""
+        return self.filter(status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED, Plan.Status.UNVERIFIED])
 
     def waiting(self) -> PlanQuerySet:
         """Plans that wait for a person: a question of the planner, or a plan awaiting approval that was not sent
         back for a new version (declined with feedback, it waits for its agent)."""
-        return self.filter(models.Q(status=Plan.Status.CLARIFYING)
+        return self.filter(models.Q(status__in=[Plan.Status.CLARIFYING, Plan.Status.UNVERIFIED])
                            | models.Q(status=Plan.Status.AWAITING_APPROVAL, replan_reason=""))
 
 
@@ -52,6 +54,9 @@ class Plan(models.Model):
         CLARIFICATION_ASKED = "clarification_asked", "Clarification asked"
         CLARIFIED = "clarified", "Clarification answered"
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
+        # Every step ran, but the outcome the goal asks for was not found (planning/engine/goal_check.py
+        # outcome_problems): the goal stays open and the operator is asked what next.
+        UNVERIFIED = "unverified", "Done, not verified"
 
     class ApprovalMode(models.TextChoices):
         PENDING = "pending", "Not yet chosen"
@@ -124,6 +129,12 @@ class Plan(models.Model):
     def trace_ids(self) -> dict[str, str]:
         """The lineage's trace, as its next version keeps it (docs/tracing.md)."""
         return {"trace_id": self.trace_id, "trace_root_id": self.trace_root_id, "trace_parent_id": self.trace_parent_id}
+
+    @property
+    def planned_by(self) -> str:
+        """Who made this version, as the operator is told: the person who wrote it in the plan editor, the model
+        whose plan was accepted, or "rules" (the one-step shortcut, a question asked before any model: no model)."""
+        return self.edited_by or self.model or "rules"
 
 
 class PlanStep(models.Model):
@@ -209,6 +220,17 @@ class PlanStep(models.Model):
         """The tool input as the JSON the planner wrote."""
         return json.dumps(self.tool_input, ensure_ascii=False)
 
+    @property
+    def input_preview(self) -> str:
+        """The tool input as an operator reads it before approving: paths whole, written content previewed."""
+        return input_preview(self.tool_input if isinstance(self.tool_input, dict) else {})
+
+    def shown_values(self) -> dict[str, Any]:
+        """What the operator approves of this step (planning/engine/shown.py FINGERPRINT_FIELDS)."""
+        return {"key": self.key, "description": self.description, "tool": self.tool, "input": self.tool_input,
+                "action_hint": self.action_hint, "requires_permission": self.requires_permission,
+                "depends_on": self.depends_on, "loop": self.loop}
+
     def spec(self) -> StepSpec:
         """The step as the product's one step type: what it does, without its row state."""
         return StepSpec.from_step(self)
@@ -217,6 +239,11 @@ class PlanStep(models.Model):
         """The step as plain values for a diff (stored in events, shown on the compare page): its spec and,
         alongside it, its status."""
         return self.spec().as_dict() | {"status": self.status}
+
+
+def steps_shown_fingerprint(steps: Iterable[PlanStep]) -> str:
+    """The fingerprint of steps as an approve form shows them, in plan order (planning/engine/shown.py)."""
+    return steps_fingerprint(s.shown_values() for s in sorted(steps, key=lambda s: s.position))
 
 
 def step_current(steps: Sequence[PlanStep]) -> PlanStep | None:
@@ -254,6 +281,7 @@ class PlanEvent(models.Model):
         CLARIFIED = "clarified", "Clarification answered"
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
         PLAN_COMPLETED = "plan_completed", "Plan completed"
+        PLAN_UNVERIFIED = "plan_unverified", "Done, not verified"
         PLAN_FAILED = "plan_failed", "Plan failed"
         PLAN_RETRIED = "plan_retried", "Planning retried"
         ADMIN_EDIT = "admin_edit", "Edited in admin"
@@ -276,6 +304,8 @@ class PlanEvent(models.Model):
         TOKEN_REVOKED = "token_revoked", "API token revoked"
         AGENT_CREATED = "agent_created", "Agent created"
         FILES_UPLOADED = "files_uploaded", "Files uploaded"
+        TOKEN_ISSUED = "token_issued", "API token issued"
+        ROLES_CHANGED = "roles_changed", "Roles changed"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by

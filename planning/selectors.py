@@ -5,18 +5,22 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple, overload
 
 from django.conf import settings
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
-from django.db.models.functions import Coalesce
+from django.db.models import Case, CharField, Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce, TruncMinute
+from django.utils import timezone
 
 from agents.models import Agent, Experience, LLMCall, Need
-from agents.selectors import persona_page
+from agents.selectors import persona_page, personas_goal_most_urgent
 from agents.tools import undo_dir_for, workspace_files
 from agents.world import URGENT_BELOW
+from planning.charts import Series, bar_strip, sparkline
+from planning.charts import percent as charts_percent
 from planning.models import Plan, PlanEvent, PlanStep, step_current, steps_done, steps_done_q
 
 DASHBOARD_PAGE_SIZE = 50
@@ -429,3 +433,74 @@ def plan_withdrawn(plan: Plan) -> PlanEvent | None:
         return None
     return (plan.events.filter(kind=PlanEvent.Kind.PLAN_CANCELLED, detail__has_key="withdrawn")
             .order_by("-created_at", "-id").first())
+
+
+# --- the dashboard's glance: the fleet over the last hour -----------------------------------------------------------
+
+FLEET_BUCKET_MINUTES = 5
+FLEET_BUCKETS = 12  # an hour
+# What each row of the fleet strip counts, from the event log (PlanEvent):
+# - new waiting items (came to wait for a person): a step asked for approval, the planner asked a question, a tool agent's plan was
+#   validated (it then waits for approval, unless a policy decides at once);
+# - plans made: a plan or a new version created;
+# - decisions taken: approvals, declines, skips, cancellations, answers and replans asked for, by a person or a
+#   policy (events with an actor; the runner's own cancellations are not decisions).
+FLEET_WAITING_KINDS = (PlanEvent.Kind.STEP_AWAITING, PlanEvent.Kind.CLARIFICATION_ASKED)
+FLEET_DECISION_KINDS = (PlanEvent.Kind.STEP_APPROVED, PlanEvent.Kind.STEP_DECLINED, PlanEvent.Kind.STEP_SKIPPED,
+                        PlanEvent.Kind.PLAN_APPROVED, PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.CLARIFIED,
+                        PlanEvent.Kind.REPLAN_REQUESTED)
+FLEET_ROWS = (("waiting", "new waiting items"), ("plans", "plans made"), ("decisions", "decisions taken"))
+
+
+@dataclass
+class FleetHour:
+    """Counts per FLEET_BUCKET_MINUTES over the last hour: bucket starts (aware datetimes, oldest first) and, per
+    row of FLEET_ROWS, a count per bucket. The last bucket is the one under way (it ends now)."""
+
+    starts: list[datetime]
+    now: datetime
+    counts: dict[str, list[int]]
+
+
+def fleet_last_hour(*, now: datetime | None = None) -> FleetHour:
+    """The fleet strip's counts: one query (events of the last hour by minute and row, planevent_audit_idx)."""
+    now = now or timezone.now()
+    step = timedelta(minutes=FLEET_BUCKET_MINUTES)
+    last = now.replace(second=0, microsecond=0) - timedelta(minutes=now.minute % FLEET_BUCKET_MINUTES)
+    starts = [last - step * (FLEET_BUCKETS - 1 - i) for i in range(FLEET_BUCKETS)]
+    row = Case(
+        When(kind__in=FLEET_WAITING_KINDS, then=Value("waiting")),
+        When(kind=PlanEvent.Kind.VALIDATED, plan__agent__kind=Agent.Kind.TOOL, then=Value("waiting")),
+        When(kind=PlanEvent.Kind.CREATED, then=Value("plans")),
+        When(kind__in=FLEET_DECISION_KINDS, actor__isnull=False, then=Value("decisions")),
+        default=Value(""), output_field=CharField())
+    counts = {name: [0] * FLEET_BUCKETS for name, _ in FLEET_ROWS}
+    kinds = [*FLEET_WAITING_KINDS, PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CREATED, *FLEET_DECISION_KINDS]
+    for minute, name, n in (PlanEvent.objects.filter(created_at__gte=starts[0], created_at__lte=now, kind__in=kinds)
+                            .annotate(row=row, minute=TruncMinute("created_at")).exclude(row="")
+                            .values_list("minute", "row").annotate(n=Count("pk")).order_by()):
+        index = int((minute - starts[0]) // step)
+        if 0 <= index < FLEET_BUCKETS:
+            counts[name][index] += n
+    return FleetHour(starts=starts, now=now, counts=counts)
+
+
+def dashboard_glance(agent_ids: list[int], *, now: datetime | None = None) -> dict[str, Any]:
+    """The dashboard's glance: the fleet strip of the last hour, and a sparkline of the most urgent goal of each
+    persona among these agents (most urgent first). Three queries."""
+    fleet = fleet_last_hour(now=now)
+    clock = [timezone.localtime(s).strftime("%H:%M") for s in fleet.starts]
+    ends = [*clock[1:], "now"]
+    buckets = [f"{a}–{b}" for a, b in zip(clock, ends, strict=True)]
+    minutes = FLEET_BUCKET_MINUTES * FLEET_BUCKETS
+    ticks = [(i, f"-{minutes - i * FLEET_BUCKET_MINUTES} min", clock[i]) for i in range(0, FLEET_BUCKETS, 3)]
+    strip = bar_strip(title="The fleet over the last hour, per 5 minutes", buckets=buckets, ticks=ticks,
+                      series=[(Series(name=label, key=name), fleet.counts[name]) for name, label in FLEET_ROWS])
+    goals = []
+    for urgent in personas_goal_most_urgent(agent_ids):
+        goal = urgent.goal
+        title = (f"Confidence of “{goal.description}” over {urgent.agent_name}'s last {len(urgent.confidences)} "
+                 f"experiences: {charts_percent(goal.confidence)} now; abandoned below "
+                 f"{charts_percent(urgent.abandon_below)}")
+        goals.append({"urgent": urgent, "spark": sparkline(urgent.confidences, threshold=urgent.abandon_below, title=title)})
+    return {"strip": strip, "urgent_goals": goals, "personas_asked": len(agent_ids)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +18,7 @@ from agents.models import Agent, LLMCall
 from goals.models import Goal
 from goals.system import goal_priority
 from planning.engine.diff import field_changes_shown, plan_diff
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 
 # --- the approvals inbox ------------------------------------------------------------------------------------
 
@@ -43,11 +43,22 @@ class InboxItem:
     @property
     def question(self) -> str:
         """What the planner asks, when this item is a question; its answer resumes planning."""
-        return self.plan.clarification_question if self.plan.status == Plan.Status.CLARIFYING else ""
+        return self.plan.clarification_question if self.plan.status in (
+            Plan.Status.CLARIFYING, Plan.Status.UNVERIFIED) else ""
+
+    @property
+    def unverified(self) -> bool:
+        """A plan whose steps all ran but whose outcome was not verified: the operator says what next."""
+        return self.plan.status == Plan.Status.UNVERIFIED
 
     @property
     def agent(self) -> Agent:
         return self.plan.agent
+
+    @property
+    def fingerprint(self) -> str:
+        """The steps as this card shows them, for its approve forms (planning/engine/shown.py)."""
+        return steps_shown_fingerprint([self.step] if self.step is not None else self.steps)
 
     @property
     def risky(self) -> bool:
@@ -90,12 +101,12 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     now = now or timezone.now()
     agent_fields = ("agent__name", "agent__kind", "agent__escalate_after_minutes")
     plan_fields = ("goal_text", "version", "status", "risks", "approval_mode", "agent_id", "updated_at",
-                   "clarification_question")
+                   "clarification_question", "model", "edited_by")
     steps = (
         PlanStep.objects.filter(status=PlanStep.Status.AWAITING_APPROVAL, plan__status=Plan.Status.ACTIVE)
         .select_related("plan", "plan__agent")
         .only("key", "position", "description", "tool", "tool_input", "action_hint", "risk", "requires_permission",
-              "status", "updated_at", *(f"plan__{f}" for f in plan_fields),
+              "status", "updated_at", "depends_on", "loop", *(f"plan__{f}" for f in plan_fields),
               *(f"plan__{f}" for f in agent_fields))
         .annotate(since=waiting_since(PlanEvent.Kind.STEP_AWAITING, step=OuterRef("pk")),
                   escalated=waiting_since(PlanEvent.Kind.ESCALATED, step=OuterRef("pk")))
@@ -103,10 +114,12 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     plans = (
         Plan.objects.waiting()
         .select_related("agent").only(*plan_fields, *agent_fields)
-        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED, plan=OuterRef("pk")),
+        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED,
+                                      PlanEvent.Kind.PLAN_UNVERIFIED, plan=OuterRef("pk")),
                   escalated=waiting_since(PlanEvent.Kind.ESCALATED, plan=OuterRef("pk"), step__isnull=True))
         .prefetch_related(Prefetch("steps", queryset=PlanStep.objects.only(
-            "plan_id", "key", "position", "description", "risk", "requires_permission", "status")))
+            "plan_id", "key", "position", "description", "risk", "requires_permission", "status", "tool",
+            "tool_input", "action_hint", "depends_on", "loop")))
     )
     items = []
     for step in steps:
@@ -312,27 +325,6 @@ def plan_graph(steps: Sequence[PlanStep]) -> PlanGraph:
 
 
 # --- the audit log ------------------------------------------------------------------------------------------
-
-
-def audit_events(*, operator: str = "", agent_id: int | None = None, plan_id: int | None = None, kind: str = "",
-                 since: date | None = None, until: date | None = None) -> QuerySet[PlanEvent]:
-    """Every plan event and admin change, newest first, filtered; one query per page (planevent_audit_idx)."""
-    events = PlanEvent.objects.select_related("plan", "agent", "step").only(
-        "kind", "actor_label", "reason", "detail", "created_at", "plan__version", "plan__goal_text",
-        "agent__name", "step__key",
-    ).order_by("-created_at", "-id")
-    lookups = {"actor_label": operator or None, "agent_id": agent_id, "plan_id": plan_id, "kind": kind or None,
-               "created_at__date__gte": since, "created_at__date__lte": until}
-    return events.filter(**{name: value for name, value in lookups.items() if value is not None})
-
-
-AUDIT_EXPORT_FIELDS = ("id", "created_at", "kind", "actor_label", "agent__name", "plan_id", "plan__version",
-                       "step__key", "reason", "detail")
-
-
-def audit_rows(events: QuerySet[PlanEvent]) -> Iterable[dict[str, Any]]:
-    """The filtered events as plain rows for export, streamed from the database in chunks."""
-    return events.values(*AUDIT_EXPORT_FIELDS).iterator(chunk_size=1000)
 
 
 # --- usage and cost -----------------------------------------------------------------------------------------

@@ -34,7 +34,14 @@ from planning.forms import (
     agent_tool_names,
 )
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.selectors import DashboardFilter, agent_context, dashboard_page_counted, plan_context
+from planning.selectors import (
+    DASHBOARD_PAGE_SIZE,
+    DashboardFilter,
+    agent_context,
+    dashboard_glance,
+    dashboard_page_counted,
+    plan_context,
+)
 from planning.steer_selectors import goal_queue
 from policies import services as policy_services
 
@@ -49,7 +56,21 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "prev_query": filters.query(page=page.number - 1) if page.has_previous() else "",
         "next_query": filters.query(page=page.number + 1) if page.has_next() else "",
         "statuses": Agent.Status.choices, "kinds": Agent.Kind.choices,
+        "glance_query": urlencode({"agents": ",".join(str(r.agent.pk) for r in rows)}),
     })
+
+
+GLANCE_AGENTS_MAX = DASHBOARD_PAGE_SIZE
+GLANCE_REFRESH_SECONDS = 15  # the glance is no part of the pushes (see docs/charts.md): htmx asks for it again
+
+
+@require_GET
+def dashboard_glance_view(request: HttpRequest) -> HttpResponse:
+    """The dashboard's glance (the fleet's last hour, the personas' most urgent goals), loaded after the page and
+    refreshed every GLANCE_REFRESH_SECONDS by htmx. `agents`: the ids of the rows the page shows."""
+    ids = [int(v) for v in request.GET.get("agents", "").split(",") if v.strip().isdigit()][:GLANCE_AGENTS_MAX]
+    return render(request, "planning/dashboard_glance.html", dashboard_glance(ids) | {
+        "glance_query": urlencode({"agents": ",".join(map(str, ids))}), "refresh": GLANCE_REFRESH_SECONDS})
 
 
 @require_GET
@@ -138,6 +159,13 @@ def plan_named(plan: Plan) -> str:
     return f"{plan.agent.name}'s plan “{plan.goal_text}” (v{plan.version})"
 
 
+def seen_steps(request: HttpRequest) -> str | None:
+    """The fingerprint of the steps the operator saw when approving (planning/engine/shown.py), sent by every
+    approve form; None when the client sent none (an older page, a script: the version check still applies)."""
+    raw = request.POST.get("seen_steps", "").strip()
+    return raw[:64] if raw else None
+
+
 def approval_note(plan: Plan, mode: str) -> str:
     how = "every step approved" if mode == Plan.ApprovalMode.ALL else "you approve it step by step"
     return f"Approved {plan_named(plan)}: {how}."
@@ -166,7 +194,8 @@ def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
         return decision_refused(request, form_errors(form), status=400)
     return decision_apply(
         request, plan, approval_note(plan, form.cleaned_data["mode"]),
-        lambda: services.plan_approve(plan=plan, user=operator(request), mode=form.cleaned_data["mode"]),
+        lambda: services.plan_approve(plan=plan, user=operator(request), mode=form.cleaned_data["mode"],
+                                      seen_steps=seen_steps(request)),
     )
 
 
@@ -203,7 +232,7 @@ def step_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     return decision_apply(
         request, step.plan, f"Approved step {step.key} of {plan_named(step.plan)}.",
-        lambda: services.step_approve(step=step, user=operator(request)),
+        lambda: services.step_approve(step=step, user=operator(request), seen_steps=seen_steps(request)),
     )
 
 

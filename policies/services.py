@@ -31,7 +31,7 @@ from agents.models import Agent, LLMCall
 from planner_site.validators import text_problem
 from planning import services as planning
 from planning.models import Plan, PlanEvent, PlanStep
-from policies.engine import Item, Match, rule_problems, rules_decide
+from policies.engine import Item, Match, item_of_agent, rule_problems, rules_decide
 from policies.models import Budget, Policy, PolicyChange, Rule
 
 logger = logging.getLogger("planner.policies")
@@ -159,7 +159,8 @@ def policies_step_waiting(*, step: PlanStep) -> Match | None:
     rules = rules_enabled()
     if not rules:
         return None
-    match = rules_decide(rules, step_item(step, step.plan.agent_id, now_time()))
+    match = rules_decide(rules, item_of_agent(step_item(step, step.plan.agent_id, now_time()),
+                                              agent_kind=step.plan.agent.kind))
     if match is None:
         return None
     return decided_safely(lambda: step_decide(step=step, match=match), f"step {step.pk}")
@@ -190,7 +191,7 @@ def policies_plan_waiting(*, plan: Plan) -> Match | None:
         return None
     steps = list(plan.steps.only("key", "tool", "action_hint", "risk", "requires_permission", "estimated_cycles",
                                  "carried_over"))
-    match = rules_decide(rules, plan_item(plan, steps, now_time()))
+    match = rules_decide(rules, item_of_agent(plan_item(plan, steps, now_time()), agent_kind=agent.kind))
     if match is None:
         return None
     return decided_safely(lambda: plan_decide(plan=plan, match=match), f"plan {plan.pk}")

@@ -67,6 +67,7 @@ OUTCOME_MAX = 500
 SUMMARY_MAX = 4000
 CYCLES_MAX = 20
 PREFERRED_PERSONA_STEPS = (2, 6)  # seed 000: "2-6 ordered steps"
+RISK_DOES = {"write": "writes files", "network": "uses the network", "system": "changes the system"}
 RISK_WORDS = {"safe": "safe", "low": "safe", "none": "safe", "risky": "risky", "medium": "risky", "high": "risky"}
 
 # (cheap lowercase triggers, pattern, category): the triggers spare us the regexes on ordinary text.
@@ -391,11 +392,14 @@ def _tool_step(
         if spec.risky:
             raised = []
             if has_permission and permission is False:
-                raised.append("requiresPermission raised to true")
+                raised.append("it now needs permission")
             if has_risk and risk == "safe":
-                raised.append("risk raised to risky")
+                raised.append("it is marked risky")
             if raised:
-                c.flags.append(f"{where}: {tool} is risky ({spec.risk_class}); {', '.join(raised)}")
+                # Operator-facing: the step named by its key, as the plan page and the inbox show it (not its
+                # place in the model's list), and no field names of the model's JSON.
+                c.flags.append(f"{f'step {key}' if key else where}: {tool} {RISK_DOES.get(spec.risk_class, 'changes things')}, so "
+                               f"{' and '.join(raised)} (the plan said it did not)")
             risk, requires_permission = "risky", True
     return StepSpec(
         key=key, description=description, tool=tool, input=dict(tool_input), action_hint=tool,

@@ -136,11 +136,11 @@ def steps_permission_raise(*, plan: Plan, spec: PlanSpec, kept_keys: set[str], f
     """Spending real money is the persona world's risky act: an operator says yes first."""
     if plan.agent.kind != Agent.Kind.PERSONA:
         return
-    for step in spec.steps:
+    for step in spec.steps:  # named by its key, as the plan page and the inbox show it
         if step.key not in kept_keys and action_needs_permission(step.action_hint) and not step.requires_permission:
             step.requires_permission = True
             step.risk = "risky"
-            flags.append(f"step {step.key}: '{step.action_hint}' spends money; requires permission raised to true")
+            flags.append(f"step {step.key}: '{step.action_hint}' spends money, so it now needs permission")
 
 
 def plan_steps_build(*, plan: Plan, spec: PlanSpec, kept: Sequence[PlanStep]) -> list[PlanStep]:
@@ -317,15 +317,19 @@ def failure_reasons(plan: Plan) -> list[str]:
 
 
 @transaction.atomic
-def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[str] = ()) -> Plan:
+def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[str] = (), retry: bool = True) -> Plan:
     """Planning failed: the plan fails with a true headline and every reason; the agent's retry policy tries
-    the goal again after a backoff, or the agent waits for an operator (Replan or Cancel)."""
+    the goal again after a backoff, or the agent waits for an operator (Replan or Cancel). Without `retry` (a goal
+    its agent's tools cannot reach: trying again changes nothing) it waits for an operator at once."""
     plan = plan_locked_validating(plan)
     agent = plan.agent
     reasons = [*reasons, *failure_reasons(plan)]
     plan.status = Plan.Status.FAILED
     plan.failure_reason = "\n".join([headline, *reasons])[:20000]
-    if plan.planning_retry < agent.plan_retry_limit:
+    if not retry:
+        plan.retry_at = None
+        waiting = f"{headline}; waiting for an operator"
+    elif plan.planning_retry < agent.plan_retry_limit:
         # Backoff doubles with each retry: a server that is down is not hammered.
         plan.retry_at = timezone.now() + timedelta(seconds=agent.plan_retry_backoff * 2 ** plan.planning_retry)
         local = timezone.localtime(plan.retry_at)
@@ -336,8 +340,9 @@ def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[
         waiting = f"planning failed ({headline}); waiting for an operator to replan"
     plan.save(update_fields=["status", "failure_reason", "retry_at", "updated_at"])
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=actor_label,
-                 reason=f"planning failed: {headline}",
-                 detail={"reasons": reasons, "retry_at": plan.retry_at.isoformat() if plan.retry_at else None})
+                 reason=headline if not retry else f"planning failed: {headline}",
+                 detail={"reasons": reasons, "retry_at": plan.retry_at.isoformat() if plan.retry_at else None}
+                 | ({} if retry else {"cannot": headline}))
     agent_waiting_set(agent_id=agent.pk, reason=waiting)
     agent_retry_sync(agent_id=agent.pk)
     return plan
@@ -448,7 +453,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
             requires_permission = asked[spec.key].requires_permission
             if action_needs_permission(spec.action_hint) and not requires_permission:
                 requires_permission, risk = True, PlanStep.Risk.RISKY
-                flags.append(f"step {spec.key}: '{spec.action_hint}' spends money; requires permission raised to true")
+                flags.append(f"step {spec.key}: '{spec.action_hint}' spends money, so it now needs permission")
         before = old_by_key.get(spec.key)
         unchanged = before is not None and before.status == PlanStep.Status.PENDING and not plan_diff(
             [before.spec().as_dict()], [replace(

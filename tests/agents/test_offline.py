@@ -432,7 +432,7 @@ def test_prompts_end_with_a_one_line_context() -> None:
 def test_prompt_plan_lists_tools_with_schema_and_risk_and_truncates_rejected_output() -> None:
     messages = tool_messages("Convert data.csv", last_rejected_output="x" * 5000, retry_hints=["Use file.convert"])
     content = messages[-1]["content"]
-    assert '- file.convert {path: str, to: "json" | "csv", output?: str}' in content
+    assert '- file.convert {path: str, to: "json" | "csv" | "md", output?: str}' in content
     assert "[RISKY (network): requiresPermission must be true]" in content
     assert "x" * 1500 + "\n[... 3500 more characters cut]" in content and "x" * 1501 not in content
     assert "RETRY_HINTS (from a review of your rejected attempt):\n- Use file.convert" in content

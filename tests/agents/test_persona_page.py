@@ -46,7 +46,15 @@ def test_agent_page_shows_goals_short_mid_long_with_the_current_steps_goal_marke
                   "Overrides in a row", "Following now: <b>Call Sam</b>"):
         assert shown in html, shown
     assert "Have &lt;b&gt;lunch&lt;/b&gt;" in html  # a model's or user's words are escaped
-    assert 'class="curve needs"' in html and html.count("<polyline") >= 3 + 2  # needs, progress and confidence
+    # The needs chart (three needs, the urgency line) and each goal's chart (progress, confidence, its horizon's
+    # abandonment line and the milestone line), each curve named at its end.
+    needs = html[html.index('id="needs-chart"'):html.index("</figure>", html.index('id="needs-chart"'))]
+    assert needs.count("<polyline") == 3 and "urgent below 15%" in needs and ">hunger " in needs
+    for goal, abandon in ((short, "10%"), (mid, "5%"), (long, "5%")):
+        block = goal_block(html, goal)
+        assert f'id="chart-goal-{goal.pk}"' in block and block.count("<polyline") == 2, goal
+        assert f"abandoned below {abandon} confidence" in block and "milestone check at 85% progress" in block
+        assert ">progress " in block and ">confidence " in block
 
 
 def test_agent_page_curves_follow_the_experiences(viewer_client: Client) -> None:

@@ -8,7 +8,7 @@ import planner_site.tracing
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('planning', '0013_agent_created_files_uploaded_events'),
+        ('planning', '0015_plan_unverified'),
     ]
 
     operations = [
