@@ -43,6 +43,7 @@ from planning.services.errors import (
     StaleVersion,
 )
 from planning.services.events import event_record
+from planning.trace_spans import events_traced
 
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
 EDITABLE_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.ACTIVE)
@@ -265,7 +266,7 @@ def plans_first_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]]
                                 actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
     PlanStep.objects.bulk_create(steps)
     rows_write(Plan, plans, [*ACCEPTED_FIELDS, *RESTATE_KEYS])  # locked and checked above; bulk_update's CASE WHEN costs ~10x
-    PlanEvent.objects.bulk_create(events)
+    events_traced(PlanEvent.objects.bulk_create(events))
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
     waiting = [plan for plan in plans if plan.status == Plan.Status.AWAITING_APPROVAL]
