@@ -31,6 +31,7 @@ from goals.models import Goal
 from goals.system import GoalState, clamp_unit
 from planner_site.events import publish_changed_on_commit
 from planning.models import Plan, PlanEvent, PlanStep
+from planning.trace_spans import events_traced
 
 # A routine repeats a step that serves another need only while that need is below this (work while money is short).
 ROUTINE_FINE_ABOVE = 0.8
@@ -177,7 +178,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     pushed |= {plan.pk for plan, _ in plans_to_close}
     lessons_learn([(agent, record.lesson, experience)])  # a failed action's lesson, learned once
     if events:
-        PlanEvent.objects.bulk_create(events)
+        events_traced(PlanEvent.objects.bulk_create(events))
     # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
     current = change.plan.pk if change is not None else None
     publish_changed_on_commit(agent_id=agent.pk, plan_id=current, kind="experience")
@@ -376,7 +377,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
                for r in batch for goal, state in r.goals if goal.pk in abandoned]
     lessons_learn([(r.agent, r.lesson, by_agent[r.agent.pk]) for r in batch if r.lesson])
     if events:
-        PlanEvent.objects.bulk_create(events)
+        events_traced(PlanEvent.objects.bulk_create(events))
     for record in batch:  # the runner publishes the pass's changes together (published_together)
         change = record.step_change
         publish_changed_on_commit(agent_id=record.agent.pk, plan_id=change.plan.pk if change else None,
@@ -654,7 +655,7 @@ def plans_closed_steps(closed: Sequence[tuple[Plan, str]], *, runner: str, now: 
 def goals_plans_close(closing: Sequence[tuple[Goal, str]], *, runner: str) -> None:
     """Close every open plan of goals that just finished, each with its reason, in one transaction."""
     plans = goals_open_plans_locked([goal.pk for goal, _ in closing])
-    PlanEvent.objects.bulk_create(goals_plans_closed(closing, plans, runner=runner))
+    events_traced(PlanEvent.objects.bulk_create(goals_plans_closed(closing, plans, runner=runner)))
 
 
 def goals_open_plans_locked(goal_ids: Sequence[int]) -> list[Plan]:

@@ -470,3 +470,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"planner": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False}},
 }
+
+# OpenTelemetry traces (docs/tracing.md): exported only when an OTLP/HTTP endpoint is set.
+OTEL_EXPORTER_OTLP_ENDPOINT = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+TRACE_EXPORT_ENDPOINT = os.environ.get("TRACE_EXPORT_ENDPOINT", "")  # the product's own, over the one above
+OTEL_SERVICE_NAME = os.environ.get("OTEL_SERVICE_NAME", "agent-planner")
+OTEL_PERSONA_SAMPLE_RATIO = float(os.environ.get("OTEL_PERSONA_SAMPLE_RATIO", "0.01"))
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = env_bool("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+TRACE_URL_TEMPLATE = os.environ.get("TRACE_URL_TEMPLATE", "")  # e.g. http://localhost:6006/trace/{trace_id}

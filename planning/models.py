@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from planner_site import tracing
 from planning.engine.schedule import steps_runnable
 from planning.engine.shown import input_preview, steps_fingerprint
 from planning.engine.validate import StepSpec
@@ -91,6 +92,15 @@ class Plan(models.Model):
     clarification_answer = models.TextField(blank=True, help_text="The operator's answer; planning resumes with it")
     planning_retry = models.PositiveIntegerField(default=0, help_text="Automatic retries of planning before this version")
     retry_at = models.DateTimeField(null=True, blank=True, help_text="When a failed planning is tried again")
+    # The W3C trace of the plan's lineage (docs/tracing.md): set when the lineage starts, kept by versions n+1.
+    trace_id = models.CharField(max_length=32, blank=True, default=tracing.lineage_trace_id,
+                                help_text="The lineage's W3C trace id")
+    trace_root_id = models.CharField(max_length=16, blank=True, default=tracing.span_id_new,
+                                     help_text="The span id of the lineage's root span")
+    trace_parent_id = models.CharField(max_length=16, blank=True, default=tracing.lineage_parent_id,
+                                       help_text="The caller's span the root span is a child of (its traceparent)")
+    trace_exported_through = models.PositiveBigIntegerField(
+        default=0, help_text="On a lineage's first version: the last event whose closed spans were exported")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -115,6 +125,10 @@ class Plan(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status in self.OPEN_STATUSES
+
+    def trace_ids(self) -> dict[str, str]:
+        """The lineage's trace, as its next version keeps it (docs/tracing.md)."""
+        return {"trace_id": self.trace_id, "trace_root_id": self.trace_root_id, "trace_parent_id": self.trace_parent_id}
 
     @property
     def planned_by(self) -> str:

@@ -29,6 +29,7 @@ from planning.services.errors import DecisionError, StepNotAwaitingApproval
 from planning.services.events import actor_name, event_record, reason_clean
 from planning.services.plans import plan_complete
 from planning.services.transactions import atomic_retried, step_lock
+from planning.trace_spans import events_traced
 
 EDITABLE_STEP_FIELDS = ("description", "action_hint", "tool", "tool_input", "expected_outcome", "requires_permission")
 STEP_TEXT_LIMITS = {"description": 500, "action_hint": 200, "tool": 64, "expected_outcome": 500}
@@ -246,7 +247,7 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
         by_text.setdefault(text, []).append(agent_id)
     for text, agent_ids in sorted(by_text.items()):
         Agent.objects.filter(pk__in=agent_ids).update(waiting_reason=text)
-    PlanEvent.objects.bulk_create(events)
+    events_traced(PlanEvent.objects.bulk_create(events))
     for step in locked:
         publish_changed_on_commit(agent_id=step.plan.agent_id, plan_id=step.plan_id, kind=PlanEvent.Kind.STEP_AWAITING)
     from policies.services import policies_step_waiting, rules_enabled  # noqa: PLC0415 (as above)

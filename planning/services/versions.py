@@ -43,6 +43,7 @@ from planning.services.errors import (
     StaleVersion,
 )
 from planning.services.events import event_record
+from planning.trace_spans import events_traced
 
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
 EDITABLE_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.ACTIVE)
@@ -92,7 +93,7 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
                 agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
                 version=previous.version + 1 if previous else 1, previous=previous,
                 times_replanned=previous.times_replanned + (1 if planned else 0) if previous else 0,
-                planning_retry=retry,
+                planning_retry=retry, **(previous.trace_ids() if previous is not None else {}),
                 # The restatement is the goal's, not the version's: a replan keeps it (and its call).
                 **({k: getattr(previous, k) for k in RESTATE_KEYS} if previous is not None else {}),
             )
@@ -265,7 +266,7 @@ def plans_first_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]]
                                 actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
     PlanStep.objects.bulk_create(steps)
     rows_write(Plan, plans, [*ACCEPTED_FIELDS, *RESTATE_KEYS])  # locked and checked above; bulk_update's CASE WHEN costs ~10x
-    PlanEvent.objects.bulk_create(events)
+    events_traced(PlanEvent.objects.bulk_create(events))
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
     waiting = [plan for plan in plans if plan.status == Plan.Status.AWAITING_APPROVAL]
@@ -444,7 +445,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
         status=plan.status, approval_mode=plan.approval_mode, times_replanned=plan.times_replanned,
         who=plan.who, what=plan.what, when=plan.when, where=plan.where, why=plan.why,
         thinking_summary=plan.thinking_summary, confidence=plan.confidence, risks=list(plan.risks),
-        model=plan.model, edited_by=user.get_username(),
+        model=plan.model, edited_by=user.get_username(), **plan.trace_ids(),
     )
     for position, spec in enumerate(result.plan.steps, start=1):
         carried = old_by_key.get(spec.key) if spec.key in kept_keys else None
