@@ -367,10 +367,12 @@ LLM_DEFAULT_MODEL = "offline-rules"  # what answers when a chain is empty
 _default_chain = LLM_DEFAULT_MODEL if not OPENAI_BASE_URL else os.environ.get("LLM_MODEL", "gpt-4o-mini")
 # Who answers which model: provider name (kept on each call in the log) -> the function that answers a call
 # (a dotted path, imported once; agents/llm/gateway.py `Provider`) and the models it serves, "*" for every
-# model no other provider lists. The offline models live with the world they simulate.
+# model no other provider lists; optionally "list", a function naming the models its server reports (their aliases
+# for LLM_MODEL_SETTINGS). The offline models live with the world they simulate.
 LLM_PROVIDERS = {
     "offline": {"answer": "agents.offline_model.offline_answer", "models": ["offline-rules", "offline-sloppy"]},
-    "openai": {"answer": "agents.llm.openai_provider.openai_complete", "models": ["*"]},
+    "openai": {"answer": "agents.llm.openai_provider.openai_complete", "models": ["*"],
+               "list": "agents.llm.openai_provider.served_models"},
 }
 # The providers that answer in this process without waiting on anything (no network, no server).
 LLM_PROVIDERS_AT_ONCE = ["offline"]
@@ -410,6 +412,8 @@ PLAN_ONE_STEP_SHORTCUT = os.environ.get("PLAN_ONE_STEP_SHORTCUT", "small")
 LLM_MODEL_SETTINGS = json.loads(os.environ.get("LLM_MODEL_SETTINGS", "{}"))
 LLM_FORMAT = os.environ.get("LLM_FORMAT", "json_schema")
 LLM_CONTEXT_TOKENS = int(os.environ.get("LLM_CONTEXT_TOKENS", "0"))
+# How long a format found for a model (its server refused the one before) is kept in the cache; 0: for ever.
+LLM_FORMAT_MEMORY_SECONDS = float(os.environ.get("LLM_FORMAT_MEMORY_SECONDS", str(7 * 24 * 3600)))
 PLAN_REJECTIONS_BEFORE_FALLBACK = 2
 
 LOGGING = {

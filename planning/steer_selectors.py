@@ -14,6 +14,7 @@ from django.db.models import Avg, Count, F, OuterRef, Prefetch, Q, QuerySet, Sub
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
 from django.utils import timezone
 
+from agents.llm.structured import formats_found
 from agents.models import Agent, LLMCall
 from goals.models import Goal
 from goals.system import goal_priority
@@ -445,4 +446,5 @@ def usage_context(*, period: str = "7d", agent_id: int | None = None) -> dict[st
         "chart_day_width": 30 * (CHART_BAR + CHART_GAP),
         "priced": totals["cost"] is not None,
         "zero": Decimal(0),
+        "formats": formats_found(),
     }
