@@ -351,3 +351,48 @@ def openai_complete(
 
 
 PROVIDER: Provider = openai_complete  # what settings.LLM_PROVIDERS names: mypy checks it has the signature
+
+
+# -- what a server supports (manage.py llm_check) ---------------------------------------------------------------------
+
+PROBE_SCHEMA: Mapping[str, Any] = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                                   "additionalProperties": False}
+PROBE_MESSAGES = [{"role": "user", "content": 'Answer with the JSON object {"ok": true} and nothing else.'}]
+
+
+@dataclass(frozen=True)
+class FormatProbe:
+    """How a server took one structured-output format: "json" (answered JSON), "answered" (but not JSON: the format
+    is ignored), "refused" (an error naming the format) or "error" (another failure), with the detail."""
+
+    format: str
+    outcome: str
+    detail: str
+    seconds: float
+
+
+def format_probe(model: str, fmt: str) -> FormatProbe:
+    """One tiny request to `model` in format `fmt`, no retries."""
+    client = openai.OpenAI(base_url=settings.OPENAI_BASE_URL or None, api_key=settings.OPENAI_API_KEY or "not-needed",
+                           timeout=float(settings.LLM_TIMEOUT_SECONDS), max_retries=0)
+    started = time.monotonic()
+    extra = response_format_body(fmt, PROBE_SCHEMA, "probe")
+    try:
+        with client:
+            completion = client.chat.completions.create(
+                model=model, messages=[dict(m) for m in PROBE_MESSAGES],  # type: ignore[misc]
+                max_tokens=24, temperature=0, extra_body=extra or None)
+        text = answer_from_completion(model, completion).text
+    except openai.APIStatusError as exc:
+        outcome = "refused" if extra and is_format_refusal(exc.status_code, str(exc)) else "error"
+        return FormatProbe(fmt, outcome, f"HTTP {exc.status_code}: {' '.join(exc.message.split())[:200]}",
+                           time.monotonic() - started)
+    except Exception as exc:
+        return FormatProbe(fmt, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}",
+                           time.monotonic() - started)
+    try:
+        parsed = json.loads(text.strip().removeprefix("<json>").removesuffix("</json>").strip())
+    except ValueError:
+        parsed = None
+    outcome = "json" if isinstance(parsed, dict) else "answered"
+    return FormatProbe(fmt, outcome, " ".join(text.split())[:80], time.monotonic() - started)

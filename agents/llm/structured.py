@@ -104,24 +104,30 @@ def model_aliases(model: str) -> list[str]:
     return [name for name in served if name_forms(name) & forms]
 
 
-def model_settings(model: str) -> dict[str, Any]:
-    """`model`'s entry in LLM_MODEL_SETTINGS: by its exact name, else any spelling of it, else of a name its server
-    reports for it (see the module's docstring); {} when none matches."""
+def model_settings_key(model: str) -> str | None:
+    """The key of LLM_MODEL_SETTINGS that holds `model`'s settings: its exact name, else any spelling of it, else
+    of a name its server reports for it (see the module's docstring); None when none matches."""
     table: Mapping[str, Any] = getattr(settings, "LLM_MODEL_SETTINGS", {}) or {}
     if not table:
-        return {}
+        return None
     if model in table:
-        return dict(table[model] or {})
+        return model
     forms = name_forms(model)
-    for key, value in table.items():
+    for key in table:
         if name_forms(key) & forms:
-            return dict(value or {})
+            return key
     for alias in model_aliases(model):
         alias_forms = name_forms(alias)
-        for key, value in table.items():
+        for key in table:
             if name_forms(key) & alias_forms:
-                return dict(value or {})
-    return {}
+                return key
+    return None
+
+
+def model_settings(model: str) -> dict[str, Any]:
+    """`model`'s entry in LLM_MODEL_SETTINGS ({} when none matches)."""
+    key = model_settings_key(model)
+    return {} if key is None else dict(settings.LLM_MODEL_SETTINGS[key] or {})
 
 
 def model_profile(model: str) -> ModelProfile:

@@ -163,3 +163,42 @@ def test_the_documented_example_applies_to_smollm2_as_the_docs_serve_it(
                               schema=restate_schema())
         assert result.text == PLAN_JSON
         assert server.requests_for("SmolLM2-135M-Instruct")[-1].body["max_tokens"] <= 300  # a small model's
+
+
+# -- manage.py llm_check -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_llm_check_says_what_the_server_takes_and_what_to_set(llama_cpp: LLMTestServer, settings: Any) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.LLM_MODELS = {"planner": ["SmolLM2-135M-Instruct"], "fast": ["offline-rules"]}
+    settings.LLM_PURPOSE_MODELS = {}
+    ok = '{"ok": true}'
+    # json_schema is refused by the mode itself; json_object and ollama's field answer JSON, "off" prose.
+    llama_cpp.script("SmolLM2-135M-Instruct", answer(ok), answer("sure, here it is"), answer("ok!"))
+    out = StringIO()
+    call_command("llm_check", stdout=out)
+    text = out.getvalue()
+    assert "lists 1 model(s): /models/SmolLM2-135M-Instruct.Q4_1.gguf" in text
+    lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ") and len(line.split()) > 2}
+    assert lines["json_schema"].split()[1] == "refused" and "Input should be" in lines["json_schema"]
+    assert lines["json_object"].split()[1] == "json"
+    assert lines["ollama"].split()[1] == "answered"  # taken, not honoured
+    assert "use format json_object" in text
+    assert """LLM_MODEL_SETTINGS='{"SmolLM2-135M-Instruct": {"format": "json_object"}}'""" in text
+    assert "offline-rules: served by offline in this process" in text
+    assert format_for("SmolLM2-135M-Instruct") == "json_object"  # the planner's processes learn it too
+
+
+@pytest.mark.django_db
+def test_llm_check_fails_clearly_when_the_server_is_not_there(settings: Any) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
+    settings.LLM_TIMEOUT_SECONDS = 1
+    with pytest.raises(CommandError, match="No answer from gone-model. Nothing was changed."):
+        call_command("llm_check", "--model", "gone-model", stdout=__import__("io").StringIO())
