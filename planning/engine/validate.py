@@ -8,7 +8,9 @@ permission) that the operator should see. `plan_validate` never raises: models w
 from __future__ import annotations
 
 import difflib
+import json
 import math
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -707,6 +709,9 @@ def plan_validate(
     if len(steps) == len(raw_steps):
         _check_loops(c, steps)
         _check_dependencies(c, steps)
+    if kind == "tool" and len(steps) == len(raw_steps):
+        for problem in steps_duplicated(steps, registry):
+            c.problem(problem)
     if goal_text and len(steps) == len(raw_steps):
         for problem in _meaning(goal_text, goal, summary, steps, kind, steered):
             c.problem(problem)
@@ -787,6 +792,58 @@ def plan_validate_edit(
     result = plan_validate({"steps": rows}, kind=kind, workspace=workspace, max_steps=max_steps,
                            allowed_actions=allowed_actions, tools=tools)
     return result.problems, result.flags
+
+
+PATH_KEYS = ("path", "to", "output", "paths", "folder", "dir", "directory", "source", "destination")
+
+
+def _step_identity(step: StepSpec) -> str:
+    """What a step does, written one way: its tool, its input (paths normalised, keys sorted) and its loop."""
+    def normal(key: str, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            return posixpath.normpath(text) if key in PATH_KEYS and text else text
+        if isinstance(value, list):
+            return [normal(key, item) for item in value]
+        if isinstance(value, dict):
+            return {k: normal(k, v) for k, v in value.items()}
+        return value
+
+    loop = {k: v for k, v in step.loop.items() if k != "items_from"}
+    return json.dumps([step.tool, normal("", step.input), loop], sort_keys=True, default=str)
+
+
+def steps_duplicated(steps: Sequence[StepSpec], tools: Mapping[str, ToolSpec] | None = None) -> list[str]:
+    """A tool plan's step that repeats an earlier one (the same tool and the same input) without a reason to: a
+    problem naming both, so the model's retry can leave the copy out. A reason to repeat is a check (a tool that
+    changes nothing) after a step that changed something in between; a change repeated is never one (its second
+    run fails or doubles the change: "'backup/data.csv' already exists"), a loop says how often it runs."""
+    registry = TOOLS if tools is None else tools
+
+    def changes(step: StepSpec) -> bool:
+        spec = registry.get(step.tool)
+        return spec.risk_class in ("write", "system") if spec is not None else step.risk == "risky"
+
+    problems: list[str] = []
+    seen: dict[str, int] = {}  # identity -> the position of its latest occurrence
+    for position, step in enumerate(steps, start=1):
+        if not step.tool:
+            continue
+        identity = _step_identity(step)
+        earlier = seen.get(identity)
+        seen[identity] = position
+        if earlier is None:
+            continue
+        if not changes(step) and any(changes(s) for s in steps[earlier:position - 1]):
+            continue  # a check again after a change: the reason to repeat it
+        what = f"{step.tool} with the same input as step {earlier}"
+        if changes(step):
+            problems.append(f"step {position} repeats step {earlier} ({what}): a change is made once; leave the "
+                            "copy out, or give the step 'repeat' if it must run more than once")
+        else:
+            problems.append(f"step {position} repeats step {earlier} ({what}) with nothing changed in between: "
+                            "leave the copy out")
+    return problems
 
 
 def steps_repeating_declined(steps: Sequence[StepSpec], declined: Sequence[Mapping[str, Any]]) -> list[str]:
