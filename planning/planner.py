@@ -39,14 +39,14 @@ from agents.llm.gateway import (
     model_chain,
 )
 from agents.llm.placeholders import placeholder_or_example
-from agents.llm.schemas import PathChoices, plan_schema, reflect_schema, restate_schema
+from agents.llm.schemas import PathChoices, plan_or_say_schema, plan_schema, reflect_schema, restate_schema
 from agents.llm.structured import model_profile, prompt_budget, tokens_estimate
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
 from agents.world import ACTIONS, persona_situation
 from goals.models import Goal
 from planning.engine.complexity import should_plan, tool_single_step
-from planning.engine.meaning import goal_paths, goal_tools
+from planning.engine.meaning import goal_paths
 from planning.engine.parse import NO_JSON_PLAN, plan_parse
 from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
 from planning.engine.validate import PlanSpec, plan_validate, step_plan_data, steps_repeating_declined
@@ -80,6 +80,7 @@ class RetryContext:
     hints: list[str] = field(default_factory=list)
     last_output: str = ""
     rejected: int = 0  # answers rejected
+    cannot: list[str] = field(default_factory=list)  # "model: why", each model that said the goal cannot be done
     errors: int = 0  # models that did not answer
     answered_by: str = ""  # the last model that answered at all
 
@@ -92,6 +93,7 @@ class Check:
     spec: PlanSpec | None = None
     flags: list[str] = field(default_factory=list)
     question: str = ""
+    cannot: str = ""  # the model says why the goal cannot be done
 
 
 def plan_generate(
@@ -270,13 +272,18 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
             if outcome is None and deadline.expired:
                 return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
             if outcome is None:
-                break  # an error hands over to the next model at once
+                break  # an error (or "cannot") hands over to the next model at once
             if isinstance(outcome, Plan):
                 return outcome
             # Every attempt that reaches here was rejected, so the attempt number counts rejections in a row;
             # the last model of the chain has nobody to hand over to and uses all its attempts.
             if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK and index < len(chain) - 1:
                 break  # seed 002: after repeated rejections, the next model in the chain
+    if memory.cannot and not memory.rejected:
+        # Every model that answered said why it cannot: the operator decides, no automatic retry asks again.
+        why = memory.cannot[-1].split(": ", 1)[-1]
+        return plan_fail(plan=plan, headline=f"the planner says it cannot be done: {why[:300]}",
+                         actor_label=actor_label, retry=False)
     if memory.rejected and not deadline.expired:
         # Seed 003's "fallback to a simpler request": one last, smaller ask of the model that last answered.
         outcome = plan_attempt(agent=agent, plan=plan, model=memory.answered_by, purpose=purpose, goal_text=goal_text,
@@ -358,6 +365,12 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
         return plan_accept(plan=plan, spec=check.spec, flags=flags, model=model, kept=kept, actor_label=actor_label)
     if check.question:
         return plan_ask(plan=plan, question=check.question, model=model, actor_label=actor_label)
+    if check.cannot:
+        # Said, not rejected: the attempt is logged with the model's reason, the next model of the chain may try.
+        memory.cannot.append(f"{model}: {check.cannot}")
+        attempt_reject(plan=plan, model=model, reasons=check.problems, output=answer.text, hints=[],
+                       actor_label=actor_label)
+        return None
     memory.rejected += 1
     hints: list[str] = []
     if reflection_helps(model, check.problems):
@@ -384,18 +397,20 @@ def reflection_helps(model: str, problems: Sequence[str]) -> bool:
 
 
 def plan_answer_schema(agent: Agent, goal_text: str, model: str) -> dict[str, Any]:
-    """The JSON Schema of a plan answer for this agent: its tools (or the persona actions), its goal. A small
-    model's is narrower: the tools the goal's words name, the paths of the workspace and the goal."""
+    """The JSON Schema of a plan answer for this agent: its tools (or the persona actions), its goal; a tool
+    agent's may instead ask the operator ({"ask": ...}) or say why it cannot ({"cannot": ...}). A small model's
+    is narrower: every tool still (a goal's words do not say which it needs), with paths from the workspace and
+    the goal, one to three steps."""
     kind, declared = agent_plan_terms(agent.kind, agent.declared_tools)
     registry = declared or TOOLS
     tools = list(registry.values()) if kind == Agent.Kind.TOOL else []
     paths = None
     if kind == Agent.Kind.TOOL and model_profile(model).small:
-        tools = [registry[name] for name in goal_tools(goal_text, list(registry))]
         reads, writes, sources = goal_paths(goal_text, workspace_listing(agent.workspace))
         paths = PathChoices(reads=reads, writes=writes, sources=sources)
-    return plan_schema(kind=kind, goal=goal_text, tools=tools, actions=list(ACTIONS),
-                       max_steps=settings.PLAN_MAX_STEPS, paths=paths)
+    schema = plan_schema(kind=kind, goal=goal_text, tools=tools, actions=list(ACTIONS),
+                         max_steps=settings.PLAN_MAX_STEPS, paths=paths)
+    return plan_or_say_schema(schema) if kind == Agent.Kind.TOOL else schema
 
 
 def plan_messages_fitted(*, model: str, purpose: str, memory: RetryContext, **kwargs: Any) -> list[dict[str, str]]:
@@ -595,7 +610,13 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
         notes.append(f"structured output ({answer.response_format if answer else ''})")
     elif parsed.method not in ("json_tag", "fenced", "balanced"):
         notes.append(f"parsed from {parsed.method.replace('_', ' ')}")
-    if result.clarification:
+    if result.clarification or result.cannot:
+        said = result.clarification or result.cannot
+        if placeholder_or_example(said, goal=goal_text):
+            return Check([f"the answer's {'question' if result.clarification else 'reason'} is a placeholder "
+                          f"({said[:80]!r}): give a real one, or the plan"])
+        if result.cannot:
+            return Check(result.problems, cannot=result.cannot)
         return Check(result.problems, question=result.clarification)
     if result.steps_over_limit:
         # Seed 003: "too many steps: ask the user to clarify", rather than re-prompting in silence.

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 KINDS = ("tool", "persona")
 TOP_LEVEL_KEYS = (
     "goal", "thinking_summary", "reflection", "ready", "steps", "plan", "risks", "confidence", "clarification",
+    "ask", "cannot",
 )
 # Field -> the names models use for it; the first is the one our prompts ask for.
 TOOL_STEP_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -198,6 +199,7 @@ class ValidationResult:
     problems: list[str]  # non-empty means rejected; each says precisely what is wrong
     flags: list[str]  # accepted, but the operator should know (e.g. a permission the validator raised)
     clarification: str = ""  # seed 003: the planner asks the operator instead of planning
+    cannot: str = ""  # the planner says why the goal cannot be done (with these tools), instead of a plan
     steps_over_limit: int = 0  # seed 003: "too many steps" goes to the operator, not back to the model
 
     @property
@@ -669,12 +671,18 @@ def plan_validate(
     if not isinstance(data, Mapping):
         return ValidationResult(None, [f"plan must be a JSON object, got {_type_name(data)}"], [])
     goal, summary, confidence, risks = _top_level(c, data)
-    question = data.get("clarification")
+    question = data.get("clarification") or data.get("ask")
     raw_list = data.get("steps", data.get("plan"))
     if isinstance(question, str) and question.strip() and not raw_list:
         # Seed 003: an ambiguous intent is a question for the operator, not a guess.
         return ValidationResult(None, [f"the planner asks: {_clip(question.strip(), 500)}"], c.flags,
                                 clarification=question.strip()[:2000])
+    cannot = data.get("cannot")
+    if kind == "tool" and isinstance(cannot, str) and cannot.strip() and not raw_list:
+        # A goal the tools cannot (or must not) do is said so, with why: never a plan that only looks like one.
+        why = " ".join(cannot.split())
+        return ValidationResult(None, [f"the planner says it cannot be done: {_clip(why, 500)}"], c.flags,
+                                cannot=why[:2000])
     if "steps" in data and "plan" in data:
         c.problem("give the steps under 'steps' only (both 'steps' and 'plan' are present)")
     raw_steps = data["steps"] if "steps" in data else data.get("plan")

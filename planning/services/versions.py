@@ -317,15 +317,16 @@ def failure_reasons(plan: Plan) -> list[str]:
 
 
 @transaction.atomic
-def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[str] = ()) -> Plan:
+def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[str] = (), retry: bool = True) -> Plan:
     """Planning failed: the plan fails with a true headline and every reason; the agent's retry policy tries
-    the goal again after a backoff, or the agent waits for an operator (Replan or Cancel)."""
+    the goal again after a backoff, or the agent waits for an operator (Replan or Cancel). `retry=False`: no
+    automatic retry (the planner said why the goal cannot be done; asking again would say it again)."""
     plan = plan_locked_validating(plan)
     agent = plan.agent
     reasons = [*reasons, *failure_reasons(plan)]
     plan.status = Plan.Status.FAILED
     plan.failure_reason = "\n".join([headline, *reasons])[:20000]
-    if plan.planning_retry < agent.plan_retry_limit:
+    if retry and plan.planning_retry < agent.plan_retry_limit:
         # Backoff doubles with each retry: a server that is down is not hammered.
         plan.retry_at = timezone.now() + timedelta(seconds=agent.plan_retry_backoff * 2 ** plan.planning_retry)
         local = timezone.localtime(plan.retry_at)
