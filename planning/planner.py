@@ -69,6 +69,7 @@ logger = logging.getLogger("planner.planner")
 MAX_REPLANS = 3  # seed 000: a plan replanned this often is abandoned
 RECENT_REASONS = 6  # rejection reasons carried into the next prompt
 SIMPLE_GOAL_FLAG = "simple goal: one step, no planning call"
+RULES_PLANNER = "rules"  # the planner named on the plans the one-step shortcut makes (Plan.model)
 PERSONA_LESSONS_IN_PROMPT = 5
 
 
@@ -149,7 +150,7 @@ class First:
         """The plan to accept as it is, with its flags and model; None when its planning goes on (plan_continue)."""
         if self.direct is not None:
             spec, flags = self.direct
-            return spec, [*flags, SIMPLE_GOAL_FLAG], ""
+            return spec, [*flags, SIMPLE_GOAL_FLAG], RULES_PLANNER
         if self.asked is not None and self.asked.check is not None and self.asked.check.spec is not None:
             return self.asked.check.spec, list(self.asked.check.flags), self.asked.model
         return None
@@ -253,7 +254,7 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
     direct = plan_direct(agent=agent, goal=goal, goal_text=goal_text) if previous is None else None
     if direct is not None:
         spec, flags = direct
-        return plan_accept(plan=plan, spec=spec, flags=[*flags, SIMPLE_GOAL_FLAG], model="", kept=[],
+        return plan_accept(plan=plan, spec=spec, flags=[*flags, SIMPLE_GOAL_FLAG], model=RULES_PLANNER, kept=[],
                            actor_label=actor_label)
 
     if restatement is None:
@@ -466,11 +467,13 @@ def plan_with_steps(plan: Plan | None) -> Plan | None:
 
 
 def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[PlanSpec, list[str]] | None:
-    """Seed 004's should_plan: a tool agent's simple goal (one read-only call on a named file or folder) becomes
-    one step without a planning call. Personas never get one: seed 000 decomposes every goal into steps."""
+    """The rules planner (named "rules" on its plans), seed 004's should_plan: a tool agent's simple goal (one
+    read-only call on a named file or folder) becomes one step without a planning call; off for an agent whose
+    `rules_planner` is off, and for all with PLAN_ONE_STEP_SHORTCUT=off. Personas never get one: seed 000
+    decomposes every goal into steps."""
     # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (agents/cycle.py).
     shortcut = settings.PLAN_ONE_STEP_SHORTCUT
-    if agent.kind != Agent.Kind.TOOL or shortcut == "off":
+    if agent.kind != Agent.Kind.TOOL or shortcut == "off" or not agent.rules_planner:
         return None
     chain = model_chain("plan", agent_models=agent.planner_models)
     # The everyday goals (convert, count, list, copy) skip a small model's planning; a strong one plans them.
