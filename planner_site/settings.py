@@ -337,7 +337,14 @@ if RUNNER_START_SHARDS < 1:
 RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
 RUNNER_DB_RETRY_MAX_SECONDS = float(os.environ.get("RUNNER_DB_RETRY_MAX_SECONDS", "10"))  # backoff ceiling
 RUNNER_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("RUNNER_SHUTDOWN_GRACE_SECONDS", "30"))
-LLM_CONCURRENCY_PER_MODEL = int(os.environ.get("LLM_CONCURRENCY_PER_MODEL", "100"))  # calls at once, per process
+LLM_CONCURRENCY_PER_MODEL = int(os.environ.get("LLM_CONCURRENCY_PER_MODEL", "100"))  # calls at once, per model
+# ... and for a model server on this machine (a loopback OPENAI_BASE_URL), unless the model's settings give its own
+# "concurrency": local servers answer one request at a time (0: no special bound). A limit of at most 16 is kept by
+# every process together, through leases in the cache (LLM_SHARED_SLOTS: auto; on: always; off: per event loop).
+LLM_LOCAL_CONCURRENCY = int(os.environ.get("LLM_LOCAL_CONCURRENCY", "1"))
+LLM_SHARED_SLOTS = os.environ.get("LLM_SHARED_SLOTS", "auto")
+# How often a model call looks whether its plan was cancelled (it then stops, waiting or in flight).
+LLM_ABORT_POLL_SECONDS = float(os.environ.get("LLM_ABORT_POLL_SECONDS", "0.5"))
 
 # Retention: how long rows are kept (hours; 0 keeps them forever). Runners prune in the background every
 # RETENTION_PRUNE_SECONDS (0: never; `manage.py prune` does the same by hand), in batches of

@@ -36,7 +36,7 @@ from openai.types.chat import ChatCompletion
 
 from agents.connections import connection_release
 from agents.llm.gateway import Provider, ProviderAnswer
-from agents.llm.limits import model_call_bounded
+from agents.llm.limits import BACKGROUND, OPERATOR, call_class, model_call_bounded
 from agents.llm.structured import (
     CallOptions,
     format_confirmed,
@@ -346,8 +346,15 @@ def openai_complete(
     gateway's provider for every OpenAI-compatible model (settings.LLM_PROVIDERS); `purpose` is not sent: what
     it asks for is in `options`."""
     connection_release()  # the wait for the model holds no database connection (agents/connections.py)
+    who = call_class()
+    wait_limit = who.wait_limit
+    if ends_at is not None:  # the turn is waited for within the caller's deadline too
+        left = max(ends_at - time.monotonic(), 0.001)
+        wait_limit = left if wait_limit is None else min(wait_limit, left)
     return async_to_sync(functools.partial(model_call_bounded, openai_acomplete))(
-        model=model, messages=messages, ends_at=ends_at, options=options)
+        model=model, messages=messages, ends_at=ends_at, options=options,
+        priority=OPERATOR if who.operator else BACKGROUND, wait_limit=wait_limit,
+        plan_id=options.plan_id if options is not None else None)
 
 
 PROVIDER: Provider = openai_complete  # what settings.LLM_PROVIDERS names: mypy checks it has the signature

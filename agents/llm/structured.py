@@ -297,6 +297,7 @@ class CallOptions:
     stop: tuple[str, ...] = ()
     name: str = "answer"
     extra: dict[str, Any] = field(default_factory=dict)
+    plan_id: int | None = None  # the plan the call is for: its cancel stops the call (agents/llm/limits.py)
 
 
 def call_options(purpose: str, model: str, messages: Sequence[Mapping[str, str]],
