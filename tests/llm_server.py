@@ -114,10 +114,10 @@ def format_refused(field: str = "response_format", *, status: int = 400) -> Repl
 
 # What llama-cpp-python 0.3.36's server answers to `response_format: {"type": "json_schema", ...}`: an HTTP 500
 # whose body is pydantic's validation error (its route handler wraps every exception as a 500).
-LLAMA_CPP_JSON_SCHEMA_ERROR = (
-    "1 validation error for CreateChatCompletionRequest\nresponse_format.type\n"
-    "  Input should be 'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]\n"
-    "    For further information visit https://errors.pydantic.dev/2.11/v/literal_error"
+LLAMA_CPP_JSON_SCHEMA_ERROR = (  # as its server sent it here (the traceback's file lines after it left out)
+    "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}"
 )
 
 
