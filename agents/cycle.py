@@ -954,9 +954,10 @@ def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], li
               and (agent.plan_retry_at is None or agent.plan_retry_at > now)]
     if not wanted:
         return [], ids
-    accepted, rest = plans_first(wanted, actor_label=runner, exclusive=True)
-    # Each planning may wait on its models again: side by side, as their first asks were.
-    firsts_each(functools.partial(plan_first_continue, runner=runner), rest)
+    with calls_for(operator=True):  # a tool agent's plan is an operator's work: first in line for the model
+        accepted, rest = plans_first(wanted, actor_label=runner, exclusive=True)
+        # Each planning may wait on its models again: side by side, as their first asks were.
+        firsts_each(functools.partial(plan_first_continue, runner=runner), rest)
     began = set(accepted) | {first.goal.pk for first in rest}
     planned = [agent for agent, goal in wanted if goal.pk in began]
     agents_cycle_count(agents=planned)  # what tool_cycle counts after plan_for_next_goal: its interval, no wait
