@@ -15,6 +15,7 @@ one pass only; EVAL_CONTEXT sets the model's context size (2048).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -33,7 +34,7 @@ os.environ["AGENT_WORKSPACES"] = str(TMP / "workspaces")
 os.environ["RUNNER_AUTOSTART"] = "0"
 os.environ.setdefault("PLANNER_MODELS", MODEL)
 os.environ.setdefault("FAST_MODELS", MODEL)
-os.environ.setdefault("PLAN_DEADLINE_SECONDS", "60")
+os.environ.setdefault("PLAN_DEADLINE_SECONDS", "90")
 # No "format": the server's is found at the first call (agents/llm/structured.py).
 os.environ.setdefault("LLM_MODEL_SETTINGS", json.dumps({MODEL: {
     "context": int(os.environ.get("EVAL_CONTEXT", "2048")), "small": True}}))
@@ -50,6 +51,20 @@ from evals.eval_goals import GOALS  # noqa: E402
 from evals.harness import run_goal, summary, table  # noqa: E402
 
 
+def server_drain() -> None:
+    """Wait until the server has finished what an earlier goal left it doing (a request the planner gave up on
+    still runs to its max_tokens on a one-at-a-time server), so that each goal starts on an idle server."""
+    import httpx
+
+    base = os.environ.get("OPENAI_BASE_URL", "").rstrip("/")
+    if not base:
+        return
+    body = {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "ok"}]}
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(f"{base}/chat/completions", json=body, timeout=300,
+                   headers={"Authorization": f"Bearer {os.environ.get('OPENAI_API_KEY', 'none')}"})
+
+
 def main() -> int:
     call_command("migrate", verbosity=0, interactive=False)
     user = User.objects.create_user("eval", is_staff=True)
@@ -57,17 +72,22 @@ def main() -> int:
     goals = [(i, goal) for i, goal in enumerate(GOALS, start=1) if not chosen or i in chosen]
     passes = [p.strip() for p in os.environ.get("EVAL_PASSES", "model,rules").split(",") if p.strip()]
     result: dict[str, object] = {"model": MODEL, "base_url": os.environ.get("OPENAI_BASE_URL", "")}
+    out = ROOT / "var" / os.environ.get("EVAL_OUT", "eval.json")
+    out.parent.mkdir(exist_ok=True)
     for name in passes:
-        rows = [run_goal(goal, user, i, rules=name == "rules") for i, goal in goals]
+        rows = []
+        for i, goal in goals:
+            if name == "model":
+                server_drain()
+            rows.append(run_goal(goal, user, i, rules=name == "rules"))
+            print(f"{name} {i}: {table(rows[-1:]).splitlines()[-1]}", flush=True)
+            # Written as it goes: an interrupted run keeps the goals it finished.
+            result[name] = {"summary": summary(rows), "goals": [asdict(r) for r in rows]}
+            out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
         title = (f"the model {MODEL} (rules planner off)" if name == "model"
                  else "the rules planner alone (no model call)")
         print(f"\n{title}\n{table(rows)}")
-        totals = summary(rows)
-        print(json.dumps(totals))
-        result[name] = {"summary": totals, "goals": [asdict(r) for r in rows]}
-    out = ROOT / "var" / os.environ.get("EVAL_OUT", "eval.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+        print(json.dumps(summary(rows)))
     print(f"written {out}")
     return 0
 
