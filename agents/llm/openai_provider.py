@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import re
 import ssl
 import threading
 import time
@@ -314,7 +315,7 @@ async def openai_acomplete(
                         options.max_tokens = None
                         continue
                     if extra and is_format_refusal(exc.status_code, str(exc)):
-                        fmt = format_refused(model, fmt, f"HTTP {exc.status_code}: {exc.message}")
+                        fmt = format_refused(model, fmt, f"HTTP {exc.status_code}: {status_message(exc)}")
                         continue
                     if probing and extra and retried_by_sdk(exc) and client.max_retries:
                         probing = False  # not about the format: asked again with the SDK's retries
@@ -331,6 +332,11 @@ async def openai_acomplete(
     if answer.response_format:
         format_confirmed(model)
     return answer
+
+
+def status_message(exc: openai.APIStatusError) -> str:
+    """The server's own message, without the SDK's "Error code: 500 - " before it."""
+    return re.sub(r"^Error code: \d+ - ", "", exc.message)
 
 
 def retried_by_sdk(exc: openai.APIStatusError) -> bool:
@@ -392,7 +398,7 @@ def format_probe(model: str, fmt: str) -> FormatProbe:
         text = answer_from_completion(model, completion).text
     except openai.APIStatusError as exc:
         outcome = "refused" if extra and is_format_refusal(exc.status_code, str(exc)) else "error"
-        return FormatProbe(fmt, outcome, f"HTTP {exc.status_code}: {' '.join(exc.message.split())[:200]}",
+        return FormatProbe(fmt, outcome, f"HTTP {exc.status_code}: {' '.join(status_message(exc).split())[:200]}",
                            time.monotonic() - started)
     except Exception as exc:
         return FormatProbe(fmt, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}",
