@@ -272,8 +272,8 @@ COMPACT_TOOL_RULES = (
     "Answer with the JSON plan for the GOAL: goal is the GOAL word for word; steps are the tool calls in order, "
     "each with its tool's input keys. Use every file the GOAL names; write only to files the GOAL asks to create "
     "or change, never to the file it reads. As few steps as the GOAL needs, each once. "
-    'If the GOAL is unclear, answer {"ask": "<your question>"}; if these tools cannot do it, '
-    'answer {"cannot": "<why>"}.')
+    'Only if the GOAL is unclear: answer {"ask": ...} with the one question about the GOAL you need answered. '
+    'Only if these tools cannot do it: answer {"cannot": ...} saying what is missing.')
 
 
 def compact_tool_lines(tools: Sequence[ToolSpec]) -> str:
