@@ -85,8 +85,7 @@ def run_goal(goal: EvalGoal, user: User, index: int, *, rules: bool) -> Row:
     row = Row(goal=goal.text, kind=goal.kind)
     if rules and plan_direct(agent=agent, goal=None, goal_text=goal.text) is None:
         row.status, row.why = "not planned", "the rules planner does not plan this goal"
-        if goal.kind != "do":
-            row.honest = False
+        row.honest, row.verified = (None, False) if goal.kind == "do" else (False, None)
         return row
     Goal.objects.create(agent=agent, description=goal.text, source_needs=[])
     started = time.monotonic()
@@ -94,6 +93,7 @@ def run_goal(goal: EvalGoal, user: User, index: int, *, rules: bool) -> Row:
     plan = latest_plan(agent)
     if plan is None:
         row.status, row.why = "not planned", "the cycle made no plan"
+        row.honest, row.verified = (None, False) if goal.kind == "do" else (False, None)
         return row
     row.planner = plan.model
     row.approval = plan.status == Plan.Status.AWAITING_APPROVAL
