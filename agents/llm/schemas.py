@@ -92,17 +92,14 @@ def tool_input_schema(spec: ToolSpec, paths: PathChoices | None = None) -> dict[
     return _object(properties, required if paths is None else list(properties))
 
 
-def tool_step_schema(spec: ToolSpec, *, paths: PathChoices | None = None, ids: Sequence[str] = (),
-                     any_id: bool = False) -> dict[str, Any]:
+def tool_step_schema(spec: ToolSpec, *, paths: PathChoices | None = None, ids: Sequence[str] = ()) -> dict[str, Any]:
     """One step that calls `spec`, with the keys the prompt asks for, in that order. With `ids` (a small
-    model's schema), step ids and dependencies are chosen from them and the texts are kept short: the step's id is
-    ids[-1] and it may wait for the ones before, or with `any_id` its id is any of them and it may wait for any but
-    the last (the validator checks that ids are unique and waits are for other steps)."""
+    model's schema), step ids and dependencies are chosen from them and the texts are kept short."""
     if ids:  # a small model: every token is slow, so only what the validator needs, texts kept short
+        # ids[-1] is this step's own id; the ones before it are the steps it may wait for.
         earlier = list(ids[:-1])
-        own = {"type": "string", "enum": list(ids)} if any_id else {"type": "string", "const": ids[-1]}
         return _object({
-            "id": own,
+            "id": {"type": "string", "const": ids[-1]},
             "tool": {"type": "string", "const": spec.name},
             "intent": {"type": "string", "minLength": 3, "maxLength": 60},
             "input": tool_input_schema(spec, paths),
@@ -144,14 +141,15 @@ def plan_schema(*, kind: str, goal: str, tools: Sequence[ToolSpec] = (), actions
     small = paths is not None
     properties: dict[str, Any] = {"goal": {"type": "string", "const": goal} if goal else STRING}
     if kind == "tool" and small and tools:
-        # One to three steps, ids "1".."3", each a choice of every tool: one choice per tool, not one per tool and
-        # position (a grammar of every tool at every place of every length is six times larger, and llama.cpp
-        # samples each token against all of it: a 135M model's plan then outlasted its deadline).
-        most = max(1, min(max_steps, SMALL_MAX_STEPS))
-        ids = [str(i) for i in range(1, most + 1)]
-        properties["steps"] = {"type": "array", "minItems": 1, "maxItems": most,
-                               "items": {"anyOf": [tool_step_schema(spec, paths=paths, ids=ids, any_id=True)
-                                                   for spec in tools]}}
+        # One to three steps, each in its place: step n has id "n" and may wait only for an earlier step.
+        def at(n: int) -> dict[str, Any]:
+            ids = [str(i) for i in range(1, n + 1)]
+            return {"anyOf": [tool_step_schema(spec, paths=paths, ids=ids) for spec in tools]}
+
+        properties["steps"] = {"anyOf": [
+            {"type": "array", "prefixItems": [at(n) for n in range(1, length + 1)], "items": False,
+             "minItems": length, "maxItems": length}
+            for length in range(1, max(1, min(max_steps, SMALL_MAX_STEPS)) + 1)]}
         return _object(properties)
     if kind == "tool":
         steps: dict[str, Any] = ({"anyOf": [tool_step_schema(spec) for spec in tools]}

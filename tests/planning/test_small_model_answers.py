@@ -44,7 +44,8 @@ def tool_agent() -> Agent:
 
 def offered_tools(schema: dict[str, Any]) -> set[str]:
     plan = schema["anyOf"][0]
-    return {choice["properties"]["tool"]["const"] for choice in plan["properties"]["steps"]["items"]["anyOf"]}
+    return {choice["properties"]["tool"]["const"] for length in plan["properties"]["steps"]["anyOf"]
+            for position in length["prefixItems"] for choice in position["anyOf"]}
 
 
 @pytest.mark.parametrize("goal", [
