@@ -30,6 +30,7 @@ from django.utils import timezone
 from agents.fencing import fence_lease_check
 from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import Deadline, LLMError, answers_at_once, calls_recorded_together, llm_complete
+from agents.llm.limits import calls_for
 from agents.llm.placeholders import junk_problem, placeholder_or_example
 from agents.llm.schemas import decide_schema
 from agents.models import Agent, Need
@@ -116,11 +117,26 @@ GOALS_IN_DECISION_PROMPT = 5
 def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
     """Drive one cycle; returns a short description of what happened (for logs and tests). `kind`: what the
     caller knows of the agent's kind (the runner, from its claim): a tool agent's cycle then reads only its
-    row, not the persona read as well; a wrong guess costs that one read."""
+    row, not the persona read as well; a wrong guess costs that one read.
+
+    A tool agent's model calls are an operator's (its plan, a replan after a decline, the plan after an answered
+    question: first in line for the model); a persona's are background ones that wait no longer than its cycle
+    for their turn, after which its rules decide (agents/llm/limits.py)."""
     rows = persona_rows(agent_id) if kind != Agent.Kind.TOOL else None
     agent = rows.agent if rows is not None else agent_read(agent_id)
     if agent.status != Agent.Status.RUNNING:
         return "not running"
+    if agent.kind == Agent.Kind.TOOL:
+        with calls_for(operator=True):
+            return agent_cycle_run(agent=agent, agent_id=agent_id, rows=rows, runner=runner, kind=kind)
+    with calls_for(wait_limit=max(float(agent.cycle_interval), PERSONA_MIN_WAIT_SECONDS)):
+        return agent_cycle_run(agent=agent, agent_id=agent_id, rows=rows, runner=runner, kind=kind)
+
+
+PERSONA_MIN_WAIT_SECONDS = 1.0  # a persona's call waits at least this long for its turn, however short its cycle
+
+
+def agent_cycle_run(*, agent: Agent, agent_id: int, rows: PersonaRows | None, runner: str, kind: str) -> str:
     if agent.kind == Agent.Kind.PERSONA:
         if kind == Agent.Kind.TOOL:  # a wrong guess: the caller left the check for dead planning to tool_open_plan
             plans_interrupted_fail(agent_ids=[agent_id], runner=runner)
@@ -954,9 +970,10 @@ def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], li
               and (agent.plan_retry_at is None or agent.plan_retry_at > now)]
     if not wanted:
         return [], ids
-    accepted, rest = plans_first(wanted, actor_label=runner, exclusive=True)
-    # Each planning may wait on its models again: side by side, as their first asks were.
-    firsts_each(functools.partial(plan_first_continue, runner=runner), rest)
+    with calls_for(operator=True):  # a tool agent's plan is an operator's work: first in line for the model
+        accepted, rest = plans_first(wanted, actor_label=runner, exclusive=True)
+        # Each planning may wait on its models again: side by side, as their first asks were.
+        firsts_each(functools.partial(plan_first_continue, runner=runner), rest)
     began = set(accepted) | {first.goal.pk for first in rest}
     planned = [agent for agent, goal in wanted if goal.pk in began]
     agents_cycle_count(agents=planned)  # what tool_cycle counts after plan_for_next_goal: its interval, no wait

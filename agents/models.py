@@ -58,6 +58,10 @@ class Agent(models.Model):
         max_length=500, blank=True,
         help_text="This agent's planning model chain, strongest first, comma-separated; empty: PLANNER_MODELS",
     )
+    rules_planner = models.BooleanField(
+        default=True, help_text="Tool agents: the rules planner may turn a simple goal into one step without a model "
+        "call (PLAN_ONE_STEP_SHORTCUT says which goals); off: the model plans every goal",
+    )
     plan_retry_limit = models.PositiveSmallIntegerField(
         default=3, help_text="How often failed planning is retried automatically; 0: wait for an operator",
     )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make eval`: SmolLM2-135M-Instruct served by llama-cpp-python on the CPU (1 thread), everyday goals through the
-# real planner (evals/models_eval.py). With OPENAI_BASE_URL set, that server is evaluated instead.
+# `make eval`: SmolLM2-135M-Instruct served by llama-cpp-python on the CPU (1 thread); the eval's user-worded goals
+# planned, approved and run through the runner (evals/models_eval.py: the model's pass, then the rules planner's).
+# With OPENAI_BASE_URL set, that server is evaluated instead.
 # One run at a time (a lock in var/); the server is stopped however the run ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -382,7 +382,14 @@ if RUNNER_START_SHARDS < 1:
 RUNNER_AUTOSTART = env_bool("RUNNER_AUTOSTART", True)
 RUNNER_DB_RETRY_MAX_SECONDS = float(os.environ.get("RUNNER_DB_RETRY_MAX_SECONDS", "10"))  # backoff ceiling
 RUNNER_SHUTDOWN_GRACE_SECONDS = float(os.environ.get("RUNNER_SHUTDOWN_GRACE_SECONDS", "30"))
-LLM_CONCURRENCY_PER_MODEL = int(os.environ.get("LLM_CONCURRENCY_PER_MODEL", "100"))  # calls at once, per process
+LLM_CONCURRENCY_PER_MODEL = int(os.environ.get("LLM_CONCURRENCY_PER_MODEL", "100"))  # calls at once, per model
+# ... and for a model server on this machine (a loopback OPENAI_BASE_URL), unless the model's settings give its own
+# "concurrency": local servers answer one request at a time (0: no special bound). A limit of at most 16 is kept by
+# every process together, through leases in the cache (LLM_SHARED_SLOTS: auto; on: always; off: per event loop).
+LLM_LOCAL_CONCURRENCY = int(os.environ.get("LLM_LOCAL_CONCURRENCY", "1"))
+LLM_SHARED_SLOTS = os.environ.get("LLM_SHARED_SLOTS", "auto")
+# How often a model call looks whether its plan was cancelled (it then stops, waiting or in flight).
+LLM_ABORT_POLL_SECONDS = float(os.environ.get("LLM_ABORT_POLL_SECONDS", "0.5"))
 
 # Retention: how long rows are kept (hours; 0 keeps them forever). Runners prune in the background every
 # RETENTION_PRUNE_SECONDS (0: never; `manage.py prune` does the same by hand), in batches of
@@ -412,10 +419,12 @@ LLM_DEFAULT_MODEL = "offline-rules"  # what answers when a chain is empty
 _default_chain = LLM_DEFAULT_MODEL if not OPENAI_BASE_URL else os.environ.get("LLM_MODEL", "gpt-4o-mini")
 # Who answers which model: provider name (kept on each call in the log) -> the function that answers a call
 # (a dotted path, imported once; agents/llm/gateway.py `Provider`) and the models it serves, "*" for every
-# model no other provider lists. The offline models live with the world they simulate.
+# model no other provider lists; optionally "list", a function naming the models its server reports (their aliases
+# for LLM_MODEL_SETTINGS). The offline models live with the world they simulate.
 LLM_PROVIDERS = {
     "offline": {"answer": "agents.offline_model.offline_answer", "models": ["offline-rules", "offline-sloppy"]},
-    "openai": {"answer": "agents.llm.openai_provider.openai_complete", "models": ["*"]},
+    "openai": {"answer": "agents.llm.openai_provider.openai_complete", "models": ["*"],
+               "list": "agents.llm.openai_provider.served_models"},
 }
 # The providers that answer in this process without waiting on anything (no network, no server).
 LLM_PROVIDERS_AT_ONCE = ["offline"]
@@ -458,6 +467,8 @@ PLAN_ONE_STEP_SHORTCUT = os.environ.get("PLAN_ONE_STEP_SHORTCUT", "small")
 LLM_MODEL_SETTINGS = json.loads(os.environ.get("LLM_MODEL_SETTINGS", "{}"))
 LLM_FORMAT = os.environ.get("LLM_FORMAT", "json_schema")
 LLM_CONTEXT_TOKENS = int(os.environ.get("LLM_CONTEXT_TOKENS", "0"))
+# How long a format found for a model (its server refused the one before) is kept in the cache; 0: for ever.
+LLM_FORMAT_MEMORY_SECONDS = float(os.environ.get("LLM_FORMAT_MEMORY_SECONDS", str(7 * 24 * 3600)))
 PLAN_REJECTIONS_BEFORE_FALLBACK = 2
 
 LOGGING = {

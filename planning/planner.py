@@ -39,7 +39,7 @@ from agents.llm.gateway import (
     model_chain,
 )
 from agents.llm.placeholders import placeholder_or_example
-from agents.llm.schemas import PathChoices, plan_schema, reflect_schema, restate_schema
+from agents.llm.schemas import PathChoices, plan_or_say_schema, plan_schema, reflect_schema, restate_schema
 from agents.llm.structured import model_profile, prompt_budget, tokens_estimate
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
@@ -47,7 +47,7 @@ from agents.world import ACTIONS, persona_situation
 from goals.models import Goal
 from planning.engine.complexity import should_plan, tool_single_step
 from planning.engine.goal_check import Reach, goal_reachable, plan_goal_problems, tool_verbs
-from planning.engine.meaning import StepView, goal_paths, goal_tools
+from planning.engine.meaning import StepView, goal_paths
 from planning.engine.parse import NO_JSON_PLAN, plan_parse
 from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
 from planning.engine.validate import PlanSpec, plan_validate, step_plan_data, steps_repeating_declined
@@ -70,6 +70,7 @@ logger = logging.getLogger("planner.planner")
 MAX_REPLANS = 3  # seed 000: a plan replanned this often is abandoned
 RECENT_REASONS = 6  # rejection reasons carried into the next prompt
 SIMPLE_GOAL_FLAG = "simple goal: one step, no planning call"
+RULES_PLANNER = "rules"  # the planner named on the plans the one-step shortcut makes (Plan.model)
 PERSONA_LESSONS_IN_PROMPT = 5
 
 
@@ -81,6 +82,7 @@ class RetryContext:
     hints: list[str] = field(default_factory=list)
     last_output: str = ""
     rejected: int = 0  # answers rejected
+    cannot: list[str] = field(default_factory=list)  # "model: why", each model that said the goal cannot be done
     errors: int = 0  # models that did not answer
     answered_by: str = ""  # the last model that answered at all
     unreached: list[str] = field(default_factory=list)  # the last rejection's reasons, when the plan missed its goal
@@ -95,6 +97,7 @@ class Check:
     flags: list[str] = field(default_factory=list)
     question: str = ""
     unreached: bool = False  # rejected because the plan cannot reach its goal (planning/engine/goal_check.py)
+    cannot: str = ""  # the model says why the goal cannot be done
 
 
 def plan_generate(
@@ -150,7 +153,7 @@ class First:
         """The plan to accept as it is, with its flags and model; None when its planning goes on (plan_continue)."""
         if self.direct is not None:
             spec, flags = self.direct
-            return spec, [*flags, SIMPLE_GOAL_FLAG], ""
+            return spec, [*flags, SIMPLE_GOAL_FLAG], RULES_PLANNER
         if self.asked is not None and self.asked.check is not None and self.asked.check.spec is not None:
             return self.asked.check.spec, list(self.asked.check.flags), self.asked.model
         return None
@@ -263,7 +266,7 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
     direct = plan_direct(agent=agent, goal=goal, goal_text=goal_text) if previous is None else None
     if direct is not None:
         spec, flags = direct
-        return plan_accept(plan=plan, spec=spec, flags=[*flags, SIMPLE_GOAL_FLAG], model="", kept=[],
+        return plan_accept(plan=plan, spec=spec, flags=[*flags, SIMPLE_GOAL_FLAG], model=RULES_PLANNER, kept=[],
                            actor_label=actor_label)
 
     if restatement is None:
@@ -282,13 +285,18 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
             if outcome is None and deadline.expired:
                 return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
             if outcome is None:
-                break  # an error hands over to the next model at once
+                break  # an error (or "cannot") hands over to the next model at once
             if isinstance(outcome, Plan):
                 return outcome
             # Every attempt that reaches here was rejected, so the attempt number counts rejections in a row;
             # the last model of the chain has nobody to hand over to and uses all its attempts.
             if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK and index < len(chain) - 1:
                 break  # seed 002: after repeated rejections, the next model in the chain
+    if memory.cannot and not memory.rejected:
+        # Every model that answered said why it cannot: the operator decides, no automatic retry asks again.
+        why = memory.cannot[-1].split(": ", 1)[-1]
+        return plan_fail(plan=plan, headline=f"the planner says it cannot be done: {why[:300]}",
+                         actor_label=actor_label, retry=False)
     if memory.rejected and not deadline.expired:
         # Seed 003's "fallback to a simpler request": one last, smaller ask of the model that last answered.
         outcome = plan_attempt(agent=agent, plan=plan, model=memory.answered_by, purpose=purpose, goal_text=goal_text,
@@ -407,6 +415,12 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
         return plan_accept(plan=plan, spec=check.spec, flags=flags, model=model, kept=kept, actor_label=actor_label)
     if check.question:
         return plan_ask(plan=plan, question=check.question, model=model, actor_label=actor_label)
+    if check.cannot:
+        # Said, not rejected: the attempt is logged with the model's reason, the next model of the chain may try.
+        memory.cannot.append(f"{model}: {check.cannot}")
+        attempt_reject(plan=plan, model=model, reasons=check.problems, output=answer.text, hints=[],
+                       actor_label=actor_label)
+        return None
     memory.rejected += 1
     memory.unreached = list(check.problems) if check.unreached else []
     hints: list[str] = []
@@ -434,18 +448,20 @@ def reflection_helps(model: str, problems: Sequence[str]) -> bool:
 
 
 def plan_answer_schema(agent: Agent, goal_text: str, model: str) -> dict[str, Any]:
-    """The JSON Schema of a plan answer for this agent: its tools (or the persona actions), its goal. A small
-    model's is narrower: the tools the goal's words name, the paths of the workspace and the goal."""
+    """The JSON Schema of a plan answer for this agent: its tools (or the persona actions), its goal; a tool
+    agent's may instead ask the operator ({"ask": ...}) or say why it cannot ({"cannot": ...}). A small model's
+    is narrower: every tool still (a goal's words do not say which it needs), with paths from the workspace and
+    the goal, one to three steps."""
     kind, declared = agent_plan_terms(agent.kind, agent.declared_tools, agent.tools)
     registry = declared or TOOLS
     tools = list(registry.values()) if kind == Agent.Kind.TOOL else []
     paths = None
     if kind == Agent.Kind.TOOL and model_profile(model).small:
-        tools = [registry[name] for name in goal_tools(goal_text, list(registry))]
         reads, writes, sources = goal_paths(goal_text, workspace_listing(agent.workspace))
         paths = PathChoices(reads=reads, writes=writes, sources=sources)
-    return plan_schema(kind=kind, goal=goal_text, tools=tools, actions=list(ACTIONS),
-                       max_steps=settings.PLAN_MAX_STEPS, paths=paths)
+    schema = plan_schema(kind=kind, goal=goal_text, tools=tools, actions=list(ACTIONS),
+                         max_steps=settings.PLAN_MAX_STEPS, paths=paths)
+    return plan_or_say_schema(schema) if kind == Agent.Kind.TOOL else schema
 
 
 def plan_messages_fitted(*, model: str, purpose: str, memory: RetryContext, **kwargs: Any) -> list[dict[str, str]]:
@@ -501,11 +517,13 @@ def plan_with_steps(plan: Plan | None) -> Plan | None:
 
 
 def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[PlanSpec, list[str]] | None:
-    """Seed 004's should_plan: a tool agent's simple goal (one read-only call on a named file or folder) becomes
-    one step without a planning call. Personas never get one: seed 000 decomposes every goal into steps."""
+    """The rules planner (named "rules" on its plans), seed 004's should_plan: a tool agent's simple goal (one
+    read-only call on a named file or folder) becomes one step without a planning call; off for an agent whose
+    `rules_planner` is off, and for all with PLAN_ONE_STEP_SHORTCUT=off. Personas never get one: seed 000
+    decomposes every goal into steps."""
     # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (agents/cycle.py).
     shortcut = settings.PLAN_ONE_STEP_SHORTCUT
-    if agent.kind != Agent.Kind.TOOL or shortcut == "off":
+    if agent.kind != Agent.Kind.TOOL or shortcut == "off" or not agent.rules_planner:
         return None
     chain = model_chain("plan", agent_models=agent.planner_models)
     # The everyday goals (convert, count, list, copy) skip a small model's planning; a strong one plans them.
@@ -645,7 +663,13 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
         notes.append(f"structured output ({answer.response_format if answer else ''})")
     elif parsed.method not in ("json_tag", "fenced", "balanced"):
         notes.append(f"parsed from {parsed.method.replace('_', ' ')}")
-    if result.clarification:
+    if result.clarification or result.cannot:
+        said = result.clarification or result.cannot
+        if placeholder_or_example(said, goal=goal_text):
+            return Check([f"the answer's {'question' if result.clarification else 'reason'} is a placeholder "
+                          f"({said[:80]!r}): give a real one, or the plan"])
+        if result.cannot:
+            return Check(result.problems, cannot=result.cannot)
         return Check(result.problems, question=result.clarification)
     if result.steps_over_limit:
         # Seed 003: "too many steps: ask the user to clarify", rather than re-prompting in silence.

@@ -14,6 +14,7 @@ from django.db.models import Avg, Count, F, OuterRef, Prefetch, Q, QuerySet, Sub
 from django.db.models.functions import Coalesce, TruncDay, TruncHour
 from django.utils import timezone
 
+from agents.llm.structured import formats_found
 from agents.models import Agent, LLMCall
 from goals.models import Goal
 from goals.system import goal_priority
@@ -492,4 +493,21 @@ def usage_context(*, period: str = "7d", agent_id: int | None = None) -> dict[st
         "chart_day_width": 30 * (CHART_BAR + CHART_GAP),
         "priced": totals["cost"] is not None,
         "zero": Decimal(0),
+        "formats": formats_found(),
+        "planners": usage_planners(start=start, agent_id=agent_id),
     }
+
+
+def usage_planners(*, start: datetime, agent_id: int | None = None) -> list[dict[str, Any]]:
+    """The plans accepted in the period by what planned them: each model, "rules" (the rules planner, no call), a
+    person in the plan editor; most first. One query."""
+    plans = Plan.objects.filter(created_at__gte=start).exclude(model="", edited_by="")
+    if agent_id is not None:
+        plans = plans.filter(agent_id=agent_id)
+    rows = plans.values("model", "edited_by").annotate(plans=Count("pk")).order_by("-plans", "model")
+    planners: dict[str, int] = {}
+    for row in rows:
+        name = f"{row['edited_by']} (plan editor)" if row["edited_by"] else row["model"]
+        planners[name] = planners.get(name, 0) + row["plans"]
+    return [{"planner": name, "plans": count, "rules": name == "rules"}
+            for name, count in sorted(planners.items(), key=lambda item: (-item[1], item[0]))]

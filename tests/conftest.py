@@ -42,6 +42,9 @@ def collector_restored() -> Iterator[None]:
 def workspaces(settings: Any, tmp_path: Path) -> Path:
     """Every test gets its own agents' workspaces folder."""
     settings.AGENT_WORKSPACES = tmp_path / "workspaces"
+    # The scripted model server (tests/llm_server.py) answers any number of requests at once, unlike a real local
+    # one: no one-at-a-time bound for it unless a test asks for one (tests/agents/test_fair_sharing.py).
+    settings.LLM_LOCAL_CONCURRENCY = 0
     return settings.AGENT_WORKSPACES
 
 

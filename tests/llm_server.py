@@ -112,6 +112,22 @@ def format_refused(field: str = "response_format", *, status: int = 400) -> Repl
     return Reply(status=status, body=body)
 
 
+# What llama-cpp-python 0.3.36's server answers to `response_format: {"type": "json_schema", ...}`: an HTTP 500
+# whose body is pydantic's validation error (its route handler wraps every exception as a 500).
+LLAMA_CPP_JSON_SCHEMA_ERROR = (  # as its server sent it here (the traceback's file lines after it left out)
+    "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+    "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema', "
+    "'ctx': {'expected': \"'text' or 'json_object'\"}}"
+)
+
+
+def json_schema_500() -> Reply:
+    """llama-cpp-python's refusal of the `json_schema` format: a 500 with a validation error as its message."""
+    body = {"error": {"message": LLAMA_CPP_JSON_SCHEMA_ERROR, "type": "internal_server_error", "param": None,
+                      "code": None}}
+    return Reply(status=500, body=json.dumps(body).encode())
+
+
 class _Handler(BaseHTTPRequestHandler):
     # HTTP/1.1 keeps connections open, as real servers do, so the SDK's connection pool is exercised.
     protocol_version = "HTTP/1.1"
@@ -119,6 +135,15 @@ class _Handler(BaseHTTPRequestHandler):
     # delayed ACK of the headers (~40 ms a call). Real model servers (uvicorn, llama.cpp) set TCP_NODELAY.
     disable_nagle_algorithm = True
     server: _Server
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") != "/v1/models" or self.server.llm.models is None:
+            self._send(Reply(status=404, body=b'{"error": {"message": "unknown path"}}'))
+            return
+        self.server.llm.listed += 1
+        data = [{"id": name, "object": "model", "owned_by": "me", "permissions": []}
+                for name in self.server.llm.models]
+        self._send(Reply(body=json.dumps({"object": "list", "data": data}).encode()))
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -130,10 +155,17 @@ class _Handler(BaseHTTPRequestHandler):
         model = str(body.get("model", ""))
         headers = {name.lower(): value for name, value in self.headers.items()}
         reply = self.server.llm.take(model, body, headers)
-        with self.server.llm.in_flight():
-            if reply.delay:
-                self.server.llm.released.wait(reply.delay)
+        if self.server.llm.slots:
+            self.server.llm.slots.acquire()  # a one-at-a-time server: the others queue, as llama.cpp's do
+        try:
+            with self.server.llm.in_flight():
+                if reply.delay:
+                    self.server.llm.released.wait(reply.delay)
+        finally:
+            if self.server.llm.slots:
+                self.server.llm.slots.release()
         self._send(reply, model=model)
+
 
     def _send(self, reply: Reply, *, model: str = "") -> None:
         payload = reply.body.replace(b'"{model}"', json.dumps(model).encode())
@@ -163,7 +195,15 @@ class _Server(ThreadingHTTPServer):
 class LLMTestServer:
     """The server on 127.0.0.1 (a free port) in a background thread; `base_url` is its `/v1` root."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, models: list[str] | None = None, refuse_json_schema: bool = False,
+                 slots: int = 0) -> None:
+        """`models`: what `GET /v1/models` lists (None: a 404, as some servers answer); `refuse_json_schema`:
+        answer every `json_schema` request as llama-cpp-python does (`json_schema_500`, no script taken);
+        `slots`: answer that many requests at a time, the rest wait (0: no bound)."""
+        self.models = models
+        self.listed = 0  # how many times /v1/models was asked
+        self.refuse_json_schema = refuse_json_schema
+        self.slots = threading.BoundedSemaphore(slots) if slots else None
         self._lock = threading.Lock()
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._in_flight = 0
@@ -217,6 +257,8 @@ class LLMTestServer:
         with self._lock:
             messages = list(body.get("messages", []))
             self.requests.append(ReceivedRequest(model=model, messages=messages, body=body, headers=headers))
+            if self.refuse_json_schema and (body.get("response_format") or {}).get("type") == "json_schema":
+                return json_schema_500()
             queue = self._scripts.get(model)
             if queue:
                 return queue.popleft()

@@ -20,7 +20,9 @@ def runner_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {**os.environ, "PLANNER_VAR_DIR": str(tmp_path / "var"), "AGENT_WORKSPACES": str(tmp_path / "ws"),
            "RUNNER_TICK_SECONDS": "0.05", "LOG_LEVEL": "WARNING", "RETENTION_PRUNE_SECONDS": "0",
            # A killed worker is found dead within seconds, and chains are started within one.
-           "RUNNER_HEARTBEAT_SECONDS": "0.5", "RUNNER_STALLED_SECONDS": "3", "RUNNER_SWEEP_SECONDS": "1", **extra}
+           "RUNNER_HEARTBEAT_SECONDS": "0.5", "RUNNER_STALLED_SECONDS": "3", "RUNNER_SWEEP_SECONDS": "1",
+           "LLM_LOCAL_CONCURRENCY": "0",  # the scripted model server answers any number at once (tests/conftest.py)
+           **extra}
     db = connection.settings_dict
     if connection.vendor == "sqlite":
         env["SQLITE_PATH"] = str(db["NAME"])

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from agents.llm.limits import CallAborted
 from agents.llm.structured import CallOptions, call_options
 
 logger = logging.getLogger("planner.llm")
@@ -276,9 +277,11 @@ def llm_complete(
         if deadline is not None and deadline.expired:
             break
         started = time.perf_counter()
+        options = call_options(purpose, model, messages, schema)
+        options.plan_id = plan_id
         try:
             answer = provider_complete(purpose, model, messages, ends_at=deadline.ends_at if deadline else None,
-                                       options=call_options(purpose, model, messages, schema))
+                                       options=options)
         except Exception as exc:  # any provider failure hands over to the next model
             error = error_text(exc)
             failures.append((model, error))
@@ -286,6 +289,8 @@ def llm_complete(
             call_record(CallRecord(purpose=purpose, provider=provider_name(model), model=model, prompt=prompt,
                                    agent_id=agent_id, plan_id=plan_id, error=error[:ERROR_CHARS],
                                    latency_ms=int((time.perf_counter() - started) * 1000)))
+            if isinstance(exc, CallAborted):
+                break  # the plan was cancelled: no other model is asked for it
             continue
         latency = int((time.perf_counter() - started) * 1000)
         call_id = call_record(CallRecord(

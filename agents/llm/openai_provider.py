@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import re
 import ssl
 import threading
 import time
@@ -36,10 +37,12 @@ from openai.types.chat import ChatCompletion
 
 from agents.connections import connection_release
 from agents.llm.gateway import Provider, ProviderAnswer
-from agents.llm.limits import model_call_bounded
+from agents.llm.limits import BACKGROUND, OPERATOR, call_class, model_call_bounded
 from agents.llm.structured import (
     CallOptions,
+    format_confirmed,
     format_for,
+    format_is_confirmed,
     format_refused,
     is_format_refusal,
     response_format_body,
@@ -184,6 +187,47 @@ async def openai_aclose_clients() -> None:
         await entry.keeper.aclose()
 
 
+LIST_TIMEOUT_SECONDS = 3.0
+LIST_KEPT_SECONDS = 600.0  # a listing (or its failure) is asked again after this
+_listed: dict[str, tuple[float, list[str]]] = {}  # base URL -> (when, the ids its /v1/models listed)
+_listed_lock = threading.Lock()
+
+
+def models_list_fetch(base_url: str, api_key: str, timeout: float = LIST_TIMEOUT_SECONDS) -> list[str]:
+    """The ids `GET {base_url}/models` lists; raises on any failure (llm_check reports it)."""
+    import httpx  # the openai SDK's own HTTP library
+
+    url = (base_url or "https://api.openai.com/v1").rstrip("/") + "/models"
+    headers = {"Authorization": f"Bearer {api_key or 'not-needed'}"}
+    response = httpx.get(url, headers=headers, timeout=timeout)
+    response.raise_for_status()
+    data = response.json().get("data", [])
+    return [str(item["id"]) for item in data if isinstance(item, dict) and item.get("id")]
+
+
+def served_models() -> list[str]:
+    """The models the configured server lists (its aliases for settings, agents/llm/structured.py), asked once
+    per LIST_KEPT_SECONDS; [] when it lists none or does not answer. A sync call, never made on an event loop."""
+    base_url, api_key = settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY
+    with _listed_lock:
+        kept = _listed.get(base_url)
+    if kept is not None and time.monotonic() - kept[0] < LIST_KEPT_SECONDS:
+        return kept[1]
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return kept[1] if kept else []  # never block an event loop on it
+    try:
+        names = models_list_fetch(base_url, api_key)
+    except Exception:  # no listing: the settings match by name alone
+        names = []
+    with _listed_lock:
+        _listed[base_url] = (time.monotonic(), names)
+    return names
+
+
 def answer_from_completion(model: str, completion: object) -> ProviderAnswer:
     """The text and token counts of a chat completion; a clear error when it holds no answer."""
     if not isinstance(completion, ChatCompletion):
@@ -242,14 +286,23 @@ async def openai_acomplete(
     # of its own, unlike wait_for; None bounds nothing).
     attempt_timeout = openai.NOT_GIVEN if timeout is None else min(timeout, float(settings.LLM_TIMEOUT_SECONDS))
     fmt = format_for(model) if options is not None and options.schema is not None else ""
+    # Until a format has answered, a refusal is found at its first answer: no SDK retries of a 500 that is the
+    # server refusing the format (llama-cpp-python's answer to json_schema).
+    probing = bool(fmt) and fmt != "off" and not format_is_confirmed(model)
     try:
         async with asyncio.timeout(timeout):
             while True:
                 kwargs, extra = request_fields(options, fmt or "off")
+                caller = client.with_options(max_retries=0) if probing and extra else client
                 try:
-                    completion: Any = await client.chat.completions.create(
+                    completion: Any = await caller.chat.completions.create(
                         model=model, messages=chat, timeout=attempt_timeout, extra_body=extra or None, **kwargs)
-                except openai.APITimeoutError as exc:
+                except openai.APIConnectionError as exc:
+                    if probing and extra and client.max_retries:
+                        probing = False  # not about the format: asked again with the SDK's retries
+                        continue
+                    if not isinstance(exc, openai.APITimeoutError):
+                        raise
                     refused = connection_error_behind(exc)
                     if refused is None:
                         raise
@@ -261,10 +314,13 @@ async def openai_acomplete(
                         options.extra["max_completion_tokens"] = options.max_tokens
                         options.max_tokens = None
                         continue
-                    if not extra or not is_format_refusal(exc.status_code, str(exc)):
-                        raise
-                    fmt = format_refused(model, fmt)
-                    continue
+                    if extra and is_format_refusal(exc.status_code, str(exc)):
+                        fmt = format_refused(model, fmt, f"HTTP {exc.status_code}: {status_message(exc)}")
+                        continue
+                    if probing and extra and retried_by_sdk(exc) and client.max_retries:
+                        probing = False  # not about the format: asked again with the SDK's retries
+                        continue
+                    raise
                 break
     except TimeoutError:
         raise ProviderTimeout(f"no answer within the {timeout:.1f} s left") from None
@@ -273,7 +329,19 @@ async def openai_acomplete(
         raise ProviderResponseError(f"malformed response body: {exc}") from exc
     answer = answer_from_completion(model, completion)
     answer.response_format = "" if fmt == "off" else fmt
+    if answer.response_format:
+        format_confirmed(model)
     return answer
+
+
+def status_message(exc: openai.APIStatusError) -> str:
+    """The server's own message, without the SDK's "Error code: 500 - " before it."""
+    return re.sub(r"^Error code: \d+ - ", "", exc.message)
+
+
+def retried_by_sdk(exc: openai.APIStatusError) -> bool:
+    """The statuses the SDK retries by itself (408, 409, 429, 5xx)."""
+    return exc.status_code in (408, 409, 429) or exc.status_code >= 500
 
 
 def openai_complete(
@@ -284,8 +352,60 @@ def openai_complete(
     gateway's provider for every OpenAI-compatible model (settings.LLM_PROVIDERS); `purpose` is not sent: what
     it asks for is in `options`."""
     connection_release()  # the wait for the model holds no database connection (agents/connections.py)
+    who = call_class()
+    wait_limit = who.wait_limit
+    if ends_at is not None:  # the turn is waited for within the caller's deadline too
+        left = max(ends_at - time.monotonic(), 0.001)
+        wait_limit = left if wait_limit is None else min(wait_limit, left)
     return async_to_sync(functools.partial(model_call_bounded, openai_acomplete))(
-        model=model, messages=messages, ends_at=ends_at, options=options)
+        model=model, messages=messages, ends_at=ends_at, options=options,
+        priority=OPERATOR if who.operator else BACKGROUND, wait_limit=wait_limit,
+        plan_id=options.plan_id if options is not None else None)
 
 
 PROVIDER: Provider = openai_complete  # what settings.LLM_PROVIDERS names: mypy checks it has the signature
+
+
+# -- what a server supports (manage.py llm_check) ---------------------------------------------------------------------
+
+PROBE_SCHEMA: Mapping[str, Any] = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                                   "additionalProperties": False}
+PROBE_MESSAGES = [{"role": "user", "content": 'Answer with the JSON object {"ok": true} and nothing else.'}]
+
+
+@dataclass(frozen=True)
+class FormatProbe:
+    """How a server took one structured-output format: "json" (answered JSON), "answered" (but not JSON: the format
+    is ignored), "refused" (an error naming the format) or "error" (another failure), with the detail."""
+
+    format: str
+    outcome: str
+    detail: str
+    seconds: float
+
+
+def format_probe(model: str, fmt: str) -> FormatProbe:
+    """One tiny request to `model` in format `fmt`, no retries."""
+    client = openai.OpenAI(base_url=settings.OPENAI_BASE_URL or None, api_key=settings.OPENAI_API_KEY or "not-needed",
+                           timeout=float(settings.LLM_TIMEOUT_SECONDS), max_retries=0)
+    started = time.monotonic()
+    extra = response_format_body(fmt, PROBE_SCHEMA, "probe")
+    try:
+        with client:
+            completion = client.chat.completions.create(
+                model=model, messages=[dict(m) for m in PROBE_MESSAGES],  # type: ignore[misc]
+                max_tokens=24, temperature=0, extra_body=extra or None)
+        text = answer_from_completion(model, completion).text
+    except openai.APIStatusError as exc:
+        outcome = "refused" if extra and is_format_refusal(exc.status_code, str(exc)) else "error"
+        return FormatProbe(fmt, outcome, f"HTTP {exc.status_code}: {' '.join(status_message(exc).split())[:200]}",
+                           time.monotonic() - started)
+    except Exception as exc:
+        return FormatProbe(fmt, "error", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}",
+                           time.monotonic() - started)
+    try:
+        parsed = json.loads(text.strip().removeprefix("<json>").removesuffix("</json>").strip())
+    except ValueError:
+        parsed = None
+    outcome = "json" if isinstance(parsed, dict) else "answered"
+    return FormatProbe(fmt, outcome, " ".join(text.split())[:80], time.monotonic() - started)

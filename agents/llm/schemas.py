@@ -163,6 +163,12 @@ def plan_schema(*, kind: str, goal: str, tools: Sequence[ToolSpec] = (), actions
     return _object(properties)
 
 
+def plan_or_say_schema(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool plan's answer: the plan, or a question for the operator ({"ask": ...}), or why it cannot be done
+    ({"cannot": ...}). The root stays an object (OpenAI's rule); llama.cpp's grammar takes the anyOf."""
+    return {"type": "object", "anyOf": [dict(plan), _object({"ask": STRING}), _object({"cannot": STRING})]}
+
+
 def restate_schema() -> dict[str, Any]:
     return _object(dict.fromkeys(RESTATE_KEYS, STRING))
 

@@ -11,21 +11,33 @@ defaults for models not listed):
   so that prompt and answer fit.
 - `small`: a small model (<= ~3B): no reflection calls (their hints do not help it), the shortest prompts.
 
-A server that refuses the format (an HTTP 400/422 naming `response_format`, `format`, `json_schema` or
-`schema`) is asked again at once without it, and the refusal is remembered for that model by this process
-(in memory: a restart tries the format again, which is what a server upgrade needs).
+A model's settings are found by the name the server reports for it: the key matches the model's name with any
+case, and also any name `/v1/models` lists for it (a server serving one model answers to any name, so its one id is
+an alias; a llama.cpp id such as `models/SmolLM2-135M-Instruct.Q4_1.gguf` also matches `SmolLM2-135M-Instruct`).
+
+Formats are found, not configured: a server that refuses the format (an HTTP 400/422 naming `response_format`,
+`format`, `json_schema` or `schema`, or a 500 whose body is a validation error about it, as llama-cpp-python's
+server answers `json_schema`) is asked again at once in the next format. The finding is remembered per server and
+model in this process and in the cache (settings.CACHES: every process of a scale-out learns it, the usage page
+shows it), logged once, and kept for LLM_FORMAT_MEMORY_SECONDS (a server upgrade is tried again after that).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
+
+logger = logging.getLogger("planner.llm")
 
 FORMATS = ("json_schema", "json_object", "ollama", "off")
 # After a refusal, the next format to try ("json_schema" servers that do not know it often take a schema
@@ -66,9 +78,61 @@ class ModelProfile:
     small: bool = False
 
 
+QUANTIZATION = re.compile(r"[.\-_](q\d[\w]*|iq\d[\w]*|f16|f32|bf16|fp16)$", re.IGNORECASE)
+
+
+def name_forms(name: str) -> set[str]:
+    """The ways one model's name is written: any case, without a folder, without `.gguf` and a quantization."""
+    lowered = name.strip().lower()
+    base = lowered.rsplit("/", 1)[-1]
+    stem = base.removesuffix(".gguf")
+    return {form for form in (lowered, base, stem, QUANTIZATION.sub("", stem)) if form}
+
+
+def model_aliases(model: str) -> list[str]:
+    """The other names the model's server reports for `model` (its provider's `list` in LLM_PROVIDERS: the ids
+    `/v1/models` lists); empty when the provider lists nothing or the server does not answer."""
+    from agents.llm.gateway import imported, provider_name  # the gateway imports this module
+
+    provider = settings.LLM_PROVIDERS.get(provider_name(model), {})
+    if not provider.get("list"):
+        return []
+    served: list[str] = list(imported(provider["list"])())
+    if len(served) == 1:
+        return served  # a one-model server answers whatever name it is asked by
+    forms = name_forms(model)
+    return [name for name in served if name_forms(name) & forms]
+
+
+def model_settings_key(model: str) -> str | None:
+    """The key of LLM_MODEL_SETTINGS that holds `model`'s settings: its exact name, else any spelling of it, else
+    of a name its server reports for it (see the module's docstring); None when none matches."""
+    table: Mapping[str, Any] = getattr(settings, "LLM_MODEL_SETTINGS", {}) or {}
+    if not table:
+        return None
+    if model in table:
+        return model
+    forms = name_forms(model)
+    for key in table:
+        if name_forms(key) & forms:
+            return key
+    for alias in model_aliases(model):
+        alias_forms = name_forms(alias)
+        for key in table:
+            if name_forms(key) & alias_forms:
+                return key
+    return None
+
+
+def model_settings(model: str) -> dict[str, Any]:
+    """`model`'s entry in LLM_MODEL_SETTINGS ({} when none matches)."""
+    key = model_settings_key(model)
+    return {} if key is None else dict(settings.LLM_MODEL_SETTINGS[key] or {})
+
+
 def model_profile(model: str) -> ModelProfile:
     """The settings for `model`: its own entry in LLM_MODEL_SETTINGS over the defaults."""
-    own = dict(getattr(settings, "LLM_MODEL_SETTINGS", {}).get(model) or {})
+    own = model_settings(model)
     fmt = str(own.get("format", getattr(settings, "LLM_FORMAT", "json_schema")))
     return ModelProfile(
         format=fmt if fmt in FORMATS else "off",
@@ -77,37 +141,130 @@ def model_profile(model: str) -> ModelProfile:
     )
 
 
-_refused: dict[str, str] = {}  # model -> the format this process uses for it after a refusal
-_refused_lock = threading.Lock()
+# Formats found: (server, model) -> the format to use after refusals, and the models whose format answered.
+_found: dict[str, str] = {}
+_confirmed: set[str] = set()
+_looked_up: set[str] = set()  # keys already read from the cache by this process
+_found_lock = threading.Lock()
+FOUND_INDEX = "llm-format:index"
+
+
+def format_key(model: str) -> str:
+    """Where a model's finding is kept: its server and its name (any case)."""
+    return f"{getattr(settings, 'OPENAI_BASE_URL', '')}|{model.strip().lower()}"
+
+
+def _cache_key(key: str) -> str:
+    return "llm-format:" + key.replace(" ", "_")[:200]
+
+
+def format_found(model: str) -> dict[str, Any] | None:
+    """What was found about `model`'s formats ({"format", "refused", "reason", "at"}), None when nothing was."""
+    try:
+        found = cache.get(_cache_key(format_key(model)))
+    except Exception:  # the cache away (Redis down): process memory alone
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def format_for(model: str) -> str:
-    """The format to send `model` now: its setting, or what is left after the refusals this process saw."""
-    with _refused_lock:
-        return _refused.get(model) or model_profile(model).format
+    """The format to send `model` now: what earlier refusals left (this process's, or another's through the
+    cache), else its setting."""
+    key = format_key(model)
+    with _found_lock:
+        known = _found.get(key)
+        looked = key in _looked_up
+        _looked_up.add(key)
+    if known:
+        return known
+    if not looked:
+        found = format_found(model)
+        if found and found.get("format") in FORMATS:
+            with _found_lock:
+                _found[key] = str(found["format"])
+            return str(found["format"])
+    return model_profile(model).format
 
 
-def format_refused(model: str, fmt: str) -> str:
-    """Remember that `model`'s server refused `fmt`; returns the format to use instead."""
+def format_confirmed(model: str) -> None:
+    """`model`'s server answered in the format it was sent: no probing of it any more."""
+    with _found_lock:
+        _confirmed.add(format_key(model))
+
+
+def format_is_confirmed(model: str) -> bool:
+    with _found_lock:
+        return format_key(model) in _confirmed
+
+
+def format_refused(model: str, fmt: str, reason: str = "") -> str:
+    """Remember that `model`'s server refused `fmt` (here and in the cache), logged once; the format to use
+    instead."""
     following = FORMAT_FALLBACK.get(fmt, "off")
-    with _refused_lock:
-        _refused[model] = following
+    key = format_key(model)
+    with _found_lock:
+        _found[key] = following
+    earlier = format_found(model) or {}
+    if earlier.get("format") == following:
+        return following  # another process found it first and logged it
+    refused = [*[str(f) for f in earlier.get("refused", []) if f != fmt], fmt]
+    record = {"model": model, "server": getattr(settings, "OPENAI_BASE_URL", ""), "format": following,
+              "refused": refused, "reason": " ".join(reason.split())[:300],
+              "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    logger.warning("model %s refused the %s format (%s): it is sent %s from now on", model, fmt,
+                   record["reason"] or "no reason given", following if following != "off" else "no format")
+    seconds = float(getattr(settings, "LLM_FORMAT_MEMORY_SECONDS", 7 * 24 * 3600)) or None
+    try:
+        cache.set(_cache_key(key), record, seconds)
+        index = [k for k in (cache.get(FOUND_INDEX) or []) if k != key][-99:]
+        cache.set(FOUND_INDEX, [*index, key], seconds)
+    except Exception:  # the cache away: this process still knows
+        logger.warning("the format found for %s could not be shared through the cache", model)
     return following
 
 
-def formats_forget() -> None:
-    """Forget every refusal (tests; a server that was upgraded)."""
-    with _refused_lock:
-        _refused.clear()
+def formats_found() -> list[dict[str, Any]]:
+    """Every finding still kept (the usage page): model, server, format, refused formats, reason, when."""
+    try:
+        keys = list(cache.get(FOUND_INDEX) or [])
+        found = cache.get_many([_cache_key(k) for k in keys])
+    except Exception:
+        return []
+    return [found[_cache_key(k)] for k in keys if isinstance(found.get(_cache_key(k)), dict)]
+
+
+def formats_forget(*, process_only: bool = False) -> None:
+    """Forget every finding, here and in the cache (tests; a server that was upgraded); `process_only`: this
+    process's memory alone (what a fresh process knows)."""
+    with _found_lock:
+        keys = {*_found, *_confirmed, *_looked_up}
+        _found.clear()
+        _confirmed.clear()
+        _looked_up.clear()
+    if process_only:
+        return
+    try:
+        keys |= set(cache.get(FOUND_INDEX) or [])
+        cache.delete_many([_cache_key(k) for k in keys] + [FOUND_INDEX])
+    except Exception:
+        pass
 
 
 REFUSAL_WORDS = ("response_format", "json_schema", "schema", "format", "grammar")
+VALIDATION_WORDS = ("validation error", "input should be", "literal_error", "unsupported", "not supported")
+FORMAT_WORDS = ("response_format", "json_schema", "json_object")
 
 
 def is_format_refusal(status: int, message: str) -> bool:
-    """Whether an HTTP error is the server refusing the response format (not the prompt or the model)."""
+    """Whether an HTTP error is the server refusing the response format (not the prompt or the model): a 400 or
+    422 naming it, or a 500 whose body is a validation error about it (llama-cpp-python's answer to
+    `json_schema`: "Input should be 'text' or 'json_object'")."""
     lowered = message.lower()
-    return status in (400, 422) and any(word in lowered for word in REFUSAL_WORDS)
+    if status in (400, 422):
+        return any(word in lowered for word in REFUSAL_WORDS)
+    if status == 500:
+        return any(word in lowered for word in VALIDATION_WORDS) and any(word in lowered for word in FORMAT_WORDS)
+    return False
 
 
 def response_format_body(fmt: str, schema: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
@@ -140,6 +297,7 @@ class CallOptions:
     stop: tuple[str, ...] = ()
     name: str = "answer"
     extra: dict[str, Any] = field(default_factory=dict)
+    plan_id: int | None = None  # the plan the call is for: its cancel stops the call (agents/llm/limits.py)
 
 
 def call_options(purpose: str, model: str, messages: Sequence[Mapping[str, str]],

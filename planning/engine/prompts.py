@@ -127,7 +127,9 @@ def _rules(kind: str, max_steps: int) -> str:
             '- To repeat a step for every file an earlier file.list step found, give it "forEach": "<that step\'s id>" '
             "and use {item} (the file's full path from the workspace root) in its input. To repeat it n times, give "
             '"repeat": n and use {index} (zero-based; {index:03d} pads it). Never dir.create inside a loop.\n'
-            '- If the goal is too ambiguous to plan, answer <json>{"clarification": "your question"}</json> instead.\n'
+            '- If the goal is too ambiguous to plan, answer <json>{"ask": "your question"}</json> instead.\n'
+            '- If the goal cannot (or must not) be done with these tools, answer <json>{"cannot": "why"}</json> '
+            "instead: never a plan that only looks like it.\n"
             f"- At most {max_steps} steps."
         )
     return (
@@ -269,7 +271,15 @@ COMPACT_TOOL_SYSTEM = "You plan tool calls for a goal as JSON. You never execute
 COMPACT_TOOL_RULES = (
     "Answer with the JSON plan for the GOAL: goal is the GOAL word for word; steps are the tool calls in order, "
     "each with its tool's input keys. Use every file the GOAL names; write only to files the GOAL asks to create "
-    "or change, never to the file it reads. As few steps as the GOAL needs.")
+    "or change, never to the file it reads. As few steps as the GOAL needs, each once. "
+    'Only if the GOAL is unclear: answer {"ask": ...} with the one question about the GOAL you need answered. '
+    'Only if these tools cannot do it: answer {"cannot": ...} saying what is missing.')
+
+
+def compact_tool_lines(tools: Sequence[ToolSpec]) -> str:
+    """All the tools, one short line each: name, input keys, what it does, and whether it changes anything."""
+    return "\n".join(f"- {t.name} {t.schema_text()}: {t.description}{'' if t.risky else ' (read-only)'}"
+                     for t in tools) or "(no tools)"
 
 
 def _prompt_compact(*, kind: str, goal: str, agent_name: str, tools: Sequence[ToolSpec] | None,
@@ -280,16 +290,12 @@ def _prompt_compact(*, kind: str, goal: str, agent_name: str, tools: Sequence[To
     the files, the tools; the goal and what went wrong last come at the end. No CONTEXT line: a small model
     is a real one, and every token of its prompt costs time."""
     if kind == "tool":
-        from planning.engine.meaning import goal_tools
-
         system = COMPACT_TOOL_SYSTEM
         parts = [COMPACT_TOOL_RULES]
         if workspace_files:
             parts.append("FILES: " + ", ".join(workspace_files[:30]))
-        # The tools the goal's words name (its schema offers only those too).
-        by_name = {t.name: t for t in tools or ()}
-        shown = [by_name[name] for name in goal_tools(goal, list(by_name))]
-        parts.append("TOOLS:\n" + "\n".join(f"- {t.name} {t.schema_text()}: {t.description}" for t in shown))
+        # Every tool, one short line each: a goal's words do not say which tools it needs.
+        parts.append("TOOLS:\n" + compact_tool_lines(tools or ()))
     else:
         system = f"You are {agent_name}. You plan 2-6 steps towards a goal as JSON. You never act while planning."
         parts = ["Answer with the JSON plan for the GOAL: goal is the GOAL word for word; 2-6 steps, each a short "

@@ -8,7 +8,9 @@ permission) that the operator should see. `plan_validate` never raises: models w
 from __future__ import annotations
 
 import difflib
+import json
 import math
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
 KINDS = ("tool", "persona")
 TOP_LEVEL_KEYS = (
     "goal", "thinking_summary", "reflection", "ready", "steps", "plan", "risks", "confidence", "clarification",
+    "ask", "cannot",
 )
 # Field -> the names models use for it; the first is the one our prompts ask for.
 TOOL_STEP_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -197,6 +200,7 @@ class ValidationResult:
     problems: list[str]  # non-empty means rejected; each says precisely what is wrong
     flags: list[str]  # accepted, but the operator should know (e.g. a permission the validator raised)
     clarification: str = ""  # seed 003: the planner asks the operator instead of planning
+    cannot: str = ""  # the planner says why the goal cannot be done (with these tools), instead of a plan
     steps_over_limit: int = 0  # seed 003: "too many steps" goes to the operator, not back to the model
 
     @property
@@ -671,12 +675,18 @@ def plan_validate(
     if not isinstance(data, Mapping):
         return ValidationResult(None, [f"plan must be a JSON object, got {_type_name(data)}"], [])
     goal, summary, confidence, risks = _top_level(c, data)
-    question = data.get("clarification")
+    question = data.get("clarification") or data.get("ask")
     raw_list = data.get("steps", data.get("plan"))
     if isinstance(question, str) and question.strip() and not raw_list:
         # Seed 003: an ambiguous intent is a question for the operator, not a guess.
         return ValidationResult(None, [f"the planner asks: {_clip(question.strip(), 500)}"], c.flags,
                                 clarification=question.strip()[:2000])
+    cannot = data.get("cannot")
+    if kind == "tool" and isinstance(cannot, str) and cannot.strip() and not raw_list:
+        # A goal the tools cannot (or must not) do is said so, with why: never a plan that only looks like one.
+        why = " ".join(cannot.split())
+        return ValidationResult(None, [f"the planner says it cannot be done: {_clip(why, 500)}"], c.flags,
+                                cannot=why[:2000])
     if "steps" in data and "plan" in data:
         c.problem("give the steps under 'steps' only (both 'steps' and 'plan' are present)")
     raw_steps = data["steps"] if "steps" in data else data.get("plan")
@@ -711,6 +721,9 @@ def plan_validate(
     if len(steps) == len(raw_steps):
         _check_loops(c, steps)
         _check_dependencies(c, steps)
+    if kind == "tool" and len(steps) == len(raw_steps):
+        for problem in steps_duplicated(steps, registry):
+            c.problem(problem)
     if goal_text and len(steps) == len(raw_steps):
         for problem in _meaning(goal_text, goal, summary, steps, kind, steered):
             c.problem(problem)
@@ -791,6 +804,58 @@ def plan_validate_edit(
     result = plan_validate({"steps": rows}, kind=kind, workspace=workspace, max_steps=max_steps,
                            allowed_actions=allowed_actions, tools=tools)
     return result.problems, result.flags
+
+
+PATH_KEYS = ("path", "to", "output", "paths", "folder", "dir", "directory", "source", "destination")
+
+
+def _step_identity(step: StepSpec) -> str:
+    """What a step does, written one way: its tool, its input (paths normalised, keys sorted) and its loop."""
+    def normal(key: str, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            return posixpath.normpath(text) if key in PATH_KEYS and text else text
+        if isinstance(value, list):
+            return [normal(key, item) for item in value]
+        if isinstance(value, dict):
+            return {k: normal(k, v) for k, v in value.items()}
+        return value
+
+    loop = {k: v for k, v in step.loop.items() if k != "items_from"}
+    return json.dumps([step.tool, normal("", step.input), loop], sort_keys=True, default=str)
+
+
+def steps_duplicated(steps: Sequence[StepSpec], tools: Mapping[str, ToolSpec] | None = None) -> list[str]:
+    """A tool plan's step that repeats an earlier one (the same tool and the same input) without a reason to: a
+    problem naming both, so the model's retry can leave the copy out. A reason to repeat is a check (a tool that
+    changes nothing) after a step that changed something in between; a change repeated is never one (its second
+    run fails or doubles the change: "'backup/data.csv' already exists"), a loop says how often it runs."""
+    registry = TOOLS if tools is None else tools
+
+    def changes(step: StepSpec) -> bool:
+        spec = registry.get(step.tool)
+        return spec.risk_class in ("write", "system") if spec is not None else step.risk == "risky"
+
+    problems: list[str] = []
+    seen: dict[str, int] = {}  # identity -> the position of its latest occurrence
+    for position, step in enumerate(steps, start=1):
+        if not step.tool:
+            continue
+        identity = _step_identity(step)
+        earlier = seen.get(identity)
+        seen[identity] = position
+        if earlier is None:
+            continue
+        if not changes(step) and any(changes(s) for s in steps[earlier:position - 1]):
+            continue  # a check again after a change: the reason to repeat it
+        what = f"{step.tool} with the same input as step {earlier}"
+        if changes(step):
+            problems.append(f"step {position} repeats step {earlier} ({what}): a change is made once; leave the "
+                            "copy out, or give the step 'repeat' if it must run more than once")
+        else:
+            problems.append(f"step {position} repeats step {earlier} ({what}) with nothing changed in between: "
+                            "leave the copy out")
+    return problems
 
 
 # The input naming what a tool step creates or changes (a redirected step moves it elsewhere).

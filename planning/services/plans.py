@@ -4,10 +4,13 @@ each, a PlanEvent, a push after commit."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import transaction
 
+from agents.llm.limits import plan_calls_abort
 from agents.models import Agent
 from agents.tools import MAX_FILE_BYTES, ToolError, workspace_resolve
 from goals.models import Goal
@@ -81,9 +84,12 @@ def plan_cancel(*, plan: Plan, user: User | None, reason: str = "", seen_status:
         raise DecisionError(f"Plan v{plan.version} is now {plan.get_status_display().lower()}, no longer "
                             f"{Plan.Status(seen_status).label.lower() if seen_status in Plan.Status.values else seen_status}; "
                             "look at it again before cancelling. Nothing was changed.")
+    planning = plan.status == Plan.Status.VALIDATING
     plan.status = Plan.Status.CANCELLED
     plan.retry_at = None
     plan.save(update_fields=["status", "retry_at", "updated_at"])
+    if planning:  # its model calls, waiting or in flight in any process, stop now (agents/llm/limits.py)
+        transaction.on_commit(functools.partial(plan_calls_abort, plan.pk))
     if retrying:
         agent_retry_sync(agent_id=plan.agent_id)  # the agent's next automatic retry is another plan's, or none
     unfinished = plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.FAILED,

@@ -281,7 +281,8 @@ def tool_agent_to_plan(settings: object, llm_server: object, monkeypatch: pytest
 
     settings.LLM_MODELS = {"planner": ["planner-model"], "fast": ["fast-model"]}  # type: ignore[attr-defined]
     restate = '<json>{"who": "me", "what": "read notes", "when": "now", "where": "workspace", "why": "asked"}</json>'
-    steps = [{"id": str(i), "tool": "file.list", "intent": f"List the files ({i})", "input": {"path": "."},
+    # Four different steps (the same step four times is refused as a duplicate, issue 52).
+    steps = [{"id": str(i), "tool": "file.list", "intent": f"List the files ({i})", "input": {"path": f"folder{i}"},
               "requiresPermission": False} for i in range(1, 5)]
     plan_text = "<json>" + json.dumps({"goal": "Read the notes", "steps": steps}) + "</json>"
     llm_server.script("fast-model", answer(restate))  # type: ignore[attr-defined]

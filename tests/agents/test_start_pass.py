@@ -167,3 +167,29 @@ def test_a_cycle_that_finds_its_goal_being_planned_says_so_and_plans_nothing(mod
     assert what == f"'{goal.description}' already being planned"
     assert Plan.objects.filter(goal=goal).count() == 1
     assert not LLMCall.objects.exists()
+
+
+def test_a_start_passs_tool_plans_are_an_operators_calls_first_in_line(models: object,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 52: a tool agent's plan, also when a start pass makes it, goes before the personas' waiting calls."""
+    from agents.llm import openai_provider
+    from agents.llm.limits import call_class
+
+    seen: list[bool] = []
+    real = openai_provider.openai_complete
+
+    def spy(**kwargs: object) -> object:
+        seen.append(call_class().operator)
+        return real(**kwargs)  # type: ignore[arg-type]
+
+    from agents.llm.gateway import imported
+
+    monkeypatch.setattr(openai_provider, "openai_complete", spy)
+    imported.cache_clear()  # the provider is looked up again: the spy
+    agents = starting(2)
+    script(models, 2)
+    try:
+        tools_start([a.pk for a in agents], runner="start-pass")
+    finally:
+        imported.cache_clear()
+    assert seen and all(seen)

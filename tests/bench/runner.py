@@ -80,7 +80,8 @@ def runner_processes(server: object) -> Iterator[list[subprocess.Popen[str]]]:
     """RUNNERS `manage.py runagents` processes (the engine's workers) on this database, asking the model
     server; stopped with SIGTERM (their graceful stop) at the end."""
     env = dict(os.environ, OPENAI_BASE_URL=server.base_url, OPENAI_API_KEY="bench",  # type: ignore[attr-defined]
-               PLANNER_MODELS="bench-planner", FAST_MODELS="bench-fast", LOG_LEVEL="WARNING")
+               PLANNER_MODELS="bench-planner", FAST_MODELS="bench-fast", LOG_LEVEL="WARNING",
+               LLM_LOCAL_CONCURRENCY="0")  # the scripted server answers any number at once
     runners = [subprocess.Popen([sys.executable, "manage.py", "runagents", "--runner-id", f"bench-round-{i}"], env=env,
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                 start_new_session=True) for i in range(RUNNERS)]
@@ -214,6 +215,7 @@ def bench_round() -> list[dict]:
                                          else contextlib.nullcontext()) as runners:
         settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY = server.base_url, "bench"
         settings.LLM_MODELS = {"planner": ["bench-planner"], "fast": ["bench-fast"]}
+        settings.LLM_LOCAL_CONCURRENCY = 0  # the scripted server answers any number at once
         try:
             warm_up(server, runners)
             alone = round_seconds(server, 1, "alone", runners)

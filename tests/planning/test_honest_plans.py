@@ -15,6 +15,7 @@ from django.test import Client
 
 from agents.llm.structured import formats_forget
 from agents.models import Agent, LLMCall
+from agents.tools import TOOLS
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict
 from planning.engine.complexity import tool_single_step
 from planning.engine.meaning import goal_files
@@ -211,18 +212,21 @@ def test_a_small_model_gets_the_compact_prompt_a_narrow_schema_and_no_reflection
     assert plan.status == Plan.Status.AWAITING_APPROVAL
     requests = llm_server.requests_for("tiny-planner")
     assert len(requests) == 2  # no restatement, no reflection: two plan calls
-    schema = requests[0].body["response_format"]["schema"]
-    lengths = schema["properties"]["steps"]["anyOf"]  # one, two or three steps, each in its place
+    plan_schema, ask, cannot = requests[0].body["response_format"]["schema"]["anyOf"]  # or a question, or why not
+    assert ask["required"] == ["ask"] and cannot["required"] == ["cannot"]
+    lengths = plan_schema["properties"]["steps"]["anyOf"]  # one, two or three steps, each in its place
     assert [len(one["prefixItems"]) for one in lengths] == [1, 2, 3]
     second = lengths[1]["prefixItems"][1]["anyOf"]
-    assert [c["properties"]["tool"]["const"] for c in second] == ["file.count"]
-    assert second[0]["properties"]["id"] == {"type": "string", "const": "2"}
-    assert second[0]["properties"]["dependsOn"]["items"]["enum"] == ["1"]
-    count_input = second[0]["properties"]["input"]["properties"]
+    # Every tool (issue 52: a goal's words do not say which tools it needs), each with its paths narrowed.
+    assert [c["properties"]["tool"]["const"] for c in second] == list(TOOLS)
+    count = next(c for c in second if c["properties"]["tool"]["const"] == "file.count")
+    assert count["properties"]["id"] == {"type": "string", "const": "2"}
+    assert count["properties"]["dependsOn"]["items"]["enum"] == ["1"]
+    count_input = count["properties"]["input"]["properties"]
     # file.count works from the goal's input and writes the file the goal names.
     assert count_input["path"]["enum"] == ["data.csv"] and count_input["output"]["enum"] == ["count.txt"]
     prompt = requests[0].messages[-1]["content"]
-    assert "TEMPLATE" not in prompt and "- file.count" in prompt and "- file.write" not in prompt
+    assert "TEMPLATE" not in prompt and "- file.count" in prompt and "- file.write" in prompt
     assert "no JSON plan in the answer" in requests[1].messages[-1]["content"]
 
 

@@ -69,7 +69,7 @@ def test_plan_validate_rejection_has_no_plan_and_every_reason() -> None:
 
 
 def test_plan_validate_max_steps_is_configurable() -> None:
-    steps = [tool_step(str(i), "file.list", {}, False) for i in range(1, 5)]
+    steps = [tool_step(str(i), "file.list", {"path": f"folder{i}"}, False) for i in range(1, 5)]  # 4 distinct steps
     assert plan_validate({"steps": steps}, kind="tool", max_steps=4).ok
     assert plan_validate({"steps": steps}, kind="tool", max_steps=3).problems == ["too many steps: 4 > 3"]
 

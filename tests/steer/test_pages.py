@@ -218,7 +218,7 @@ def test_usage_query_count_with_a_thousand_calls(viewer_client: Client, django_a
         LLMCall(agent=agents[i % 5], purpose="plan", model=f"m{i % 3}", tokens_in=10, tokens_out=2, latency_ms=50)
         for i in range(1000)
     ])
-    with django_assert_max_num_queries(14):
+    with django_assert_max_num_queries(15):  # 14, and one for the plans by planner (issue 52)
         response = viewer_client.get(reverse("usage"))
     assert "<b>1000</b> calls" in response.content.decode()
 

@@ -1,0 +1,149 @@
+"""A model server shared fairly (issue 52), against a slow one-at-a-time server: at most `concurrency` calls at once
+(default 1 for a server on this machine) across threads and event loops, an operator's call before the background
+ones waiting, a background call that would wait longer than it may handed to the rules, and a cancelled plan's call
+stopped at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from agents.llm.gateway import LLMError, llm_complete
+from agents.llm.limits import ModelBusy, calls_for, model_concurrency, plan_calls_abort
+from agents.llm.openai_provider import openai_complete
+from agents.models import LLMCall
+from tests.llm_server import LLMTestServer, answer
+
+
+@pytest.fixture
+def one_slot(settings: Any) -> Iterator[LLMTestServer]:
+    """llama-cpp-python's server as it is: one request at a time, the others queue in it."""
+    with LLMTestServer(slots=1) as server:
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = ""
+        settings.LLM_TIMEOUT_SECONDS = 10
+        settings.LLM_MAX_RETRIES = 0
+        settings.LLM_LOCAL_CONCURRENCY = 1  # the default (tests/conftest.py lifts it for the scripted server)
+        settings.LLM_MODEL_SETTINGS = {}
+        yield server
+
+
+def said(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def test_a_local_server_gets_one_call_at_a_time_unless_its_settings_say(settings: Any) -> None:
+    settings.LLM_LOCAL_CONCURRENCY = 1
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:8080/v1"
+    assert model_concurrency("SmolLM2-135M-Instruct") == 1
+    settings.OPENAI_BASE_URL = "http://localhost:11434/v1"
+    assert model_concurrency("qwen2.5:7b") == 1
+    settings.LLM_MODEL_SETTINGS = {"qwen2.5:7b": {"concurrency": 4}}
+    assert model_concurrency("QWEN2.5:7B") == 4
+    settings.OPENAI_BASE_URL = "https://api.openai.com/v1"
+    assert model_concurrency("gpt-4o-mini") == settings.LLM_CONCURRENCY_PER_MODEL
+
+
+def test_calls_from_many_threads_reach_a_one_slot_server_one_at_a_time(one_slot: LLMTestServer) -> None:
+    one_slot.script("smol", *[answer(f"answer {i}", delay=0.15) for i in range(4)])
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda i: openai_complete(model="smol", messages=said(f"call {i}")).text, range(4)))
+    assert sorted(answers) == [f"answer {i}" for i in range(4)]
+    assert one_slot.max_in_flight == 1
+
+
+def test_an_operators_call_goes_before_the_persona_calls_already_waiting(one_slot: LLMTestServer) -> None:
+    one_slot.script("smol", *[answer("ok", delay=0.5)] + [answer("ok", delay=0.05) for _ in range(3)])
+    order: list[str] = []
+    lock = threading.Lock()
+
+    def call(who: str, *, operator: bool) -> None:
+        with calls_for(operator=operator):
+            openai_complete(model="smol", messages=said(who))
+        with lock:
+            order.append(who)
+
+    threads = [threading.Thread(target=call, args=("persona 1",), kwargs={"operator": False})]
+    threads[0].start()
+    time.sleep(0.15)  # persona 1 holds the one slot
+    for who in ("persona 2", "persona 3"):
+        threads.append(threading.Thread(target=call, args=(who,), kwargs={"operator": False}))
+        threads[-1].start()
+    time.sleep(0.15)  # both wait
+    threads.append(threading.Thread(target=call, args=("operator",), kwargs={"operator": True}))
+    threads[-1].start()
+    for thread in threads:
+        thread.join(timeout=10)
+    served = [r.messages[0]["content"] for r in one_slot.requests]
+    assert served[:2] == ["persona 1", "operator"], served
+    assert order[1] == "operator"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_persona_call_that_would_wait_past_its_cycle_is_handed_to_the_rules_and_says_so(
+        one_slot: LLMTestServer) -> None:
+    one_slot.script("smol", answer("long answer", delay=1.5))
+    busy = threading.Thread(target=lambda: openai_complete(model="smol", messages=said("operator's plan")))
+    busy.start()
+    time.sleep(0.2)
+    started = time.monotonic()
+    with calls_for(wait_limit=0.3), pytest.raises(LLMError) as failed:  # a persona with a 0.3 s cycle
+        llm_complete(purpose="decide", messages=said("what next?"), models=["smol"])
+    waited = time.monotonic() - started
+    busy.join(timeout=5)
+    assert waited < 1.0  # not the 1.3 s the operator's call still had to run
+    assert "ModelBusy" in str(failed.value) and "the rules decide instead" in str(failed.value)
+    call = LLMCall.objects.get(purpose="decide")
+    assert call.error.startswith("ModelBusy:") and "0.3 s" in call.error
+    assert len(one_slot.requests) == 1  # the persona's call never reached the server
+
+
+def test_model_busy_is_raised_by_the_provider_itself(one_slot: LLMTestServer) -> None:
+    one_slot.script("smol", answer("slow", delay=0.8))
+    busy = threading.Thread(target=lambda: openai_complete(model="smol", messages=said("first")))
+    busy.start()
+    time.sleep(0.15)
+    with calls_for(wait_limit=0.1), pytest.raises(ModelBusy):
+        openai_complete(model="smol", messages=said("second"))
+    busy.join(timeout=5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_plans_call_in_flight_stops_at_once(one_slot: LLMTestServer, settings: Any) -> None:
+    from tests.factories import PlanFactory
+
+    settings.LLM_ABORT_POLL_SECONDS = 0.05
+    plan = PlanFactory()
+    one_slot.script("smol", answer("a long plan", delay=5), answer("next", delay=0.05))
+    threading.Timer(0.3, plan_calls_abort, args=(plan.pk,)).start()
+    started = time.monotonic()
+    with pytest.raises(LLMError, match="CallAborted"):
+        llm_complete(purpose="plan", messages=said("plan it"), models=["smol", "other-model"], plan_id=plan.pk)
+    assert time.monotonic() - started < 1.5
+    assert [r.model for r in one_slot.requests] == ["smol"]  # no other model asked for a cancelled plan
+    # Our side of the slot is free at once: the next call goes out without waiting for the aborted one's 5 s (the
+    # server may still be computing the abandoned answer, as llama.cpp does).
+    following = threading.Thread(target=lambda: openai_complete(model="smol", messages=said("next")))
+    following.start()
+    time.sleep(0.3)
+    assert [r.messages[0]["content"] for r in one_slot.requests] == ["plan it", "next"]
+    one_slot.released.set()
+    following.join(timeout=5)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_plan_while_it_is_planned_marks_its_calls_to_stop() -> None:
+    from agents.llm.limits import plan_calls_aborted
+    from planning.models import Plan
+    from planning.services import plan_cancel
+    from tests.factories import PlanFactory
+
+    plan = PlanFactory(status=Plan.Status.VALIDATING)
+    assert not plan_calls_aborted(plan.pk)
+    plan_cancel(plan=plan, user=None, actor_label="operator olga")
+    assert plan_calls_aborted(plan.pk)
