@@ -145,9 +145,7 @@ def example_settings(path: Path) -> dict[str, Any]:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("doc", [
-    "docs/models.md",
-    pytest.param("README.md", marks=pytest.mark.xfail(
-        strict=True, reason="README's example is keyed smollm2-135m; docs/models.md has the corrected one")),
+    "docs/models.md", "docs/llm.md", "README.md",
 ])
 @pytest.mark.parametrize("listed", [["/models/SmolLM2-135M-Instruct.Q4_1.gguf"], ["SmolLM2-135M-Instruct"]])
 def test_the_documented_example_applies_to_smollm2_as_the_docs_serve_it(
