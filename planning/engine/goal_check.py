@@ -192,6 +192,17 @@ def _written(step: StepView) -> list[str]:
     return targets
 
 
+# Actions a planner may do itself, writing what it made into the goal's output ("write a short summary of
+# notes.txt into summary.md" as a file.write of the summary): the outcome check then reads the file.
+AUTHORED = frozenset({"summarize"})
+
+
+def _authored(action: str, step: StepView, outputs: Sequence[str], tools: Mapping[str, frozenset[str]]) -> bool:
+    content = step.input.get("content") if isinstance(step.input, Mapping) else None
+    return (action in AUTHORED and "write" in tools.get(step.tool, frozenset()) and isinstance(content, str)
+            and bool(content.strip()) and any(_same(output, path) for output in outputs for path in _written(step)))
+
+
 def plan_goal_problems(goal: str, steps: Sequence[StepView], tools: Mapping[str, frozenset[str]]) -> list[str]:
     """Why the plan cannot reach `goal` (empty: it can, as far as its tools tell). `steps`: the plan's steps
     numbered as the plan page shows them; `tools`: tool name -> what it can do."""
@@ -204,7 +215,8 @@ def plan_goal_problems(goal: str, steps: Sequence[StepView], tools: Mapping[str,
     for action in needs.actions:
         if action not in DOING:
             continue
-        if not any(action in tools.get(step.tool, frozenset()) for step in steps):
+        if not any(action in tools.get(step.tool, frozenset()) or _authored(action, step, needs.outputs, tools)
+                   for step in steps):
             able = sorted(name for name, verbs in tools.items() if action in verbs)
             hint = f"; use {' or '.join(able)}" if able else ""
             problems.append(f"the goal asks to {DOING[action]}, but no step does{hint}")

@@ -189,9 +189,10 @@ def test_an_open_plan_of_a_goal_no_longer_active_reads_that_goal(persona: Agent)
 
 
 def test_a_tool_agents_waiting_cycle_reads_its_row_and_open_plans_once() -> None:
-    """A tool agent whose plan awaits approval: its cycle reads its row and its open plans (which also finds
-    planning a dead cycle left "validating") and counts the cycle: three statements, no separate read for
-    interrupted planning (round_100_agents)."""
+    """A tool agent whose plan awaits approval: its cycle reads its row, its open plans (which also finds
+    planning a dead cycle left "validating") and its active goals (a goal given while a plan waits is planned at
+    once, docs/operator-decisions.md) and counts the cycle: four statements, no separate read for interrupted
+    planning (round_100_agents)."""
     from agents.runtime.cycles import cycle_run
 
     agent = AgentFactory(kind=Agent.Kind.TOOL)
@@ -200,7 +201,7 @@ def test_a_tool_agents_waiting_cycle_reads_its_row_and_open_plans_once() -> None
         what = cycle_run(agent.pk, "runner r/1", Agent.Kind.TOOL)
     assert what == "waiting: plan awaiting approval"
     statements = [q["sql"] for q in queries.captured_queries]
-    assert len(statements) == 3, statements
+    assert len(statements) == 4, statements
 
 
 def test_a_tool_agents_cycle_fails_the_planning_a_dead_cycle_left_then_plans_again() -> None:

@@ -261,7 +261,7 @@ def test_inbox_card_shows_tools_inputs_and_planner_and_binds_the_approval(operat
 def test_plan_page_shows_planned_by_rules_and_refuses_a_stale_approval(operator: Any, operator_client: Client) -> None:
     agent = tool_agent()
     plan = plan_generate(agent=agent, goal_text="Read data.csv")  # the one-step rule shortcut: no model
-    assert plan.model == "" and plan.status == Plan.Status.AWAITING_APPROVAL
+    assert plan.planned_by == "rules" and plan.status == Plan.Status.AWAITING_APPROVAL
     page = operator_client.get(plan.get_absolute_url()).content.decode()
     assert "planned by: <code>rules</code>" in page
     assert "tool <code>file.read</code> input <code>path=&quot;data.csv&quot;</code>" in page

@@ -40,7 +40,7 @@ def test_a_rules_plan_names_the_rules_as_its_planner_on_the_plan_and_usage_pages
     assert plan.status == Plan.Status.AWAITING_APPROVAL and plan.model == "rules"
     assert not small.requests  # no model was asked
     page = viewer_client.get(plan.get_absolute_url()).content.decode()
-    assert "planned by the rules (one step, no model call)" in page
+    assert "planned by: <code>rules</code>" in page
     usage = viewer_client.get("/usage/").content.decode()
     planners = usage[usage.index('id="usage-planners"'):]
     planners = planners[:planners.index("</section>")]

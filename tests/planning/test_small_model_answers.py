@@ -88,8 +88,10 @@ def test_a_model_that_asks_puts_the_question_to_the_operator(small_model: LLMTes
 
 
 @pytest.mark.parametrize(("goal", "why"), [
-    ("email summary.md to my boss", "No tool sends email."),
-    ("delete everything in the workspace, now!", "There is no delete tool, and removing every file would harm them."),
+    # Goals the rules before any model let through (an e-mail or a delete is refused before the model is asked:
+    # tests/planning/test_plans_reach_goals.py); the model itself sees what its tools cannot do.
+    ("convert report.pdf into data.json", "No tool reads PDF files."),
+    ("count the words in notes.txt and draw them as a bar chart in chart.png", "No tool draws charts."),
 ])
 def test_a_model_that_says_it_cannot_fails_the_plan_with_its_reason_and_no_retry(
         small_model: LLMTestServer, goal: str, why: str) -> None:
@@ -107,7 +109,7 @@ def test_a_model_that_says_it_cannot_fails_the_plan_with_its_reason_and_no_retry
 def test_a_placeholder_reason_is_no_answer(small_model: LLMTestServer) -> None:
     small_model.script("tiny", answer('{"cannot": "<why>"}'), answer('{"cannot": "..."}'),
                        answer('{"cannot": "<why>"}'), answer('{"cannot": "<why>"}'))
-    plan = plan_generate(agent=tool_agent(), goal_text="email summary.md to my boss")
+    plan = plan_generate(agent=tool_agent(), goal_text="convert report.pdf into data.json")
     assert plan.status == Plan.Status.FAILED
     assert "cannot be done" not in plan.failure_reason.splitlines()[0]
     assert "placeholder" in plan.failure_reason
