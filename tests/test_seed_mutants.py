@@ -14,9 +14,24 @@ from django.utils import timezone
 
 from agents.cycle import agent_cycle
 from agents.models import Agent, Experience, Need
-from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for, goal_plannable
-from agents.world import ACTIONS
-from goals.system import MILESTONE_CHECK_THRESHOLD, GoalState, goal_after_experience
+from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for, goal_plannable, routine_keeps
+from agents.world import (
+    ACTIONS,
+    URGENT_BELOW,
+    ActionOutcome,
+    action_apply,
+    action_choose,
+    action_lesson,
+    action_needs_permission,
+    relief_action,
+)
+from goals.system import (
+    MILESTONE_CHECK_THRESHOLD,
+    GoalState,
+    goal_after_experience,
+    goal_horizon_placed,
+    goal_stats,
+)
 from planning.engine.parse import plan_parse
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import plan_validate
@@ -211,3 +226,60 @@ def test_a_model_gets_three_attempts_before_the_simpler_request(planner_model: L
     assert plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED).count() == 2
     assert "accepted from a simpler request after rejected answers" not in (
         plan.events.get(kind=PlanEvent.Kind.VALIDATED).detail["flags"])
+
+
+# -- seed 001: survivors of `make mutate` on goals/system.py ---------------------------------------------------
+
+
+def test_a_goal_of_a_horizon_the_seeds_do_not_know_is_placed_nowhere() -> None:
+    """A goal "for someday" has no share of the horizon mix and no nearest horizon: it is placed nowhere, neither
+    a crash nor a made-up horizon (goals_create also skips a horizon it does not know before asking)."""
+    assert goal_horizon_placed(horizon="someday", active={}) is None
+    assert goal_horizon_placed(horizon="someday", active={"someday": 0, "short_term": 0}) is None
+    assert goal_horizon_placed(horizon="mid_term", active={}) == "mid_term"
+
+
+def test_goal_stats_mean_progress_keeps_four_places() -> None:
+    stats = goal_stats([("active", "short_term", 0.123456, 0, 0), ("completed", "mid_term", 1.0, 2, 0)])
+    assert stats.mean_progress == 0.1235
+
+
+# -- seed 000: survivors of `make mutate` on agents/world.py and agents/persona.py -------------------------------
+
+
+def test_a_hungry_person_without_a_plan_eats_with_money_and_cooks_without() -> None:
+    """Hunger is relieved by eating out only when the money is there (the urgent path), and without a plan step
+    the lowest need below half is relieved the same way."""
+    fed = {"hunger": 0.3, "money": 0.5, "energy": 0.9}
+    assert action_choose(suggested=None, needs=fed) == ("eat", "no plan step; hunger is lowest")
+    assert action_choose(suggested="work", needs={"hunger": 0.1, "money": 0.05}) == ("cook", "hunger is urgent (10%)")
+    assert relief_action("hunger", {"hunger": URGENT_BELOW - 0.05, "money": 0.5}) == "eat"
+    assert relief_action("hunger", {"hunger": URGENT_BELOW - 0.05, "money": 0.0}) == "cook"
+    assert relief_action("energy", {"energy": 0.0, "money": 0.0}) == "sleep"
+
+
+def test_buying_food_and_meeting_a_friend_wait_for_an_operators_yes() -> None:
+    assert [a for a in ACTIONS if action_needs_permission(a)] == ["buy food", "meet friend"]
+    assert not action_needs_permission("fly to the moon")
+
+
+def test_a_failed_action_names_itself_and_teaches_only_below_its_requirement() -> None:
+    assert action_apply("eat", {"hunger": 0.2, "money": 0.05}) == ActionOutcome(
+        "eat", False, {}, "could not eat: not enough money")
+    assert action_lesson("eat", {"money": 0.1}) is None  # exactly the requirement: eating works, nothing to learn
+    assert action_apply("eat", {"hunger": 0.2, "money": 0.1}).succeeded
+    assert action_lesson("eat", {"money": 0.09}) == "To eat I need money at 10% or more."
+    assert action_lesson("eat", {"hunger": 0.2}) is None  # a person without money as a need is never short of it
+
+
+def test_a_routine_leaves_out_work_only_while_money_is_plentiful() -> None:
+    work = ACTIONS["work"].effects
+    assert not routine_keeps(effects=work, source_needs=["hunger"], needs={"money": 0.8}, fine_above=0.8)
+    assert routine_keeps(effects=work, source_needs=["hunger"], needs={"money": 0.79}, fine_above=0.8)
+    assert routine_keeps(effects=work, source_needs=["money"], needs={"money": 0.95}, fine_above=0.8)
+    assert routine_keeps(effects=ACTIONS["eat"].effects, source_needs=["hunger"], needs={"hunger": 0.9,
+                         "energy": 0.9, "money": 0.9}, fine_above=0.8)
+    assert routine_keeps(effects=ACTIONS["idle"].effects, source_needs=["fun"], needs={"fun": 0.9}, fine_above=0.8)
+    assert routine_keeps(effects={"energy": -0.1}, source_needs=["fun"], needs={}, fine_above=0.8)
+    assert not routine_keeps(effects=ACTIONS["call a friend"].effects, source_needs=["hunger"], needs={},
+                             fine_above=0.8)  # a need the person does not have counts as fine
