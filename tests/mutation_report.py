@@ -26,7 +26,8 @@ MUTANTS = ROOT / "mutants"
 REPORT = ROOT / "var" / "mutation-report.md"
 
 # "`pkg/module.py` `name`, `other`" as in tests/test_seeds_doc.py; a bare "module.py" is one of the apps'
-CODE_REF = re.compile(r"`([\w/]+\.py)`((?:,? `[\w.]+`)+)")
+# (a name may carry its arguments: `goal_after_experience(bonus=)`)
+CODE_REF = re.compile(r"`([\w/]+\.py)`((?:,? `[\w.]+(?:\([^`]*\))?`)+)")
 # goals.system.x_goal_decay__mutmut_3, or a method: planning.engine.validate.xǁ_CheckerǁText__mutmut_2
 MUTANT = re.compile(r"^(?P<module>[\w.]+)\.x(?:ǁ(?P<cls>\w+)ǁ|_)(?P<func>\w+?)__mutmut_(?P<n>\d+)$")
 # mutmut's exit codes, as mutmut/stats.py reads them
@@ -56,7 +57,7 @@ def rows_read() -> list[Row]:
         if len(cells) != 4 or cells[0] in ("seed", "---"):
             continue
         cited = {(module, name) for module, names in CODE_REF.findall(cells[2])
-                 for name in re.findall(r"`([\w.]+)`", names)}
+                 for name in re.findall(r"`([\w.]+)(?:\([^`]*\))?`", names)}
         rows.append(Row(seed=cells[0], rule=cells[1], cited={(m, n.split(".")[0]) for m, n in cited}))
     return rows
 
