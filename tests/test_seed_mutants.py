@@ -283,3 +283,16 @@ def test_a_routine_leaves_out_work_only_while_money_is_plentiful() -> None:
     assert routine_keeps(effects={"energy": -0.1}, source_needs=["fun"], needs={}, fine_above=0.8)
     assert not routine_keeps(effects=ACTIONS["call a friend"].effects, source_needs=["hunger"], needs={},
                              fine_above=0.8)  # a need the person does not have counts as fine
+
+
+# -- seed 004: survivors of `make mutate` on planning/engine/schedule.py -----------------------------------------
+
+
+def test_a_step_waiting_on_later_steps_is_not_blocked_while_they_can_finish() -> None:
+    """Dependencies may name later steps (only unknown ones, a step itself and cycles are refused): a step whose
+    dependency waits on a step further down is not declared blocked while that one runs, and is once it fails."""
+    chain = [("1", "pending", ["2"]), ("2", "pending", ["3"]), ("3", "running", [])]
+    assert steps_blocked(chain) == []
+    assert steps_runnable(chain, limit=3) == []
+    assert steps_blocked([("1", "pending", ["2"]), ("2", "pending", ["3"]), ("3", "failed", [])]) == ["1", "2"]
+    assert steps_runnable([("1", "pending", ["2"]), ("2", "pending", ["3"]), ("3", "completed", [])]) == ["2"]
