@@ -296,3 +296,13 @@ def test_a_step_waiting_on_later_steps_is_not_blocked_while_they_can_finish() ->
     assert steps_runnable(chain, limit=3) == []
     assert steps_blocked([("1", "pending", ["2"]), ("2", "pending", ["3"]), ("3", "failed", [])]) == ["1", "2"]
     assert steps_runnable([("1", "pending", ["2"]), ("2", "pending", ["3"]), ("3", "completed", [])]) == ["2"]
+
+
+# -- seed 004: survivors of `make mutate` on planning/engine/parse.py --------------------------------------------
+
+
+def test_a_list_answer_keeps_each_lines_words_but_a_trailing_colon() -> None:
+    parsed = plan_parse("Steps:\n1. **Read the report:**\n2. Export it as XLSX\n- go to the store\n")
+    assert parsed.method == "text_list" and parsed.repaired == []
+    assert parsed.data["steps"] == [{"description": "Read the report"}, {"description": "Export it as XLSX"},
+                                    {"description": "go to the store"}]
