@@ -16,7 +16,7 @@ url_validate = URLValidator(schemes=["http", "https"])
 
 
 class ChannelForm(forms.Form):
-    kind = forms.ChoiceField(label="Channel", choices=Channel.Kind.choices)
+    kind = forms.ChoiceField(label="Channel", choices=[c for c in Channel.Kind.choices if c[0] != Channel.Kind.SLACK_APP])
     target = TextField(label="URL or e-mail address", max_length=500, strip=True,
                        widget=forms.TextInput(attrs={"placeholder": "https://example.com/hook or you@example.com"}))
 

@@ -117,6 +117,10 @@ def delivery_send(delivery: Delivery, *, attempt: int) -> SendResult:
     channel = delivery.channel
     if channel.kind == Channel.Kind.EMAIL:
         return mail_send(delivery)
+    if channel.kind == Channel.Kind.SLACK_APP:
+        from notifications.slack_app import message_post
+
+        return message_post(delivery)
     if channel.kind == Channel.Kind.SLACK:
         body = json.dumps(slack_body(delivery.notification.payload)).encode()
         return http_post(channel.target, body, {})

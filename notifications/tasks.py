@@ -86,8 +86,10 @@ def dispatch_job(timestamp: int) -> int:
     """New events → notifications → one delivery job each; and a job again for due deliveries that lost theirs."""
     from notifications.selectors import deliveries_due
     from notifications.services import notifications_dispatch
+    from notifications.slack_app import messages_refresh
 
     try:
+        messages_refresh()
         created = notifications_dispatch()
         for delivery_id in created:
             delivery_defer(delivery_id)

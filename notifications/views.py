@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
@@ -36,8 +37,17 @@ def settings_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
         "subscription_form": SubscriptionForm(prefix="new"),
         "recent": selectors.notifications_recent(user.pk),
         "kinds": dict(Channel.Kind.choices),
+        **slack_context(request),
         **extra,
     }
+
+
+def slack_context(request: HttpRequest) -> dict[str, Any]:
+    from notifications.forms_slack import SlackAppChannelForm
+    from notifications.models import SlackAccount
+
+    return {"slack_form": SlackAppChannelForm(), "slack_accounts": list(SlackAccount.objects.filter(user=owner(request))),
+            "slack_interactivity_url": settings.PLANNER_BASE_URL + reverse("notify-slack-interactions")}
 
 
 def settings_answer(request: HttpRequest, note: str, *, ok: bool, status: int = 200, **extra: Any) -> HttpResponse:
