@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from planner_site.formfields import TextField
 
-SLACK_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,39}$")
+SLACK_CHANNEL_ID = re.compile(r"^[CGD](?=[A-Z0-9]*[0-9])[A-Z0-9]{6,39}$")  # e.g. C0123456789
 
 
 class SlackAppChannelForm(forms.Form):

@@ -276,7 +276,7 @@ def channel_add(*, user: User, target: str, bot_token: str, signing_secret: str)
 
 
 def code_hash(code: str) -> str:
-    return hashlib.sha256("".join(code.split()).upper().encode()).hexdigest()
+    return hashlib.sha256("".join(c for c in code.upper() if c.isalnum()).encode()).hexdigest()
 
 
 @transaction.atomic

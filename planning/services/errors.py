@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from planning.models import Plan, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep
+
+STEP_DECISIONS = {PlanEvent.Kind.STEP_APPROVED: "approved", PlanEvent.Kind.STEP_DECLINED: "declined",
+                  PlanEvent.Kind.STEP_SKIPPED: "skipped"}
+
+
+def step_decided_by(step: PlanStep) -> str:
+    """Who decided a step that no longer waits, and when ("approved by nadia at 07:02 UTC"), or "" if unknown."""
+    if step.pk is None:
+        return ""
+    event = PlanEvent.objects.filter(step_id=step.pk, kind__in=list(STEP_DECISIONS)).order_by("-pk").first()
+    if event is None:
+        return ""
+    return f"{STEP_DECISIONS[event.kind]} by {event.actor_label} at {event.created_at:%H:%M:%S} UTC"
 
 
 class DecisionError(Exception):
@@ -11,9 +24,11 @@ class DecisionError(Exception):
 
 class StepNotAwaitingApproval(DecisionError):
     def __init__(self, step: PlanStep) -> None:
+        decided = step_decided_by(step)
         super().__init__(
-            f"Step {step.key} is no longer awaiting approval (it is {step.get_status_display().lower()}); "
-            "someone else may have decided it already. Nothing was changed."
+            f"Step {step.key} is no longer awaiting approval (it is {step.get_status_display().lower()}"
+            + (f": {decided}). Nothing was changed." if decided
+               else "); someone else may have decided it already. Nothing was changed.")
         )
 
 

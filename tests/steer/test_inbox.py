@@ -107,7 +107,9 @@ def test_second_decision_on_the_same_step_is_refused_with_a_reason(operator_clie
     assert operator_client.post(url, HTTP_HX_REQUEST="true").status_code == 200
     response = operator_client.post(url, HTTP_HX_REQUEST="true")
     assert response.status_code == 409
-    assert "someone else may have decided it already. Nothing was changed." in response.content.decode()
+    who = PlanEvent.objects.get(kind=PlanEvent.Kind.STEP_APPROVED).actor_label
+    assert f"(it is pending: approved by {who} at " in response.content.decode()  # told who won
+    assert "Nothing was changed." in response.content.decode()
     assert PlanEvent.objects.filter(kind=PlanEvent.Kind.STEP_APPROVED).count() == 1
 
 
