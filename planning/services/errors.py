@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from planning.models import Plan, PlanEvent, PlanStep
 
-STEP_DECISIONS = {PlanEvent.Kind.STEP_APPROVED: "approved", PlanEvent.Kind.STEP_DECLINED: "declined",
+STEP_DECISIONS: dict[str, str] = {PlanEvent.Kind.STEP_APPROVED: "approved", PlanEvent.Kind.STEP_DECLINED: "declined",
                   PlanEvent.Kind.STEP_SKIPPED: "skipped"}
 
 
