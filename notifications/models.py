@@ -227,3 +227,15 @@ class SlackConnectCode(models.Model):
 
     def __str__(self) -> str:
         return f"Slack connect code of {self.user}"
+
+
+class ConfirmLinkUse(models.Model):
+    """An e-mail's Approve or Decline link, used: its nonce (a link decides once)."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=10)
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"link {self.nonce[:8]}… used to {self.action}"

@@ -99,7 +99,8 @@ def mail_send(delivery: Delivery) -> SendResult:
     payload = delivery.notification.payload
     lines = [payload["title"], "", payload.get("text", ""), "", f"Open: {payload['link']}"]
     if payload.get("approve_link"):
-        lines += [f"Approve: {payload['approve_link']}", f"Decline: {payload['decline_link']}"]
+        lines += [f"Approve: {payload.get('confirm_approve_link') or payload['approve_link']}",
+                  f"Decline: {payload.get('confirm_decline_link') or payload['decline_link']}"]
     lines += ["", "You get this because of your notification settings: " + payload.get("settings_link", "")]
     message = EmailMessage(subject=payload["title"][:150], body="\n".join(lines), to=[delivery.channel.target])
     started = time.monotonic()

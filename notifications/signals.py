@@ -29,7 +29,7 @@ def event_nudge(sender: type[PlanEvent], instance: PlanEvent, created: bool, **k
 def decision_closes_slack_messages(sender: type[PlanEvent], instance: PlanEvent, created: bool, **kwargs: Any) -> None:
     """A decision, made anywhere (the web, the API, a policy, Slack): once it commits, its Slack messages are
     marked with who decided, and the notifier updates them in Slack."""
-    from notifications.slack_app import CLOSING_KINDS
+    from notifications.deciding import CLOSING_KINDS
 
     if created and instance.kind in CLOSING_KINDS and instance.plan_id is not None:
         event_id = instance.pk

@@ -14,21 +14,20 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from notifications.deciding import STEP_OUTCOMES, item_decide, item_outcome
 from notifications.links import link_make
 from notifications.models import Channel, Delivery, SlackAccount, SlackConnectCode, SlackMessage, Trigger
 from notifications.senders import EXCERPT_CHARS, SendResult, slack_escape
-from planner_site.roles import user_can_decide
 from planning import services as planning
 from planning.models import Plan, PlanEvent, PlanStep
 
@@ -37,13 +36,6 @@ logger = logging.getLogger("planner.notifications")
 DECIDABLE = (Trigger.WAITING, Trigger.URGENT, Trigger.ESCALATED, Trigger.QUESTION)
 STEPS_SHOWN = 20
 INPUT_CHARS = 1500
-# The decisions that close a message, and what each one says.
-STEP_OUTCOMES: dict[str, str] = {PlanEvent.Kind.STEP_APPROVED: "Approved", PlanEvent.Kind.STEP_DECLINED: "Declined",
-                 PlanEvent.Kind.STEP_SKIPPED: "Skipped", PlanEvent.Kind.STEP_EDITED: "Edited"}
-PLAN_OUTCOMES: dict[str, str] = {PlanEvent.Kind.PLAN_APPROVED: "Approved", PlanEvent.Kind.PLAN_CANCELLED: "Cancelled",
-                 PlanEvent.Kind.REPLAN_REQUESTED: "Sent back to be replanned", PlanEvent.Kind.CLARIFIED: "Answered",
-                 PlanEvent.Kind.PLAN_EDITED: "Edited"}
-CLOSING_KINDS = frozenset(STEP_OUTCOMES) | frozenset(PLAN_OUTCOMES)
 
 
 def client(channel: Channel) -> WebClient:
@@ -118,42 +110,9 @@ def message_blocks(*, kind: str, plan: Plan, step: PlanStep | None, title: str, 
     return blocks
 
 
-def item_waiting(kind: str, plan: Plan, step: PlanStep | None) -> bool:
-    if kind == "question":
-        return plan.status == Plan.Status.CLARIFYING
-    if step is not None:
-        return step.status == PlanStep.Status.AWAITING_APPROVAL and plan.status == Plan.Status.ACTIVE
-    return plan.status == Plan.Status.AWAITING_APPROVAL
-
-
 def outcome_of(message: SlackMessage) -> str:
-    """Who decided the message's item and when ("Approved by nadia at 07:02 UTC, 7 Dec"), or "" while it waits."""
-    plan = Plan.objects.select_related("agent").get(pk=message.plan_id)
-    step = PlanStep.objects.filter(pk=message.step_id).first() if message.step_id else None
-    if item_waiting(message.kind, plan, step):
-        return ""
-    events = PlanEvent.objects.filter(plan_id=message.plan_id).select_related("actor")
-    if step is not None:
-        events = events.filter(Q(step_id=step.pk, kind__in=list(STEP_OUTCOMES))
-                               | Q(kind__in=[PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.REPLAN_REQUESTED]))
-    else:
-        events = events.filter(kind__in=list(PLAN_OUTCOMES))
-    event = events.order_by("-pk").first()
-    if event is None:
-        what = step.get_status_display().lower() if step else plan.get_status_display().lower()
-        return f"No longer waiting: it is {what}."
-    return event_outcome(event, step_message=step is not None)
-
-
-def event_outcome(event: PlanEvent, *, step_message: bool) -> str:
-    verb = (STEP_OUTCOMES.get(event.kind) if step_message and event.step_id else None) \
-        or PLAN_OUTCOMES.get(event.kind) or STEP_OUTCOMES.get(event.kind, "Decided")
-    if step_message and event.kind == PlanEvent.Kind.PLAN_CANCELLED:
-        verb = "Plan cancelled"
-    who = event.actor_label or (event.actor.get_username() if event.actor else "the system")
-    at = event.created_at.astimezone(UTC).strftime("%H:%M UTC, %-d %b %Y")
-    via = " in Slack" if (event.detail or {}).get("via") == "slack" else ""
-    return f"{verb} by {who}{via} at {at}."
+    """Who decided the message's item and when ("Approved by nadia at 07:02 UTC, 7 Dec 2026"), or "" while it waits."""
+    return item_outcome(message.kind, message.plan_id, message.step_id)
 
 
 # --- posting (the notifier sends a delivery on a Slack app channel) -------------------------------------------
@@ -325,26 +284,10 @@ class Answer:
 
 def decide(message: SlackMessage, user: User, action: str, text: str = "") -> Answer:
     """Apply one decision through the planning services, as the web does; a refusal says who decided first."""
-    if not user_can_decide(user):
-        return Answer(f"Your account {user.get_username()} may only view; it cannot decide. Nothing was changed.")
     plan = Plan.objects.select_related("agent").get(pk=message.plan_id)
     step = PlanStep.objects.select_related("plan").filter(pk=message.step_id).first() if message.step_id else None
-    detail = {"via": "slack"}
     try:
-        if message.kind == "question":
-            planning.plan_clarify(plan=plan, user=user, answer=text)
-        elif step is not None and action == "approve":
-            planning.step_approve(step=step, user=user, detail=detail)
-        elif step is not None:
-            planning.step_decline(step=step, user=user, feedback=text, detail=detail)
-        elif action == "approve":
-            if plan.status != Plan.Status.AWAITING_APPROVAL:
-                raise planning.PlanNotAwaitingApproval(plan)
-            planning.plan_approve(plan=plan, user=user, mode=Plan.ApprovalMode.ALL, detail=detail)
-        else:
-            if plan.status != Plan.Status.AWAITING_APPROVAL:
-                raise planning.PlanNotAwaitingApproval(plan)
-            planning.plan_replan_request(plan=plan, user=user, reason=text, detail=detail, once=True)
+        item_decide(kind=message.kind, plan=plan, step=step, user=user, action=action, text=text, via="slack")
     except planning.DecisionError as exc:
         outcome = outcome_of(message)
         if outcome:
