@@ -59,6 +59,12 @@ class Subscription(models.Model):
     kinds = models.JSONField(default=list, help_text="The triggers wanted (notifications.models.Trigger)")
     min_risk = models.CharField(max_length=8, choices=MinRisk, default=MinRisk.SAFE,
                                 help_text="Risky only: of the items that wait for a decision, only risky steps and plans with one")
+    remind_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="An item still waiting this long after it was sent is sent again (once)")
+    escalate_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="An item still waiting this long goes to the escalation subscription")
+    escalate_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                    help_text="Another operator's subscription (or a team account's) to escalate to")
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -186,6 +192,7 @@ class SlackMessage(models.Model):
     slack_channel = models.CharField(max_length=40)
     ts = models.CharField(max_length=40)
     outcome = models.CharField(max_length=500, blank=True)
+    escalated = models.CharField(max_length=300, blank=True, help_text="To whom and when it was escalated")
     refresh_due = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -52,11 +52,13 @@ def notify_warm() -> None:
 
 
 def notify_round(runner: str) -> int:
+    from notifications.reminders import reminders_dispatch
     from notifications.services import deliveries_send_due, notifications_dispatch
     from notifications.slack_app import messages_refresh
 
     try:
         notifications_dispatch()
+        reminders_dispatch()
         sent = deliveries_send_due(runner=runner)
         messages_refresh()
         return sent

@@ -203,14 +203,17 @@ def messages_refresh(*, ids: list[int] | None = None) -> int:
             delivery_title = Delivery.objects.filter(pk=message.delivery_id).values_list(
                 "notification__title", flat=True).first() or ""
         blocks = message_blocks(kind=message.kind, plan=message.plan, step=message.step,
-                                title=delivery_title or "An item that waited for a person", outcome=message.outcome)
+                                title=delivery_title or "An item that waited for a person", outcome=message.outcome,
+                                escalated=message.escalated)
         try:
             client(message.channel).chat_update(channel=message.slack_channel, ts=message.ts,
-                                                text=message.outcome, blocks=blocks)
+                                                text=message.outcome or message.escalated or delivery_title,
+                                                blocks=blocks)
         except (SlackApiError, SlackClientError, OSError) as exc:
             logger.warning("Slack message %s not updated: %s", message.pk, exc)
             continue
-        done += SlackMessage.objects.filter(pk=message.pk, outcome=message.outcome).update(refresh_due=False)
+        done += SlackMessage.objects.filter(pk=message.pk, outcome=message.outcome,
+                                            escalated=message.escalated).update(refresh_due=False)
     return done
 
 
