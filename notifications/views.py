@@ -32,7 +32,9 @@ def settings_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     return {
         "channels": list(selectors.channels_of(user.pk)),
         "subscriptions": [(s, SubscriptionForm(prefix=f"s{s.pk}", initial={
-            "kinds": s.kinds, "agents": list(s.agents.all()), "min_risk": s.min_risk})) for s in subscriptions],
+            "kinds": s.kinds, "agents": list(s.agents.all()), "min_risk": s.min_risk,
+            "remind_after_minutes": s.remind_after_minutes, "escalate_after_minutes": s.escalate_after_minutes,
+            "escalate_to": s.escalate_to_id})) for s in subscriptions],
         "channel_form": ChannelForm(),
         "subscription_form": SubscriptionForm(prefix="new"),
         "recent": selectors.notifications_recent(user.pk),
@@ -103,7 +105,10 @@ def subscription_save_view(request: HttpRequest, pk: int | None = None) -> HttpR
         return settings_answer(request, f"{errors} Nothing was changed.", ok=False, status=400)
     try:
         services.subscription_save(user=owner(request), subscription_id=pk, kinds=form.cleaned_data["kinds"],
-                                   agents=form.cleaned_data["agents"], min_risk=form.cleaned_data["min_risk"])
+                                   agents=form.cleaned_data["agents"], min_risk=form.cleaned_data["min_risk"],
+                                   remind_after_minutes=form.cleaned_data.get("remind_after_minutes"),
+                                   escalate_after_minutes=form.cleaned_data.get("escalate_after_minutes"),
+                                   escalate_to=form.cleaned_data.get("escalate_to"))
     except services.SettingsError as exc:
         return settings_answer(request, str(exc), ok=False, status=404 if pk else 400)
     return settings_answer(request, "Subscription saved." if pk else "Subscribed.", ok=True)
