@@ -6,10 +6,12 @@ web at once, one wins and the other is told who."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
 import pytest
+from django.db import close_old_connections
 from django.test import Client
 
 from notifications import slack_app
@@ -309,3 +311,47 @@ def test_step_services_still_decide_once_when_two_slack_users_click(slack: Slack
     assert PlanEvent.objects.filter(step=step, kind=PlanEvent.Kind.STEP_APPROVED).count() == 1
     [reply] = slack.of("chat.postEphemeral")
     assert reply.args["user"] == "U1" and "Approved by olga in Slack" in reply.args["text"]
+
+
+@pytest.mark.django_db(transaction=True)  # two requests in two threads: each sees what the other committed
+def test_slack_and_web_at_the_same_moment_one_wins_the_other_is_told_who(slack: SlackStandin) -> None:
+    operator_with_slack()
+    olga = UserFactory(username="olga", role="operators")
+    step = step_waiting()
+    _, ts = posted(slack)
+    web = Client()
+    web.force_login(olga)
+    answers: dict[str, str] = {}
+    started = time.monotonic()
+
+    def from_slack() -> None:
+        try:
+            slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts), secret=SECRET)
+        finally:
+            close_old_connections()
+
+    def from_web() -> None:
+        try:
+            answers["web"] = web.post(f"/steps/{step.pk}/decline/", {"feedback": "not now"},
+                                      HTTP_HX_REQUEST="true").content.decode()
+        finally:
+            close_old_connections()
+
+    threads = [threading.Thread(target=from_slack), threading.Thread(target=from_web)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert time.monotonic() - started < 3  # Slack waits 3 s for the answer
+    decisions = list(PlanEvent.objects.filter(step=step, kind__in=[PlanEvent.Kind.STEP_APPROVED,
+                                                                   PlanEvent.Kind.STEP_DECLINED]))
+    assert len(decisions) == 1, (answers, slack.calls)
+    [winner] = decisions
+    if winner.kind == PlanEvent.Kind.STEP_APPROVED:  # Slack won: the web is told who
+        assert "approved by nadia at" in answers["web"]
+    else:  # the web won: the Slack click is told who, in the thread
+        [reply] = slack.of("chat.postEphemeral")
+        assert reply.args["text"].startswith("Already decided: Declined by olga at")
+    [update] = slack.of("chat.update")  # either way the message says who decided
+    assert ("Approved by nadia in Slack" if winner.kind == PlanEvent.Kind.STEP_APPROVED
+            else "Declined by olga") in blocks_text(update.args["blocks"])
