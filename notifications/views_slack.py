@@ -93,7 +93,7 @@ def interactions(request: HttpRequest) -> HttpResponse:
         if not isinstance(payload, dict):
             raise ValueError
     except (KeyError, ValueError):
-        return HttpResponse("Expected Slack's payload. Nothing was changed.", status=400, content_type="text/plain")
+        return refused()  # nothing signed to verify: not Slack
     message = message_named(payload)
     if message is None or not message.channel.signing_secret or not message.channel.active:
         return refused()

@@ -42,6 +42,15 @@ class SlackStandin:
 
 @pytest.fixture
 def slack() -> Iterator[SlackStandin]:
+    state, server = standin_start()
+    with override_settings(SLACK_API_BASE_URL=state.base_url):
+        yield state
+    server.shutdown()
+    server.server_close()
+
+
+def standin_start() -> tuple[SlackStandin, ThreadingHTTPServer]:
+    """The stand-in, serving in a thread on a free port (the bench uses it too)."""
     state = SlackStandin()
     numbers = itertools.count(1)
 
@@ -86,10 +95,7 @@ def slack() -> Iterator[SlackStandin]:
     state.base_url = f"http://127.0.0.1:{server.server_address[1]}/api/"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    with override_settings(SLACK_API_BASE_URL=state.base_url):
-        yield state
-    server.shutdown()
-    server.server_close()
+    return state, server
 
 
 def slack_post(client: Client, payload: dict[str, Any], *, secret: str, timestamp: int | None = None,

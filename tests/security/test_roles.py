@@ -43,7 +43,11 @@ ACCOUNT = {"logout", "password_change", "password_change_done", "admin:logout", 
            # Each user's own notification channels and subscriptions (a viewer may want to hear that something
            # waits, too); tests/notifications/test_pages.py shows nobody reaches another user's.
            "notify-settings", "notify-channel-add", "notify-channel-change", "notify-subscription-add",
-           "notify-subscription-save", "notify-subscription-remove", "notify-link"}
+           "notify-subscription-save", "notify-subscription-remove", "notify-link",
+           # ... a test notification on one's own channel, one's own Slack app channel and Slack account; an
+           # e-mail's confirmation page (like notify-link it only finds the item: deciding checks the role, a
+           # viewer's POST is refused there, tests/notifications/test_confirm.py)
+           "notify-channel-test", "notify-slack-channel-add", "notify-slack-connect", "notify-confirm"}
 MODELS_BY_SEGMENT: dict[str, type[models.Model]] = {
     "agents": Agent, "plans": Plan, "steps": PlanStep, "goals": Goal, "events": PlanEvent,
 }
