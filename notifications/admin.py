@@ -16,6 +16,8 @@ from notifications.models import (
     DeliveryAttempt,
     Notification,
     SettingsChange,
+    SlackAccount,
+    SlackMessage,
     Subscription,
 )
 from planner_site.admin_audit import ValidatedAdmin
@@ -135,3 +137,20 @@ class SettingsChangeAdmin(RecordAdmin):
     list_display = ["created_at", "user_label", "action", "detail"]
     list_filter = ["action"]
     search_fields = ["user_label"]
+
+
+@admin.register(SlackAccount)
+class SlackAccountAdmin(ValidatedAdmin):
+    """Which Slack user decides as which account (made by the user with a one-time code; an administrator may
+    remove one, or connect one for a user)."""
+
+    list_display = ["user", "team_id", "slack_user_id", "created_at"]
+    search_fields = ["user__username", "slack_user_id"]
+    list_select_related = ["user"]
+
+
+@admin.register(SlackMessage)
+class SlackMessageAdmin(RecordAdmin):
+    list_display = ["created_at", "channel", "kind", "plan", "step", "outcome", "escalated", "refresh_due"]
+    list_filter = ["kind", "refresh_due"]
+    list_select_related = ["channel", "plan", "step"]
