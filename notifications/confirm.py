@@ -6,8 +6,6 @@ finds the item: the reader signs in, and the server checks their role, as on eve
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 from dataclasses import dataclass
 
@@ -17,7 +15,7 @@ from django.core import signing
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
-from notifications.deciding import item_decide, item_outcome, item_waiting
+from notifications.deciding import item_decide, item_fingerprint, item_outcome, item_waiting
 from notifications.links import LinkExpired, LinkInvalid
 from notifications.models import ConfirmLinkUse
 from planning.models import Plan, PlanStep
@@ -30,15 +28,6 @@ CHANGED = "The plan changed since this e-mail was sent. Nothing was changed."
 
 class ConfirmRefused(Exception):
     """The link cannot decide (used, decided elsewhere, the plan changed); the message says why."""
-
-
-def item_fingerprint(plan: Plan, step: PlanStep | None) -> str:
-    """What the e-mail showed: the plan's version and its steps (or the one step) with tools and exact inputs."""
-    steps = [step] if step is not None else list(plan.steps.all())
-    shown = {"plan": plan.pk, "version": plan.version,
-             "steps": [[s.pk, s.key, s.description, s.tool, s.tool_input, s.requires_permission, s.risk]
-                       for s in steps]}
-    return hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def confirm_link_make(*, plan: Plan, step: PlanStep | None, action: str) -> str:

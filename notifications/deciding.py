@@ -3,6 +3,8 @@ planning services as the page's buttons: the same events, audit, pushes, policie
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC
 
 from django.contrib.auth.models import User
@@ -19,6 +21,15 @@ PLAN_OUTCOMES: dict[str, str] = {PlanEvent.Kind.PLAN_APPROVED: "Approved", PlanE
                  PlanEvent.Kind.REPLAN_REQUESTED: "Sent back to be replanned", PlanEvent.Kind.CLARIFIED: "Answered",
                  PlanEvent.Kind.PLAN_EDITED: "Edited"}
 CLOSING_KINDS = frozenset(STEP_OUTCOMES) | frozenset(PLAN_OUTCOMES)
+
+
+def item_fingerprint(plan: Plan, step: PlanStep | None) -> str:
+    """What a message (an e-mail, a Slack message) showed: the plan's version and its steps (or the one step) with tools and exact inputs."""
+    steps = [step] if step is not None else list(plan.steps.all())
+    shown = {"plan": plan.pk, "version": plan.version,
+             "steps": [[s.pk, s.key, s.description, s.tool, s.tool_input, s.requires_permission, s.risk]
+                       for s in steps]}
+    return hashlib.sha256(json.dumps(shown, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def item_waiting(kind: str, plan: Plan, step: PlanStep | None) -> bool:

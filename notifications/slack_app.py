@@ -24,7 +24,7 @@ from django.utils import timezone
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from notifications.deciding import STEP_OUTCOMES, item_decide, item_outcome
+from notifications.deciding import STEP_OUTCOMES, item_decide, item_fingerprint, item_outcome
 from notifications.links import link_make
 from notifications.models import Channel, Delivery, SlackAccount, SlackConnectCode, SlackMessage, Trigger
 from notifications.senders import EXCERPT_CHARS, SendResult, slack_escape
@@ -92,7 +92,7 @@ def message_blocks(*, kind: str, plan: Plan, step: PlanStep | None, title: str, 
         blocks.append({"type": "actions", "elements": [
             {"type": "button", "action_id": "open", "text": {"type": "plain_text", "text": "Open"}, "url": open_url}]})
         return blocks
-    ref = f"{kind}:{step.pk if step else plan.pk}"
+    ref = f"{kind}:{step.pk if step else plan.pk}:{item_fingerprint(plan, step)}"  # what the reader saw
     buttons: list[dict[str, Any]]
     if kind == "question":
         buttons = [{"type": "button", "style": "primary", "action_id": "answer", "value": ref,
@@ -162,7 +162,7 @@ def messages_for_event(event: PlanEvent) -> Any:
     messages = SlackMessage.objects.filter(plan_id=event.plan_id or 0, outcome="")
     if event.kind in STEP_OUTCOMES:
         return messages.filter(step_id=event.step_id)
-    if event.kind in (PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.REPLAN_REQUESTED):
+    if event.kind in (PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.REPLAN_REQUESTED, PlanEvent.Kind.PLAN_EDITED):
         return messages
     return messages.filter(step__isnull=True)
 
@@ -177,7 +177,16 @@ def outcomes_mark(event_id: int) -> int:
         outcome = outcome_of(message)
         if outcome:
             marked += SlackMessage.objects.filter(pk=message.pk, outcome="").update(outcome=outcome, refresh_due=True)
+        elif event.kind in (PlanEvent.Kind.STEP_EDITED, PlanEvent.Kind.PLAN_EDITED):  # still waiting, edited:
+            marked += SlackMessage.objects.filter(pk=message.pk).update(refresh_due=True)  # shown as it is now
     return marked
+
+
+def message_current(message: SlackMessage, seen: str) -> bool:
+    """Whether the item is still as the clicked message showed it (`seen`: its fingerprint in the button)."""
+    plan = Plan.objects.get(pk=message.plan_id)
+    step = PlanStep.objects.filter(pk=message.step_id).first() if message.step_id else None
+    return seen == item_fingerprint(plan, step)
 
 
 def item_close(message: SlackMessage) -> list[int]:

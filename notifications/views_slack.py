@@ -60,12 +60,24 @@ def ephemeral(message: SlackMessage, slack_user: str, text: str) -> None:
         logger.warning("Slack reply to %s not posted: %s", slack_user, exc)
 
 
-def modal_open(message: SlackMessage, trigger_id: str, purpose: str) -> None:
+CHANGED = ("It changed since this message was posted; the message now shows it as it is: look again before "
+           "deciding. Nothing was changed.")
+
+
+def changed(message: SlackMessage, slack_user: str) -> HttpResponse:
+    """The reader decided on what the message showed, but the item was edited since: refused, message redrawn."""
+    ephemeral(message, slack_user, CHANGED)
+    SlackMessage.objects.filter(pk=message.pk).update(refresh_due=True)
+    slack_app.messages_refresh(ids=[message.pk])
+    return HttpResponse(status=200)
+
+
+def modal_open(message: SlackMessage, trigger_id: str, purpose: str, seen: str = "") -> None:
     label = {"decline": "Why decline? The agent replans with your feedback.",
              "answer": "Your answer to the planner's question",
              "connect": "The code from your notification settings page"}[purpose]
     view = {
-        "type": "modal", "callback_id": purpose, "private_metadata": json.dumps({"m": message.pk, "a": purpose}),
+        "type": "modal", "callback_id": purpose, "private_metadata": json.dumps({"m": message.pk, "a": purpose, "f": seen}),
         "title": {"type": "plain_text", "text": MODAL_TITLES[purpose]},
         "submit": {"type": "plain_text", "text": "Connect" if purpose == "connect" else MODAL_TITLES[purpose]},
         "close": {"type": "plain_text", "text": "Cancel"},
@@ -124,8 +136,11 @@ def interactions(request: HttpRequest) -> HttpResponse:
         ephemeral(message, slack_user, f"Already decided: {outcome} Nothing was changed.")
         refresh(message)
         return HttpResponse(status=200)
+    seen = str(payload["actions"][0].get("value") or "").rpartition(":")[2]
+    if not slack_app.message_current(message, seen):
+        return changed(message, slack_user)
     if action in ("decline", "answer"):
-        modal_open(message, str(payload.get("trigger_id") or ""), action)
+        modal_open(message, str(payload.get("trigger_id") or ""), action, seen)
         return HttpResponse(status=200)
     answer = slack_app.decide(message, user, "approve")
     if not answer.decided:
@@ -159,6 +174,18 @@ def submission(payload: dict[str, Any], message: SlackMessage, slack_user: str, 
     if not text:
         return modal_error("Feedback is required to decline. Nothing was changed." if purpose == "decline"
                            else "Write an answer to the planner's question. Nothing was changed.")
+    try:
+        seen = str(json.loads(view.get("private_metadata") or "{}").get("f") or "")
+    except ValueError:
+        seen = ""
+    outcome = slack_app.outcome_of(message)
+    if outcome:  # decided meanwhile (while the window was open): who won
+        refresh(message)
+        return modal_error(f"Already decided: {outcome} Nothing was changed.")
+    if not slack_app.message_current(message, seen):
+        SlackMessage.objects.filter(pk=message.pk).update(refresh_due=True)
+        slack_app.messages_refresh(ids=[message.pk])
+        return modal_error(CHANGED)
     answer = slack_app.decide(message, user, purpose, text)
     if not answer.decided:
         refresh(message)

@@ -45,9 +45,14 @@ def waiting_steps(agent: Any, channel: Any, count: int, start: int) -> list[Any]
 
 
 def click(client: Client, ts: str) -> float:
+    from notifications.deciding import item_fingerprint
+    from notifications.models import SlackMessage
+
+    message = SlackMessage.objects.select_related("plan", "step").get(slack_channel="C0BENCH", ts=ts)
+    value = f"step:{message.step_id}:{item_fingerprint(message.plan, message.step)}"  # the button's, as posted
     payload = {"type": "block_actions", "user": {"id": "U1"}, "team": {"id": "T1"}, "trigger_id": "t",
                "container": {"type": "message", "channel_id": "C0BENCH", "message_ts": ts},
-               "actions": [{"action_id": "approve"}]}
+               "actions": [{"action_id": "approve", "value": value}]}
     body = urlencode({"payload": json.dumps(payload)})
     stamp = str(int(time.time()))
     signature = "v0=" + hmac.new(SECRET.encode(), f"v0:{stamp}:{body}".encode(), hashlib.sha256).hexdigest()

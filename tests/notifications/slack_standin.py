@@ -26,6 +26,7 @@ class Call:
     method: str
     args: dict[str, Any]
     token: str
+    ts: str = ""  # the message's ts (posted or updated)
 
 
 @dataclass
@@ -38,6 +39,16 @@ class SlackStandin:
     def of(self, method: str) -> list[Call]:
         with self.lock:
             return [c for c in self.calls if c.method == method]
+
+    def value(self, ts: str, action: str) -> str:
+        """The value of the button `action` of message `ts` as it shows now (what Slack sends with a click)."""
+        with self.lock:
+            drawn = [c for c in self.calls if c.method in ("chat.postMessage", "chat.update") and c.ts == ts]
+        for block in drawn[-1].args.get("blocks", []) if drawn else []:
+            for element in block.get("elements", []) if block.get("type") == "actions" else []:
+                if element.get("action_id") == action:
+                    return str(element.get("value", ""))
+        return ""
 
 
 @pytest.fixture
@@ -66,8 +77,9 @@ def standin_start() -> tuple[SlackStandin, ThreadingHTTPServer]:
                     if isinstance(args.get(key), str):
                         args[key] = json.loads(args[key])
             token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+            call = Call(method, args, token)
             with state.lock:
-                state.calls.append(Call(method, args, token))
+                state.calls.append(call)
                 error = state.fail_next.pop(0) if state.fail_next else ""
             if error:
                 answer: dict[str, Any] = {"ok": False, "error": error}
@@ -75,6 +87,7 @@ def standin_start() -> tuple[SlackStandin, ThreadingHTTPServer]:
                 answer = {"ok": True, "channel": args.get("channel"),
                           "ts": args.get("ts") or f"1765090000.{next(numbers):06d}",
                           "message": {"text": args.get("text", "")}}
+                call.ts = answer["ts"]
             elif method == "chat.postEphemeral":
                 answer = {"ok": True, "message_ts": f"1765090000.{next(numbers):06d}"}
             elif method == "views.open":
@@ -109,12 +122,13 @@ def slack_post(client: Client, payload: dict[str, Any], *, secret: str, timestam
                        HTTP_X_SLACK_SIGNATURE=sig, HTTP_X_SLACK_REQUEST_TIMESTAMP=ts)
 
 
-def click(action: str, *, channel: str, ts: str, user: str = "U1", team: str = "T1") -> dict[str, Any]:
+def click(action: str, *, channel: str, ts: str, user: str = "U1", team: str = "T1", value: str = "") -> dict[str, Any]:
+    """A click on a button of message `ts` (`value`: the button's, as Slack sends it)."""
     return {"type": "block_actions", "user": {"id": user, "team_id": team}, "team": {"id": team},
             "trigger_id": "13345224609.738474920.8088930838d88f008e0", "api_app_id": "A1",
             "container": {"type": "message", "channel_id": channel, "message_ts": ts},
             "channel": {"id": channel}, "message": {"ts": ts},
-            "actions": [{"action_id": action, "block_id": "decide", "type": "button"}]}
+            "actions": [{"action_id": action, "block_id": "decide", "type": "button", "value": value}]}
 
 
 def submit(view: dict[str, Any], text: str, *, user: str = "U1", team: str = "T1") -> dict[str, Any]:

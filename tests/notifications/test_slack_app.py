@@ -85,7 +85,7 @@ def test_a_signed_click_approves_the_step_and_the_message_says_who(slack: SlackS
     user = operator_with_slack()
     step = step_waiting()
     _, ts = posted(slack)
-    response = slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts), secret=SECRET)
+    response = slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve")), secret=SECRET)
     assert response.status_code == 200
     step.refresh_from_db()
     assert step.status == PlanStep.Status.PENDING and step.approved_by == user  # the runner runs it next cycle
@@ -103,7 +103,7 @@ def test_decline_opens_a_modal_and_its_feedback_reaches_the_replan(slack: SlackS
     step = step_waiting()
     _, ts = posted(slack)
     client = slack_client()
-    assert slack_post(client, click("decline", channel=CHANNEL, ts=ts), secret=SECRET).status_code == 200
+    assert slack_post(client, click("decline", channel=CHANNEL, ts=ts, value=slack.value(ts, "decline")), secret=SECRET).status_code == 200
     [opened] = slack.of("views.open")
     view = opened.args["view"]
     assert view["callback_id"] == "decline" and opened.args["trigger_id"]
@@ -129,7 +129,7 @@ def test_forged_and_replayed_clicks_are_refused_and_change_nothing(slack: SlackS
     operator_with_slack()
     step = step_waiting()
     _, ts = posted(slack)
-    payload = click("approve", channel=CHANNEL, ts=ts)
+    payload = click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve"))
     client = slack_client()
     if how == "forged":
         response = slack_post(client, payload, secret=SECRET, signature="v0=" + "0" * 64)
@@ -151,7 +151,7 @@ def test_an_unmapped_slack_user_is_refused_and_can_connect_with_a_code(slack: Sl
     step = step_waiting()
     _, ts = posted(slack)
     client = slack_client()
-    assert slack_post(client, click("approve", channel=CHANNEL, ts=ts, user="U7"), secret=SECRET).status_code == 200
+    assert slack_post(client, click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve"), user="U7"), secret=SECRET).status_code == 200
     step.refresh_from_db()
     assert step.status == PlanStep.Status.AWAITING_APPROVAL
     [reply] = slack.of("chat.postEphemeral")
@@ -175,7 +175,7 @@ def test_an_unmapped_slack_user_is_refused_and_can_connect_with_a_code(slack: Sl
     assert "unknown, used or expired" in again.json()["errors"]["text"]  # single use
     assert SlackAccount.objects.count() == 1
 
-    slack_post(client, click("approve", channel=CHANNEL, ts=ts, user="U7"), secret=SECRET)
+    slack_post(client, click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve"), user="U7"), secret=SECRET)
     step.refresh_from_db()
     assert step.status == PlanStep.Status.PENDING and step.approved_by == user
 
@@ -187,8 +187,8 @@ def test_a_viewer_is_refused_in_the_thread_and_nothing_changes(slack: SlackStand
     step = step_waiting()
     _, ts = posted(slack)
     client = slack_client()
-    slack_post(client, click("approve", channel=CHANNEL, ts=ts, user="U2"), secret=SECRET)
-    slack_post(client, click("decline", channel=CHANNEL, ts=ts, user="U2"), secret=SECRET)
+    slack_post(client, click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve"), user="U2"), secret=SECRET)
+    slack_post(client, click("decline", channel=CHANNEL, ts=ts, value=slack.value(ts, "decline"), user="U2"), secret=SECRET)
     step.refresh_from_db()
     assert step.status == PlanStep.Status.AWAITING_APPROVAL
     replies = slack.of("chat.postEphemeral")
@@ -213,7 +213,7 @@ def test_web_first_then_slack_the_click_is_told_who_won(slack: SlackStandin,
     [update] = slack.of("chat.update")
     assert "Approved by olga at" in blocks_text(update.args["blocks"])
 
-    slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts), secret=SECRET)
+    slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve")), secret=SECRET)
     [reply] = slack.of("chat.postEphemeral")
     assert reply.args["text"].startswith("Already decided: Approved by olga at")
     assert reply.args["text"].endswith("Nothing was changed.")
@@ -225,7 +225,7 @@ def test_slack_first_then_the_web_is_refused_and_nothing_is_decided_twice(slack:
     olga = UserFactory(username="olga", role="operators")
     step = step_waiting()
     _, ts = posted(slack)
-    slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts), secret=SECRET)
+    slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve")), secret=SECRET)
     web = Client()
     web.force_login(olga)
     response = web.post(f"/steps/{step.pk}/decline/", {"feedback": "no"}, follow=True)
@@ -246,7 +246,7 @@ def test_a_plan_awaiting_approval_lists_its_steps_and_is_approved_from_slack(sla
     args, ts = posted(slack)
     text = blocks_text(args["blocks"])
     assert "https://example.com/data" in text and "boss@example.com" in text and "`send_mail`" in text
-    slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts), secret=SECRET)
+    slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve")), secret=SECRET)
     plan.refresh_from_db()
     assert plan.status == Plan.Status.ACTIVE
     assert set(plan.steps.values_list("approved_by", flat=True)) == {user.pk}
@@ -261,7 +261,7 @@ def test_a_planners_question_is_answered_from_a_modal(slack: SlackStandin) -> No
     args, ts = posted(slack)
     assert "Which region" in blocks_text(args["blocks"])
     client = slack_client()
-    slack_post(client, click("answer", channel=CHANNEL, ts=ts), secret=SECRET)
+    slack_post(client, click("answer", channel=CHANNEL, ts=ts, value=slack.value(ts, "answer")), secret=SECRET)
     [opened] = slack.of("views.open")
     assert slack_post(client, submit(opened.args["view"], "eu-west-1, please"), secret=SECRET).json() == {
         "response_action": "clear"}
@@ -306,8 +306,8 @@ def test_step_services_still_decide_once_when_two_slack_users_click(slack: Slack
     step = step_waiting()
     _, ts = posted(slack)
     client = slack_client()
-    slack_post(client, click("approve", channel=CHANNEL, ts=ts, user="U3"), secret=SECRET)
-    slack_post(client, click("approve", channel=CHANNEL, ts=ts, user="U1"), secret=SECRET)
+    slack_post(client, click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve"), user="U3"), secret=SECRET)
+    slack_post(client, click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve"), user="U1"), secret=SECRET)
     assert PlanEvent.objects.filter(step=step, kind=PlanEvent.Kind.STEP_APPROVED).count() == 1
     [reply] = slack.of("chat.postEphemeral")
     assert reply.args["user"] == "U1" and "Approved by olga in Slack" in reply.args["text"]
@@ -326,7 +326,7 @@ def test_slack_and_web_at_the_same_moment_one_wins_the_other_is_told_who(slack: 
 
     def from_slack() -> None:
         try:
-            slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts), secret=SECRET)
+            slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve")), secret=SECRET)
         finally:
             close_old_connections()
 
@@ -355,3 +355,27 @@ def test_slack_and_web_at_the_same_moment_one_wins_the_other_is_told_who(slack: 
     [update] = slack.of("chat.update")  # either way the message says who decided
     assert ("Approved by nadia in Slack" if winner.kind == PlanEvent.Kind.STEP_APPROVED
             else "Declined by olga") in blocks_text(update.args["blocks"])
+
+
+def test_a_step_edited_after_the_post_is_not_approved_from_the_old_message(slack: SlackStandin) -> None:
+    user = operator_with_slack()
+    step = step_waiting()
+    args, ts = posted(slack)
+    [actions] = [b for b in args["blocks"] if b["type"] == "actions"]
+    old_value = actions["elements"][0]["value"]
+    PlanStep.objects.filter(pk=step.pk).update(tool_input={"command": "rm -rf /"})  # edited meanwhile
+    payload = click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve"))
+    payload["actions"][0]["value"] = old_value
+    slack_post(slack_client(), payload, secret=SECRET)
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.AWAITING_APPROVAL
+    [reply] = slack.of("chat.postEphemeral")
+    assert reply.args["text"].startswith("It changed since this message was posted")
+    assert reply.args["text"].endswith("Nothing was changed.")
+    [update] = slack.of("chat.update")  # redrawn as it is now, buttons and all
+    assert '"rm -rf /"' in blocks_text(update.args["blocks"]).replace("\\", "")
+    [new_actions] = [b for b in update.args["blocks"] if b["type"] == "actions"]
+    payload["actions"][0]["value"] = new_actions["elements"][0]["value"]
+    slack_post(slack_client(), payload, secret=SECRET)  # a click on what it shows now decides
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.PENDING and step.approved_by == user
