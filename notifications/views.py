@@ -48,7 +48,7 @@ def slack_context(request: HttpRequest) -> dict[str, Any]:
     from notifications.forms_slack import SlackAppChannelForm
     from notifications.models import SlackAccount
 
-    return {"slack_form": SlackAppChannelForm(), "slack_accounts": list(SlackAccount.objects.filter(user=owner(request))),
+    return {"slack_form": SlackAppChannelForm(prefix="slack"), "slack_accounts": list(SlackAccount.objects.filter(user=owner(request))),
             "slack_interactivity_url": settings.PLANNER_BASE_URL + reverse("notify-slack-interactions")}
 
 

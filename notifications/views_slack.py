@@ -198,7 +198,7 @@ def submission(payload: dict[str, Any], message: SlackMessage, slack_user: str, 
 
 @require_POST
 def slack_channel_add(request: HttpRequest) -> HttpResponse:
-    form = SlackAppChannelForm(request.POST)
+    form = SlackAppChannelForm(request.POST, prefix="slack")
     if not form.is_valid():
         errors = " ".join(str(e) for errs in form.errors.values() for e in errs)
         messages.error(request, f"{errors} Nothing was changed.")

@@ -286,11 +286,12 @@ def test_the_settings_page_adds_a_slack_app_and_never_shows_its_secrets() -> Non
     user = UserFactory(username="nadia", role="operators")
     web = Client()
     web.force_login(user)
-    bad = web.post("/notifications/slack/channels/", {"target": "general", "bot_token": "xoxb-1",
-                                                      "signing_secret": "s"}, follow=True)
+    bad = web.post("/notifications/slack/channels/", {"slack-target": "general", "slack-bot_token": "xoxb-1",
+                                                      "slack-signing_secret": "s"}, follow=True)
     assert "Enter a Slack channel ID" in bad.content.decode() and not Channel.objects.exists()
-    page = web.post("/notifications/slack/channels/", {"target": "c0planner", "bot_token": "xoxb-secret-token-123",
-                                                       "signing_secret": "sign-me-please"}, follow=True)
+    page = web.post("/notifications/slack/channels/", {"slack-target": "c0planner",
+                                                       "slack-bot_token": "xoxb-secret-token-123",
+                                                       "slack-signing_secret": "sign-me-please"}, follow=True)
     channel = Channel.objects.get()
     assert channel.kind == Channel.Kind.SLACK_APP and channel.target == "C0PLANNER"
     assert channel.bot_token == "xoxb-secret-token-123" and channel.signing_secret == "sign-me-please"
