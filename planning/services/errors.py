@@ -8,6 +8,21 @@ STEP_DECISIONS: dict[str, str] = {PlanEvent.Kind.STEP_APPROVED: "approved", Plan
                   PlanEvent.Kind.STEP_SKIPPED: "skipped"}
 
 
+PLAN_DECISIONS: dict[str, str] = {PlanEvent.Kind.PLAN_APPROVED: "approved", PlanEvent.Kind.PLAN_CANCELLED: "cancelled",
+                                  PlanEvent.Kind.REPLAN_REQUESTED: "sent back", PlanEvent.Kind.PLAN_EDITED: "edited"}
+
+
+def plan_decided_by(plan: Plan) -> str:
+    """Who last decided a plan that no longer waits, and when ("approved by nadia at 07:02:11 UTC"), or ""."""
+    if plan.pk is None:
+        return ""
+    event = PlanEvent.objects.filter(plan_id=plan.pk, step__isnull=True, kind__in=list(PLAN_DECISIONS)).order_by(
+        "-pk").first()
+    if event is None:
+        return ""
+    return f"{PLAN_DECISIONS[event.kind]} by {event.actor_label} at {event.created_at:%H:%M:%S} UTC"
+
+
 def step_decided_by(step: PlanStep) -> str:
     """Who decided a step that no longer waits, and when ("approved by nadia at 07:02 UTC"), or "" if unknown."""
     if step.pk is None:
@@ -34,9 +49,10 @@ class StepNotAwaitingApproval(DecisionError):
 
 class PlanNotAwaitingApproval(DecisionError):
     def __init__(self, plan: Plan) -> None:
+        decided = plan_decided_by(plan)
         super().__init__(
-            f"Plan v{plan.version} is no longer awaiting approval (it is {plan.get_status_display().lower()}). "
-            "Nothing was changed."
+            f"Plan v{plan.version} is no longer awaiting approval (it is {plan.get_status_display().lower()}"
+            f"{': ' + decided if decided else ''}). Nothing was changed."
         )
 
 

@@ -380,3 +380,19 @@ def test_a_step_edited_after_the_post_is_not_approved_from_the_old_message(slack
     slack_post(slack_client(), payload, secret=SECRET)  # a click on what it shows now decides
     step.refresh_from_db()
     assert step.status == PlanStep.Status.PENDING and step.approved_by == user
+
+
+def test_a_plan_approved_in_slack_then_approved_on_the_web_is_refused_with_who(slack: SlackStandin) -> None:
+    operator_with_slack()
+    olga = UserFactory(username="olga", role="operators")
+    plan = PlanFactory(agent=AgentFactory(kind="tool", name="Bo"), status=Plan.Status.AWAITING_APPROVAL)
+    PlanStepFactory(plan=plan, key="fetch", tool="http_get", tool_input={"url": "https://example.com/data"})
+    PlanEventFactory(plan=plan, kind=PlanEvent.Kind.VALIDATED)
+    _, ts = posted(slack)
+    slack_post(slack_client(), click("approve", channel=CHANNEL, ts=ts, value=slack.value(ts, "approve")),
+               secret=SECRET)
+    web = Client()
+    web.force_login(olga)
+    answer = web.post(f"/plans/{plan.pk}/approve/", {"mode": "all"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "no longer awaiting approval (it is active: approved by nadia at" in answer
+    assert PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED).count() == 1
