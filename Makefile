@@ -10,7 +10,7 @@ PYTHON_BOOT := $(shell for p in python3.13 python3.12 python3; do \
 	  root=$$(pyenv root 2>/dev/null); for v in $$(ls -r $$root/versions 2>/dev/null); do \
 	  p=$$root/versions/$$v/bin/python3; if [ -x $$p ] && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then echo $$p; exit; fi; done)
 
-.PHONY: run test lint docs bench eval setup password clean check-python
+.PHONY: run test lint docs bench eval mutate setup password clean check-python
 
 check-python:
 	@if [ -z "$(PYTHON_BOOT)" ]; then echo "This project needs Python >= 3.12 (Django 6.1). Install python3.12 or newer (OS package, pyenv or python.org) and run make again." >&2; exit 1; fi
@@ -67,5 +67,15 @@ bench: $(STAMP)
 eval: $(STAMP)
 	evals/run.sh
 
+# Mutation testing of the seeds' rule modules (docs/mutation.md), not part of `make test`: mutmut changes the code one
+# small break at a time and runs the guarding tests against each; tests/mutation_report.py writes
+# var/mutation-report.md, row by row of docs/seeds.md, and fails on a survivor nobody explained.
+# MUTATE picks the modules (mutmut's mutant names: module path with dots, then *); the default is the fast ones.
+MUTATE ?= goals.system* agents.persona* agents.world*
+mutate: $(STAMP)
+	rm -rf mutants
+	nice -n 19 $(VENV)/bin/mutmut run $(foreach m,$(MUTATE),'$(m)')
+	$(PY) tests/mutation_report.py --command "make mutate MUTATE='$(MUTATE)'"
+
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var mutants

@@ -3,12 +3,19 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth.admin import UserAdmin
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from agents.models import Agent, AgentToken, ApiRequest, Experience, Lesson, LLMCall, Need
-from agents.services import admin_event_record, admin_rows_save, tokens_revoke
+from agents.services import (
+    admin_rows_save,
+    roles_change_record,
+    token_issue,
+    tokens_revoke,
+)
 from planner_site.admin_audit import (
     AuditedAdmin,
     LoadedValuesForm,
@@ -49,18 +56,24 @@ class NeedAdmin(AuditedAdmin):
 
 
 @admin.register(Experience)
-class ExperienceAdmin(ValidatedAdmin):
+class ExperienceAdmin(AuditedAdmin):  # an admin edit is recorded like any other
     list_display = ["agent", "cycle", "action", "followed_plan", "outcome", "created_at"]
     list_filter = ["agent", "followed_plan"]
     search_fields = ["action", "outcome"]
     list_select_related = ["agent"]
 
+    def audit_agent_id(self, obj: Any) -> int:
+        return int(obj.agent_id)
+
 
 @admin.register(Lesson)
-class LessonAdmin(ValidatedAdmin):
+class LessonAdmin(AuditedAdmin):  # an admin edit is recorded like any other
     list_display = ["agent", "description", "weight", "created_at"]
     list_filter = ["agent"]
     search_fields = ["description"]
+
+    def audit_agent_id(self, obj: Any) -> int:
+        return int(obj.agent_id)
 
 
 @admin.register(LLMCall)
@@ -108,10 +121,8 @@ class AgentTokenAdmin(ValidatedAdmin):
             if {"revoked_at", "expires_at"} & set(form.changed_data):
                 publish_changed_on_commit(agent_id=obj.agent_id, kind="token_revoked")
             return
-        token, raw = AgentToken.issue(agent=obj.agent, label=obj.label, expires_at=obj.expires_at)
+        token, raw = token_issue(agent=obj.agent, label=obj.label, expires_at=obj.expires_at, user=request.user)
         obj.pk, obj.key_hash, obj.hint, obj.created_at = token.pk, token.key_hash, token.hint, token.created_at
-        admin_event_record(user=request.user, agent_id=obj.agent_id, plan_id=None, what=f"API token {token.hint}… issued in admin",
-                           diff={"token": ["", f"{token.hint}… ({token.label or 'no label'})"]})
         messages.warning(request, f"The new token for {obj.agent} is {raw} — copy it now, it is not shown again.")
 
     @admin.action(description="Revoke the selected tokens")
@@ -132,3 +143,40 @@ class ApiRequestAdmin(ValidatedAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+
+def account_roles(account: Any) -> dict[str, Any]:
+    """What an account may do: its groups (the roles), its flags and its own permissions."""
+    return {"groups": sorted(account.groups.values_list("name", flat=True)), "is_staff": account.is_staff,
+            "is_superuser": account.is_superuser, "is_active": account.is_active,
+            "permissions": sorted(account.user_permissions.values_list("codename", flat=True))}
+
+
+class RolesRecordedUserAdmin(UserAdmin):
+    """Django's user admin, with every change of an account's role recorded in the audit log with its diff
+    (the admin's own log says only which fields changed)."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        request._roles_before = account_roles(User.objects.get(pk=obj.pk)) if change and obj.pk else {}  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        before = getattr(request, "_roles_before", {})
+        after = account_roles(form.instance)
+        diff = {k: [before.get(k), v] for k, v in after.items() if before.get(k) != v and (before or v)}
+        roles_change_record(user=request.user, account=form.instance, diff=diff)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        roles_change_record(user=request.user, account=obj,
+                            diff={k: [v, None] for k, v in account_roles(obj).items()} | {"account": [obj.get_username(), None]})
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
+
+
+admin.site.unregister(User)
+admin.site.register(User, RolesRecordedUserAdmin)

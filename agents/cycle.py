@@ -27,6 +27,7 @@ from django.core.cache import cache
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
+from agents.fencing import fence_lease_check
 from agents.llm.extract import ExtractError, json_extract
 from agents.llm.gateway import Deadline, LLMError, answers_at_once, calls_recorded_together, llm_complete
 from agents.llm.placeholders import junk_problem, placeholder_or_example
@@ -47,7 +48,15 @@ from agents.services import (
     plan_repeat,
     routines_start,
 )
-from agents.tools import ToolError, tool_run, undo_dir_for
+from agents.tools import (
+    ToolError,
+    tool_began,
+    tool_began_mark,
+    tool_effect_found,
+    tool_has_effects,
+    tool_run,
+    undo_dir_for,
+)
 from agents.world import (
     ACTIONS,
     action_apply,
@@ -91,6 +100,7 @@ from planning.services import (
     plan_abandon,
     plan_replan_schedule,
     step_finish,
+    step_outcome_unknown,
     step_request_approval,
     step_start,
     steps_request_approval,
@@ -145,7 +155,10 @@ def tool_open_plan(agent: Agent, *, runner: str | None = None) -> Plan | None:
         plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
     if not plans:
         return None
+    # A plan that can move on comes before one that waits for a person's approval or answer (issue 50: a tool
+    # agent may have several plans waiting for a person, and its other work goes on meanwhile).
     return min(plans, key=lambda p: (
+        p.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING) and not p.replan_reason,
         goal_priority(horizon=p.goal.horizon, confidence=p.goal.confidence) if p.goal else (3, 0.0),
         -p.created_at.timestamp(),
     ))
@@ -932,7 +945,10 @@ def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], li
     agents = list(Agent.objects.filter(pk__in=list(agent_ids), status=Agent.Status.RUNNING, kind=Agent.Kind.TOOL)
                   .order_by("pk"))
     ids = [agent.pk for agent in agents]
-    busy = set(Plan.objects.filter(agent_id__in=ids).open().values_list("agent_id", flat=True))
+    # An agent whose open plans all wait for a person's approval or answer is not busy: its new goal is planned.
+    busy = set(Plan.objects.filter(agent_id__in=ids).open()
+               .exclude(status__in=[Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING])
+               .values_list("agent_id", flat=True))
     goals = unplanned_goals_many(ids)
     wanted = [(agent, goals[agent.pk][0]) for agent in agents if agent.pk not in busy and agent.pk in goals
               and (agent.plan_retry_at is None or agent.plan_retry_at > now)]
@@ -949,10 +965,15 @@ def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], li
 
 
 def tool_call(step: PlanStep, workspace: Path) -> tuple[bool, str]:
-    """Run one tool step: (True, result) or (False, the error an operator can act on)."""
+    """Run one tool step: (True, result) or (False, the error an operator can act on). A tool with effects marks
+    its try first (tool_began_mark), so that should this runner stop before the step ends, the runner that takes
+    the agent over knows the tool may have run (steps_interrupted)."""
+    undo_dir = undo_dir_for(workspace, str(step.pk))
     try:
+        if tool_has_effects(step.tool):
+            tool_began_mark(undo_dir, step.actual_cycles)
         return True, tool_run(step.tool, step.tool_input, workspace=workspace, loop=step.loop or None,
-                              undo_dir=undo_dir_for(workspace, str(step.pk)))
+                              undo_dir=undo_dir)
     except ToolError as exc:
         return False, str(exc)
     except Exception as exc:  # a tool bug must fail the step, never the cycle
@@ -960,13 +981,31 @@ def tool_call(step: PlanStep, workspace: Path) -> tuple[bool, str]:
         return False, f"the tool crashed: {type(exc).__name__}: {exc}"
 
 
+INTERRUPTED_BEFORE = "interrupted: the runner driving this step stopped before its tool began"
+INTERRUPTED_UNKNOWN = ("outcome unknown, interrupted: the runner driving this step stopped while its tool ran, "
+                       "and its effect could not be confirmed. Approve to run it again, or decline it.")
+
+
 def steps_interrupted(*, plan: Plan, runner: str) -> None:
     """Tool steps run inside one cycle; a step still running when a cycle starts was cut off by a runner
-    that died. It counts as a failed try (retried, then replanned), so it is neither lost nor run twice
-    at once."""
+    that stopped (killed, or cut off: its lease ran out, so it starts no tool any more). A step with effects is
+    never run again blindly: one whose tool never began (no mark of this try) counts as a failed try (retried,
+    then replanned); one whose tool began is completed when its effect is found (the output it declared, checked
+    against its undo copies), or else waits for an operator, "outcome unknown", to approve running it again.
+    A step without effects (a read) counts as a failed try, as it never changed anything."""
     for step in plan.steps.filter(status=PlanStep.Status.RUNNING):
-        step_finish(step=step, runner=runner, succeeded=False,
-                    error="interrupted: the runner driving this step stopped before it finished")
+        workspace = plan.agent.workspace
+        undo_dir = undo_dir_for(workspace, str(step.pk))
+        if not tool_has_effects(step.tool) or not tool_began(undo_dir, step.actual_cycles):
+            step_finish(step=step, runner=runner, succeeded=False,
+                        error=INTERRUPTED_BEFORE if tool_has_effects(step.tool) else
+                        "interrupted: the runner driving this step stopped before it finished")
+        elif tool_effect_found(step.tool, step.tool_input, workspace, undo_dir):
+            step_finish(step=step, runner=runner, succeeded=True,
+                        result=f"{step.tool}: its effect was found in the workspace after the runner driving it "
+                               "stopped (not run again)")
+        else:
+            step_outcome_unknown(step=step, runner=runner, reason=INTERRUPTED_UNKNOWN)
 
 
 def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bool]:
@@ -977,6 +1016,10 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bo
     if plan is None:
         return plan_for_next_goal(agent=agent, runner=runner) or "idle: no goal", False
     if plan.status != Plan.Status.ACTIVE:
+        # Its plans wait for a person: a goal given meanwhile is planned now, not queued behind them in silence.
+        planned = plan_for_next_goal(agent=agent, runner=runner)
+        if planned:
+            return planned, False
         return f"waiting: plan {plan.get_status_display().lower()}", plan_waits_for_a_person(plan, [])
     steps_interrupted(plan=plan, runner=runner)
     steps = list(plan.steps.all())
@@ -987,19 +1030,32 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bo
         if blocked and not any(s.status in (PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL) for s in steps):
             plan_replan_schedule(plan=plan, runner=runner, reason=f"steps {', '.join(blocked)} can never run")
             return "waiting", False
-        return "waiting", plan_waits_for_a_person(plan, steps)
+        waits = plan_waits_for_a_person(plan, steps)
+        if waits:
+            planned = plan_for_next_goal(agent=agent, runner=runner)
+            if planned:
+                return planned, False
+        return "waiting", waits
     done: list[str] = []
     agent.workspace.mkdir(parents=True, exist_ok=True)
     started: list[PlanStep] = []
+    now = timezone.now()
     for step in (s for s in steps if s.key in keys):
         if step.needs_approval(plan):
             step_request_approval(step=step, runner=runner)
             done.append(f"{step.key} awaits approval")
             continue
+        if step.start_after is not None and step.start_after > now:
+            # A policy approved it: it starts once the operator's window to undo that approval has passed.
+            done.append(f"{step.key} starts after {timezone.localtime(step.start_after):%H:%M:%S} (undo window)")
+            continue
         running = step_start(step=step, runner=runner)
         if running is not None:
             started.append(running)
-    # Independent steps released together run side by side, bounded by TOOL_STEPS_PER_CYCLE.
+    # Independent steps released together run side by side, bounded by TOOL_STEPS_PER_CYCLE; none starts once
+    # this runner's lease ran out (agents/fencing.py): another runner may take the agent over.
+    if started:
+        fence_lease_check()
     with ThreadPoolExecutor(max_workers=TOOL_STEPS_PER_CYCLE, thread_name_prefix="tool") as pool:
         outcomes = list(pool.map(lambda st: tool_call(st, agent.workspace), started))
     for step, (succeeded, text) in zip(started, outcomes, strict=True):

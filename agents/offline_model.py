@@ -389,6 +389,8 @@ def _with_ext(path: str, ext: str) -> str:
 
 def _template_convert(goal: str, files: Sequence[str]) -> _Template:
     mentioned = _mentioned_files(goal)
+    if re.search(r"\bmarkdown\b|\bmd\b", goal.lower()) or any(_ext(f) in ("md", "markdown") for f in mentioned):
+        return _template_markdown(goal, files)
     wants_csv = bool(re.search(r"\bto\s+(?:a\s+)?csv\b", goal.lower()))
     source_ext = "json" if wants_csv else "csv"
     source = next((f for f in mentioned if _ext(f) == source_ext), None)
@@ -406,6 +408,49 @@ def _template_convert(goal: str, files: Sequence[str]) -> _Template:
     ]
     return _Template(f"Read {source}, convert it to {target_ext.upper()} as {output}, then check the result.",
                      steps, [f"Overwrites {output} if it already exists"])
+
+
+def _template_markdown(goal: str, files: Sequence[str]) -> _Template:
+    """"Turn data.csv into a Markdown table in data.md": file.convert to md, the source left as it is."""
+    mentioned = _mentioned_files(goal)
+    source = next((f for f in mentioned if _ext(f) in ("csv", "json")), None)
+    source = source or next((f for f in files if _ext(f) in ("csv", "json")), None) or "data.csv"
+    output = next((f for f in mentioned if _ext(f) in ("md", "markdown") and f != source), None) or _with_ext(source, "md")
+    steps = [
+        _ToolStep("convert", "file.convert", f"Convert {source} to a Markdown table in {output}",
+                  {"path": source, "to": "md", "output": output}, expects=f"{output} holds a table with a header row"),
+        _ToolStep("check", "file.read", f"Read {output} back to check the table", {"path": output}, ["convert"],
+                  f"{output} holds the rows of {source}"),
+    ]
+    return _Template(f"Convert {source} to a Markdown table in {output} ({source} itself is not changed), then check it.",
+                     steps, [f"Overwrites {output} if it already exists"])
+
+
+def _template_copy(goal: str, files: Sequence[str]) -> _Template:
+    """"Make a backup copy of data.csv called data_backup.csv": file.copy, the source left as it is."""
+    mentioned = _mentioned_files(goal)
+    source = next(iter(mentioned), None) or next(iter(files), None) or "data.csv"
+    path = PurePosixPath(source)
+    target = next((f for f in mentioned if f != source), None) or path.with_name(f"{path.stem}_backup{path.suffix}").as_posix()
+    steps = [
+        _ToolStep("copy", "file.copy", f"Copy {source} to {target}", {"path": source, "to": target},
+                  expects=f"{target} holds the same content as {source}"),
+        _ToolStep("check", "file.read", f"Read {target} back to check the copy", {"path": target}, ["copy"],
+                  f"{target} is readable"),
+    ]
+    return _Template(f"Copy {source} to {target} ({source} itself is not changed), then check the copy.", steps,
+                     [f"Fails if {target} already exists (a copy never overwrites)"])
+
+
+def _template_move(goal: str, files: Sequence[str]) -> _Template | None:
+    """"Rename notes.txt to old-notes.txt": one file.move, when the goal names both."""
+    mentioned = _mentioned_files(goal)
+    if len(mentioned) < 2:
+        return None
+    source, target = mentioned[0], mentioned[1]
+    steps = [_ToolStep("move", "file.move", f"Move {source} to {target}", {"path": source, "to": target},
+                       expects=f"{target} exists and {source} is gone")]
+    return _Template(f"Move {source} to {target}.", steps, [f"Links to {source} will break"])
 
 
 def _template_sort(goal: str, files: Sequence[str], max_steps: int) -> _Template:
@@ -553,7 +598,12 @@ def _tool_template(goal: str, files: Sequence[str], max_steps: int, skip: Sequen
         template = _template_fetch(goal, url.group())
     elif "count" in words or "how many" in text:
         template = _template_count(goal, files)
-    elif "convert" in words or ({"csv", "json"} <= words):
+    elif words & {"copy", "backup", "duplicate"} or re.search(r"\bback\s*-?\s*up\b", text):
+        template = _template_copy(goal, files)
+    elif words & {"move", "rename"} and (moved := _template_move(goal, files)) is not None:
+        template = moved
+    elif "convert" in words or ({"csv", "json"} <= words) or (
+            words & {"markdown", "turn", "export"} and any(_ext(f) in ("csv", "json") for f in _mentioned_files(goal))):
         template = _template_convert(goal, files)
     elif words & {"sort", "organize", "organise", "tidy", "arrange"} or "by extension" in text:
         template = _template_sort(goal, files, max_steps)
@@ -652,53 +702,192 @@ _SKIP_WORDS = ("skip", "not needed", "unnecessary", "leave it out", "remove this
 _RENAME_WORDS = ("overwrite", "different name", "new file", "keep the original", "another name", "rename")
 
 
-# The input naming what a risky step creates, which a rename request changes.
+# The input naming what a step creates or changes, which a rename request or a redirection changes.
 _TARGET_KEY = {
-    "file.convert": "output", "file.move": "to", "file.write": "path", "file.append": "path",
-    "report.write": "output", "dir.create": "path",
+    "file.convert": "output", "file.move": "to", "file.copy": "to", "file.write": "path", "file.append": "path",
+    "report.write": "output", "dir.create": "path", "file.count": "output",
 }
 
+# Plain redirections in an operator's feedback (issue 50, "feedback binds"). A file name, as _FILE_NAME finds it.
+_F = r"((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})"
+_GAP = r"[\s,;:]+(?:(?:the|a|file|to|into|in|it|them|of|and|but)\s+){0,3}"
+_INSTEAD_OF = re.compile(_F + r"\s+(?:instead\s+of|rather\s+than|in\s+place\s+of)" + _GAP + _F, re.IGNORECASE)
+_INSTEAD_OF_FIRST = re.compile(r"\b(?:instead\s+of|rather\s+than)\s+(?:the\s+)?" + _F + r"[\s,;:]+(?:\w+\s+){0,6}?"
+                               + _F, re.IGNORECASE)
+_X_NOT_Y = re.compile(_F + r"[\s,;:]+(?:and\s+|but\s+)?not\s+(?:the\s+|in\s+|to\s+|into\s+)?" + _F, re.IGNORECASE)
+_X_INSTEAD = re.compile(_F + r"\s+instead\b(?!\s+of)", re.IGNORECASE)
+_USE_X = re.compile(r"\b(?:use|write\s+(?:\w+\s+){0,4}?(?:to|into|in)|save\s+(?:\w+\s+){0,4}?(?:to|as|in)|"
+                    r"put\s+(?:\w+\s+){0,4}?in(?:to)?|call\s+it|name\s+it)\s+" + _F, re.IGNORECASE)
+_HANDS_OFF = re.compile(
+    r"\b(?:don['\u2019]?t|do\s+not|never|not|no)\s+(?:(?:touch|overwrite|change|modify|edit|delete|remove|move|"
+    r"replace|clobber|write|writing|to|into|on|onto|over|the|file|in|my|our)\s+){0,3}" + _F
+    + r"|\bleave\s+(?:the\s+)?" + _F + r"\s+(?:alone|as\s+it\s+is|untouched)"
+    + r"|\bhands\s+off\s+(?:the\s+)?" + _F + r"|\bkeep\s+(?:the\s+)?" + _F + r"\s+(?:as\s+it\s+is|unchanged|intact)",
+    re.IGNORECASE)
+_NO_USE = re.compile(r"\b(?:don['\u2019]?t|do\s+not|never)\s+(?:touch|use|read|open)\s+(?:the\s+|my\s+|our\s+)?" + _F
+                     + r"|\bhands\s+off\s+(?:the\s+)?" + _F + r"|\bstay\s+away\s+from\s+(?:the\s+)?" + _F,
+                     re.IGNORECASE)
+_SKIP_STEP = re.compile(r"\b(?:skip|drop|leave\s+out|remove|no)\s+(?:the\s+|that\s+|this\s+|all\s+(?:the\s+)?)?"
+                        r"([a-z]+)\s+steps?\b", re.IGNORECASE)
 
-def _suffixed(path: str, suffix: str = "-new") -> str:
+
+@dataclass
+class _Redirect:
+    """What plain feedback asks, read from every word the operator said about the plan."""
+
+    moves: dict[str, str] = field(default_factory=dict)  # "use weekly.md instead of report.md": report.md -> weekly.md
+    instead: str = ""  # "write it to weekly.md instead": the declined step's target becomes weekly.md
+    hands_off: list[str] = field(default_factory=list)  # "don't touch data.csv", "not report.md": nothing changes it
+    skip_steps: list[str] = field(default_factory=list)  # "skip the summary step": steps named so are left out
+    no_use: list[str] = field(default_factory=list)  # "don't touch data.csv": no step uses it at all
+    named: list[str] = field(default_factory=list)  # every file the operator named
+
+    def __bool__(self) -> bool:
+        return bool(self.moves or self.instead or self.hands_off or self.skip_steps or self.no_use)
+
+
+def _redirect_read(feedback: Sequence[str]) -> _Redirect:
+    said = _Redirect()
+    for text in feedback:
+        text = " ".join(text.split())
+        said.named += [f for f in _mentioned_files(text) if f not in said.named]
+        for new, old in _INSTEAD_OF.findall(text) + _X_NOT_Y.findall(text):
+            if new != old:
+                said.moves[old] = new
+        for old, new in _INSTEAD_OF_FIRST.findall(text):
+            if new != old:
+                said.moves.setdefault(old, new)
+        for match in _HANDS_OFF.finditer(text):
+            path = next(g for g in match.groups() if g)
+            if path not in said.hands_off and path not in said.moves.values():
+                said.hands_off.append(path)
+        for match in _NO_USE.finditer(text):
+            path = next(g for g in match.groups() if g)
+            if path not in said.no_use:
+                said.no_use.append(path)
+        alone = [m for m in _X_INSTEAD.findall(text) if m not in said.moves.values()]
+        alone += [m for m in _USE_X.findall(text) if m not in said.moves.values() and m not in said.hands_off]
+        if alone:
+            said.instead = alone[-1]
+        said.skip_steps += [w.lower() for w in _SKIP_STEP.findall(text) if w.lower() not in ("this", "that", "it")]
+    for old in said.hands_off:  # "Do not overwrite report.md: write ... to weekly.md instead"
+        if old not in said.moves and said.instead and said.instead != old:
+            said.moves[old] = said.instead
+    return said
+
+
+def _step_target(step: _ToolStep) -> str:
+    """What the step creates or changes ('' when it only reads)."""
+    key = _TARGET_KEY.get(step.tool)
+    value = step.input.get(key) if key else None
+    if step.tool == "file.convert" and not value:
+        value = _with_ext(str(step.input.get("path", "data")), str(step.input.get("to", "json")))
+    return value if isinstance(value, str) else ""
+
+
+def _step_paths(step: _ToolStep) -> list[str]:
+    """Every path the step's input names."""
+    return [v for value in step.input.values() for v in (value if isinstance(value, list) else [value])
+            if isinstance(v, str)]
+
+
+def _step_changes(step: _ToolStep, path: str) -> bool:
+    """Whether the step writes, moves or removes `path`."""
+    return _step_target(step) == path or (step.tool == "file.move" and step.input.get("path") == path)
+
+
+def _moved(step: _ToolStep, moves: Mapping[str, str]) -> _ToolStep:
+    """The step with every path the operator redirected replaced, its description following."""
+    if not moves:
+        return step
+    new_input: dict[str, Any] = {}
+    for key, value in step.input.items():
+        if isinstance(value, str):
+            value = moves.get(value, value)
+        elif isinstance(value, list):
+            value = [moves.get(v, v) if isinstance(v, str) else v for v in value]
+        new_input[key] = value
+    if new_input == step.input:
+        return step
+    intent = step.intent
+    for old, new in moves.items():
+        intent = re.sub(rf"(?<![\w/.-]){re.escape(old)}(?![\w/-])", new, intent)
+    return replace(step, intent=intent, input=new_input)
+
+
+def _retarget(step: _ToolStep, target: str) -> _ToolStep:
+    key = _TARGET_KEY.get(step.tool)
+    old = _step_target(step)
+    if key is None or not old or old == target:
+        return step
+    intent = re.sub(rf"(?<![\w/.-]){re.escape(old)}(?![\w/-])", target, step.intent)
+    if intent == step.intent:
+        intent = f"{step.intent} as {target}"
+    return replace(step, intent=intent, input=step.input | {key: target})
+
+
+def _suffixed(path: str, suffix: str = "-new", taken: Sequence[str] = ()) -> str:
+    """A new name next to `path` that no file in `taken` has: a renamed output never lands on an existing file."""
     pure = PurePosixPath(path)
-    return pure.with_name(f"{pure.stem}{suffix}{pure.suffix}").as_posix()
+    number = 1
+    while True:
+        name = pure.with_name(f"{pure.stem}{suffix}{'' if number == 1 else f'-{number}'}{pure.suffix}").as_posix()
+        if name not in taken:
+            return name
+        number += 1
 
 
 def _revise_tool_step(step: _ToolStep, why: str, feedback: Sequence[str], files: Sequence[str]) -> _ToolStep:
-    """The failed or declined step, changed the way the feedback and the failure reason ask."""
+    """The failed or declined step, changed the way the feedback and the failure reason ask. Its description
+    says what it does now, never the feedback pasted in: whether it changed is in its tool and input."""
     spoken = " ".join(feedback)
     lowered = f"{spoken} {why}".lower()
+    said = _redirect_read(feedback)
+    moved = _moved(step, said.moves)
+    if moved is not step:
+        return moved
+    if said.instead and _step_target(step):
+        return _retarget(step, said.instead)
     new_input = dict(step.input)
     spec = TOOLS.get(step.tool)
-    named = _mentioned_files(spoken)
+    named = [f for f in _mentioned_files(spoken) if f not in said.hands_off]
     if named and spec is not None:
         # A file named in the feedback replaces the output if it has the output's type, else the source.
         if "output" in spec.schema and _ext(named[0]) == _ext(str(new_input.get("output", ""))):
             new_input["output"] = named[0]
-        elif step.tool == "file.move" and len(named) == 1 and "path" in new_input and named[0] != new_input["path"]:
+        elif step.tool in ("file.move", "file.copy") and len(named) == 1 and named[0] != new_input.get("path"):
             new_input["to"] = named[0]
-        elif "path" in spec.schema:
+        elif "path" in spec.schema and not _step_target(step):
             new_input["path"] = named[0]
     elif "does not exist" in lowered and isinstance(new_input.get("path"), str):
         others = [f for f in files if f != new_input["path"]]
         close = difflib.get_close_matches(new_input["path"], others, n=1, cutoff=0.3)
         if close:
             new_input["path"] = close[0]
-    elif (any(w in lowered for w in _RENAME_WORDS) or "already exists" in lowered) and step.tool in _TARGET_KEY:
+    elif (any(w in lowered for w in _RENAME_WORDS) or "already exists" in lowered
+          or any(_step_changes(step, h) for h in said.hands_off)) and step.tool in _TARGET_KEY:
         key = _TARGET_KEY[step.tool]
-        value = new_input.get(key)
-        if step.tool == "file.convert" and not value:
-            value = _with_ext(str(new_input.get("path", "data")), str(new_input.get("to", "json")))
-        if isinstance(value, str) and value.endswith("/"):  # a move into a folder: rename the file inside it
-            new_input[key] = value + _suffixed(PurePosixPath(str(new_input.get("path", "file"))).name)
-        elif isinstance(value, str):
-            new_input[key] = _suffixed(value)
+        value = _step_target(step)
+        if value.endswith("/"):  # a move into a folder: rename the file inside it
+            name = PurePosixPath(str(new_input.get("path", "file"))).name
+            new_input[key] = value + PurePosixPath(_suffixed(name, taken=[f[len(value):] for f in files
+                                                                           if f.startswith(value)])).name
+        elif value:
+            new_input[key] = _suffixed(value, taken=files)
     quoted = _QUOTED.search(spoken)
     if quoted and "content" in new_input:
         new_input["content"] = next(g for g in quoted.groups() if g).rstrip() + "\n"
-    note = spoken or why or "retry"
-    intent = _one_line(f"{step.intent} (revised: {note})")
-    return replace(step, intent=intent, input=new_input)
+    if new_input == step.input:
+        return step
+    revised = replace(step, input=new_input)
+    target = _step_target(revised)
+    if target and target != _step_target(step):
+        revised = replace(_retarget(step, target), input=new_input)
+    return revised
+
+
+def _same(a: _ToolStep, b: _ToolStep) -> bool:
+    return a.tool == b.tool and a.input == b.input
 
 
 def _tool_replan(ctx: Mapping[str, Any]) -> str:
@@ -711,7 +900,12 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
     feedback = _texts(ctx, "feedback")
     declined = _steps(ctx, "declined_steps")
     skipped = _skipped_files(declined, files)
+    everything_said = list(dict.fromkeys([*feedback, *(str(d.get("feedback", "")) for d in declined)]))
+    said = _redirect_read(everything_said)
     template = _tool_template(goal, files, max_steps, skipped)
+    plain = [replace(s) for s in template.steps]  # as planned without the feedback, to tell what changed
+    template.steps = _not_reading_outputs([_moved(s, said.moves) for s in template.steps],
+                                          [*said.moves.values(), said.instead])
 
     # Template steps already done map to the completed step's key; the rest remain to be done.
     key_of: dict[str, str] = {}
@@ -730,6 +924,7 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
             remaining.append(step)
 
     why = reason
+    target: _ToolStep | None = None
     if failed is not None:
         failed_tool, failed_input = str(failed.get("tool", "")), failed.get("input") or {}
         target = next((s for s in remaining if s.tool == failed_tool and s.input == failed_input), None)
@@ -748,56 +943,141 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
                             "Put the page into the workspace to continue.\n"},
                 expects="fetch-notes.md explains what is needed",
             ))
+        elif target is not None and said.skip_steps:
+            pass  # "skip the summary step": the steps so named go below
         elif target is not None and any(w in spoken for w in _SKIP_WORDS):
             if not skipped:  # "skip this step": the step goes; "skip tuesday": tuesday is out of every step
                 remaining.remove(target)
         elif target is not None:
-            revised = _revise_tool_step(target, why, feedback, files)
+            if said.instead and _step_target(target) and not said.moves:
+                revised = _retarget(target, said.instead)
+            else:
+                revised = _revise_tool_step(target, why, feedback, files)
             remaining[remaining.index(target)] = revised
             _readers_follow(remaining, target, revised)
 
+    planned = list(remaining)
     remaining = _tool_without_declined(_steps_without_files(remaining, skipped), declined, files)
+    remaining = _tool_as_told(remaining, said, target)
+    # A check of what a left-out step would have written goes with it.
+    left = {s.ref for s in remaining}
+    gone = {_step_target(s) for s in planned if s.ref not in left} - {""}
+    remaining = [s for s in remaining if not (s.tool == "file.read" and s.input.get("path") in gone)]
+    if not remaining and said and (said.no_use or said.hands_off or said.skip_steps):
+        question = (f"Following your feedback (\"{_one_line(' '.join(everything_said), 160)}\") leaves no step that "
+                    f"does \"{_one_line(goal, 120)}\". What should be done instead?")
+        return _reply("The feedback leaves nothing of the goal to do.", {"clarification": question})
     if not remaining:
         remaining = [_ToolStep("list", "file.list", "List the workspace to confirm the result", {"path": "."})]
     keep = [_tool_echo(step, [str(c.get("key")) for c in completed]) for step in completed]
     room = max(max_steps - len(keep), 0)
     remaining = remaining[:room]
+    before = [(s.tool, s.input) for s in plain if not any(
+        c.get("tool") == s.tool and c.get("input") == s.input for c in completed)]
+    if failed is not None and not any(c.get("tool") == failed.get("tool") and c.get("input") == failed.get("input")
+                                      for c in completed):
+        failed_pair = (str(failed.get("tool", "")), failed.get("input") or {})
+        if failed_pair not in before:
+            before.insert(0, failed_pair)
+    changed = before != [(s.tool, s.input) for s in remaining]
+    if failed is None and feedback and (not changed or not _redirect_read(feedback[-1:])):
+        # A plan sent back whose newest feedback says nothing this planner can follow: ask, rather than offer
+        # the same plan again.
+        question = (f"What should change in the plan for \"{_one_line(goal, 120)}\"? Your feedback "
+                    f"(\"{_one_line(feedback[-1], 160)}\") names no step or file to change, e.g. \"write "
+                    "weekly.md instead of report.md\", \"don't touch data.csv\" or \"skip the check step\".")
+        return _reply("The feedback does not say what to change.", {"clarification": question})
     for step, key in zip(remaining, _fresh_keys([s["id"] for s in keep], len(remaining)), strict=True):
         key_of[step.ref] = key
     steps = keep + [
         _tool_step_out(s, key_of[s.ref], [key_of[d] for d in s.depends if d in key_of]) for s in remaining
     ]
     because = "; ".join([*feedback, reason] if reason else feedback)
+    if changed and because:
+        why_line = f" Changed course because: {because}."
+    elif because:
+        why_line = f" Trying the same steps again after: {because}."
+    else:
+        why_line = ""
     data = {
         "goal": goal,
-        "thinking_summary": _one_line(
-            f"Keeping {len(keep)} completed step(s)." + (f" Changed course because: {because}." if because else "")
-        ),
+        "thinking_summary": _one_line(f"Keeping {len(keep)} completed step(s)." + why_line),
         "confidence": 0.7,
-        "risks": template.risks,
+        "risks": [r for r in template.risks if not any(f"Overwrites {h} " in f"{r} " for h in said.hands_off)],
         "steps": steps,
     }
     return _reply("Replanning: completed steps stay as they are.", data)
 
 
+def _not_reading_outputs(steps: list[_ToolStep], outputs: Sequence[str]) -> list[_ToolStep]:
+    """A report redirected to weekly.md does not summarize weekly.md into itself: its sources leave out the
+    files the operator named as the place to write."""
+    outputs = [o for o in outputs if o]
+    if not outputs:
+        return steps
+    result = []
+    for step in steps:
+        if step.tool == "text.summarize" and step.input.get("path") in outputs:
+            continue
+        if step.tool == "report.write" and isinstance(step.input.get("paths"), list):
+            paths = [p for p in step.input["paths"] if p not in outputs]
+            if paths != step.input["paths"]:
+                step = replace(step, input=step.input | {"paths": paths},
+                               intent=re.sub(r"of \d+ file\(s\)", f"of {len(paths)} file(s)", step.intent))
+        result.append(step)
+    kept = {s.ref for s in result}
+    for step in result:
+        step.depends = [d for d in step.depends if d in kept]
+    return result
+
+
+def _tool_as_told(steps: list[_ToolStep], said: _Redirect, target: _ToolStep | None) -> list[_ToolStep]:
+    """The operator's plain redirections applied to the steps still to do: a file they said not to touch is
+    changed by no step (one writing it goes, unless they named where to write instead); steps they said to skip
+    ("skip the summary step") go."""
+    result = []
+    changed: list[tuple[_ToolStep, _ToolStep]] = []
+    for step in steps:
+        kept: _ToolStep | None = step
+        for path in said.hands_off:
+            if kept is not None and _step_changes(kept, path):
+                new = said.moves.get(path) or said.instead
+                kept = _retarget(kept, new) if new and new != path and _step_target(kept) == path else None
+        if kept is not None and any(path in _step_paths(kept) for path in said.no_use):
+            kept = None
+        if kept is not None and said.skip_steps:
+            words = f"{kept.tool} {kept.intent.split(' ', 1)[0]}".lower()
+            if any(w in words or (len(w) > 5 and w[:6] in words) for w in said.skip_steps):
+                kept = None
+        if kept is not None:
+            result.append(kept)
+            if kept is not step:
+                changed.append((step, kept))
+    for before, after in changed:
+        _readers_follow(result, before, after)
+    return result
+
+
 def _tool_without_declined(steps: list[_ToolStep], declined: Sequence[Mapping[str, Any]],
                            files: Sequence[str]) -> list[_ToolStep]:
-    """A step the operator declined (in this version or an earlier one) never comes back as it was: a step
-    they said to skip stays out, any other is revised by everything they said about it."""
+    """A step the operator declined (in this version or an earlier one) never comes back with the same tool and
+    input, whatever its description: a step they said to skip stays out, any other is changed by everything
+    they said about it, and left out when nothing they said tells how."""
     result = list(steps)
     for step in steps:
         said = [str(d.get("feedback", "")) for d in declined
                 if d.get("tool") == step.tool and (d.get("input") or {}) == step.input]
-        same = any(_normal(str(d.get("description", ""))) == _normal(_one_line(step.intent))
-                   and d.get("tool") == step.tool and (d.get("input") or {}) == step.input for d in declined)
-        if not same:
+        if not said:
             continue
         if any(w in " ".join(said).lower() for w in _SKIP_WORDS):
             result.remove(step)
-        else:
-            revised = _revise_tool_step(step, "", said, files)
-            result[result.index(step)] = revised
-            _readers_follow(result, step, revised)
+            continue
+        revised = _revise_tool_step(step, "", said, files)
+        if any(d.get("tool") == revised.tool and (d.get("input") or {}) == revised.input for d in declined):
+            result.remove(step)
+            continue
+        result[result.index(step)] = revised
+        _readers_follow(result, step, revised)
     return result
 
 
@@ -809,7 +1089,9 @@ def _readers_follow(steps: list[_ToolStep], old: _ToolStep, revised: _ToolStep) 
     }
     for step in steps:
         if step is not revised and step.tool in ("file.read", "text.summarize") and step.input.get("path") in moved:
-            step.input = step.input | {"path": moved[step.input["path"]]}
+            before = step.input["path"]
+            step.input = step.input | {"path": moved[before]}
+            step.intent = re.sub(rf"(?<![\w/.-]){re.escape(before)}(?![\w/-])", moved[before], step.intent)
 
 
 def _tool_echo(step: Mapping[str, Any], completed_keys: Sequence[str]) -> dict[str, Any]:
@@ -902,6 +1184,12 @@ def _answer_reflect(ctx: Mapping[str, Any]) -> str:
 _TOOL_WORDS = ("file", "files", "csv", "json", "folder", "report", "workspace", "summar", "convert", "list")
 
 
+def _stated_why(goal: str) -> str:
+    """Why, as the goal itself says it; nobody is claimed to have asked (a seeded goal was asked by no operator)."""
+    said = re.search(r"\b(because|so that|so|since|in order to)\b\s+(.+)$", goal, re.IGNORECASE)
+    return _one_line(f"{said.group(1).lower()} {said.group(2).rstrip('.')}", 200) if said else "not stated in the goal"
+
+
 def _answer_restate(ctx: Mapping[str, Any]) -> str:
     goal = _text(ctx, "goal") or "(no goal given)"
     agent = _text(ctx, "agent_name") or "the agent"
@@ -913,7 +1201,7 @@ def _answer_restate(ctx: Mapping[str, Any]) -> str:
         "what": _one_line(goal, 300),
         "when": when,
         "where": f"in {agent}'s workspace" if tool_like else f"where {agent} is now",
-        "why": "because the operator asked for it" if tool_like else f"because {agent} needs it",
+        "why": _stated_why(goal) if tool_like else f"because {agent} needs it",
     }
     return _reply("Restated goal:", data)
 

@@ -12,7 +12,7 @@ import json
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +22,7 @@ from django.db.models import Case, F, JSONField, Q, QuerySet, Value, When
 from django.db.models.functions import Greatest, Least
 from django.utils import timezone
 
+from agents.fencing import fence_current, fence_hold
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
 from agents.persona import StepVerdict, routine_keeps
 from agents.signals import operator_acted_on_commit
@@ -30,6 +31,7 @@ from goals.models import Goal
 from goals.system import GoalState, clamp_unit
 from planner_site.events import publish_changed_on_commit
 from planning.models import Plan, PlanEvent, PlanStep
+from planning.trace_spans import events_traced
 
 # A routine repeats a step that serves another need only while that need is below this (work while money is short).
 ROUTINE_FINE_ABOVE = 0.8
@@ -100,7 +102,18 @@ def agents_cycle_count(*, agents: Sequence[Agent], waits: bool = False) -> None:
     Agents that `wait` for a person and nothing else (agents/cycle.py tool_cycle) come back after
     RUNNER_WAITING_SECONDS when their interval is shorter: an operator's decision brings the next cycle forward
     (agents/signals.py), and 100 agents waiting at the default 2 s kept half a core of the runners busy finding
-    nothing to do. A failed planning's automatic retry due sooner keeps its time (never before the interval)."""
+    nothing to do. A failed planning's automatic retry due sooner keeps its time (never before the interval).
+    In a runner's job, counted only while the runner holds it (agents/fencing.py), in one transaction with that
+    check."""
+    if fence_current() is not None:
+        with transaction.atomic():
+            fence_hold()
+            agents_cycle_counted(agents, waits=waits)
+        return
+    agents_cycle_counted(agents, waits=waits)
+
+
+def agents_cycle_counted(agents: Sequence[Agent], *, waits: bool) -> None:
     now = timezone.now()
     by_interval: dict[float, list[int]] = {}
     for agent in agents:
@@ -137,6 +150,7 @@ def cycle_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None
 def persona_cycle_record(record: CycleRecord) -> Experience:
     """Record one persona cycle in one transaction; raises CycleAlreadyDone (and nothing is written) when the
     cycle was already recorded."""
+    fence_hold()  # a runner's: only while it holds the job covering this agent (agents/fencing.py)
     agent = record.agent
     now = timezone.now()
     cycle = record.expected_cycle + 1
@@ -164,7 +178,7 @@ def persona_cycle_record(record: CycleRecord) -> Experience:
     pushed |= {plan.pk for plan, _ in plans_to_close}
     lessons_learn([(agent, record.lesson, experience)])  # a failed action's lesson, learned once
     if events:
-        PlanEvent.objects.bulk_create(events)
+        events_traced(PlanEvent.objects.bulk_create(events))
     # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
     current = change.plan.pk if change is not None else None
     publish_changed_on_commit(agent_id=agent.pk, plan_id=current, kind="experience")
@@ -288,6 +302,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     and its plan stay as the operator left them, and a plan that did not complete gives its goal no bonus). A
     cycle that closes plans (a goal abandoned) is recorded on its own, by persona_cycle_record (uncommon).
     Returns the experiences recorded, by agent."""
+    fence_hold()  # a runner's pass: only while it holds the shard's job (agents/fencing.py)
     done: dict[int, Experience] = {}
     for record in (r for r in records if r.plans_to_close):
         try:
@@ -362,7 +377,7 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
                for r in batch for goal, state in r.goals if goal.pk in abandoned]
     lessons_learn([(r.agent, r.lesson, by_agent[r.agent.pk]) for r in batch if r.lesson])
     if events:
-        PlanEvent.objects.bulk_create(events)
+        events_traced(PlanEvent.objects.bulk_create(events))
     for record in batch:  # the runner publishes the pass's changes together (published_together)
         change = record.step_change
         publish_changed_on_commit(agent_id=record.agent.pk, plan_id=change.plan.pk if change else None,
@@ -640,7 +655,7 @@ def plans_closed_steps(closed: Sequence[tuple[Plan, str]], *, runner: str, now: 
 def goals_plans_close(closing: Sequence[tuple[Goal, str]], *, runner: str) -> None:
     """Close every open plan of goals that just finished, each with its reason, in one transaction."""
     plans = goals_open_plans_locked([goal.pk for goal, _ in closing])
-    PlanEvent.objects.bulk_create(goals_plans_closed(closing, plans, runner=runner))
+    events_traced(PlanEvent.objects.bulk_create(goals_plans_closed(closing, plans, runner=runner)))
 
 
 def goals_open_plans_locked(goal_ids: Sequence[int]) -> list[Plan]:
@@ -800,6 +815,32 @@ def routines_start(routines: Sequence[Routine], *, runner: str) -> dict[int, tup
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_created")
     return {routine.goal.pk: (plan, by_plan[plan.pk]) for plan, (routine, _) in zip(plans, kept, strict=True)}
+
+
+@transaction.atomic
+def token_issue(*, agent: Agent, label: str = "", expires_at: datetime | None = None, user: Any = None,
+                actor_label: str = "") -> tuple[AgentToken, str]:
+    """Issue an API token for an external agent (the raw token is returned once, never stored), recorded: who
+    issued which token (its hint and label), for the audit log."""
+    token, raw = AgentToken.issue(agent=agent, label=label, expires_at=expires_at)
+    known = user is not None and user.is_authenticated
+    PlanEvent.objects.create(agent=agent, kind=PlanEvent.Kind.TOKEN_ISSUED, actor=user if known else None,
+                             actor_label=(user.get_username() if known else actor_label or "system")[:150],
+                             reason=f"API token {token.hint}… issued ({token.label or 'no label'})",
+                             detail={"token": token.hint, "label": token.label,
+                                     "expires_at": token.expires_at.isoformat() if token.expires_at else None})
+    return token, raw
+
+
+@transaction.atomic
+def roles_change_record(*, user: Any, account: Any, diff: dict[str, list[Any]]) -> PlanEvent | None:
+    """A change of an account's role (its groups, its staff or superuser flag, its permissions) made in the admin:
+    an event with who, whose and the diff. Nothing changed: nothing recorded."""
+    if not diff:
+        return None
+    return PlanEvent.objects.create(kind=PlanEvent.Kind.ROLES_CHANGED, actor=user if user.is_authenticated else None,
+                                    actor_label=user.get_username(), reason=f"roles of {account.get_username()} changed",
+                                    detail={"account": account.pk, "diff": diff})
 
 
 @transaction.atomic

@@ -50,6 +50,10 @@ class ToolSpec:
     # A declared tool's JSON Schema (agents/declared_tools.py): its inputs are checked by the jsonschema
     # library instead of `schema`, which then only names the keys for prompts.
     input_schema: Mapping[str, Any] | None = None
+    # What the tool can do, in the words of planning/engine/goal_check.py's ACTIONS ("copy", "convert", "send"...):
+    # a plan for a goal that asks to copy needs a step whose tool can copy. A declared tool gives none; its
+    # verbs are read from its name and description there.
+    verbs: tuple[str, ...] = ()
 
     @property
     def risky(self) -> bool:
@@ -74,44 +78,55 @@ class ToolSpec:
 TOOLS: Mapping[str, ToolSpec] = {
     spec.name: spec
     for spec in [
-        ToolSpec("file.read", "Read a text file", "read", {"path": (str, True)}, ("path",)),
-        ToolSpec("file.list", "List a folder (the workspace root by default)", "read", {"path": (str, False)}, ("path",)),
+        ToolSpec("file.read", "Read a text file", "read", {"path": (str, True)}, ("path",), verbs=("read",)),
+        ToolSpec("file.list", "List a folder (the workspace root by default)", "read", {"path": (str, False)}, ("path",),
+                 verbs=("list", "read")),
         ToolSpec(
             "file.write", "Create or overwrite a text file with the given content", "write",
             {"path": (str, True), "content": (str, True)}, ("path",),
+            verbs=("write", "transform", "convert"),
         ),
         ToolSpec(
             "file.append", "Append text to a file (created if missing)", "write",
             {"path": (str, True), "content": (str, True)}, ("path",),
+            verbs=("append", "write"),
         ),
         ToolSpec(
-            "file.convert", "Convert a CSV file to JSON or a JSON list of objects to CSV", "write",
+            "file.convert", "Convert a CSV file to JSON, a JSON list of objects to CSV, or either to a Markdown "
+            "table (to: md)", "write",
             {"path": (str, True), "to": (str, True), "output": (str, False)}, ("path", "output"),
-            choices={"to": ("json", "csv")},
+            choices={"to": ("json", "csv", "md")},
+            verbs=("convert",),
         ),
         ToolSpec(
             "file.move", "Move or rename a file; `to` may be an existing folder", "write",
             {"path": (str, True), "to": (str, True)}, ("path", "to"),
+            verbs=("move",),
         ),
         ToolSpec(
             "file.copy", "Copy a file; `to` may be an existing folder", "write",
             {"path": (str, True), "to": (str, True)}, ("path", "to"),
+            verbs=("copy",),
         ),
-        ToolSpec("dir.create", "Create a folder (and its parents)", "write", {"path": (str, True)}, ("path",)),
+        ToolSpec("dir.create", "Create a folder (and its parents)", "write", {"path": (str, True)}, ("path",),
+                 verbs=("mkdir",)),
         ToolSpec(
             "text.summarize", "Summarize a text file in a few of its own sentences", "read",
             {"path": (str, True), "max_sentences": (int, False)}, ("path",),
+            verbs=("summarize", "read"),
         ),
         ToolSpec(
             "report.write", "Write a markdown report with a summary of each given file", "write",
             {"paths": (list, True), "output": (str, True)}, ("paths", "output"),
+            verbs=("summarize", "write"),
         ),
         ToolSpec(
             "file.count", "Count the data rows of a CSV file (lines or words of a text file) and write the number "
             "to `output`", "write", {"path": (str, True), "output": (str, True), "unit": (str, False)},
             ("path", "output"), choices={"unit": ("rows", "lines", "words")},
+            verbs=("count", "write"),
         ),
-        ToolSpec("web.fetch", "Fetch a web page", "network", {"url": (str, True)}),
+        ToolSpec("web.fetch", "Fetch a web page", "network", {"url": (str, True)}, verbs=("fetch",)),
     ]
 }
 
@@ -462,18 +477,48 @@ def json_to_csv(text: str) -> str:
     return out.getvalue()
 
 
+def _cell(value: object) -> str:
+    """One Markdown table cell: on one line, its pipes escaped."""
+    text = json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else "" if value is None else str(value)
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def to_markdown_table(text: str, source_format: str) -> str:
+    """A CSV file (header row first) or a JSON list of objects -> a Markdown table: a header row, its
+    separator, one row per record."""
+    if source_format == "json":
+        rows = list(csv.reader(io.StringIO(json_to_csv(text))))
+    elif source_format == "csv":
+        rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
+    else:
+        raise ToolError(f"only a CSV or JSON file can be converted to a Markdown table, not '.{source_format}'")
+    if not rows:
+        raise ToolError("the file is empty")
+    width = max(len(row) for row in rows)
+    lines = []
+    for number, row in enumerate(rows):
+        cells = [_cell(c) for c in row] + [""] * (width - len(row))
+        lines.append("| " + " | ".join(cells) + " |")
+        if number == 0:
+            lines.append("|" + "|".join(" --- " for _ in range(width)) + "|")
+    return "\n".join(lines) + "\n"
+
+
 def _run_convert(ws: Path, args: Mapping[str, Any]) -> str:
     source = workspace_resolve(ws, args["path"])
     target_format = args["to"]
-    if target_format not in ("json", "csv"):
-        raise ToolError(f"cannot convert to '{target_format}'; use 'json' or 'csv'")
+    if target_format not in ("json", "csv", "md"):
+        raise ToolError(f"cannot convert to '{target_format}'; use 'json', 'csv' or 'md'")
     source_format = source.suffix.lower().lstrip(".")
     if source_format == target_format:
         raise ToolError(f"'{args['path']}' is already {target_format}")
     output_rel = args.get("output") or Path(args["path"].replace("\\", "/")).with_suffix(f".{target_format}").as_posix()
     output = workspace_resolve(ws, output_rel)
     text = _read_text(source, args["path"])
-    converted = csv_to_json(text) if target_format == "json" else json_to_csv(text)
+    if target_format == "md":
+        converted = to_markdown_table(text, source_format)
+    else:
+        converted = csv_to_json(text) if target_format == "json" else json_to_csv(text)
     _write_text(output, output_rel, converted)
     return f"Converted {_display(ws, source)} to {target_format}: wrote {_display(ws, output)} ({len(converted)} characters)"
 
@@ -670,7 +715,7 @@ def _targets(name: str, args: Mapping[str, Any]) -> list[str]:
     if name in ("report.write", "file.count"):
         return [args["output"]]
     if name == "file.convert":
-        target = "json" if args.get("to") == "json" else "csv"
+        target = args.get("to") if args.get("to") in ("json", "md") else "csv"
         return [args.get("output") or Path(args["path"].replace("\\", "/")).with_suffix(f".{target}").as_posix()]
     if name == "file.copy":
         to = args["to"]
@@ -740,6 +785,62 @@ def tool_rollback(workspace: Path, undo_dir: Path) -> list[str]:
                 done.append(f"removed folder {entry['path']}")
     manifest.unlink()
     return done
+
+
+# -- began: a step's tool call leaves a mark first, so a takeover can tell "never began" from "may have run" --
+
+TOOL_BEGAN = "began.json"
+
+
+def tool_began_mark(undo_dir: Path, attempt: int) -> None:
+    """Just before a step's tool runs (agents/cycle.py tool_call): which try of the step began it. An earlier
+    try's undo manifest goes (this try keeps its own, or changes nothing), so what is found there after an
+    interruption belongs to this try."""
+    undo_dir.mkdir(parents=True, exist_ok=True)
+    (undo_dir / "manifest.json").unlink(missing_ok=True)
+    (undo_dir / TOOL_BEGAN).write_text(json.dumps({"attempt": attempt}), encoding="utf-8")
+
+
+def tool_began(undo_dir: Path, attempt: int) -> bool:
+    """Whether try `attempt` of the step began its tool call (tool_began_mark)."""
+    try:
+        return json.loads((undo_dir / TOOL_BEGAN).read_text(encoding="utf-8")).get("attempt") == attempt
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def tool_has_effects(name: str) -> bool:
+    """Whether a call of tool `name` changes anything outside the database (an unknown tool is assumed to)."""
+    spec = TOOLS.get(name)
+    return spec is None or spec.risky
+
+
+def tool_effect_found(name: str, tool_input: Mapping[str, Any], workspace: Path, undo_dir: Path) -> bool:
+    """Whether the whole effect of a step's tool call is found in the workspace, checked against the undo copies
+    its call kept: a file holding the content written, a file holding what it held before plus the text
+    appended once, the folder created. False when it is not, or cannot be told (other tools, loops, no undo
+    manifest of this try)."""
+    manifest = undo_dir / "manifest.json"
+    if name not in ("file.write", "file.append", "dir.create") or not manifest.is_file():
+        return False
+    try:
+        entries = json.loads(manifest.read_text(encoding="utf-8"))["entries"]
+        path = workspace_resolve(workspace, tool_input["path"])
+        if len(entries) != 1:
+            return False
+        entry = entries[0]
+        if name == "dir.create":
+            return path.is_dir()
+        if not path.is_file():
+            return False
+        now = path.read_bytes()
+        content = str(tool_input["content"]).encode("utf-8")
+        if name == "file.write":
+            return now == content
+        before = (undo_dir / entry["copy"]).read_bytes() if entry.get("copy") else b""
+        return now == before + content
+    except (OSError, ValueError, KeyError, TypeError, ToolError):
+        return False
 
 
 # -- pre-check: what a step will touch, shown to the operator before it runs (seed 002) ---------------

@@ -112,11 +112,6 @@ def action_choose(*, suggested: str | None, needs: Mapping[str, float]) -> tuple
     return "idle", "no plan step"
 
 
-def needs_decay(needs: Mapping[str, tuple[float, float]], hours: float) -> dict[str, float]:
-    """Satisfaction after `hours`, from (satisfaction, decay per hour) pairs."""
-    return {name: max(0.0, round(value - rate * hours, 4)) for name, (value, rate) in needs.items()}
-
-
 def action_hours(action: str) -> float:
     """The simulated hours an action takes."""
     return (ACTIONS.get(action) or ACTIONS["idle"]).hours

@@ -33,6 +33,7 @@ from goals.system import (
 )
 from planner_site.events import publish_changed_on_commit
 from planning.models import PlanEvent
+from planning.trace_spans import events_traced
 
 logger = logging.getLogger("planner.goals")
 
@@ -310,7 +311,7 @@ def milestones_record(verdicts: Sequence[tuple[Goal, Mapping[str, float], tuple[
     if completed:
         events += goals_plans_closed([(goal, f"goal completed: {goal.description}") for goal, _, _ in verdicts
                                       if goal.pk in completed], plans, runner=runner, completed=True)
-    PlanEvent.objects.bulk_create(events)
+    events_traced(PlanEvent.objects.bulk_create(events))
     for agent_id in sorted({goal.agent_id for goal in written}):
         publish_changed_on_commit(agent_id=agent_id, kind=PlanEvent.Kind.MILESTONE_CHECKED)
     return completed

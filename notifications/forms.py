@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from agents.models import Agent
-from notifications.models import Channel, Subscription, Trigger
+from notifications.models import Channel, Subscription, Trigger, channel_target_problem
 from planner_site.formfields import TextField
 
 url_validate = URLValidator(schemes=["http", "https"])
@@ -34,6 +34,9 @@ class ChannelForm(forms.Form):
                     url_validate(target)
                 except ValidationError:
                     self.add_error("target", "Enter a valid http:// or https:// URL.")
+                else:
+                    if problem := channel_target_problem(kind, target):
+                        self.add_error("target", problem)
         return data
 
 

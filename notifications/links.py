@@ -10,7 +10,7 @@ from django.core import signing
 from django.urls import reverse
 
 SALT = "notifications.link"
-ACTIONS = ("open", "approve", "decline")
+ACTIONS = ("open", "approve", "decline", "undo")
 
 
 class LinkInvalid(Exception):

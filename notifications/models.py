@@ -4,7 +4,11 @@ plans' events, and every delivery attempt with the receiver's answer."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import models
+
+from planner_site import outbound
 
 
 class Trigger(models.TextChoices):
@@ -44,6 +48,29 @@ class Channel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.target}"
+
+    def clean(self) -> None:
+        """The admin's check too: a URL the outbound guard refuses is never stored."""
+        if problem := channel_target_problem(self.kind, self.target):
+            raise ValidationError({"target": problem})
+
+
+def channel_target_problem(kind: str, target: str) -> str | None:
+    """Why `target` cannot be a channel of `kind`, in words for the person who typed it, or None. A URL goes
+    through the outbound guard (resolved now; checked again at every send); a Slack URL must be on one of
+    SLACK_WEBHOOK_HOSTS."""
+    if kind == Channel.Kind.EMAIL:
+        try:
+            validate_email(target)
+        except ValidationError:
+            return "Enter a valid e-mail address."
+        return None
+    if kind not in Channel.Kind.values:
+        return "Unknown kind of channel."
+    hosts = settings.SLACK_WEBHOOK_HOSTS if kind == Channel.Kind.SLACK else None
+    if problem := outbound.url_problem(target, hosts=hosts):
+        return f"The URL {problem}."
+    return None
 
 
 class Subscription(models.Model):

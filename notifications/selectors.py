@@ -23,6 +23,7 @@ EVENT_TRIGGERS: dict[str, str] = {
     PlanEvent.Kind.VALIDATED: Trigger.WAITING,  # only while its plan awaits approval
     PlanEvent.Kind.CLARIFICATION_ASKED: Trigger.QUESTION,
     PlanEvent.Kind.PLAN_FAILED: Trigger.FAILED,
+    PlanEvent.Kind.PLAN_UNVERIFIED: Trigger.FAILED,  # done, but its outcome was not found: the goal stays open
     PlanEvent.Kind.ESCALATED: Trigger.ESCALATED,
     PlanEvent.Kind.BUDGET_REACHED: Trigger.BUDGET,
 }
@@ -57,7 +58,9 @@ class Candidate:
             links["link"] = link_make(plan_id=plan.pk)
         else:
             links["link"] = link_make(agent_id=agent.pk if agent else None)
-        if self.kind in (Trigger.WAITING, Trigger.URGENT, Trigger.ESCALATED) and (step or plan):
+        if "undo_link" in self.extra and step is not None:
+            links["undo_link"] = link_make(plan_id=step.plan_id, step_id=step.pk, action="undo")
+        elif self.kind in (Trigger.WAITING, Trigger.URGENT, Trigger.ESCALATED) and (step or plan):
             ids = {"plan_id": plan.pk if plan else None, "step_id": step.pk if step else None}
             links["approve_link"] = link_make(**ids, action="approve")
             links["decline_link"] = link_make(**ids, action="decline")
@@ -76,13 +79,29 @@ class Candidate:
             if plan else None,
             "step": {"id": step.pk, "key": step.key, "description": step.description, "tool": step.tool,
                      "risk": step.risk, "requires_permission": step.requires_permission} if step else None,
-            "event": {"id": event.pk, "kind": event.kind, "reason": event.reason[:2000],
+            "event": {"id": event.pk, "kind": event.kind, "reason": event_reason_shown(event)[:2000],
                       "at": event.created_at.isoformat()} if event else None,
             **links,
             "settings_link": link_settings(),
             "created_at": timezone.now().isoformat(),
-            **self.extra,
+            **{k: v for k, v in self.extra.items() if k != "undo_link"},
         }
+
+
+# The planner's notes on how it read a model's answer: for the plan page's validator flags, not for a message to
+# a person (issue 50: a webhook's event.reason read "repaired: closed 1 bracket").
+PLANNER_NOTES = ("repaired:", "parsed from", "structured output")
+
+
+def event_reason_shown(event: PlanEvent) -> str:
+    """An event's reason as a notification tells it: a validated plan's flags without the planner's notes."""
+    if event.kind != PlanEvent.Kind.VALIDATED:
+        return event.reason
+    listed = event.detail.get("flags") if isinstance(event.detail, dict) else None
+    flags = [str(f).strip() for f in listed] if isinstance(listed, list) else event.reason.split(";")
+    flags = [f.strip() for f in flags if f.strip()]
+    kept = [f for f in flags if not f.lower().startswith(PLANNER_NOTES)]
+    return "; ".join(kept) or "The plan passed validation and awaits approval."
 
 
 def link_settings() -> str:
@@ -112,6 +131,13 @@ def plans_risky(plan_ids: set[int]) -> set[int]:
                .values_list("plan_id", flat=True).distinct())
 
 
+def step_held(step: PlanStep | None, plan: Plan | None) -> bool:
+    """A step a policy approved that waits for its undo window to pass before it starts."""
+    return (step is not None and plan is not None and plan.status == Plan.Status.ACTIVE
+            and step.status == PlanStep.Status.PENDING and step.start_after is not None
+            and step.start_after > timezone.now())
+
+
 def event_candidate(event: PlanEvent, risky_plans: set[int]) -> Candidate | None:
     """What an event tells, or None when it no longer matters (a wait already decided, e.g. by a policy)."""
     kind = EVENT_TRIGGERS[event.kind]
@@ -122,7 +148,14 @@ def event_candidate(event: PlanEvent, risky_plans: set[int]) -> Candidate | None
     risky = bool(step and step.risk == PlanStep.Risk.RISKY) or bool(plan and not step and (
         plan.pk in risky_plans or plan.risks))
     c = Candidate(key=f"event:{event.pk}", kind=kind, agent=agent, plan=plan, step=step, event=event, risky=risky)
-    if event.kind == PlanEvent.Kind.STEP_AWAITING:
+    if event.kind == PlanEvent.Kind.STEP_AWAITING and step_held(step, plan):
+        # A policy approved it at once; it starts after the undo window (POLICY_UNDO_SECONDS): say so, with Undo.
+        assert step is not None
+        c.title = (f"{name}: step {step.key} approved by a policy, starts after "
+                   f"{timezone.localtime(step.start_after):%H:%M:%S} unless you undo it")
+        c.text = f"{step.description} (plan {goal}{', risky' if risky else ''})"
+        c.extra["undo_link"] = True  # made in payload(), with the step
+    elif event.kind == PlanEvent.Kind.STEP_AWAITING:
         if step is None or plan is None or step.status != PlanStep.Status.AWAITING_APPROVAL \
                 or plan.status != Plan.Status.ACTIVE:
             return None
@@ -140,6 +173,9 @@ def event_candidate(event: PlanEvent, risky_plans: set[int]) -> Candidate | None
             return None
         c.title = f"{name} asks a question before planning {goal}"
         c.text = plan.clarification_question or event.reason
+    elif event.kind == PlanEvent.Kind.PLAN_UNVERIFIED:
+        c.title = f"{name}: plan {goal} is done, outcome not verified"
+        c.text = event.reason or (plan.failure_reason if plan else "")
     elif event.kind == PlanEvent.Kind.PLAN_FAILED:
         c.title = f"{name}: plan {goal} failed"
         c.text = event.reason or (plan.failure_reason if plan else "")

@@ -10,16 +10,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage
 
 from notifications.models import Channel, Delivery
+from planner_site import outbound
 
 EXCERPT_CHARS = 500
 SIGNATURE_HEADER = "X-Planner-Signature"
@@ -34,6 +33,7 @@ class SendResult:
     excerpt: str = ""
     error: str = ""
     duration_ms: int = 0
+    error_class: str = ""
 
 
 def body_sign(secret: str, body: bytes) -> str:
@@ -71,28 +71,18 @@ def slack_escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-_client: httpx.Client | None = None
-_client_lock = threading.Lock()
+def http_post(url: str, body: bytes, headers: dict[str, str], *, hosts: list[str] | None = None) -> SendResult:
+    """POST through the outbound guard (planner_site/outbound.py): the owner's error says a status and a class,
+    never the receiver's body; the attempt row keeps a short excerpt of it for administrators."""
+    answer = outbound.post(url, body, headers, hosts=hosts)
+    return SendResult(ok=answer.ok, status_code=answer.status_code, excerpt=answer.excerpt,
+                      error="" if answer.ok else answer.summary, duration_ms=answer.duration_ms,
+                      error_class=answer.error_class)
 
 
-def http_client() -> httpx.Client:
-    """One client per process (thread-safe): making one loads the TLS certificates, ~0.2 s each time."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            _client = httpx.Client(timeout=settings.NOTIFY_TIMEOUT_SECONDS, follow_redirects=False)
-        return _client
-
-
-def http_post(url: str, body: bytes, headers: dict[str, str]) -> SendResult:
-    started = time.monotonic()
-    try:
-        response = http_client().post(url, content=body, headers={"Content-Type": "application/json", **headers})
-    except httpx.HTTPError as exc:
-        return SendResult(ok=False, error=f"{type(exc).__name__}: {exc}"[:EXCERPT_CHARS],
-                          duration_ms=int((time.monotonic() - started) * 1000))
-    return SendResult(ok=response.is_success, status_code=response.status_code,
-                      excerpt=response.text[:EXCERPT_CHARS], duration_ms=int((time.monotonic() - started) * 1000))
+def channel_post(channel: Channel, body: bytes, headers: dict[str, str]) -> SendResult:
+    hosts = settings.SLACK_WEBHOOK_HOSTS if channel.kind == Channel.Kind.SLACK else None
+    return http_post(channel.target, body, headers, hosts=hosts)
 
 
 def mail_send(delivery: Delivery) -> SendResult:
@@ -124,8 +114,32 @@ def delivery_send(delivery: Delivery, *, attempt: int) -> SendResult:
         return message_post(delivery)
     if channel.kind == Channel.Kind.SLACK:
         body = json.dumps(slack_body(delivery.notification.payload)).encode()
-        return http_post(channel.target, body, {})
+        return channel_post(channel, body, {})
     sent_at = int(time.time())
     body = json.dumps(webhook_body(delivery, attempt=attempt, sent_at=sent_at), separators=(",", ":")).encode()
-    return http_post(channel.target, body, {SIGNATURE_HEADER: body_sign(channel.secret, body),
-                                            TIMESTAMP_HEADER: str(sent_at), DELIVERY_HEADER: str(delivery.pk)})
+    return channel_post(channel, body, {SIGNATURE_HEADER: body_sign(channel.secret, body),
+                                        TIMESTAMP_HEADER: str(sent_at), DELIVERY_HEADER: str(delivery.pk)})
+
+
+def channel_test_send(channel: Channel) -> SendResult:
+    """The settings page's "Send a test": one message now, through the same guard as every delivery."""
+    payload = {"kind": "test", "title": "Test from the agent planner: this channel works",
+               "text": "Sent because you asked for a test on your notification settings.",
+               "link": f"{settings.PLANNER_BASE_URL}/notifications/settings/"}
+    if channel.kind == Channel.Kind.EMAIL:
+        message = EmailMessage(subject=payload["title"], body=f"{payload['text']}\n\n{payload['link']}",
+                               to=[channel.target])
+        try:
+            sent = message.send(using="notifications")
+        except Exception as exc:  # any mailer's failure is said, by its class only
+            return SendResult(ok=False, error=f"the mailer failed ({type(exc).__name__})")
+        return SendResult(ok=bool(sent), error="" if sent else "the mailer sent nothing")
+    if channel.kind == Channel.Kind.SLACK:
+        return channel_post(channel, json.dumps({"text": payload["title"]}).encode(), {})
+    if channel.kind == Channel.Kind.SLACK_APP:
+        from notifications.slack_app import test_post  # noqa: PLC0415 (slack_app builds on this module)
+        return test_post(channel, title=payload["title"], text=payload["text"])
+    sent_at = int(time.time())
+    body = json.dumps({**payload, "sent_at": sent_at}, separators=(",", ":")).encode()
+    return channel_post(channel, body, {SIGNATURE_HEADER: body_sign(channel.secret, body),
+                                        TIMESTAMP_HEADER: str(sent_at)})

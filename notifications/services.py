@@ -31,8 +31,11 @@ from notifications.models import (
     SettingsChange,
     Subscription,
     Trigger,
+    channel_target_problem,
 )
-from notifications.senders import SendResult, delivery_send
+from notifications.senders import SendResult, channel_test_send, delivery_send
+from planner_site import outbound
+from planner_site.roles import user_can_decide
 from planning.models import PlanEvent
 
 logger = logging.getLogger("planner.notifications")
@@ -150,6 +153,12 @@ def delivery_attempt(*, delivery_id: int, runner: str = "") -> AttemptOutcome:
             last_error="Not sent: the channel was turned off.")
         return AttemptOutcome("failed")
     result = delivery_send(delivery, attempt=delivery.attempts)
+    if result.error_class == outbound.RATE_LIMITED:  # not sent: tried again next minute, not counted
+        wait = 60
+        Delivery.objects.filter(pk=delivery_id, status=Delivery.Status.SENDING).update(
+            status=Delivery.Status.PENDING, attempts=F("attempts") - 1, claimed_until=None, last_error=result.error,
+            next_attempt_at=timezone.now() + timedelta(seconds=wait))
+        return AttemptOutcome("retry", wait)
     return delivery_record(delivery, result, runner=runner)
 
 
@@ -163,7 +172,7 @@ def delivery_record(delivery: Delivery, result: SendResult, *, runner: str) -> A
     if result.ok:
         mine.update(status=Delivery.Status.DELIVERED, delivered_at=now, claimed_until=None, last_error="")
         return AttemptOutcome("delivered")
-    error = result.error or f"HTTP {result.status_code}: {result.excerpt[:200]}"
+    error = result.error or f"HTTP {result.status_code}"  # the owner sees it: never the receiver's body
     if delivery.attempts >= settings.NOTIFY_MAX_ATTEMPTS:
         mine.update(status=Delivery.Status.FAILED, claimed_until=None, last_error=error)
         logger.warning("delivery %s given up after %d attempts: %s", delivery.pk, delivery.attempts, error)
@@ -188,9 +197,33 @@ def settings_record(user: User, action: str, **detail: object) -> None:
     SettingsChange.objects.create(user=user, user_label=user.get_username(), action=action, detail=detail)
 
 
+class SettingsForbidden(SettingsError):
+    """A change the user's role does not allow (a viewer's webhook or Slack channel): answered with a 403."""
+
+
+def channel_change_allowed(user: User, *, kind: str, target: str, action: str) -> bool:
+    """Operators add and change any channel of their own. A viewer may only be told by e-mail at their own
+    account's address, and may turn off or remove any channel of theirs (which only stops sending)."""
+    if user_can_decide(user):
+        return True
+    if action in ("off", "remove"):
+        return True
+    return kind == Channel.Kind.EMAIL and bool(user.email) and target.strip().lower() == user.email.strip().lower()
+
+
 @transaction.atomic
 def channel_add(*, user: User, kind: str, target: str) -> Channel:
-    """Add a channel of one's own; a webhook gets a new secret to verify signatures with."""
+    """Add a channel of one's own (checked by the outbound guard, within the cap per user); a webhook gets a new
+    secret to verify signatures with."""
+    if not channel_change_allowed(user, kind=kind, target=target, action="add"):
+        raise SettingsForbidden("Only operators add webhook and Slack channels; a viewer may add e-mail to their "
+                                "own account's address. Nothing was changed.")
+    if problem := channel_target_problem(kind, target):
+        raise SettingsError(f"{problem} Nothing was changed.")
+    User.objects.select_for_update().filter(pk=user.pk).first()  # one add at a time per user: the cap holds
+    if Channel.objects.filter(user=user).count() >= settings.NOTIFY_MAX_CHANNELS_PER_USER:
+        raise SettingsError(f"You have {settings.NOTIFY_MAX_CHANNELS_PER_USER} channels, the most allowed: remove "
+                            "one first. Nothing was changed.")
     if Channel.objects.filter(user=user, kind=kind, target=target).exists():
         raise SettingsError("You already have this channel. Nothing was changed.")
     secret = secrets.token_urlsafe(32) if kind == Channel.Kind.WEBHOOK else ""
@@ -199,11 +232,21 @@ def channel_add(*, user: User, kind: str, target: str) -> Channel:
     return channel
 
 
-@transaction.atomic
-def channel_set_active(*, user: User, channel_id: int, active: bool) -> Channel:
-    channel = Channel.objects.select_for_update().filter(user=user, pk=channel_id).first()
+def channel_own(user: User, channel_id: int, action: str, **filters: object) -> Channel:
+    """One of the user's own channels, locked, that their role allows `action` on."""
+    channel = Channel.objects.select_for_update().filter(user=user, pk=channel_id, **filters).first()
     if channel is None:
         raise SettingsError("No such channel of yours. Nothing was changed.")
+    if not channel_change_allowed(user, kind=channel.kind, target=channel.target, action=action):
+        raise SettingsForbidden("Only operators change webhook and Slack channels. Nothing was changed.")
+    return channel
+
+
+@transaction.atomic
+def channel_set_active(*, user: User, channel_id: int, active: bool) -> Channel:
+    channel = channel_own(user, channel_id, "on" if active else "off")
+    if active and (problem := channel_target_problem(channel.kind, channel.target)):
+        raise SettingsError(f"{problem} Nothing was changed.")
     channel.active = active
     channel.save(update_fields=["active", "updated_at"])
     settings_record(user, "channel_turned_on" if active else "channel_turned_off", channel=channel.pk)
@@ -212,22 +255,28 @@ def channel_set_active(*, user: User, channel_id: int, active: bool) -> Channel:
 
 @transaction.atomic
 def channel_remove(*, user: User, channel_id: int) -> None:
-    channel = Channel.objects.filter(user=user, pk=channel_id).first()
-    if channel is None:
-        raise SettingsError("No such channel of yours. Nothing was changed.")
+    channel = channel_own(user, channel_id, "remove")
     settings_record(user, "channel_removed", channel=channel.pk, kind=channel.kind, target=channel.target)
     channel.delete()
 
 
 @transaction.atomic
 def channel_secret_rotate(*, user: User, channel_id: int) -> Channel:
-    channel = Channel.objects.select_for_update().filter(user=user, pk=channel_id, kind=Channel.Kind.WEBHOOK).first()
-    if channel is None:
-        raise SettingsError("No such webhook of yours. Nothing was changed.")
+    channel = channel_own(user, channel_id, "rotate", kind=Channel.Kind.WEBHOOK)
     channel.secret = secrets.token_urlsafe(32)
     channel.save(update_fields=["secret", "updated_at"])
     settings_record(user, "channel_secret_renewed", channel=channel.pk)
     return channel
+
+
+def channel_test(*, user: User, channel_id: int) -> SendResult:
+    """Send a test message on one of one's own channels now, through the outbound guard; recorded."""
+    with transaction.atomic():
+        channel = channel_own(user, channel_id, "test")
+    result = channel_test_send(channel)
+    settings_record(user, "channel_tested", channel=channel.pk, ok=result.ok, status=result.status_code,
+                    error=result.error_class or result.error)
+    return result
 
 
 @transaction.atomic

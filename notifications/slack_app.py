@@ -156,6 +156,18 @@ def message_post(delivery: Delivery) -> SendResult:
                       duration_ms=duration)
 
 
+def test_post(channel: Channel, *, title: str, text: str) -> SendResult:
+    """The settings page's "Send a test" on a Slack app channel: one plain message, at once."""
+    started = time.monotonic()
+    try:
+        response = client(channel).chat_postMessage(channel=channel.target, text=f"{title}. {text}")
+    except (SlackApiError, SlackClientError, OSError) as exc:
+        return SendResult(ok=False, error=f"Slack refused the test ({type(exc).__name__})",
+                          duration_ms=int((time.monotonic() - started) * 1000))
+    return SendResult(ok=True, status_code=response.status_code,
+                      duration_ms=int((time.monotonic() - started) * 1000))
+
+
 # --- updates: a decision made anywhere closes its messages ----------------------------------------------------
 
 def messages_for_event(event: PlanEvent) -> Any:

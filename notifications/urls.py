@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from django.urls import path
 
-from notifications import channel_test, views, views_confirm, views_slack
+from notifications import views, views_confirm, views_slack
 
 urlpatterns = [
     path("settings/", views.settings_page, name="notify-settings"),
     path("channels/", views.channel_add_view, name="notify-channel-add"),
-    path("channels/<int:pk>/test/", channel_test.channel_test_view, name="notify-channel-test"),
     path("channels/<int:pk>/<str:action>/", views.channel_change_view, name="notify-channel-change"),
     path("subscriptions/", views.subscription_save_view, name="notify-subscription-add"),
     path("subscriptions/<int:pk>/", views.subscription_save_view, name="notify-subscription-save"),

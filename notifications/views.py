@@ -17,9 +17,12 @@ from notifications import selectors, services
 from notifications.forms import ChannelForm, SubscriptionForm
 from notifications.links import LinkExpired, LinkInvalid, link_read
 from notifications.models import Channel
+from planner_site.roles import user_can_decide
 from planning.models import Plan, PlanStep
 
-CHANNEL_ACTIONS = ("on", "off", "remove", "rotate")
+CHANNEL_ACTIONS = ("on", "off", "remove", "rotate", "test")
+VIEWER_REFUSED = ("Only operators add or change webhook and Slack channels; a viewer may be told by e-mail at their "
+                  "own account's address. Nothing was changed.")
 
 
 def owner(request: HttpRequest) -> User:
@@ -53,7 +56,11 @@ def slack_context(request: HttpRequest) -> dict[str, Any]:
 
 
 def settings_answer(request: HttpRequest, note: str, *, ok: bool, status: int = 200, **extra: Any) -> HttpResponse:
-    """The refreshed settings panel for htmx, or the page again after a redirect for a plain form."""
+    """The refreshed settings panel for htmx, or the page again after a redirect for a plain form (a refusal of
+    the role or of a missing channel: the page itself, with its status)."""
+    if status in (403, 404) and not getattr(request, "htmx", False):
+        context = settings_context(request, flash=[("error", note)], **extra)
+        return render(request, "notifications/settings.html", context, status=status)
     if getattr(request, "htmx", False):
         context = settings_context(request, flash=[("success" if ok else "error", note)], **extra)
         return render(request, "notifications/settings.html#panel", context, status=status)
@@ -68,12 +75,16 @@ def settings_page(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def channel_add_view(request: HttpRequest) -> HttpResponse:
+    if not user_can_decide(owner(request)) and request.POST.get("kind") != Channel.Kind.EMAIL:
+        return settings_answer(request, VIEWER_REFUSED, ok=False, status=403)
     form = ChannelForm(request.POST)
     if not form.is_valid():
         errors = " ".join(str(e) for errs in form.errors.values() for e in errs)
         return settings_answer(request, f"{errors} Nothing was changed.", ok=False, status=400, channel_form=form)
     try:
         channel = services.channel_add(user=owner(request), **form.cleaned_data)
+    except services.SettingsForbidden as exc:
+        return settings_answer(request, str(exc), ok=False, status=403)
     except services.SettingsError as exc:
         return settings_answer(request, str(exc), ok=False, status=409)
     return settings_answer(request, f"Added {channel}.", ok=True)
@@ -91,7 +102,15 @@ def channel_change_view(request: HttpRequest, pk: int, action: str) -> HttpRespo
         if action == "rotate":
             services.channel_secret_rotate(user=user, channel_id=pk)
             return settings_answer(request, "New secret made: update your receiver.", ok=True)
+        if action == "test":
+            result = services.channel_test(user=user, channel_id=pk)
+            if result.ok:
+                return settings_answer(request, f"Test sent{f' (HTTP {result.status_code})' if result.status_code else ''}.",
+                                       ok=True)
+            return settings_answer(request, f"Test not delivered: {result.error}.", ok=False)
         channel = services.channel_set_active(user=user, channel_id=pk, active=action == "on")
+    except services.SettingsForbidden as exc:
+        return settings_answer(request, str(exc), ok=False, status=403)
     except services.SettingsError as exc:
         return settings_answer(request, str(exc), ok=False, status=404)
     return settings_answer(request, f"{channel} is {'on' if channel.active else 'off'}.", ok=True)
@@ -135,7 +154,10 @@ def link_open(request: HttpRequest, token: str) -> HttpResponse:
         return render(request, "notifications/link_refused.html", {"expired": False}, status=400)
     if target.step_id is not None:
         step = get_object_or_404(PlanStep.objects.select_related("plan"), pk=target.step_id)
-        if target.action != "open":
+        if target.action == "undo":
+            messages.info(request, f"A policy approved step {step.key}; undo the approval with its button below "
+                                   "before the step starts.")
+        elif target.action != "open":
             messages.info(request, f"{'Approve' if target.action == 'approve' else 'Decline'} step {step.key} "
                                    f"with its button below{' (feedback is required)' if target.action == 'decline' else ''}.")
         return redirect(step.plan.get_absolute_url() + f"#step-{step.key}")

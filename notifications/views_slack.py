@@ -24,7 +24,7 @@ from notifications import slack_app
 from notifications.forms_slack import SlackAppChannelForm
 from notifications.models import SlackMessage
 from notifications.services import SettingsError
-from notifications.views import owner
+from notifications.views import VIEWER_REFUSED, owner
 from planner_site.roles import user_can_decide
 
 logger = logging.getLogger("planner.notifications")
@@ -198,6 +198,8 @@ def submission(payload: dict[str, Any], message: SlackMessage, slack_user: str, 
 
 @require_POST
 def slack_channel_add(request: HttpRequest) -> HttpResponse:
+    if not user_can_decide(owner(request)):
+        return HttpResponse(VIEWER_REFUSED, status=403)
     form = SlackAppChannelForm(request.POST, prefix="slack")
     if not form.is_valid():
         errors = " ".join(str(e) for errs in form.errors.values() for e in errs)

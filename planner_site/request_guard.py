@@ -13,6 +13,7 @@ from urllib.parse import parse_qsl
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.urls import Resolver404, resolve
 
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 MULTIPART_CONTENT_TYPE = "multipart/form-data"
@@ -30,8 +31,27 @@ def query_problem(raw: str) -> str | None:
     except ValueError:  # more fields than parse_qsl allows, or a malformed pair
         return None  # Django's own limits answer these
     if any("\x00" in key or "\x00" in value for key, value in pairs):
-        return "contains a NUL character (U+0000)"
+        return NUL_IN_FORM
     return None
+
+
+NUL_IN_FORM = "contains a NUL character (U+0000)"
+
+
+def form_checks_text(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Mark a view whose form checks every text field it reads (planner_site.validators.text_problem): a NUL in
+    its urlencoded body reaches it, and the person gets a field error by the field instead of a plain 400 page."""
+    view.form_checks_text = True  # type: ignore[attr-defined]
+    return view
+
+
+def view_checks_text(request: HttpRequest) -> bool:
+    """Whether the view the request goes to is marked with form_checks_text (resolved only for a NUL: rare)."""
+    try:
+        match = resolve(request.path_info)
+    except Resolver404:
+        return False
+    return bool(getattr(match.func, "form_checks_text", False))
 
 
 def request_problem(request: HttpRequest) -> str | None:
@@ -46,6 +66,8 @@ def request_problem(request: HttpRequest) -> str | None:
         except RequestDataTooBig:  # Django's own limit answers it in the view
             return None
         if problem := query_problem(body):
+            if problem == NUL_IN_FORM and view_checks_text(request):
+                return None  # its form says so by the field
             return f"The form data {problem}."
     if request.method == "POST" and request.content_type == MULTIPART_CONTENT_TYPE:
         return multipart_problem(request)

@@ -113,12 +113,36 @@ TEMPLATES = [
     },
 ]
 
+def db_stall_bounds(*, idle_in_transaction: float, statement: float, tcp_user_timeout: float,
+                    keepalives_idle: int) -> dict[str, Any]:
+    """libpq connection parameters bounding how long a cut-off connection holds anything: client keepalives and
+    TCP user timeout, a 10 s connect timeout (a SYN into a cut network is otherwise retried for minutes), and the
+    same on the server's side of the socket plus the session timeouts (`options`)."""
+    ms = {"idle_in_transaction_session_timeout": int(idle_in_transaction * 1000),
+          "statement_timeout": int(statement * 1000), "tcp_user_timeout": int(tcp_user_timeout * 1000),
+          "tcp_keepalives_idle": keepalives_idle, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 3}
+    return {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": keepalives_idle, "keepalives_interval": 2,
+            "keepalives_count": 3, "tcp_user_timeout": int(tcp_user_timeout * 1000),
+            "options": " ".join(f"-c {name}={value}" for name, value in ms.items())}
+
+
 SQLITE_PATH = Path(os.environ.get("SQLITE_PATH", VAR_DIR / "planner.sqlite3"))
 if os.environ.get("DATABASE_URL"):
     DATABASES: dict[str, Any] = {
         "default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")))
     }
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get("TEST_DATABASE_NAME", "test_planner")
+    # Bounded stalls (docs/runtime-guarantees.md): a process cut off from the database (a failing switch, a paused
+    # VM) must not hold its row locks for hours. The server ends a session idle in a transaction after
+    # DB_IDLE_IN_TRANSACTION_SECONDS and a statement after DB_STATEMENT_TIMEOUT_SECONDS (0: no limit), and both
+    # ends probe an idle socket (TCP keepalives) and give up on unacknowledged data after DB_TCP_USER_TIMEOUT_SECONDS.
+    DB_IDLE_IN_TRANSACTION_SECONDS = float(os.environ.get("DB_IDLE_IN_TRANSACTION_SECONDS", "5"))
+    DB_STATEMENT_TIMEOUT_SECONDS = float(os.environ.get("DB_STATEMENT_TIMEOUT_SECONDS", "30"))
+    DB_TCP_USER_TIMEOUT_SECONDS = float(os.environ.get("DB_TCP_USER_TIMEOUT_SECONDS", "10"))
+    DB_KEEPALIVES_IDLE_SECONDS = int(os.environ.get("DB_KEEPALIVES_IDLE_SECONDS", "5"))
+    DATABASES["default"].setdefault("OPTIONS", {}).update(db_stall_bounds(
+        idle_in_transaction=DB_IDLE_IN_TRANSACTION_SECONDS, statement=DB_STATEMENT_TIMEOUT_SECONDS,
+        tcp_user_timeout=DB_TCP_USER_TIMEOUT_SECONDS, keepalives_idle=DB_KEEPALIVES_IDLE_SECONDS))
     if env_bool("DB_POOL", True):
         # A pool per process (PostgreSQL allows 100 connections here): a thread gives its connection back
         # while it waits for a model, so a runner drives many agents on a few connections. Connections are
@@ -256,6 +280,18 @@ NOTIFY_TIMEOUT_SECONDS = float(os.environ.get("NOTIFY_TIMEOUT_SECONDS", "10"))
 SLACK_API_BASE_URL = os.environ.get("SLACK_API_BASE_URL", "https://slack.com/api/")
 SLACK_TIMEOUT_SECONDS = int(os.environ.get("SLACK_TIMEOUT_SECONDS", "2"))
 SLACK_CONNECT_CODE_MAX_AGE_SECONDS = int(os.environ.get("SLACK_CONNECT_CODE_MAX_AGE_SECONDS", "900"))
+# Each user has at most NOTIFY_MAX_CHANNELS_PER_USER channels; a Slack channel's URL must be on one of
+# SLACK_WEBHOOK_HOSTS (an Enterprise Grid may add its own).
+NOTIFY_MAX_CHANNELS_PER_USER = int(os.environ.get("NOTIFY_MAX_CHANNELS_PER_USER", "5"))
+SLACK_WEBHOOK_HOSTS = [h.strip().lower() for h in os.environ.get("SLACK_WEBHOOK_HOSTS", "hooks.slack.com").split(",")
+                       if h.strip()]
+# Requests to addresses people typed (planner_site/outbound.py) never reach loopback, private, link-local,
+# unique-local, multicast, unspecified or metadata addresses unless OUTBOUND_ALLOWED_NETWORKS names them (CIDRs
+# and host names, comma-separated; empty by default); at most OUTBOUND_MAX_PER_MINUTE requests a minute go to
+# one host and port (0: no cap).
+OUTBOUND_ALLOWED_NETWORKS = [n.strip() for n in os.environ.get("OUTBOUND_ALLOWED_NETWORKS", "").split(",")
+                             if n.strip()]
+OUTBOUND_MAX_PER_MINUTE = int(os.environ.get("OUTBOUND_MAX_PER_MINUTE", "30"))
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -316,6 +352,13 @@ RUNNER_TICK_SECONDS = float(os.environ.get("RUNNER_TICK_SECONDS", "0.5"))
 RUNNER_CONCURRENCY = int(os.environ.get("RUNNER_CONCURRENCY", "100"))
 RUNNER_HEARTBEAT_SECONDS = float(os.environ.get("RUNNER_HEARTBEAT_SECONDS", "2"))
 RUNNER_STALLED_SECONDS = float(os.environ.get("RUNNER_STALLED_SECONDS", "10"))
+# A runner's lease (docs/runtime-guarantees.md): once its worker's last heartbeat the database took is this old,
+# it starts no tool and records nothing more (self-fencing), before anyone may take its jobs over.
+RUNNER_LEASE_SECONDS = float(os.environ.get("RUNNER_LEASE_SECONDS", "0")) or (
+    RUNNER_STALLED_SECONDS - max(2 * RUNNER_HEARTBEAT_SECONDS, 0.25 * RUNNER_STALLED_SECONDS))
+if not RUNNER_HEARTBEAT_SECONDS < RUNNER_LEASE_SECONDS < RUNNER_STALLED_SECONDS:
+    raise ImproperlyConfigured("RUNNER_LEASE_SECONDS must be above RUNNER_HEARTBEAT_SECONDS and below "
+                               "RUNNER_STALLED_SECONDS")
 RUNNER_SWEEP_SECONDS = int(os.environ.get("RUNNER_SWEEP_SECONDS", "2"))
 # A tool agent that waits for a person and nothing else (a plan awaiting approval or an answer, steps behind a step
 # awaiting approval) cycles this often at most: an operator's decision brings its next cycle forward at once
@@ -405,6 +448,9 @@ LLM_PURPOSE_MODELS = {
 # USD per million tokens in and out, per model, e.g. {"gpt-4o-mini": [0.15, 0.6]}: fills LLMCall.cost.
 LLM_PRICES = json.loads(os.environ.get("LLM_PRICES", "{}"))
 PLAN_MAX_STEPS = int(os.environ.get("PLAN_MAX_STEPS", "20"))
+# A policy's approval of a step that writes or is risky waits this long before the step starts, with an Undo in the
+# inbox, on the plan page and in the notification (docs/operator-decisions.md). 0: it starts at once.
+POLICY_UNDO_SECONDS = max(0.0, float(os.environ.get("POLICY_UNDO_SECONDS", "10")))
 # One deadline per plan: restatement, attempts, reflections, the whole chain (each call waits only for what remains).
 PLAN_DEADLINE_SECONDS = float(os.environ.get("PLAN_DEADLINE_SECONDS", "120"))
 PLAN_ATTEMPTS_PER_MODEL = 3
@@ -429,3 +475,11 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"planner": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False}},
 }
+
+# OpenTelemetry traces (docs/tracing.md): exported only when an OTLP/HTTP endpoint is set.
+OTEL_EXPORTER_OTLP_ENDPOINT = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+TRACE_EXPORT_ENDPOINT = os.environ.get("TRACE_EXPORT_ENDPOINT", "")  # the product's own, over the one above
+OTEL_SERVICE_NAME = os.environ.get("OTEL_SERVICE_NAME", "agent-planner")
+OTEL_PERSONA_SAMPLE_RATIO = float(os.environ.get("OTEL_PERSONA_SAMPLE_RATIO", "0.01"))
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT = env_bool("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+TRACE_URL_TEMPLATE = os.environ.get("TRACE_URL_TEMPLATE", "")  # e.g. http://localhost:6006/trace/{trace_id}

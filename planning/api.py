@@ -37,6 +37,7 @@ from agents.connections import in_transaction
 from agents.declared_tools import DESCRIPTION_MAX, MAX_PROPERTIES, MAX_TOOLS, NAME_PATTERN, RISK_NAMES
 from agents.models import Agent, AgentToken
 from agents.tools import MAX_LOOP_RUNS
+from planner_site import tracing
 from planner_site.validators import json_problem
 from planning.live.hub import changes_watched
 from planning.services import external
@@ -390,13 +391,15 @@ def tools_put(request: HttpRequest, payload: ToolsIn) -> dict[str, Any]:
 
 @v1.post("/plans", response={201: PlanCreated, **ERRORS}, summary="Submit a plan")
 def plan_post(request: HttpRequest, payload: PlanIn) -> Status[dict[str, Any]]:
-    plan = external.plan_submit(agent=agent_of(request), data=body_data(payload))
+    with tracing.joined(request.headers.get("traceparent")):  # the caller's trace holds the plan's (docs/tracing.md)
+        plan = external.plan_submit(agent=agent_of(request), data=body_data(payload))
     return Status(201, created(plan))
 
 
 @v1.post("/goals", response={201: PlanCreated, **ERRORS}, summary="Let the built-in planner plan a goal")
 def goal_post(request: HttpRequest, payload: GoalIn) -> Status[dict[str, Any]]:
-    plan = external.goal_plan(agent=agent_of(request), goal=payload.goal)
+    with tracing.joined(request.headers.get("traceparent")):
+        plan = external.goal_plan(agent=agent_of(request), goal=payload.goal)
     return Status(201, created(plan))
 
 

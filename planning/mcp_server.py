@@ -34,6 +34,7 @@ from pydantic import Field, ValidationError
 
 from agents.declared_tools import MAX_TOOLS
 from agents.models import AgentToken
+from planner_site import tracing
 from planner_site.asgi_guards import ASGIApp, Receive, Scope, Send, header
 from planning import api
 from planning.api import PLAN_MAX_STEPS_DOC, PlanIn, StepIn, ToolIn, VersionIn
@@ -108,6 +109,17 @@ def arguments_known(ctx: Context, tool: Callable[..., Any]) -> None:
                         f"this tool takes {', '.join(taken)}. Nothing was changed.")
 
 
+def traceparent_of(ctx: Context) -> str | None:
+    """The caller's W3C trace context: the call's `_meta.traceparent` (MCP's trace context), else the HTTP
+    request's `traceparent` header (docs/tracing.md)."""
+    params = ctx.request_context.params or {}
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if isinstance(meta, dict) and isinstance(meta.get("traceparent"), str):
+        return str(meta["traceparent"])
+    headers = getattr(ctx.request_context.request, "headers", None)
+    return headers.get("traceparent") if headers is not None else None
+
+
 def body(model: type[PlanIn] | type[VersionIn], fields: dict[str, Any]) -> dict[str, Any]:
     """The arguments checked by the API's own request model (the same limits, the same refusal of what the
     database cannot store), then as the planner's validator reads them (fields not given left out)."""
@@ -166,7 +178,8 @@ def server_build() -> MCPServer:
                                  "risks": risks, "confidence": confidence})
         except ValidationError as exc:
             raise tool_error(exc) from exc
-        plan = await db_call(external.plan_submit, agent=agent, data=data, via=external.VIA_MCP)
+        with tracing.joined(traceparent_of(ctx)):
+            plan = await db_call(external.plan_submit, agent=agent, data=data, via=external.VIA_MCP)
         return api.created(plan)
 
     @app.tool()

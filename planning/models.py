@@ -12,7 +12,9 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from planner_site import tracing
 from planning.engine.schedule import steps_runnable
+from planning.engine.shown import input_preview, steps_fingerprint
 from planning.engine.validate import StepSpec
 
 
@@ -24,13 +26,14 @@ class PlanQuerySet(models.QuerySet["Plan"]):
         return self.filter(status__in=Plan.OPEN_STATUSES)
 
     def held(self) -> PlanQuerySet:
-        """Plans that hold their goal: open, or failed (a failed planning retries)."""
-        return self.filter(status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED])
+        """Plans that hold their goal: open, failed (a failed planning retries), or done but not verified (the
+        operator decides what next)."""
+        return self.filter(status__in=[*Plan.OPEN_STATUSES, Plan.Status.FAILED, Plan.Status.UNVERIFIED])
 
     def waiting(self) -> PlanQuerySet:
         """Plans that wait for a person: a question of the planner, or a plan awaiting approval that was not sent
         back for a new version (declined with feedback, it waits for its agent)."""
-        return self.filter(models.Q(status=Plan.Status.CLARIFYING)
+        return self.filter(models.Q(status__in=[Plan.Status.CLARIFYING, Plan.Status.UNVERIFIED])
                            | models.Q(status=Plan.Status.AWAITING_APPROVAL, replan_reason=""))
 
 
@@ -51,6 +54,9 @@ class Plan(models.Model):
         CLARIFICATION_ASKED = "clarification_asked", "Clarification asked"
         CLARIFIED = "clarified", "Clarification answered"
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
+        # Every step ran, but the outcome the goal asks for was not found (planning/engine/goal_check.py
+        # outcome_problems): the goal stays open and the operator is asked what next.
+        UNVERIFIED = "unverified", "Done, not verified"
 
     class ApprovalMode(models.TextChoices):
         PENDING = "pending", "Not yet chosen"
@@ -86,6 +92,15 @@ class Plan(models.Model):
     clarification_answer = models.TextField(blank=True, help_text="The operator's answer; planning resumes with it")
     planning_retry = models.PositiveIntegerField(default=0, help_text="Automatic retries of planning before this version")
     retry_at = models.DateTimeField(null=True, blank=True, help_text="When a failed planning is tried again")
+    # The W3C trace of the plan's lineage (docs/tracing.md): set when the lineage starts, kept by versions n+1.
+    trace_id = models.CharField(max_length=32, blank=True, default=tracing.lineage_trace_id,
+                                help_text="The lineage's W3C trace id")
+    trace_root_id = models.CharField(max_length=16, blank=True, default=tracing.span_id_new,
+                                     help_text="The span id of the lineage's root span")
+    trace_parent_id = models.CharField(max_length=16, blank=True, default=tracing.lineage_parent_id,
+                                       help_text="The caller's span the root span is a child of (its traceparent)")
+    trace_exported_through = models.PositiveBigIntegerField(
+        default=0, help_text="On a lineage's first version: the last event whose closed spans were exported")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -110,6 +125,16 @@ class Plan(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status in self.OPEN_STATUSES
+
+    def trace_ids(self) -> dict[str, str]:
+        """The lineage's trace, as its next version keeps it (docs/tracing.md)."""
+        return {"trace_id": self.trace_id, "trace_root_id": self.trace_root_id, "trace_parent_id": self.trace_parent_id}
+
+    @property
+    def planned_by(self) -> str:
+        """Who made this version, as the operator is told: the person who wrote it in the plan editor, the model
+        whose plan was accepted, or "rules" (the one-step shortcut, a question asked before any model: no model)."""
+        return self.edited_by or self.model or "rules"
 
 
 class PlanStep(models.Model):
@@ -163,6 +188,9 @@ class PlanStep(models.Model):
     approved_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="approved_steps"
     )
+    start_after = models.DateTimeField(
+        null=True, blank=True,
+        help_text="A policy approved this step: it starts no earlier than this, so its approval can be undone")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -195,6 +223,17 @@ class PlanStep(models.Model):
         """The tool input as the JSON the planner wrote."""
         return json.dumps(self.tool_input, ensure_ascii=False)
 
+    @property
+    def input_preview(self) -> str:
+        """The tool input as an operator reads it before approving: paths whole, written content previewed."""
+        return input_preview(self.tool_input if isinstance(self.tool_input, dict) else {})
+
+    def shown_values(self) -> dict[str, Any]:
+        """What the operator approves of this step (planning/engine/shown.py FINGERPRINT_FIELDS)."""
+        return {"key": self.key, "description": self.description, "tool": self.tool, "input": self.tool_input,
+                "action_hint": self.action_hint, "requires_permission": self.requires_permission,
+                "depends_on": self.depends_on, "loop": self.loop}
+
     def spec(self) -> StepSpec:
         """The step as the product's one step type: what it does, without its row state."""
         return StepSpec.from_step(self)
@@ -203,6 +242,11 @@ class PlanStep(models.Model):
         """The step as plain values for a diff (stored in events, shown on the compare page): its spec and,
         alongside it, its status."""
         return self.spec().as_dict() | {"status": self.status}
+
+
+def steps_shown_fingerprint(steps: Iterable[PlanStep]) -> str:
+    """The fingerprint of steps as an approve form shows them, in plan order (planning/engine/shown.py)."""
+    return steps_fingerprint(s.shown_values() for s in sorted(steps, key=lambda s: s.position))
 
 
 def step_current(steps: Sequence[PlanStep]) -> PlanStep | None:
@@ -240,6 +284,7 @@ class PlanEvent(models.Model):
         CLARIFIED = "clarified", "Clarification answered"
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
         PLAN_COMPLETED = "plan_completed", "Plan completed"
+        PLAN_UNVERIFIED = "plan_unverified", "Done, not verified"
         PLAN_FAILED = "plan_failed", "Plan failed"
         PLAN_RETRIED = "plan_retried", "Planning retried"
         ADMIN_EDIT = "admin_edit", "Edited in admin"
@@ -262,6 +307,8 @@ class PlanEvent(models.Model):
         TOKEN_REVOKED = "token_revoked", "API token revoked"
         AGENT_CREATED = "agent_created", "Agent created"
         FILES_UPLOADED = "files_uploaded", "Files uploaded"
+        TOKEN_ISSUED = "token_issued", "API token issued"
+        ROLES_CHANGED = "roles_changed", "Roles changed"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by

@@ -46,7 +46,8 @@ from agents.tools import TOOLS, workspace_listing
 from agents.world import ACTIONS, persona_situation
 from goals.models import Goal
 from planning.engine.complexity import should_plan, tool_single_step
-from planning.engine.meaning import goal_paths, goal_tools
+from planning.engine.goal_check import Reach, goal_reachable, plan_goal_problems, tool_verbs
+from planning.engine.meaning import StepView, goal_paths, goal_tools
 from planning.engine.parse import NO_JSON_PLAN, plan_parse
 from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
 from planning.engine.validate import PlanSpec, plan_validate, step_plan_data, steps_repeating_declined
@@ -82,6 +83,7 @@ class RetryContext:
     rejected: int = 0  # answers rejected
     errors: int = 0  # models that did not answer
     answered_by: str = ""  # the last model that answered at all
+    unreached: list[str] = field(default_factory=list)  # the last rejection's reasons, when the plan missed its goal
 
 
 @dataclass
@@ -92,6 +94,7 @@ class Check:
     spec: PlanSpec | None = None
     flags: list[str] = field(default_factory=list)
     question: str = ""
+    unreached: bool = False  # rejected because the plan cannot reach its goal (planning/engine/goal_check.py)
 
 
 def plan_generate(
@@ -180,6 +183,8 @@ def plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
     def ask(first: First) -> First:
         """No database here: the asks may run side by side in threads; what they learn is written after."""
         agent, goal = first.agent, first.goal
+        if not goal_reach(agent, goal.description).ok:
+            return first  # refused or a question, before any plan (plan_attempts says which)
         first.direct = plan_direct(agent=agent, goal=goal, goal_text=goal.description)
         if first.direct is not None:
             return first
@@ -248,6 +253,13 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
     kept = list(base.steps.filter(status__in=PlanStep.DONE_STATUSES)) if base else []
     declined = steps_declined(previous)
 
+    reach = goal_reach(agent, goal_text)
+    if reach.cannot:
+        # Seed 003 / issue 50: a goal the agent's tools cannot reach ends before approval, said as such.
+        return plan_fail(plan=plan, headline=reach.cannot, actor_label=actor_label, retry=False)
+    if reach.question:
+        return plan_ask(plan=plan, question=reach.question, model="", actor_label=actor_label)
+
     direct = plan_direct(agent=agent, goal=goal, goal_text=goal_text) if previous is None else None
     if direct is not None:
         spec, flags = direct
@@ -289,8 +301,45 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
         return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
     if not memory.rejected:
         return plan_fail(plan=plan, headline="no model answered", actor_label=actor_label)
+    if memory.unreached:
+        # No model made a plan that reaches the goal: the operator is asked how, never shown a plan that misses it.
+        return plan_ask(plan=plan, question=unreached_question(memory.unreached), model=memory.answered_by,
+                        actor_label=actor_label)
     return plan_fail(plan=plan, headline=f"no acceptable plan: {counted(memory.rejected, 'answer')} rejected"
                      + (f", {counted(memory.errors, 'model error')}" if memory.errors else ""), actor_label=actor_label)
+
+
+def unreached_question(reasons: Sequence[str]) -> str:
+    return ("No plan could be made that does what the goal asks (" + "; ".join(reasons[:3]) + "). "
+            "How should it be done, or what should be done instead?")
+
+
+def goal_tools_verbs(agent: Agent) -> dict[str, frozenset[str]]:
+    """What each of the agent's tools can do (planning/engine/goal_check.py tool_verbs)."""
+    _, declared = agent_plan_terms(agent.kind, agent.declared_tools)
+    return {name: tool_verbs(name, spec.verbs, spec.description) for name, spec in (declared or TOOLS).items()}
+
+
+def goal_reach(agent: Agent, goal_text: str) -> Reach:
+    """A tool agent's goal judged before planning (goal_reachable); a persona's is always planned."""
+    if agent.kind != Agent.Kind.TOOL:
+        return Reach()
+    return goal_reachable(goal_text, goal_tools_verbs(agent))
+
+
+def goal_plan_check(agent: Agent, goal_text: str, steps: Sequence[Any], *, steered: bool = False) -> list[str]:
+    """Why a tool plan's steps (StepSpecs, in the order the plan page numbers them) cannot reach the goal.
+    An operator's feedback (`steered`) may move an output elsewhere, so only the actions are checked then."""
+    if agent.kind == Agent.Kind.PERSONA or not goal_text:
+        return []
+    views = [StepView(position, step.tool, dict(step.input)) for position, step in enumerate(steps, start=1)]
+    problems = plan_goal_problems(goal_text, views, goal_tools_verbs(agent))
+    if agent.kind == Agent.Kind.EXTERNAL:
+        # An external agent's tools tell only what their names and descriptions say, and nothing of the files
+        # they write: its plan is refused only for an action one of its own tools can do and no step does, and
+        # a version made after an operator's feedback (`steered`) follows that feedback instead.
+        return [] if steered else [p for p in problems if "; use " in p]
+    return [p for p in problems if not (steered and p.startswith("the goal asks for "))]
 
 
 def counted(n: int, noun: str) -> str:
@@ -359,6 +408,7 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
     if check.question:
         return plan_ask(plan=plan, question=check.question, model=model, actor_label=actor_label)
     memory.rejected += 1
+    memory.unreached = list(check.problems) if check.unreached else []
     hints: list[str] = []
     if reflection_helps(model, check.problems):
         hints = plan_reflect(agent=agent, plan=plan, output=answer.text, reasons=check.problems, deadline=deadline)
@@ -468,7 +518,7 @@ def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[Pla
         return None
     result = plan_validate(data, kind=agent.kind, allowed_actions=list(ACTIONS), goal_text=goal_text,
                            workspace=agent.workspace if agent.kind == Agent.Kind.TOOL else None)
-    if result.plan is None:
+    if result.plan is None or goal_plan_check(agent, goal_text, result.plan.steps):
         return None
     # One step is the point here, so the validator's "2-6 steps are preferred" note would only confuse.
     return result.plan, [f for f in result.flags if "preferred" not in f]
@@ -605,9 +655,13 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
     if not result.ok or result.plan is None:
         return Check(result.problems)
     kept_keys = {s.key for s in kept}
-    repeats = steps_repeating_declined([s for s in result.plan.steps if s.key not in kept_keys], declined)
+    existing = workspace_listing(workspace) if workspace is not None and declined else []
+    repeats = steps_repeating_declined([s for s in result.plan.steps if s.key not in kept_keys], declined, existing)
     if repeats:
         return Check(repeats)
+    unreached = goal_plan_check(agent, goal_text, result.plan.steps, steered=steered)
+    if unreached:
+        return Check(unreached, unreached=True)
     return Check([], result.plan, [*notes, *result.flags])
 
 

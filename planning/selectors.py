@@ -22,6 +22,7 @@ from agents.world import URGENT_BELOW
 from planning.charts import Series, bar_strip, sparkline
 from planning.charts import percent as charts_percent
 from planning.models import Plan, PlanEvent, PlanStep, step_current, steps_done, steps_done_q
+from planning.steer_selectors import plan_repeat_number, repeat_label
 
 DASHBOARD_PAGE_SIZE = 50
 TIMELINE_PAGE_SIZE = 50
@@ -319,7 +320,8 @@ def agent_context(agent_id: int) -> dict[str, Any]:
 
 def plan_versions(plan: Plan) -> list[Plan]:
     """All versions of this plan, oldest first: one query over the agent's plans, the chain walked here."""
-    plans = {p.pk: p for p in Plan.objects.filter(agent_id=plan.agent_id).only("pk", "previous_id", "version", "status", "agent_id")}
+    plans = {p.pk: p for p in Plan.objects.filter(agent_id=plan.agent_id).only("pk", "previous_id", "version", "status",
+                                                                                "agent_id", "edited_by")}
     plans[plan.pk] = plan
     following = {p.previous_id: p for p in plans.values() if p.previous_id}
     chain = [plan]
@@ -334,7 +336,17 @@ def plan_versions(plan: Plan) -> list[Plan]:
         chain.append(nxt)
         seen.add(nxt.pk)
         nxt = following.get(nxt.pk)
+    for version in chain:
+        version.status_shown = plan_status_shown(version, following.get(version.pk))  # type: ignore[attr-defined]
     return chain
+
+
+def plan_status_shown(plan: Plan, following: Plan | None) -> str:
+    """A version's status in words: a version an operator rewrote in the plan editor reads "edited by olga", not
+    "Replanned" (no planner made the next version; issue 50)."""
+    if plan.status == Plan.Status.REPLANNED and following is not None and following.edited_by:
+        return f"Edited by {following.edited_by} (v{following.version})"
+    return plan.get_status_display()
 
 
 def plan_feedback(plan: Plan) -> list[str]:
@@ -411,6 +423,8 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "calls_page": calls,
         "versions": versions,
         "next_version": later[0] if later else None,
+        "status_shown": plan_status_shown(plan, later[0] if later else None),
+        "repeat_label": repeat_label(plan_repeat_number(plan)),
         "done": steps_done((s.status for s in steps), plan_status=plan.status),
         "total": len(steps),
         "withdrawn": plan_withdrawn(plan),

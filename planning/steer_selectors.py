@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,7 +18,7 @@ from agents.models import Agent, LLMCall
 from goals.models import Goal
 from goals.system import goal_priority
 from planning.engine.diff import field_changes_shown, plan_diff
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 
 # --- the approvals inbox ------------------------------------------------------------------------------------
 
@@ -33,6 +33,11 @@ class InboxItem:
     waiting_since: datetime
     urgent: bool
     steps: list[PlanStep] = field(default_factory=list)  # a plan item's steps
+    repeat: int = 0  # a persona's plan of a goal it pursues again: the how-manieth plan of that goal today
+
+    @property
+    def repeat_label(self) -> str:
+        return repeat_label(self.repeat)
 
     @property
     def key(self) -> str:
@@ -43,11 +48,22 @@ class InboxItem:
     @property
     def question(self) -> str:
         """What the planner asks, when this item is a question; its answer resumes planning."""
-        return self.plan.clarification_question if self.plan.status == Plan.Status.CLARIFYING else ""
+        return self.plan.clarification_question if self.plan.status in (
+            Plan.Status.CLARIFYING, Plan.Status.UNVERIFIED) else ""
+
+    @property
+    def unverified(self) -> bool:
+        """A plan whose steps all ran but whose outcome was not verified: the operator says what next."""
+        return self.plan.status == Plan.Status.UNVERIFIED
 
     @property
     def agent(self) -> Agent:
         return self.plan.agent
+
+    @property
+    def fingerprint(self) -> str:
+        """The steps as this card shows them, for its approve forms (planning/engine/shown.py)."""
+        return steps_shown_fingerprint([self.step] if self.step is not None else self.steps)
 
     @property
     def risky(self) -> bool:
@@ -86,16 +102,16 @@ def escalated_since(row: Plan | PlanStep, since: datetime) -> bool:
 
 def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     """Everything that waits for a person (steps, plans, the planner's questions): urgent first, then oldest
-    first. Three queries."""
+    first; a persona's repeats say so (one query more when a persona's item waits)."""
     now = now or timezone.now()
     agent_fields = ("agent__name", "agent__kind", "agent__escalate_after_minutes")
     plan_fields = ("goal_text", "version", "status", "risks", "approval_mode", "agent_id", "updated_at",
-                   "clarification_question")
+                   "clarification_question", "created_at", "model", "edited_by")
     steps = (
         PlanStep.objects.filter(status=PlanStep.Status.AWAITING_APPROVAL, plan__status=Plan.Status.ACTIVE)
         .select_related("plan", "plan__agent")
         .only("key", "position", "description", "tool", "tool_input", "action_hint", "risk", "requires_permission",
-              "status", "updated_at", *(f"plan__{f}" for f in plan_fields),
+              "status", "updated_at", "depends_on", "loop", *(f"plan__{f}" for f in plan_fields),
               *(f"plan__{f}" for f in agent_fields))
         .annotate(since=waiting_since(PlanEvent.Kind.STEP_AWAITING, step=OuterRef("pk")),
                   escalated=waiting_since(PlanEvent.Kind.ESCALATED, step=OuterRef("pk")))
@@ -103,10 +119,12 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
     plans = (
         Plan.objects.waiting()
         .select_related("agent").only(*plan_fields, *agent_fields)
-        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED, plan=OuterRef("pk")),
+        .annotate(since=waiting_since(PlanEvent.Kind.VALIDATED, PlanEvent.Kind.CLARIFICATION_ASKED,
+                                      PlanEvent.Kind.PLAN_UNVERIFIED, plan=OuterRef("pk")),
                   escalated=waiting_since(PlanEvent.Kind.ESCALATED, plan=OuterRef("pk"), step__isnull=True))
         .prefetch_related(Prefetch("steps", queryset=PlanStep.objects.only(
-            "plan_id", "key", "position", "description", "risk", "requires_permission", "status")))
+            "plan_id", "key", "position", "description", "risk", "requires_permission", "status", "tool",
+            "tool_input", "action_hint", "depends_on", "loop")))
     )
     items = []
     for step in steps:
@@ -119,7 +137,57 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
                                urgent=item_urgent(plan.agent, since, now) or escalated_since(plan, since),
                                steps=list(plan.steps.all())))
     items.sort(key=lambda i: (not i.urgent, i.waiting_since, i.key))
-    return items
+    return repeats_grouped(items, now)
+
+
+def ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
+def repeat_label(n: int) -> str:
+    """"3rd time today" for a plan of a goal the person pursues again (issue 50); "" for a first."""
+    return f"{ordinal(n)} time today" if n >= 2 else ""
+
+
+def day_start(now: datetime) -> datetime:
+    return timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def plans_of_the_day(agent_ids: set[int], now: datetime) -> dict[tuple[int, str], list[datetime]]:
+    """When each agent's plans started today (first versions: a replan is no repeat), by agent and goal."""
+    started: dict[tuple[int, str], list[datetime]] = {}
+    for agent_id, goal_text, created in (Plan.objects.filter(agent_id__in=agent_ids, previous__isnull=True,
+                                                             created_at__gte=day_start(now))
+                                         .values_list("agent_id", "goal_text", "created_at")):
+        started.setdefault((agent_id, goal_text.strip().lower()), []).append(created)
+    return started
+
+
+def plan_repeat_number(plan: Plan, now: datetime | None = None) -> int:
+    """Which plan of its goal today this persona's plan is (1 for the first; 0 for a tool or external agent)."""
+    if plan.agent.kind != Agent.Kind.PERSONA:
+        return 0
+    started = plans_of_the_day({plan.agent_id}, now or timezone.now()).get((plan.agent_id, plan.goal_text.strip().lower()), [])
+    return sum(1 for created in started if created <= plan.created_at)
+
+
+def repeats_grouped(items: list[InboxItem], now: datetime) -> list[InboxItem]:
+    """A persona's plans of a goal it pursues again say so ("3rd time today"), and the items of one agent's goal
+    stand together, where the first of them stands (issue 50: a repeat looked like an ignored decision). One
+    query, none without a persona's item."""
+    persona = [i for i in items if i.plan.agent.kind == Agent.Kind.PERSONA]
+    if not persona:
+        return items
+    started = plans_of_the_day({i.plan.agent_id for i in persona}, now)
+    for item in persona:
+        times = started.get((item.plan.agent_id, item.plan.goal_text.strip().lower()), [])
+        item.repeat = sum(1 for created in times if created <= item.plan.created_at)
+    groups: dict[tuple[int, str], list[InboxItem]] = {}
+    for item in items:
+        together = item.repeat >= 1  # a persona's items of one goal; any other item stands alone
+        groups.setdefault((item.plan.agent_id, item.plan.goal_text.strip().lower()) if together else (0, item.key),
+                          []).append(item)
+    return [item for group in groups.values() for item in group]
 
 
 def inbox_count() -> int:
@@ -312,27 +380,6 @@ def plan_graph(steps: Sequence[PlanStep]) -> PlanGraph:
 
 
 # --- the audit log ------------------------------------------------------------------------------------------
-
-
-def audit_events(*, operator: str = "", agent_id: int | None = None, plan_id: int | None = None, kind: str = "",
-                 since: date | None = None, until: date | None = None) -> QuerySet[PlanEvent]:
-    """Every plan event and admin change, newest first, filtered; one query per page (planevent_audit_idx)."""
-    events = PlanEvent.objects.select_related("plan", "agent", "step").only(
-        "kind", "actor_label", "reason", "detail", "created_at", "plan__version", "plan__goal_text",
-        "agent__name", "step__key",
-    ).order_by("-created_at", "-id")
-    lookups = {"actor_label": operator or None, "agent_id": agent_id, "plan_id": plan_id, "kind": kind or None,
-               "created_at__date__gte": since, "created_at__date__lte": until}
-    return events.filter(**{name: value for name, value in lookups.items() if value is not None})
-
-
-AUDIT_EXPORT_FIELDS = ("id", "created_at", "kind", "actor_label", "agent__name", "plan_id", "plan__version",
-                       "step__key", "reason", "detail")
-
-
-def audit_rows(events: QuerySet[PlanEvent]) -> Iterable[dict[str, Any]]:
-    """The filtered events as plain rows for export, streamed from the database in chunks."""
-    return events.values(*AUDIT_EXPORT_FIELDS).iterator(chunk_size=1000)
 
 
 # --- usage and cost -----------------------------------------------------------------------------------------

@@ -159,6 +159,13 @@ def plan_named(plan: Plan) -> str:
     return f"{plan.agent.name}'s plan “{plan.goal_text}” (v{plan.version})"
 
 
+def seen_steps(request: HttpRequest) -> str | None:
+    """The fingerprint of the steps the operator saw when approving (planning/engine/shown.py), sent by every
+    approve form; None when the client sent none (an older page, a script: the version check still applies)."""
+    raw = request.POST.get("seen_steps", "").strip()
+    return raw[:64] if raw else None
+
+
 def approval_note(plan: Plan, mode: str) -> str:
     how = "every step approved" if mode == Plan.ApprovalMode.ALL else "you approve it step by step"
     return f"Approved {plan_named(plan)}: {how}."
@@ -187,7 +194,8 @@ def plan_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
         return decision_refused(request, form_errors(form), status=400)
     return decision_apply(
         request, plan, approval_note(plan, form.cleaned_data["mode"]),
-        lambda: services.plan_approve(plan=plan, user=operator(request), mode=form.cleaned_data["mode"]),
+        lambda: services.plan_approve(plan=plan, user=operator(request), mode=form.cleaned_data["mode"],
+                                      seen_steps=seen_steps(request)),
     )
 
 
@@ -224,7 +232,7 @@ def step_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     return decision_apply(
         request, step.plan, f"Approved step {step.key} of {plan_named(step.plan)}.",
-        lambda: services.step_approve(step=step, user=operator(request)),
+        lambda: services.step_approve(step=step, user=operator(request), seen_steps=seen_steps(request)),
     )
 
 

@@ -1,4 +1,5 @@
-"""The audit log (every plan event and admin change; filtered, paginated, exported as CSV or JSON) and usage
+"""The audit log (every recorded change: plan events, policies, notification settings, the admin's log; one
+selector over them, filtered, paginated, exported as CSV or JSON) and usage
 (model calls, tokens, latency, errors, fallbacks and cost, with server-rendered charts)."""
 
 from __future__ import annotations
@@ -19,14 +20,8 @@ from django.views.decorators.http import require_GET
 from agents.models import Agent
 from planner_site.formfields import TextField
 from planner_site.validators import text_shown_plainly
-from planning.models import PlanEvent
-from planning.steer_selectors import (
-    AUDIT_EXPORT_FIELDS,
-    USAGE_PERIODS,
-    audit_events,
-    audit_rows,
-    usage_context,
-)
+from planning.audit_selectors import AUDIT_EXPORT_FIELDS, KIND_LABELS, audit_entries, audit_rows, entries_of
+from planning.steer_selectors import USAGE_PERIODS, usage_context
 
 AUDIT_PAGE_SIZE = 50
 ID_MAX = 2**63 - 1  # the largest primary key either database stores; a larger one is refused, not a 500
@@ -36,7 +31,7 @@ class AuditFilterForm(forms.Form):
     operator = TextField(label="Operator or runner", max_length=150, required=False)
     agent = forms.TypedChoiceField(label="Agent", required=False, coerce=int, empty_value=None)
     plan = forms.IntegerField(label="Plan id", required=False, min_value=1, max_value=ID_MAX)
-    kind = forms.ChoiceField(label="Kind", required=False, choices=[("", "any kind"), *PlanEvent.Kind.choices])
+    kind = forms.ChoiceField(label="Kind", required=False, choices=[("", "any kind"), *KIND_LABELS.items()])
     since = forms.DateField(label="From", required=False, widget=forms.DateInput(attrs={"type": "date"}))
     until = forms.DateField(label="Until", required=False, widget=forms.DateInput(attrs={"type": "date"}))
 
@@ -60,7 +55,7 @@ def audit_filtered(request: HttpRequest) -> tuple[AuditFilterForm, Any]:
         data = form.cleaned_data
         filters = {"operator": data["operator"], "agent_id": data["agent"], "plan_id": data["plan"],
                    "kind": data["kind"], "since": data["since"], "until": data["until"]}
-    return form, audit_events(**filters)
+    return form, audit_entries(**filters)
 
 
 @require_GET
@@ -72,8 +67,8 @@ def audit(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     status = 400 if form.is_bound and not form.is_valid() else 200
-    return render(request, "planning/audit.html",
-                  {"form": form, "page": page, "query": query.urlencode()}, status=status)
+    return render(request, "planning/audit.html", {"form": form, "page": page, "entries": entries_of(page.object_list),
+                                                   "query": query.urlencode()}, status=status)
 
 
 class Echo:

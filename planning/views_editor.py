@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import HttpResponseClientRedirect
 
 from agents.models import Agent
+from planner_site.request_guard import form_checks_text
 from planner_site.roles import DECIDE_PERMISSION
 from planner_site.validators import InputError, json_parse, text_problem
 from planning import services
@@ -204,6 +205,7 @@ def editor_context(plan: Plan, rows: list[EditorRow], **extra: Any) -> dict[str,
             "editable": plan.status in EDITABLE_PLAN_STATUSES} | extra
 
 
+@form_checks_text
 @require_http_methods(["GET", "POST"])
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def plan_editor(request: HttpRequest, pk: int) -> HttpResponse:

@@ -16,7 +16,7 @@ from planning.forms import ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm
 from planning.models import Plan, PlanStep
 from planning.services import StaleVersion, plan_check_seen
 from planning.steer_selectors import inbox_count, inbox_items
-from planning.views import approval_note, operator, plan_named
+from planning.views import approval_note, operator, plan_named, seen_steps
 
 
 def inbox_context(**extra: object) -> dict[str, object]:
@@ -69,7 +69,8 @@ def inbox_decide(request: HttpRequest, plan: Plan, note: str, decide: Callable[[
 def inbox_step_approve(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     return inbox_decide(request, step.plan, f"Approved step {step.key} of {plan_named(step.plan)}.",
-                        lambda: services.step_approve(step=step, user=operator(request)))
+                        lambda: services.step_approve(step=step, user=operator(request),
+                                                      seen_steps=seen_steps(request)))
 
 
 @require_POST
@@ -97,7 +98,8 @@ def inbox_plan_approve(request: HttpRequest, pk: int) -> HttpResponse:
         return render(request, "planning/inbox_decided.html", context, status=400)
     mode = form.cleaned_data["mode"]
     return inbox_decide(request, plan, approval_note(plan, mode),
-                        lambda: services.plan_approve(plan=plan, user=operator(request), mode=mode))
+                        lambda: services.plan_approve(plan=plan, user=operator(request), mode=mode,
+                                                      seen_steps=seen_steps(request)))
 
 
 @require_POST
@@ -116,16 +118,17 @@ def inbox_plan_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
 def inbox_plan_decline(request: HttpRequest, pk: int) -> HttpResponse:
-    """Send an external agent's plan back with feedback (as the plan page's Decline with feedback): the agent
-    submits a new version with it, and the plan leaves the inbox meanwhile (it waits for the agent)."""
+    """Send a tool or external agent's plan back with feedback (as the plan page's Decline with feedback): the
+    agent makes (a built-in tool agent, next cycle) or submits a new version with it, and the plan leaves the inbox
+    meanwhile (it waits for the agent)."""
     plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ReplanForm(request.POST)
     if not form.is_valid():
         note = "Feedback is required to decline a plan. Nothing was changed."
         context = inbox_context(flash=[("error", note)], announce=note, oob=True)
         return render(request, "planning/inbox_decided.html", context, status=400)
-    if plan.agent.kind != Agent.Kind.EXTERNAL or plan.status != Plan.Status.AWAITING_APPROVAL:
-        note = (f"Only an external agent's plan awaiting approval can be declined with feedback; plan v{plan.version} "
+    if plan.agent.kind == Agent.Kind.PERSONA or plan.status != Plan.Status.AWAITING_APPROVAL:
+        note = (f"Only a tool or external agent's plan awaiting approval can be declined with feedback; plan v{plan.version} "
                 f"of {plan.agent.name} is {plan.get_status_display().lower()}. Nothing was changed.")
         context = inbox_context(flash=[("error", note)], announce=note, oob=True)
         return render(request, "planning/inbox_decided.html", context, status=409)

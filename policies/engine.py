@@ -6,10 +6,12 @@ run shows exactly what switching a policy on would do."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import time
 
 from policies.models import Rule
+
+EXTERNAL = "external"  # agents.models.Agent.Kind.EXTERNAL (the engine takes plain values)
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,16 @@ class Item:
     requires_permission: bool
     estimated_cycles: int
     at: time  # the time of day (server time) it started to wait
+    external: bool = False  # an external agent's: its tools are the ones it declared, its risks its own word
+
+
+def item_of_agent(item: Item, *, agent_kind: str) -> Item:
+    """The item as policies see it, by the kind of agent it comes from. An external agent's tools are the ones it
+    declared itself (a name it chose, maybe a built-in tool's), so they match only rules scoped to that agent;
+    and the risk it declared never makes a step "safe" for a policy: its items count as risky."""
+    if agent_kind != EXTERNAL:
+        return item
+    return replace(item, external=True, risky=True)
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,8 @@ def rule_matches(rule: Rule, item: Item) -> bool:
     if rule.agent_id is not None and rule.agent_id != item.agent_id:
         return False
     names = rule.tool_names
+    if names and item.external and rule.agent_id != item.agent_id:
+        return False  # a rule's tools are the built-in tools; a declared tool is matched by its agent's rules only
     if names and (not item.tools or any(tool not in names for tool in item.tools)):
         return False
     if rule.risk == Rule.Risk.SAFE and item.risky or rule.risk == Rule.Risk.RISKY and not item.risky:
@@ -106,6 +120,32 @@ def rule_problems(rule: Rule) -> list[str]:
     if rule.active_from is not None and rule.active_from == rule.active_until:
         problems.append("The time window starts and ends at the same time: it would never apply.")
     return problems
+
+
+@dataclass(frozen=True)
+class ToolScope:
+    """Which agents' tools a rule's tool names would match, in words for the policy page and the dry run."""
+
+    text: str
+    unknown: tuple[str, ...] = ()  # names that are no tool there: the rule would never match by them
+
+
+def rule_tool_scope(rule: Rule, *, builtin: Iterable[str], agent_kind: str | None = None,
+                    declared: Iterable[str] = ()) -> ToolScope:
+    """`builtin`: the built-in tools and persona actions; `agent_kind` and `declared`: the rule's own agent's
+    kind and declared tools, when it is scoped to one."""
+    names = rule.tool_names
+    if not names:
+        return ToolScope("any tool, of any agent (an external agent's items always count as risky)")
+    if rule.agent_id is not None and agent_kind == EXTERNAL:
+        agent = rule.agent.name if rule.agent is not None else f"agent {rule.agent_id}"
+        known = set(declared)
+        return ToolScope(", ".join(f"{agent}: {n}" for n in names) + f" (tools {agent} declared; counted as risky)",
+                         tuple(n for n in names if n not in known))
+    known = set(builtin)
+    whose = f"of {rule.agent.name}" if rule.agent is not None else "of tool and persona agents"
+    return ToolScope(f"built-in {', '.join(names)} {whose}, never an external agent's declared tools",
+                     tuple(n for n in names if n not in known))
 
 
 def ordered(rules: Sequence[Rule]) -> list[Rule]:

@@ -82,8 +82,11 @@ class Rule(models.Model):
     class Meta:
         ordering = ["policy", "position"]
         constraints = [
-            models.UniqueConstraint(fields=["policy", "position"], name="rule_position_unique_in_policy"),
-            models.CheckConstraint(condition=~Q(action="decline") | ~Q(reason=""), name="rule_decline_has_reason"),
+            models.UniqueConstraint(fields=["policy", "position"], name="rule_position_unique_in_policy",
+                                    violation_error_message="Another rule of this policy has this position."),
+            models.CheckConstraint(condition=~Q(action="decline") | ~Q(reason=""), name="rule_decline_has_reason",
+                                   violation_error_message="A decline needs a reason: the agent replans with it as "
+                                                           "feedback."),
         ]
 
     def __str__(self) -> str:

@@ -12,8 +12,10 @@ from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from agents.models import Agent, LLMCall
+from agents.tools import TOOLS
+from agents.world import ACTIONS
 from planning.models import Plan, PlanEvent, PlanStep
-from policies.engine import Item, Match, ordered, rules_decide
+from policies.engine import Item, Match, ToolScope, item_of_agent, ordered, rule_tool_scope, rules_decide
 from policies.models import Budget, Policy, PolicyChange, Rule
 from policies.services import POLICY_USERNAME, calls_spend_by_agent, day_start, plan_item, step_item
 
@@ -28,6 +30,16 @@ def policies_list() -> list[Policy]:
     """Every policy with its rules (and their agents) in order: two queries."""
     rules = Rule.objects.select_related("agent").only(*(f.name for f in Rule._meta.concrete_fields), "agent__name")
     return list(Policy.objects.prefetch_related(Prefetch("rules", queryset=rules.order_by("position"))))
+
+
+def rule_tool_scopes(rules: Sequence[Rule]) -> dict[int, ToolScope]:
+    """Which agents' tools each rule would match (the built-in registry and persona actions, or the declared
+    tools of the external agent it is scoped to), by rule id."""
+    builtin = set(TOOLS) | set(ACTIONS)
+    return {rule.pk: rule_tool_scope(rule, builtin=builtin, agent_kind=rule.agent.kind if rule.agent else None,
+                                     declared=[t.get("name", "") for t in (rule.agent.declared_tools or [])]
+                                     if rule.agent else ())
+            for rule in rules}
 
 
 def policy_rules(policy: Policy) -> list[Rule]:
@@ -140,7 +152,7 @@ def person_decisions(limit: int = DRY_RUN_DECISIONS) -> QuerySet[PlanEvent]:
                     | Q(kind=PlanEvent.Kind.PLAN_CANCELLED, plan__agent__kind__in=[Agent.Kind.TOOL, Agent.Kind.EXTERNAL]))
             .annotate(step_waited=step_waited, plan_waited=plan_waited, approved_before=Exists(approved_before))
             .exclude(kind=PlanEvent.Kind.PLAN_CANCELLED, approved_before=True)
-            .select_related("plan", "agent", "step")
+            .select_related("plan", "plan__agent", "agent", "step")
             .prefetch_related(Prefetch("plan__steps", queryset=steps))
             .order_by("-created_at", "-id")[:limit])
 
@@ -163,6 +175,7 @@ def dry_run(policy: Policy, *, limit: int = DRY_RUN_DECISIONS) -> list[DryRunRow
             item = step_item(event.step, plan.agent_id, local_time(waited, event.created_at))
         else:
             item = plan_item(plan, plan.steps.all(), local_time(getattr(event, "plan_waited", None), event.created_at))
+        item = item_of_agent(item, agent_kind=plan.agent.kind)
         person = "approved" if event.kind in (PlanEvent.Kind.STEP_APPROVED, PlanEvent.Kind.PLAN_APPROVED) else "declined"
         rows.append(DryRunRow(event=event, item=item, person=person, match=rules_decide(rules, item)))
     return rows

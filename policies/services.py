@@ -12,26 +12,30 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, time
+from datetime import datetime, time, timedelta
 from decimal import Decimal
-from time import monotonic
+from pathlib import Path
+from time import time_ns
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from agents.models import Agent, LLMCall
+from agents.tools import TOOLS
 from planner_site.validators import text_problem
 from planning import services as planning
 from planning.models import Plan, PlanEvent, PlanStep
-from policies.engine import Item, Match, rule_problems, rules_decide
+from policies.engine import Item, Match, item_of_agent, rule_problems, rules_decide
 from policies.models import Budget, Policy, PolicyChange, Rule
 
 logger = logging.getLogger("planner.policies")
@@ -61,12 +65,13 @@ def policy_user() -> User:
 
 
 # What the runner needs to know at every waiting item and model call: the rules of the policies switched on and
-# every budget's limits. Kept in this process for STATE_CACHE_SECONDS and forgotten at every change made here (the
-# policies page, the admin, the API), so a runner reads them once per STATE_CACHE_SECONDS at most, not per cycle.
-# Kept in the process, not in Django's cache: that cache is per thread, and each of a runner's cycle threads
-# built its own Redis client to read it (`make bench`, round_100_agents: ~15 % of the round's CPU, and a Redis
-# round trip per waiting item and model call).
-STATE_CACHE_SECONDS = 5  # a change made in another process (the web's, for a runner) holds within this
+# every budget's limits. Kept in this process only while it is current: each use first reads the policies'
+# version, a value every change bumps (policies_forget, after its commit) where every process of the stack sees it:
+# Redis on the scale-out stack (one GET), a small file beside the SQLite database on the embedded stack (one
+# stat, no SQL: a runner started apart with `runagents` shares it), the newest PolicyChange row on PostgreSQL
+# without Redis; with an in-memory database there is one process and the change itself drops the state. A policy
+# switched off therefore binds every process at once (issue 50); no time window, no query per model call.
+POLICY_VERSION_KEY = "policies:version"
 
 
 @dataclass(frozen=True)
@@ -78,17 +83,63 @@ class PolicyState:
 @dataclass
 class KeptState:
     state: PolicyState | None = None
-    until: float = 0.0  # time.monotonic() when it is read again
+    version: object = None  # the policies' version the state was read at
     dropped: int = 0  # how many times it was dropped: a read begun before a drop is not kept after it
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 KEPT = KeptState()
+_SHARED: dict[str, Any] = {}  # the shared cache client, made once for every thread of the process
+
+
+def shared_cache() -> Any | None:
+    """Django's cache when every process shares it (Redis), else None. One client for the whole process: a
+    client per thread cost a runner ~15 % of its CPU (`make bench`, round_100_agents)."""
+    if "cache" not in _SHARED:
+        backend = settings.CACHES.get("default", {}).get("BACKEND", "")
+        _SHARED["cache"] = caches.create_connection("default") if "redis" in backend.lower() else None
+    return _SHARED["cache"]
+
+
+def version_file() -> Path | None:
+    """The file beside the SQLite database that holds the policies' version (None: not SQLite on a file)."""
+    database = settings.DATABASES["default"]
+    name = str(database.get("NAME") or "")
+    if "sqlite" not in str(database.get("ENGINE", "")) or not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return Path(name).with_name(Path(name).name + ".policies-version")
+
+
+def policies_version() -> object:
+    """The policies' current version, as every process sees it."""
+    cache = shared_cache()
+    if cache is not None:
+        try:
+            return ("cache", cache.get(POLICY_VERSION_KEY, 0))
+        except Exception:  # Redis away: the database answers, never a stale state
+            logger.warning("policies' version not readable from the cache; read from the database")
+            return ("db", PolicyChange.objects.order_by("-id").values_list("id", flat=True).first())
+    path = version_file()
+    if path is not None:
+        try:
+            return ("file", path.read_text())
+        except OSError:
+            return ("file", "")
+    if connection_vendor() != "sqlite":
+        return ("db", PolicyChange.objects.order_by("-id").values_list("id", flat=True).first())
+    return ("process", 0)  # an in-memory database: this process alone, whose changes drop the state
+
+
+def connection_vendor() -> str:
+    from django.db import connection
+
+    return str(connection.vendor)
 
 
 def policy_state() -> PolicyState:
+    version = policies_version()
     with KEPT.lock:
-        if KEPT.state is not None and monotonic() < KEPT.until:
+        if KEPT.state is not None and KEPT.version == version:
             return KEPT.state
         dropped = KEPT.dropped
     rules = list(Rule.objects.filter(policy__enabled=True).select_related("policy")
@@ -98,7 +149,7 @@ def policy_state() -> PolicyState:
     state = PolicyState(rules=rules, budgets=budgets)
     with KEPT.lock:
         if KEPT.dropped == dropped:  # else a change came meanwhile: the next use reads again
-            KEPT.state, KEPT.until = state, monotonic() + STATE_CACHE_SECONDS
+            KEPT.state, KEPT.version = state, version
     return state
 
 
@@ -108,10 +159,30 @@ def policy_state_drop() -> None:
         KEPT.dropped += 1
 
 
-def policies_forget() -> None:
-    """After a change to policies, rules or budgets: read again at the next use (here, and after the commit)."""
+def policies_version_bump() -> None:
+    """Every process reads the policies again at its next use."""
     policy_state_drop()
-    transaction.on_commit(policy_state_drop)
+    cache = shared_cache()
+    if cache is not None:
+        try:
+            cache.set(POLICY_VERSION_KEY, time_ns(), timeout=None)
+        except Exception:
+            logger.exception("policies' version not written to the cache")
+    path = version_file()
+    if path is not None:
+        try:
+            written = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            written.write_text(str(time_ns()))
+            os.replace(written, path)  # whole, never half-written, for a reader in another process
+        except OSError:
+            logger.exception("policies' version not written to %s", path)
+
+
+def policies_forget() -> None:
+    """After a change to policies, rules or budgets: read again at the next use, in this process and (after the
+    commit) in every other."""
+    policy_state_drop()
+    transaction.on_commit(policies_version_bump)
 
 
 def rules_enabled() -> list[Rule]:
@@ -153,13 +224,23 @@ def decided_safely(decide: Any, what: str) -> Match | None:
         return None
 
 
+def operator_chose_step_by_step(plan: Plan) -> bool:
+    """The operator chose "Step by step" for this plan: each of its steps is theirs to decide, never a policy's
+    (issue 50). A policy's own approval of a plan is "all steps", so step-by-step is always a person's choice."""
+    return plan.approval_mode == Plan.ApprovalMode.STEP
+
+
 def policies_step_waiting(*, step: PlanStep) -> Match | None:
     """A step has just started to wait for approval (its plan locked, in the same transaction): the first
-    matching rule decides it. One query when no policy is on."""
+    matching rule decides it, unless the operator chose to decide this plan step by step. One query when no
+    policy is on."""
+    if operator_chose_step_by_step(step.plan):
+        return None
     rules = rules_enabled()
     if not rules:
         return None
-    match = rules_decide(rules, step_item(step, step.plan.agent_id, now_time()))
+    match = rules_decide(rules, item_of_agent(step_item(step, step.plan.agent_id, now_time()),
+                                              agent_kind=step.plan.agent.kind))
     if match is None:
         return None
     return decided_safely(lambda: step_decide(step=step, match=match), f"step {step.pk}")
@@ -168,7 +249,12 @@ def policies_step_waiting(*, step: PlanStep) -> Match | None:
 def step_decide(*, step: PlanStep, match: Match) -> Match:
     rule = match.rule
     if match.action == Rule.Action.APPROVE:
-        planning.step_approve(step=step, user=policy_user(), actor_label=match.label, detail=match.detail)
+        start_after = step_undo_window(step)
+        planning.step_approve(step=step, user=policy_user(), actor_label=match.label,
+                              detail=match.detail | ({"start_after": start_after.isoformat()} if start_after else {}))
+        if start_after is not None:
+            PlanStep.objects.filter(pk=step.pk).update(start_after=start_after)
+            step.start_after = start_after
     elif match.action == Rule.Action.DECLINE:
         planning.step_decline(step=step, user=policy_user(), feedback=rule.reason, actor_label=match.label,
                               detail=match.detail)
@@ -177,6 +263,24 @@ def step_decide(*, step: PlanStep, match: Match) -> Match:
                               reason=rule.reason or f"step {step.key} escalated: urgent",
                               detail=match.detail | {"item": "step"})
     return match
+
+
+def step_writes_or_is_risky(step: PlanStep) -> bool:
+    """A built-in tool agent's step that writes (or reaches the network) or is risky: its runner honours the
+    undo window (a persona's steps and an external agent's are not held; docs/operator-decisions.md)."""
+    spec = TOOLS.get(step.tool) if step.tool else None
+    if spec is None or step.plan.agent.kind != Agent.Kind.TOOL:
+        return False
+    return step.risk == PlanStep.Risk.RISKY or spec.risky
+
+
+def step_undo_window(step: PlanStep) -> datetime | None:
+    """When a step a policy approves may start: after POLICY_UNDO_SECONDS when it writes or is risky, so that an
+    operator can still undo the approval; None when it may start at once."""
+    seconds = float(getattr(settings, "POLICY_UNDO_SECONDS", 10))
+    if seconds <= 0 or not step_writes_or_is_risky(step):
+        return None
+    return timezone.now() + timedelta(seconds=seconds)
 
 
 def policies_plan_waiting(*, plan: Plan) -> Match | None:
@@ -190,7 +294,7 @@ def policies_plan_waiting(*, plan: Plan) -> Match | None:
         return None
     steps = list(plan.steps.only("key", "tool", "action_hint", "risk", "requires_permission", "estimated_cycles",
                                  "carried_over"))
-    match = rules_decide(rules, plan_item(plan, steps, now_time()))
+    match = rules_decide(rules, item_of_agent(plan_item(plan, steps, now_time()), agent_kind=agent.kind))
     if match is None:
         return None
     return decided_safely(lambda: plan_decide(plan=plan, match=match), f"plan {plan.pk}")
@@ -240,7 +344,8 @@ def decision_undo(*, event_id: int, user: User) -> PlanEvent:
                                      "started can be undone. Nothing was changed.")
     planning.step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
     step.approved_by = None
-    step.save(update_fields=["status", "approved_by", "updated_at"])
+    step.start_after = None
+    step.save(update_fields=["status", "approved_by", "start_after", "updated_at"])
     Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason=f"step {step.key} awaits approval")
     return planning.event_record(
         plan=step.plan, step=step, kind=PlanEvent.Kind.DECISION_UNDONE, actor=user,

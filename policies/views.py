@@ -43,9 +43,10 @@ def policies(request: HttpRequest) -> HttpResponse:
 def policy_detail(request: HttpRequest, pk: int) -> HttpResponse:
     policy = get_object_or_404(Policy, pk=pk)
     rules = selectors.policy_rules(policy)
+    scopes = selectors.rule_tool_scopes(rules)
     return render(request, "policies/policy.html", {
-        "policy": policy, "rules": [(rule, services.rule_summary(rule), RuleForm(instance=rule, prefix=f"rule{rule.pk}"))
-                                    for rule in rules],
+        "policy": policy, "rules": [(rule, services.rule_summary(rule), RuleForm(instance=rule, prefix=f"rule{rule.pk}"),
+                                     scopes[rule.pk]) for rule in rules],
         "policy_form": PolicyForm(initial={"name": policy.name, "description": policy.description,
                                            "position": policy.position}),
         "rule_form": RuleForm(prefix="new"), "can_edit": can_edit(request),
@@ -56,8 +57,10 @@ def policy_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def policy_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
     policy = get_object_or_404(Policy, pk=pk)
     rows = selectors.dry_run(policy)
+    rules = selectors.policy_rules(policy)
+    scopes = selectors.rule_tool_scopes(rules)
     return render(request, "policies/dry_run.html", {
-        "policy": policy, "rows": rows, "summary": selectors.dry_run_summary(rows),
+        "policy": policy, "rows": rows, "rule_scopes": [(rule, scopes[rule.pk]) for rule in rules], "summary": selectors.dry_run_summary(rows),
         "limit": selectors.DRY_RUN_DECISIONS, "can_edit": can_edit(request)})
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,21 @@ from django.test import Client
 
 from tests.factories import UserFactory
 from tests.llm_fixtures import llm_server  # noqa: F401  (a fixture for the gateway and planner tests)
+
+
+def idle_in_transaction_unbounded_here() -> None:
+    """This test process's own PostgreSQL connection holds each test's transaction open while the test waits on
+    runners, model servers and browsers: no idle-in-transaction limit for it (docs/runtime-guarantees.md). The
+    runners it starts keep theirs. Set before its first connection (the settings' dict is the connection's)."""
+    from django.conf import settings
+
+    options = settings.DATABASES["default"].get("OPTIONS", {})
+    if isinstance(options.get("options"), str):
+        options["options"] = re.sub(r"idle_in_transaction_session_timeout=\d+", "idle_in_transaction_session_timeout=0",
+                                    options["options"])
+
+
+idle_in_transaction_unbounded_here()
 
 
 @pytest.fixture(autouse=True)

@@ -49,3 +49,33 @@ def test_every_cited_code_name_exists() -> None:
                 missing.append(f"{match.group(1)} {name}")
     assert CODE_REF.search(DOC) is not None
     assert not missing, "docs/seeds.md cites code that does not exist:\n" + "\n".join(missing)
+
+
+# -- docs/mutation.md: what `make mutate` leaves unkilled is explained against code that still exists -------------
+
+MUTATION_DOC = (ROOT / "docs" / "mutation.md").read_text()
+# goals.system.x_goal_decay__mutmut_3, or a method: planning.engine.validate.xǁ_Checkerǁtext__mutmut_2
+MUTANT_NAME = re.compile(r"`(?P<module>[\w.]+)\.x(?:ǁ(?P<cls>\w+)ǁ|_)(?P<func>\w+?)__mutmut_\d+`")
+
+
+def test_every_explained_survivor_names_a_function_that_exists() -> None:
+    section = MUTATION_DOC.split("## Survivors explained", 1)[1]
+    named = list(MUTANT_NAME.finditer(section))
+    missing = [m.group(0) for m in named
+               if not (ROOT / (m["module"].replace(".", "/") + ".py")).exists()
+               or not defined(ROOT / (m["module"].replace(".", "/") + ".py"), m["cls"] or m["func"])]
+    assert named, "docs/mutation.md explains no survivor"
+    assert not missing, "docs/mutation.md explains mutants of functions that no longer exist:\n" + "\n".join(missing)
+
+
+def test_the_mutation_report_counts_a_mutant_for_each_row_citing_its_function() -> None:
+    from tests.mutation_report import MUTANT, cites, rows_read
+
+    rows = rows_read()
+    match = MUTANT.match("agents.persona.x_step_evaluate__mutmut_7")
+    assert match is not None and match["func"] == "step_evaluate"
+    owners = [row.rule for row in rows if cites(row, match["module"], match["func"])]
+    assert any(rule.startswith("Step completion") for rule in owners)
+    assert any(rule.startswith("check_for_replan") for rule in owners)
+    validate = [row.rule for row in rows if cites(row, "planning.engine.validate", "_check_loops")]
+    assert validate == ["4) FOR_EACH list keys must already exist"]  # a bare `validate.py` is the engine's

@@ -52,6 +52,7 @@ from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.jobs import Status
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release, connection_scope
+from agents.fencing import Fence, FenceLost, fenced
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import (
@@ -83,8 +84,50 @@ blueprint = Blueprint()
 # its agent's lock for as long as this worker lives (its heartbeat is fine, so it is never found stalled).
 # `jobs_unfinished_settle` finishes such jobs.
 RETURNED_GRACE_SECONDS = 2.0
-_returned: dict[int, float] = {}
+_returned: dict[int, tuple[float, int | None]] = {}  # job id -> (when, the worker that took it)
 _returned_lock = threading.Lock()
+
+
+class Lease:
+    """This runner's lease (agents/fencing.py): valid while its worker's last heartbeat (or registration) that the
+    database took was sent less than RUNNER_LEASE_SECONDS ago. The engine retries a worker's jobs elsewhere only
+    once its heartbeat is RUNNER_STALLED_SECONDS old, so a runner cut off stops recording and starting tools
+    before anyone may take its jobs. Valid in a process whose worker never beat (a job run by hand, a test)."""
+
+    def __init__(self) -> None:
+        self.renewed_at: float | None = None
+        self._lock = threading.Lock()
+
+    def renew(self, sent_at: float) -> None:
+        with self._lock:
+            self.renewed_at = sent_at if self.renewed_at is None else max(self.renewed_at, sent_at)
+
+    def valid(self) -> bool:
+        renewed = self.renewed_at
+        return renewed is None or time.monotonic() - renewed < settings.RUNNER_LEASE_SECONDS
+
+
+LEASE = Lease()
+
+
+def job_fence(context: JobContext) -> Fence | None:
+    """The fence of the job this context runs: its id, the engine's worker that took it, this runner's lease."""
+    job = context.job
+    if job is None or job.id is None:
+        return None
+    return Fence(job_id=job.id, worker_id=job.worker_id, lease_valid=LEASE.valid)
+
+
+def job_returned(context: JobContext) -> None:
+    """The job's task returned here (see `_returned`)."""
+    if context.job is not None and context.job.id is not None:
+        job_finish_later(context.job.id, context.job.worker_id)
+
+
+def job_finish_later(job_id: int, worker_id: int | None) -> None:
+    """Have the settling round finish this job if it is found still under way (and this worker's) a while later."""
+    with _returned_lock:
+        _returned[job_id] = (time.monotonic(), worker_id)
 
 
 def agent_lock(agent_id: int) -> str:
@@ -113,18 +156,24 @@ def agent_cycle_job(context: JobContext, agent_id: int, kind: str = "") -> str:
     """One cycle of one agent, then the next one deferred after its interval (while it is driven). `kind`: the
     agent's kind as the job's deferrer read it (none from the sweep and for a persona's own cycle)."""
     try:
-        return agent_cycle_run(context, agent_id, kind)
+        with fenced(job_fence(context)):
+            return agent_cycle_run(context, agent_id, kind)
     finally:
-        if context.job is not None and context.job.id is not None:
-            with _returned_lock:
-                _returned[context.job.id] = time.monotonic()
+        job_returned(context)
 
 
 def agent_cycle_run(context: JobContext, agent_id: int, kind: str = "") -> str:
     """The cycle, then its successor deferred on the same connection (one pool checkout, and its check, fewer a
-    cycle; a connection the cycle found cut was dropped, and the next is checked out afresh), then given back."""
+    cycle; a connection the cycle found cut was dropped, and the next is checked out afresh), then given back.
+    A runner that no longer holds the job (agents/fencing.py) records nothing and chains nothing: the runner
+    that took the job over does."""
+    chained = True
     try:
         return cycle_run(agent_id, runner_name(context), kind, release=False)
+    except FenceLost as exc:
+        chained = False
+        logger.warning("cycle of agent %s not recorded: %s", agent_id, exc)
+        return "fenced off"
     except Agent.DoesNotExist:
         return "agent deleted"  # its chain ends here: it is driven no more
     except CONNECTION_ERRORS as exc:  # not a cycle that happened: the next one comes all the same
@@ -135,7 +184,8 @@ def agent_cycle_run(context: JobContext, agent_id: int, kind: str = "") -> str:
         return "failed"
     finally:
         try:
-            chain_next(agent_id)
+            if chained:
+                chain_next(agent_id)
         finally:
             connection_release()
 
@@ -216,8 +266,13 @@ def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
         if (wanted := shards_wanted()) != shards:  # the fleet grew or shrank: the sweep starts the new shards
             chained = False
             return f"the personas now make {wanted} shards: this chain ends"
-        done, alone, backlog = personas_pass(shard, shards, runner_name(context))
+        with fenced(job_fence(context)):
+            done, alone, backlog = personas_pass(shard, shards, runner_name(context))
         return f"{done} cycles, {alone} on their own"
+    except FenceLost as exc:  # taken over (or this runner's lease ran out): the shard's holder goes on with it
+        chained = False
+        logger.warning("pass of personas %s not recorded: %s", pass_lock(shard, shards), exc)
+        return "fenced off"
     except CONNECTION_ERRORS as exc:  # not cycles that happened: the next pass tries again
         logger.warning("pass of personas %s cut off by the database (%s)", pass_lock(shard, shards), error_brief(exc))
         return "cut off by the database"
@@ -230,9 +285,7 @@ def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
                 pass_next(shard, shards, backlog=backlog, elapsed=time.monotonic() - started)
         finally:
             connection_release()
-            if context.job is not None and context.job.id is not None:
-                with _returned_lock:
-                    _returned[context.job.id] = time.monotonic()
+            job_returned(context)
 
 
 def pass_next(shard: int, shards: int, *, backlog: bool, elapsed: float = 0.0) -> None:
@@ -339,8 +392,12 @@ def tools_start_job(context: JobContext, shard: int, shards: int) -> str:
     An agent it read but did not chain (the pass broke off) is found by the sweep."""
     backlog = False
     try:
-        planned, alone, backlog = tools_start_pass(shard, shards, runner_name(context))
+        with fenced(job_fence(context)):
+            planned, alone, backlog = tools_start_pass(shard, shards, runner_name(context))
         return f"{planned} planned, {alone} on their own"
+    except FenceLost as exc:  # taken over: the sweep starts the chains it left
+        logger.warning("start pass %s not recorded: %s", start_lock(shard, shards), exc)
+        return "fenced off"
     except CONNECTION_ERRORS as exc:  # not cycles that happened: the sweep starts the chains again
         logger.warning("start pass %s cut off by the database (%s)", start_lock(shard, shards), error_brief(exc))
         return "cut off by the database"
@@ -356,9 +413,7 @@ def tools_start_job(context: JobContext, shard: int, shards: int) -> str:
                            error_brief(exc))
         finally:
             connection_release()
-            if context.job is not None and context.job.id is not None:
-                with _returned_lock:
-                    _returned[context.job.id] = time.monotonic()
+            job_returned(context)
 
 
 def agents_starting() -> set[int]:
@@ -382,26 +437,53 @@ async def jobs_unfinished_settle(app: Any) -> int:
     the finish) leaves it for the next round, or it would hold its lock for as long as this worker lives."""
     now = time.monotonic()
     with _returned_lock:
-        due = [job_id for job_id, at in _returned.items() if now - at >= RETURNED_GRACE_SECONDS]
+        due = {job_id: worker for job_id, (at, worker) in _returned.items() if now - at >= RETURNED_GRACE_SECONDS}
     if not due:
         return 0
-    stuck = await sync_to_async(jobs_doing_among)(due)
+    stuck = await sync_to_async(jobs_doing_among)(list(due))
     settled = set(due) - set(stuck)  # ended as they should have
     finished = 0
     for job_id in stuck:
         try:
-            await app.job_manager.finish_job_by_id_async(job_id=job_id, status=Status.SUCCEEDED, delete_job=True)
-        except exceptions.ConnectorException as exc:  # ended meanwhile, or the database is away: the next round
+            held = await job_finish_held(app, job_id=job_id, worker_id=due[job_id], status=Status.SUCCEEDED,
+                                         delete_job=True)
+        except exceptions.ConnectorException as exc:  # the database is away: the next round
             logger.info("unfinished job %s not settled (%s)", job_id, error_brief(exc))
         else:
-            settled.add(job_id)
-            finished += 1
+            settled.add(job_id)  # finished here, or another worker holds it now (taken over): not ours to end
+            finished += held
     with _returned_lock:
         for job_id in settled:
             _returned.pop(job_id, None)
     if finished:
         logger.warning("finished %d cycle jobs whose end was lost to the database", finished)
     return finished
+
+
+FINISH_HELD = """
+WITH held AS (
+    SELECT id FROM procrastinate_jobs
+    WHERE id = %(job_id)s AND worker_id = %(worker_id)s AND status = 'doing' FOR UPDATE
+)
+SELECT procrastinate_finish_job_v1(id, %(status)s, %(delete_job)s) AS finished, id FROM held
+"""
+
+
+async def job_finish_held(app: Any, *, job_id: int, worker_id: int | None, status: Status, delete_job: bool) -> bool:
+    """Finish a job only while `worker_id` still holds it (status "doing", taken by that worker), in one statement;
+    False, and one line in the log, when it does not: after a stall the engine retried it and another worker may
+    be running it now, whose lock a late finish would free (two passes of one shard at once). The engine's own
+    finish does not check (procrastinate_finish_job_v1 takes a job id alone)."""
+    if worker_id is None:  # a job this worker did not fetch itself: the engine's finish, as it is
+        await app.job_manager.finish_job_by_id_async(job_id=job_id, status=status, delete_job=delete_job)
+        return True
+    rows = await app.connector.execute_query_all_async(
+        query=FINISH_HELD, job_id=job_id, worker_id=worker_id, status=status.value, delete_job=delete_job)
+    if not rows:
+        logger.info("job %s is no longer held by worker %s (taken over after a stall, or ended): its finish is "
+                    "left to its holder", job_id, worker_id)
+        return False
+    return True
 
 
 def jobs_doing_among(ids: list[int]) -> list[int]:

@@ -21,7 +21,14 @@ from django.conf import settings
 
 from agents.connections import CONNECTION_ERRORS, connection_scope
 from agents.runtime.cycles import agents_driven, error_brief
-from agents.runtime.tasks import CONTROL_QUEUE, CYCLES_QUEUE, jobs_unfinished_settle
+from agents.runtime.tasks import (
+    CONTROL_QUEUE,
+    CYCLES_QUEUE,
+    LEASE,
+    job_finish_held,
+    job_finish_later,
+    jobs_unfinished_settle,
+)
 from notifications.tasks import QUEUE as NOTIFICATIONS_QUEUE
 
 logger = logging.getLogger("planner.runner")
@@ -59,6 +66,40 @@ def worker_connector() -> Any:
     return PsycopgConnector(kwargs=connector_params(alias), configure=autocommit)
 
 
+def fenced_job_manager(worker_app: Any) -> Any:
+    """The engine's job manager for this runner's worker, with two guards (docs/runtime-guarantees.md): a job is
+    finished only while this worker still holds it (tasks.job_finish_held: a late finish after a stall must not
+    end the job, and free the lock, of the worker that took it over), and each heartbeat or registration the
+    database took renews this runner's lease (tasks.LEASE, sent-at time)."""
+    from procrastinate import exceptions, manager
+
+    class FencedJobManager(manager.JobManager):
+        async def finish_job(self, job: Any, status: Any, delete_job: bool) -> None:
+            try:
+                await job_finish_held(worker_app, job_id=job.id, worker_id=job.worker_id, status=status,
+                                      delete_job=delete_job)
+            except exceptions.ConnectorException as exc:
+                # Cut off: the job stays "doing" under this worker. The settling round finishes it once the
+                # database answers, if this worker still holds it (tasks.jobs_unfinished_settle); else its new
+                # holder does. One line, not the engine's "Task exception was never retrieved" traceback.
+                logger.warning("job %s: its finish was cut off by the database (%s); settled when it answers, "
+                               "if this worker still holds it", job.id, error_brief(exc))
+                job_finish_later(job.id, job.worker_id)
+
+        async def update_heartbeat(self, worker_id: int) -> None:
+            sent = time.monotonic()
+            await super().update_heartbeat(worker_id)
+            LEASE.renew(sent)
+
+        async def register_worker(self) -> int:
+            sent = time.monotonic()
+            worker_id = await super().register_worker()
+            LEASE.renew(sent)
+            return worker_id
+
+    return FencedJobManager(worker_app.connector)
+
+
 async def cycles_reached(cycles: int, poll: float = 0.2) -> None:
     """Return once every driven agent has had `cycles` more cycles than when this began (by any worker)."""
     while (start := await sync_to_async(driven_cycle_counts)()) is None:  # an outage as the runner starts
@@ -86,6 +127,7 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=concurrency + EXECUTOR_SPARE_THREADS, thread_name_prefix="cycle"))
     worker_app = app.with_connector(worker_connector())  # the Django connector cannot LISTEN
+    worker_app.job_manager = fenced_job_manager(worker_app)
     database_errors: tuple[type[Exception], ...] = (
         exceptions.ConnectorException, *CONNECTION_ERRORS, OSError, WorkerStopped)
     reached = asyncio.create_task(cycles_reached(cycles)) if cycles is not None else None

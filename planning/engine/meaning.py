@@ -26,6 +26,13 @@ _OUTPUT_BEFORE = re.compile(
 _CHANGING = re.compile(
     r"\b(?:move|rename|delete|remove|edit|update|modify|change|fix|overwrite|append|replace|clean|tidy|sort|"
     r"organi[sz]e|add\s+\w+(?:\s+\w+)?\s+to)\b", re.IGNORECASE)
+# A goal that makes one file from another (planning/engine/goal_check.py names the same actions "convert", "copy"),
+# the file it makes named after "in" ("a markdown version of data.csv in data.md").
+_IN_BEFORE = re.compile(r"\bin\s+(?:the\s+|a\s+|new\s+|file\s+)*$", re.IGNORECASE)
+_MAKES = re.compile(r"\b(?:convert|export|turn\b.{0,60}\binto|transform\b.{0,60}\binto|"
+                    r"(?:markdown|md|json|csv|html)\s+(?:version|table|format)|"
+                    r"(?:as|to|into)\s+(?:a\s+)?(?:markdown|json|csv|html)\b|copy|copies|duplicate|"
+                    r"back\s*-?\s*up|backup)", re.IGNORECASE)
 _STOP = frozenset({"the", "a", "an", "to", "of", "in", "into", "and", "for", "with", "file", "files", "it", "its",
                    "my", "this", "that", "from", "as", "on", "at", "by", "all"})
 
@@ -57,7 +64,14 @@ def goal_files(goal: str) -> GoalFiles:
             continue
         before = goal[max(0, match.start() - 40): match.start()]
         (outputs if _OUTPUT_BEFORE.search(before) else inputs).append(path)
-    return GoalFiles(tuple(dict.fromkeys(inputs)), tuple(dict.fromkeys(o for o in outputs if o not in inputs)),
+    inputs = list(dict.fromkeys(inputs))
+    if len(inputs) >= 2 and _MAKES.search(_FILE.sub(" ", goal)):
+        # "a markdown version of data.csv in data.md", "back up data.csv in old/data.csv": the later file named
+        # after "in" is what the goal makes, not what it reads.
+        made = [f for f in inputs[1:] if _IN_BEFORE.search(goal[:max(0, goal.find(f))])]
+        inputs = [f for f in inputs if f not in made]
+        outputs = [*outputs, *made]
+    return GoalFiles(tuple(inputs), tuple(dict.fromkeys(o for o in outputs if o not in inputs)),
                      bool(_CHANGING.search(goal)))
 
 

@@ -15,7 +15,9 @@ DONE = {"completed", "skipped"}  # a skipped dependency does not hold its depend
 TRANSITIONS: dict[str, frozenset[str]] = {
     "pending": frozenset({"awaiting_approval", "running", "skipped", "failed", "declined"}),
     "awaiting_approval": frozenset({"pending", "running", "declined", "skipped"}),
-    "running": frozenset({"completed", "failed", "pending"}),  # running -> pending is a retry
+    # running -> pending is a retry; running -> awaiting_approval a step interrupted while its tool ran, whose
+    # outcome is unknown: a person decides whether it runs again (agents/cycle.py steps_interrupted)
+    "running": frozenset({"completed", "failed", "pending", "awaiting_approval"}),
     "completed": frozenset({"rolled_back"}),  # an operator undid its changes (seed 003 rollback)
     "failed": frozenset(),
     "skipped": frozenset(),

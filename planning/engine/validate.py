@@ -67,6 +67,7 @@ OUTCOME_MAX = 500
 SUMMARY_MAX = 4000
 CYCLES_MAX = 20
 PREFERRED_PERSONA_STEPS = (2, 6)  # seed 000: "2-6 ordered steps"
+RISK_DOES = {"write": "writes files", "network": "uses the network", "system": "changes the system"}
 RISK_WORDS = {"safe": "safe", "low": "safe", "none": "safe", "risky": "risky", "medium": "risky", "high": "risky"}
 
 # (cheap lowercase triggers, pattern, category): the triggers spare us the regexes on ordinary text.
@@ -391,11 +392,14 @@ def _tool_step(
         if spec.risky:
             raised = []
             if has_permission and permission is False:
-                raised.append("requiresPermission raised to true")
+                raised.append("it now needs permission")
             if has_risk and risk == "safe":
-                raised.append("risk raised to risky")
+                raised.append("it is marked risky")
             if raised:
-                c.flags.append(f"{where}: {tool} is risky ({spec.risk_class}); {', '.join(raised)}")
+                # Operator-facing: the step named by its key, as the plan page and the inbox show it (not its
+                # place in the model's list), and no field names of the model's JSON.
+                c.flags.append(f"{f'step {key}' if key else where}: {tool} {RISK_DOES.get(spec.risk_class, 'changes things')}, so "
+                               f"{' and '.join(raised)} (the plan said it did not)")
             risk, requires_permission = "risky", True
     return StepSpec(
         key=key, description=description, tool=tool, input=dict(tool_input), action_hint=tool,
@@ -789,26 +793,58 @@ def plan_validate_edit(
     return result.problems, result.flags
 
 
-def steps_repeating_declined(steps: Sequence[StepSpec], declined: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Seed 002: a declined step never comes back unchanged. A proposed step with the description of a step the
-    operator declined (in any earlier version) and the same action, or the same tool and input, is a problem
-    whose reason quotes the operator's feedback, so the planner's retry, reflection and fallback work on it.
+# The input naming what a tool step creates or changes (a redirected step moves it elsewhere).
+TOOL_TARGET_KEY = {
+    "file.convert": "output", "file.move": "to", "file.copy": "to", "file.write": "path", "file.append": "path",
+    "report.write": "output", "dir.create": "path", "file.count": "output",
+}
+
+
+def steps_repeating_declined(steps: Sequence[StepSpec], declined: Sequence[Mapping[str, Any]],
+                             existing: Sequence[str] = ()) -> list[str]:
+    """Seed 002 and issue 50: a declined step never comes back unchanged. A proposed tool step with the tool and
+    input of a step the operator declined (in any earlier version) is a problem whatever its description says; a
+    persona step, with the description and action of a declined one. A tool step that is the declined step moved
+    onto a file that already exists (`existing`, the workspace's files) is one too, unless the operator named that
+    file. Each reason quotes the operator's feedback, so the planner's retry, reflection and fallback work on it.
     `declined`: the declined steps as plain values (StepSpec.as_dict()) with their "feedback"."""
     problems = []
     for step in steps:
         for old in declined:
-            if _normal(step.description) != _normal(str(old.get("description", ""))):
-                continue
+            feedback = " ".join(str(old.get("feedback", "")).split())
             if step.tool or old.get("tool"):
                 same = step.tool == old.get("tool") and step.input == (old.get("input") or {})
+                onto = "" if same else _moved_onto_existing(step, old, existing, feedback)
             else:
-                same = _normal(step.action_hint) == _normal(str(old.get("action_hint", "")))
+                same = (_normal(step.description) == _normal(str(old.get("description", "")))
+                        and _normal(step.action_hint) == _normal(str(old.get("action_hint", ""))))
+                onto = ""
             if same:
-                feedback = " ".join(str(old.get("feedback", "")).split())
                 problems.append(
                     f"step {_clip(step.key, 32)} repeats the step the operator declined, unchanged "
                     f"(\"{_clip(step.description)}\"); the operator said: \"{_clip(feedback, 300)}\". "
                     "Change it, replace it or leave it out."
                 )
                 break
+            if onto:
+                problems.append(
+                    f"step {_clip(step.key, 32)} moves the step the operator declined onto {_clip(onto, 80)}, a file "
+                    f"that already exists; the operator said: \"{_clip(feedback, 300)}\". Write a new file or "
+                    "leave the step out."
+                )
+                break
     return problems
+
+
+def _moved_onto_existing(step: StepSpec, old: Mapping[str, Any], existing: Sequence[str], feedback: str) -> str:
+    """The existing file a declined tool step was moved onto (its target changed, the rest of its input kept)."""
+    key = TOOL_TARGET_KEY.get(step.tool)
+    old_input = old.get("input") or {}
+    if key is None or step.tool != old.get("tool") or not isinstance(old_input, dict):
+        return ""
+    target = step.input.get(key)
+    if not isinstance(target, str) or target == old_input.get(key) or target not in existing:
+        return ""
+    if {k: v for k, v in step.input.items() if k != key} != {k: v for k, v in old_input.items() if k != key}:
+        return ""
+    return "" if re.search(rf"(?<![\w/.-]){re.escape(target)}(?![\w/-])", feedback) else target

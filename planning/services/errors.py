@@ -2,35 +2,28 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
+
 from planning.models import Plan, PlanEvent, PlanStep
 
-STEP_DECISIONS: dict[str, str] = {PlanEvent.Kind.STEP_APPROVED: "approved", PlanEvent.Kind.STEP_DECLINED: "declined",
-                  PlanEvent.Kind.STEP_SKIPPED: "skipped"}
+# What a decision did, as a refusal tells who decided first (issue 50: not "someone else may have decided it").
+DECIDED: dict[str, str] = {
+    PlanEvent.Kind.STEP_APPROVED: "approved", PlanEvent.Kind.STEP_DECLINED: "declined",
+    PlanEvent.Kind.STEP_SKIPPED: "skipped", PlanEvent.Kind.PLAN_APPROVED: "approved",
+    PlanEvent.Kind.PLAN_CANCELLED: "cancelled", PlanEvent.Kind.REPLAN_REQUESTED: "sent back",
+}
 
 
-PLAN_DECISIONS: dict[str, str] = {PlanEvent.Kind.PLAN_APPROVED: "approved", PlanEvent.Kind.PLAN_CANCELLED: "cancelled",
-                                  PlanEvent.Kind.REPLAN_REQUESTED: "sent back", PlanEvent.Kind.PLAN_EDITED: "edited"}
-
-
-def plan_decided_by(plan: Plan) -> str:
-    """Who last decided a plan that no longer waits, and when ("approved by nadia at 07:02:11 UTC"), or ""."""
-    if plan.pk is None:
+def decided_by(events: list[PlanEvent]) -> str:
+    """", olga declined it at 05:40:12 with the feedback “Too pricey”" from the latest decision, or ""."""
+    if not events:
         return ""
-    event = PlanEvent.objects.filter(plan_id=plan.pk, step__isnull=True, kind__in=list(PLAN_DECISIONS)).order_by(
-        "-pk").first()
-    if event is None:
-        return ""
-    return f"{PLAN_DECISIONS[event.kind]} by {event.actor_label} at {event.created_at:%H:%M:%S} UTC"
-
-
-def step_decided_by(step: PlanStep) -> str:
-    """Who decided a step that no longer waits, and when ("approved by nadia at 07:02 UTC"), or "" if unknown."""
-    if step.pk is None:
-        return ""
-    event = PlanEvent.objects.filter(step_id=step.pk, kind__in=list(STEP_DECISIONS)).order_by("-pk").first()
-    if event is None:
-        return ""
-    return f"{STEP_DECISIONS[event.kind]} by {event.actor_label} at {event.created_at:%H:%M:%S} UTC"
+    event = events[0]
+    who = event.actor_label or (event.actor.get_username() if event.actor_id and event.actor else "") or "someone"
+    said = " ".join(event.reason.split())
+    feedback = (f" with the feedback “{said[:300]}”" if said and event.kind in (
+        PlanEvent.Kind.STEP_DECLINED, PlanEvent.Kind.REPLAN_REQUESTED, PlanEvent.Kind.PLAN_CANCELLED) else "")
+    return f": {who} {DECIDED[event.kind]} it at {timezone.localtime(event.created_at):%H:%M:%S}{feedback}"
 
 
 class DecisionError(Exception):
@@ -39,20 +32,26 @@ class DecisionError(Exception):
 
 class StepNotAwaitingApproval(DecisionError):
     def __init__(self, step: PlanStep) -> None:
-        decided = step_decided_by(step)
+        events = list(PlanEvent.objects.filter(step_id=step.pk, kind__in=[
+            PlanEvent.Kind.STEP_APPROVED, PlanEvent.Kind.STEP_DECLINED, PlanEvent.Kind.STEP_SKIPPED])
+            .select_related("actor").order_by("-created_at", "-id")[:1])
+        first = decided_by(events)
         super().__init__(
-            f"Step {step.key} is no longer awaiting approval (it is {step.get_status_display().lower()}"
-            + (f": {decided}). Nothing was changed." if decided
-               else "); someone else may have decided it already. Nothing was changed.")
+            f"Step {step.key} is no longer awaiting approval (it is {step.get_status_display().lower()}){first}. "
+            "Nothing was changed." if first else
+            f"Step {step.key} is no longer awaiting approval (it is {step.get_status_display().lower()}). "
+            "Nothing was changed."
         )
 
 
 class PlanNotAwaitingApproval(DecisionError):
     def __init__(self, plan: Plan) -> None:
-        decided = plan_decided_by(plan)
+        events = list(PlanEvent.objects.filter(plan_id=plan.pk, step__isnull=True, kind__in=[
+            PlanEvent.Kind.PLAN_APPROVED, PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.REPLAN_REQUESTED])
+            .select_related("actor").order_by("-created_at", "-id")[:1])
         super().__init__(
-            f"Plan v{plan.version} is no longer awaiting approval (it is {plan.get_status_display().lower()}"
-            f"{': ' + decided if decided else ''}). Nothing was changed."
+            f"Plan v{plan.version} is no longer awaiting approval (it is {plan.get_status_display().lower()})"
+            f"{decided_by(events)}. Nothing was changed."
         )
 
 

@@ -13,6 +13,7 @@ from planner_site.events import publish_changed_on_commit
 from planner_site.validators import text_problem
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services.errors import DecisionError
+from planning.trace_spans import event_traced
 
 REASON_MAX_LENGTH = 2000
 
@@ -40,6 +41,7 @@ def event_record(*, plan: Plan, kind: str, actor: User | None = None, actor_labe
         actor_label=actor_label or (actor_name(actor) if actor else "system"), reason=reason, detail=detail or {},
     )
     publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=kind)
+    event_traced(event)
     if actor is not None:
         operator_acted_on_commit(plan.agent_id)
     return event

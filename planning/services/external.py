@@ -21,7 +21,7 @@ from agents.models import Agent, ApiRequest
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import plan_generate
+from planning.planner import goal_plan_check, plan_generate
 from planning.selectors import plan_feedback
 from planning.services.errors import DecisionError, PlanAlreadyReplanned
 from planning.services.events import event_agent_record, event_record
@@ -201,14 +201,20 @@ def agent_tools_declare(*, agent: Agent, tools: list[Any], via: str = VIA_API) -
     return agent.declared_tools
 
 
-def plan_check_external(*, agent: Agent, data: Mapping[str, Any]) -> ValidationResult:
-    """The planner's validator, against the agent's declared tools; raises PlanInvalid with every problem."""
+def plan_check_external(*, agent: Agent, data: Mapping[str, Any], steered: bool = False) -> ValidationResult:
+    """The planner's validator, against the agent's declared tools; raises PlanInvalid with every problem.
+    `steered`: a version after an operator's feedback, which may leave the goal's action for later."""
     if not agent.declared_tools:
         raise PlanInvalid("Declare your tools first (PUT /api/v1/agent/tools). Nothing was stored.")
     result = plan_validate(dict(data), kind="tool", workspace=None, max_steps=settings.PLAN_MAX_STEPS,
                            tools=tool_registry(agent.declared_tools))
     if not result.ok or result.plan is None:
         raise PlanInvalid("The plan is not valid. Nothing was stored.", problems=result.problems)
+    # Checked against its goal as far as the declared tools tell (planning/engine/goal_check.py).
+    unreached = goal_plan_check(agent, " ".join(str(data.get("goal") or "").split()), result.plan.steps,
+                                steered=steered)
+    if unreached:
+        raise PlanInvalid("The plan does not do what its goal asks. Nothing was stored.", problems=unreached)
     return result
 
 
@@ -271,7 +277,7 @@ def plan_version_submit(*, agent: Agent, plan: Plan, data: Mapping[str, Any], vi
             raise PlanInvalid("The new version has no remaining steps. Nothing was stored.",
                               problems=["replan has no remaining steps"])
         payload["steps"] = [step_plan_data(s.spec(), "tool") for s in kept] + new
-    result = plan_check_external(agent=agent, data=payload)
+    result = plan_check_external(agent=agent, data=payload, steered=True)
     goal_text = " ".join(str(payload.get("goal") or "").split()) or previous.goal_text
     reason = previous.replan_reason or "replanned by the agent"
     return plan_store(agent=agent, goal_text=goal_text, result=result, previous=previous, kept=kept, reason=reason,

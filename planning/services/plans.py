@@ -9,9 +9,12 @@ from typing import Any
 from django.contrib.auth.models import User
 
 from agents.models import Agent
+from agents.tools import MAX_FILE_BYTES, ToolError, workspace_resolve
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.engine.goal_check import OutputFile, goal_outputs, outcome_problems
+from planning.engine.shown import PLAN_CHANGED
+from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 from planning.services.agents import agent_retry_sync, agent_waiting_set
 from planning.services.errors import DecisionError, PlanNotAwaitingApproval
 from planning.services.events import event_record, reason_clean
@@ -26,14 +29,17 @@ PLAN_FINAL = (Plan.Status.COMPLETED, Plan.Status.CANCELLED, Plan.Status.REPLANNE
 
 @atomic_retried
 def plan_approve(*, plan: Plan, user: User, mode: str, actor_label: str = "", detail: dict[str, Any] | None = None,
-                 approve_permission_steps: bool = True) -> PlanEvent:
+                 approve_permission_steps: bool = True, seen_steps: str | None = None) -> PlanEvent:
     """Approve a validated plan: run all steps, or ask for each step (seed 002). A policy (`actor_label` names it)
-    may leave the steps that require permission to be decided one by one."""
+    may leave the steps that require permission to be decided one by one. `seen_steps`: the fingerprint of the
+    steps the operator saw (planning/engine/shown.py); steps changed since are refused, nothing changed."""
     if mode not in (Plan.ApprovalMode.ALL, Plan.ApprovalMode.STEP):
         raise DecisionError(f"Unknown approval mode {mode!r}. Nothing was changed.")
     plan = plan_lock(plan.pk)
     if plan.status != Plan.Status.AWAITING_APPROVAL:
         raise PlanNotAwaitingApproval(plan)
+    if seen_steps is not None and seen_steps != steps_shown_fingerprint(plan.steps.all()):
+        raise DecisionError(PLAN_CHANGED)
     plan.status = Plan.Status.ACTIVE
     plan.approval_mode = mode
     plan.save(update_fields=["status", "approval_mode", "updated_at"])
@@ -65,7 +71,8 @@ def plan_cancel(*, plan: Plan, user: User | None, reason: str = "", seen_status:
     stops at its next write, see planning/services/versions.py)."""
     reason = reason_clean(reason)
     plan = plan_lock(plan.pk)
-    retrying = plan.status == Plan.Status.FAILED and not Plan.objects.filter(previous=plan).exists()
+    retrying = plan.status == Plan.Status.UNVERIFIED or (
+        plan.status == Plan.Status.FAILED and not Plan.objects.filter(previous=plan).exists())
     if not plan.is_open and not retrying:
         raise DecisionError(f"Plan v{plan.version} is already {plan.get_status_display().lower()}. Nothing was changed.")
     if seen_status and plan.status != seen_status:
@@ -122,7 +129,7 @@ def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
         raise DecisionError("Write an answer to the planner's question. Nothing was changed.")
     answer = reason_clean(answer, what="The answer")
     plan = plan_lock(plan.pk)
-    if plan.status != Plan.Status.CLARIFYING:
+    if plan.status not in (Plan.Status.CLARIFYING, Plan.Status.UNVERIFIED):
         raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}; it asks no question. "
                             "Nothing was changed.")
     plan.clarification_answer = answer[:2000]
@@ -150,7 +157,36 @@ def plan_replan_schedule(*, plan: Plan, runner: str, reason: str) -> PlanEvent |
                         detail={"replan_requested": reason})
 
 
+def plan_outcome_problems(plan: Plan) -> list[str]:
+    """Why a tool plan whose steps are all done has not verifiably reached its goal (empty: verified): each
+    output file its goal names exists, is not empty and parses as its format; an answer it asks for is in a
+    step's result (planning/engine/goal_check.py outcome_problems)."""
+    workspace = plan.agent.workspace
+    outputs = []
+    for path in goal_outputs(plan.goal_text):
+        try:
+            target = workspace_resolve(workspace, path)
+        except ToolError:
+            outputs.append(OutputFile(path, None))
+            continue
+        if not target.is_file():
+            outputs.append(OutputFile(path, None))
+            continue
+        with target.open("rb") as handle:
+            outputs.append(OutputFile(path, handle.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")))
+    results = list(plan.steps.filter(status=PlanStep.Status.COMPLETED).values_list("result", flat=True))
+    return outcome_problems(plan.goal_text, outputs, results)
+
+
 def plan_complete(*, plan: Plan, runner: str) -> None:
+    """Every step of the plan is done (the runner, an operator's skip, an external agent's last result): the ONE
+    place a plan completes. A tool plan completes, and completes its goal, only when its outcome is verified
+    (plan_outcome_problems); otherwise it is "Done, not verified" and its goal stays open (plan_unverified)."""
+    if plan.agent.kind == Agent.Kind.TOOL:
+        problems = plan_outcome_problems(plan)
+        if problems:
+            plan_unverified(plan=plan, runner=runner, problems=problems)
+            return
     plan.status = Plan.Status.COMPLETED
     plan.save(update_fields=["status", "updated_at"])
     if plan.goal_id:
@@ -160,7 +196,26 @@ def plan_complete(*, plan: Plan, runner: str) -> None:
             goal.progress = 1.0
             goal.status = Goal.Status.COMPLETED
         goal.save()
-    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_COMPLETED, actor_label=runner, reason="all steps done")
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_COMPLETED, actor_label=runner,
+                 reason="all steps done" + (", outcome verified" if plan.agent.kind == Agent.Kind.TOOL else ""),
+                 detail={"verified": True} if plan.agent.kind == Agent.Kind.TOOL else {})
+
+
+def plan_unverified(*, plan: Plan, runner: str, problems: list[str]) -> None:
+    """Every step ran but the outcome is not verified: the plan is "Done, not verified", its goal stays open, and
+    the operator is asked what next (an inbox question: the answer plans the goal again, Cancel drops it)."""
+    headline = f"done, outcome not verified: {'; '.join(problems)}"[:2000]
+    plan.status = Plan.Status.UNVERIFIED
+    plan.failure_reason = headline
+    plan.clarification_question = (f"Every step ran, but the outcome is not verified: {'; '.join(problems)}. "
+                                   "What should the agent do now? Your answer plans the goal again; cancel the plan "
+                                   "to drop the goal.")[:2000]
+    plan.clarification_answer = ""
+    plan.save(update_fields=["status", "failure_reason", "clarification_question", "clarification_answer",
+                             "updated_at"])
+    agent_waiting_set(agent_id=plan.agent_id, reason=f"plan v{plan.version} {headline[:200]}")
+    event_record(plan=plan, kind=PlanEvent.Kind.PLAN_UNVERIFIED, actor_label=runner, reason=headline,
+                 detail={"verified": False, "problems": problems})
 
 
 @atomic_retried

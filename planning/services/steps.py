@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
+from agents.fencing import fence_hold
 from agents.models import Agent
 from agents.services import rows_write
 from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
@@ -20,13 +21,15 @@ from agents.world import ACTIONS
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
 from planning.engine.schedule import step_transition_check
+from planning.engine.shown import PLAN_CHANGED
 from planning.engine.validate import plan_validate_edit
-from planning.models import Plan, PlanEvent, PlanStep
+from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 from planning.services.agents import agent_waiting_set
 from planning.services.errors import DecisionError, StepNotAwaitingApproval
 from planning.services.events import actor_name, event_record, reason_clean
 from planning.services.plans import plan_complete
 from planning.services.transactions import atomic_retried, step_lock
+from planning.trace_spans import events_traced
 
 EDITABLE_STEP_FIELDS = ("description", "action_hint", "tool", "tool_input", "expected_outcome", "requires_permission")
 STEP_TEXT_LIMITS = {"description": 500, "action_hint": 200, "tool": 64, "expected_outcome": 500}
@@ -38,12 +41,16 @@ UNSTARTED = (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL)
 
 
 @atomic_retried
-def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: dict[str, Any] | None = None) -> PlanEvent:
+def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: dict[str, Any] | None = None,
+                 seen_steps: str | None = None) -> PlanEvent:
     """Approve a step that waits for an operator; the runner runs it in the agent's next cycle, which the
-    approval brings forward (agents/signals.py)."""
+    approval brings forward (agents/signals.py). `seen_steps`: the fingerprint of the step as the operator saw it
+    (planning/engine/shown.py); a step edited since is refused, nothing changed."""
     step = step_lock(step.pk)
     if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
         raise StepNotAwaitingApproval(step)
+    if seen_steps is not None and seen_steps != steps_shown_fingerprint([step]):
+        raise DecisionError(PLAN_CHANGED)
     step.status = PlanStep.Status.PENDING
     step.approved_by = user  # type: ignore[assignment]
     step.save(update_fields=["status", "approved_by", "updated_at"])
@@ -240,7 +247,7 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
         by_text.setdefault(text, []).append(agent_id)
     for text, agent_ids in sorted(by_text.items()):
         Agent.objects.filter(pk__in=agent_ids).update(waiting_reason=text)
-    PlanEvent.objects.bulk_create(events)
+    events_traced(PlanEvent.objects.bulk_create(events))
     for step in locked:
         publish_changed_on_commit(agent_id=step.plan.agent_id, plan_id=step.plan_id, kind=PlanEvent.Kind.STEP_AWAITING)
     from policies.services import policies_step_waiting, rules_enabled  # noqa: PLC0415 (as above)
@@ -253,7 +260,10 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
 @atomic_retried
 def step_start(*, step: PlanStep, runner: str) -> PlanStep | None:
     """A tool step starts running (the runner calls its tool next, outside the transaction); None when it is no
-    longer pending (an operator skipped it, another runner started it)."""
+    longer pending (an operator skipped it, another runner started it). The start is the runner's claim: in a
+    runner's job only while it holds the job (agents/fencing.py), and the tool's own marker (agents/cycle.py
+    tool_call) says whether its tool began, should the runner stop before the step ends."""
+    fence_hold()
     step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
     if step.status != PlanStep.Status.PENDING:
         return None
@@ -268,7 +278,9 @@ def step_start(*, step: PlanStep, runner: str) -> PlanStep | None:
 @atomic_retried
 def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "", error: str = "",
                 experience_id: int | None = None) -> PlanStep:
-    """Complete a step, or count a failed try: retried up to max_retries, then failed and the plan replans."""
+    """Complete a step, or count a failed try: retried up to max_retries, then failed and the plan replans. In a
+    runner's job only while it holds the job (agents/fencing.py): a takeover decided this step already."""
+    fence_hold()
     step = step_lock(step.pk)
     plan = step.plan
     if step.is_done or step.status in (PlanStep.Status.FAILED, PlanStep.Status.DECLINED):
@@ -303,6 +315,26 @@ def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "
     plan.save(update_fields=["replan_reason", "updated_at"])
     event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_FAILED, actor_label=runner, reason=error[:500], detail=detail)
     return step
+
+
+@atomic_retried
+def step_outcome_unknown(*, step: PlanStep, runner: str, reason: str) -> bool:
+    """A step found running whose tool began under a runner that stopped, and whose effect cannot be confirmed:
+    it is neither run again nor called done. It waits for an operator (the inbox), who approves running it
+    again or declines it (the agent replans). False when it is no longer running (decided meanwhile)."""
+    fence_hold()
+    step = step_lock(step.pk)
+    if step.status != PlanStep.Status.RUNNING:
+        return False
+    step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
+    step.error = reason[:20000]
+    step.approved_by = None
+    step.save(update_fields=["status", "error", "approved_by", "updated_at"])
+    Agent.objects.filter(pk=step.plan.agent_id).update(
+        waiting_reason=f"step {step.key}: outcome unknown, interrupted")
+    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner,
+                 reason=reason[:500])
+    return True
 
 
 def step_elapsed_ms(step: PlanStep) -> int | None:

@@ -43,6 +43,7 @@ from planning.services.errors import (
     StaleVersion,
 )
 from planning.services.events import event_record
+from planning.trace_spans import events_traced
 
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
 EDITABLE_PLAN_STATUSES = (Plan.Status.AWAITING_APPROVAL, Plan.Status.ACTIVE)
@@ -92,7 +93,7 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
                 agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
                 version=previous.version + 1 if previous else 1, previous=previous,
                 times_replanned=previous.times_replanned + (1 if planned else 0) if previous else 0,
-                planning_retry=retry,
+                planning_retry=retry, **(previous.trace_ids() if previous is not None else {}),
                 # The restatement is the goal's, not the version's: a replan keeps it (and its call).
                 **({k: getattr(previous, k) for k in RESTATE_KEYS} if previous is not None else {}),
             )
@@ -136,11 +137,11 @@ def steps_permission_raise(*, plan: Plan, spec: PlanSpec, kept_keys: set[str], f
     """Spending real money is the persona world's risky act: an operator says yes first."""
     if plan.agent.kind != Agent.Kind.PERSONA:
         return
-    for step in spec.steps:
+    for step in spec.steps:  # named by its key, as the plan page and the inbox show it
         if step.key not in kept_keys and action_needs_permission(step.action_hint) and not step.requires_permission:
             step.requires_permission = True
             step.risk = "risky"
-            flags.append(f"step {step.key}: '{step.action_hint}' spends money; requires permission raised to true")
+            flags.append(f"step {step.key}: '{step.action_hint}' spends money, so it now needs permission")
 
 
 def plan_steps_build(*, plan: Plan, spec: PlanSpec, kept: Sequence[PlanStep]) -> list[PlanStep]:
@@ -265,7 +266,7 @@ def plans_first_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]]
                                 actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
     PlanStep.objects.bulk_create(steps)
     rows_write(Plan, plans, [*ACCEPTED_FIELDS, *RESTATE_KEYS])  # locked and checked above; bulk_update's CASE WHEN costs ~10x
-    PlanEvent.objects.bulk_create(events)
+    events_traced(PlanEvent.objects.bulk_create(events))
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
     waiting = [plan for plan in plans if plan.status == Plan.Status.AWAITING_APPROVAL]
@@ -317,15 +318,19 @@ def failure_reasons(plan: Plan) -> list[str]:
 
 
 @transaction.atomic
-def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[str] = ()) -> Plan:
+def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[str] = (), retry: bool = True) -> Plan:
     """Planning failed: the plan fails with a true headline and every reason; the agent's retry policy tries
-    the goal again after a backoff, or the agent waits for an operator (Replan or Cancel)."""
+    the goal again after a backoff, or the agent waits for an operator (Replan or Cancel). Without `retry` (a goal
+    its agent's tools cannot reach: trying again changes nothing) it waits for an operator at once."""
     plan = plan_locked_validating(plan)
     agent = plan.agent
     reasons = [*reasons, *failure_reasons(plan)]
     plan.status = Plan.Status.FAILED
     plan.failure_reason = "\n".join([headline, *reasons])[:20000]
-    if plan.planning_retry < agent.plan_retry_limit:
+    if not retry:
+        plan.retry_at = None
+        waiting = f"{headline}; waiting for an operator"
+    elif plan.planning_retry < agent.plan_retry_limit:
         # Backoff doubles with each retry: a server that is down is not hammered.
         plan.retry_at = timezone.now() + timedelta(seconds=agent.plan_retry_backoff * 2 ** plan.planning_retry)
         local = timezone.localtime(plan.retry_at)
@@ -336,8 +341,9 @@ def plan_fail(*, plan: Plan, headline: str, actor_label: str, reasons: Sequence[
         waiting = f"planning failed ({headline}); waiting for an operator to replan"
     plan.save(update_fields=["status", "failure_reason", "retry_at", "updated_at"])
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=actor_label,
-                 reason=f"planning failed: {headline}",
-                 detail={"reasons": reasons, "retry_at": plan.retry_at.isoformat() if plan.retry_at else None})
+                 reason=headline if not retry else f"planning failed: {headline}",
+                 detail={"reasons": reasons, "retry_at": plan.retry_at.isoformat() if plan.retry_at else None}
+                 | ({} if retry else {"cannot": headline}))
     agent_waiting_set(agent_id=agent.pk, reason=waiting)
     agent_retry_sync(agent_id=agent.pk)
     return plan
@@ -439,7 +445,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
         status=plan.status, approval_mode=plan.approval_mode, times_replanned=plan.times_replanned,
         who=plan.who, what=plan.what, when=plan.when, where=plan.where, why=plan.why,
         thinking_summary=plan.thinking_summary, confidence=plan.confidence, risks=list(plan.risks),
-        model=plan.model, edited_by=user.get_username(),
+        model=plan.model, edited_by=user.get_username(), **plan.trace_ids(),
     )
     for position, spec in enumerate(result.plan.steps, start=1):
         carried = old_by_key.get(spec.key) if spec.key in kept_keys else None
@@ -448,7 +454,7 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
             requires_permission = asked[spec.key].requires_permission
             if action_needs_permission(spec.action_hint) and not requires_permission:
                 requires_permission, risk = True, PlanStep.Risk.RISKY
-                flags.append(f"step {spec.key}: '{spec.action_hint}' spends money; requires permission raised to true")
+                flags.append(f"step {spec.key}: '{spec.action_hint}' spends money, so it now needs permission")
         before = old_by_key.get(spec.key)
         unchanged = before is not None and before.status == PlanStep.Status.PENDING and not plan_diff(
             [before.spec().as_dict()], [replace(

@@ -11,10 +11,11 @@ from html import escape as e
 
 from django import template
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
 from agents.persona import MAX_OVERRIDES
-from planning.models import Plan, PlanStep
+from planning.models import Plan, PlanStep, steps_shown_fingerprint
 from planning.selectors import step_rollback_possible
 from planning.templatetags.dashboard_rows import STEP_STATUS, label, short
 
@@ -30,7 +31,8 @@ def step_facts(step: PlanStep) -> str:
     """The row's second line: what the step does, what it expects and waits on, its counters, who approved it."""
     parts = []
     if step.tool:
-        parts.append(f"tool <code>{e(step.tool)}</code> input <code>{e(step.input_display)}</code>")
+        # The exact input, as approved: paths whole, written content previewed (planning/engine/shown.py).
+        parts.append(f"tool <code>{e(step.tool)}</code> input <code>{e(step.input_preview)}</code>")
     elif step.action_hint:
         parts.append(f"action <code>{e(step.action_hint)}</code>")
     if step.expected_outcome:
@@ -66,6 +68,7 @@ def step_decisions(step: PlanStep, *, policy_undo: int | None) -> str:
         parts.append(
             f'\n      <div class="decide">'
             f'\n        <form hx-post="{e(reverse("step-approve", args=[pk]))}" hx-swap="none" class="inline">'
+            f'<input type="hidden" name="seen_steps" value="{e(steps_shown_fingerprint([step]))}">'
             f'<button class="primary">Approve</button></form>'
             f'\n        <form id="decline-form-{pk}" hx-post="{e(reverse("step-decline", args=[pk]))}" hx-swap="none" '
             f'class="inline decline">'
@@ -107,6 +110,10 @@ def step_row_html(step: PlanStep, *, plan: Plan | None, can_decide: bool, rollba
     if step.carried_over:
         head.append('<span class="tag ok">kept from earlier version</span>')
     tail = []
+    if step.start_after is not None and step.status == PlanStep.Status.PENDING and step.start_after > timezone.now():
+        tail.append(f'<div class="small waiting step-hold">Approved by a policy: starts after '
+                    f'{e(f"{timezone.localtime(step.start_after):%H:%M:%S}")}'
+                    f'{" unless you undo the approval" if policy_undo else ""}.</div>')
     if step.precheck and step.status == PlanStep.Status.AWAITING_APPROVAL:
         tail.append(f'<div class="small precheck">Pre-check: {e(step.precheck)}</div>')
     if step.result:
@@ -127,6 +134,12 @@ def step_row_html(step: PlanStep, *, plan: Plan | None, can_decide: bool, rollba
         f'\n      <div class="step-head">\n        ' + "\n        ".join(head) + '\n      </div>'
         f'\n      <div class="small">\n        {step_facts(step)}\n      </div>'
         + "".join(f"\n      {t}" for t in tail) + decisions + '\n    </li>\n')
+
+
+@register.filter
+def shown_fingerprint(steps: list[PlanStep]) -> str:
+    """`{{ steps|shown_fingerprint }}`: the fingerprint an approve form carries (planning/engine/shown.py)."""
+    return steps_shown_fingerprint(steps)
 
 
 @register.simple_tag(takes_context=True)

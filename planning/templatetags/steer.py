@@ -105,3 +105,31 @@ def as_json(value: Any) -> str:
 def field_changes(fields: Any) -> list[tuple[str, str, str]]:
     """A changed step's fields as (label, before, after), in words (see planning/engine/diff.py)."""
     return field_changes_shown(fields) if isinstance(fields, dict) else []
+
+
+def answer_value_readable(value: Any) -> str:
+    """A model's JSON answer as words: a goal by its description (and horizon), a list joined, a mapping as
+    "key: value" pairs."""
+    if isinstance(value, dict):
+        if isinstance(value.get("description"), str):
+            horizon = value.get("horizon")
+            return value["description"] + (f" ({horizon})" if isinstance(horizon, str) and horizon else "")
+        return "; ".join(f"{key}: {answer_value_readable(item)}" for key, item in value.items())
+    if isinstance(value, list):
+        return ", ".join(answer_value_readable(item) for item in value) or "none"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+@register.filter
+def answer_readable(text: str) -> str:
+    """A model's answer as the persona page shows it: its JSON read out in words, never the raw
+    `<json>{...}</json>` (issue 50); an answer with no JSON in it as it is."""
+    from agents.llm.extract import ExtractError, json_extract
+
+    try:
+        value = json_extract(str(text)).value
+    except (ExtractError, ValueError):
+        return str(text)
+    return answer_value_readable(value)

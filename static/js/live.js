@@ -142,12 +142,68 @@
     document.dispatchEvent(new CustomEvent("live:applied"));
   }
 
-  window.live = { apply: apply };
+  window.live = {
+    apply: apply,
+    // steer.js: send(form, start) runs start() (which issues the form's request) with the form named.
+    send: function (form, start) {
+      sendingForm = form;
+      try { return start(); } finally { sendingForm = null; }
+    }
+  };
 
   document.addEventListener("htmx:afterRequest", function () {
     Array.prototype.forEach.call(document.querySelectorAll("form.stale"), function (form) {
       if (!typingIn(form)) form.remove();
     });
+  });
+
+  // A decision that cannot reach the server says so at its button (issue 50), not only in the banner: htmx sends a
+  // request once and never again by itself, so nothing is applied later by surprise; the page shows the current
+  // state again when the live connection is back (the server sends it on every connect).
+  var NOT_SENT = "Not sent: the server cannot be reached. Nothing was decided by this click; try again when the connection is back.";
+  var FAILED = "The server could not take this decision (error {status}). Look at the current state before trying again.";
+
+  // Decisions sent from the page (steer.js: htmx.ajax with the body as source) name their form here while htmx
+  // starts the request, so that its answer, or its failure, is told at that form.
+  var sendingForm = null;
+  var formOfRequest = typeof WeakMap === "function" ? new WeakMap() : null;
+
+  function decisionForm(evt) {
+    var detail = evt.detail || {};
+    var elt = detail.elt;
+    var form = elt && elt.closest ? elt.closest("form") : null;
+    if (!form && formOfRequest && detail.xhr) form = formOfRequest.get(detail.xhr) || null;
+    return form;
+  }
+
+  document.addEventListener("htmx:beforeSend", function (evt) {
+    if (sendingForm && formOfRequest && evt.detail && evt.detail.xhr) formOfRequest.set(evt.detail.xhr, sendingForm);
+  });
+
+  function decisionError(evt, text) {
+    var form = decisionForm(evt);
+    if (!form) return;
+    var note = form.querySelector(".decide-error");
+    if (!note) {
+      note = document.createElement("span");
+      note.className = "decide-error error small";
+      note.setAttribute("role", "alert");
+      form.appendChild(note);
+    }
+    note.textContent = text;
+    Array.prototype.forEach.call(form.querySelectorAll("button"), function (b) { b.disabled = false; });
+  }
+
+  document.addEventListener("htmx:sendError", function (evt) { decisionError(evt, NOT_SENT); });
+  document.addEventListener("htmx:timeout", function (evt) { decisionError(evt, NOT_SENT); });
+  document.addEventListener("htmx:responseError", function (evt) {
+    var xhr = evt.detail && evt.detail.xhr;
+    decisionError(evt, FAILED.replace("{status}", xhr ? String(xhr.status) : "unknown"));
+  });
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    var form = decisionForm(evt);
+    var note = form && form.querySelector(".decide-error");
+    if (note) note.remove();
   });
 
   // Responses to the operator's own decisions carry sections too (hx-swap-oob): merged the same way.

@@ -99,7 +99,12 @@
       if (e.submitter && e.submitter.name) values[e.submitter.name] = e.submitter.value;
       var buttons = Array.prototype.slice.call(form.querySelectorAll("button:not([disabled])"));
       buttons.forEach(function (b) { b.disabled = true; });
-      window.htmx.ajax("POST", form.getAttribute("hx-post"), { source: document.body, values: values, swap: "none" })
+      var post = function () {
+        return window.htmx.ajax("POST", form.getAttribute("hx-post"), { source: document.body, values: values, swap: "none" });
+      };
+      // A request that never reached the server is told at the form (live.js, htmx:sendError), not thrown.
+      (window.live && window.live.send ? window.live.send(form, post) : post())
+        .catch(function () { return null; })
         .finally(function () { buttons.forEach(function (b) { b.disabled = false; }); setTimeout(refocus, 0); });
     }, true);
     // Every htmx form on every page: its buttons are disabled while its request is in flight (no double decisions).

@@ -290,10 +290,8 @@ def tool_agent_to_plan(settings: object, llm_server: object, monkeypatch: pytest
     GoalFactory(agent=agent, description="Read the notes and list what they say", source_needs=[])
     from policies import services as policy_services
 
-    # Policies and budgets are read once per STATE_CACHE_SECONDS per process, not per cycle. Kept for the whole
-    # test: on a loaded machine (CI) the first call through the HTTP client can outlast the 5 s, and the read then
-    # counted here is not this cycle's.
-    monkeypatch.setattr(policy_services, "STATE_CACHE_SECONDS", 600)
+    # Policies and budgets are read again only after a change (each use reads their version, no statement), not
+    # per cycle.
     policy_services.policies_forget()
     request.addfinalizer(policy_services.policies_forget)  # the next tests read their own policies again
     policy_services.policy_state()

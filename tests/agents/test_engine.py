@@ -213,7 +213,8 @@ async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() 
             return int(cursor.fetchone()[0])
 
     job_id = await sync_to_async(lost_end)()
-    tasks._returned[job_id] = time.monotonic() - 10  # its task returned here ten seconds ago
+    # Its task returned here ten seconds ago; no worker took it (the engine's finish, unguarded, is used).
+    tasks._returned[job_id] = (time.monotonic() - 10, None)
     worker_app = app.with_connector(app.connector.get_worker_connector())
 
     def cut_then_read() -> list[int]:

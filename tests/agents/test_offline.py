@@ -212,7 +212,8 @@ def test_offline_replan_keeps_completed_and_follows_feedback(tmp_path: Path) -> 
     assert new.steps[0].as_dict() == done.as_dict()
     convert = next(s for s in new.steps if s.tool == "file.convert")
     assert convert.input["output"] == "out/data.json"
-    assert "Write it to out/data.json instead" in convert.description
+    # The description says what the step does now; the operator's words are not pasted into it (issue 50).
+    assert convert.description == "Convert data.csv to JSON as out/data.json"
     assert convert.as_dict() != declined.as_dict()
     check = new.steps[-1]
     assert (check.tool, check.input, check.depends_on) == ("file.read", {"path": "out/data.json"}, [convert.key])
@@ -432,7 +433,7 @@ def test_prompts_end_with_a_one_line_context() -> None:
 def test_prompt_plan_lists_tools_with_schema_and_risk_and_truncates_rejected_output() -> None:
     messages = tool_messages("Convert data.csv", last_rejected_output="x" * 5000, retry_hints=["Use file.convert"])
     content = messages[-1]["content"]
-    assert '- file.convert {path: str, to: "json" | "csv", output?: str}' in content
+    assert '- file.convert {path: str, to: "json" | "csv" | "md", output?: str}' in content
     assert "[RISKY (network): requiresPermission must be true]" in content
     assert "x" * 1500 + "\n[... 3500 more characters cut]" in content and "x" * 1501 not in content
     assert "RETRY_HINTS (from a review of your rejected attempt):\n- Use file.convert" in content

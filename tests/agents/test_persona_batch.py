@@ -289,10 +289,8 @@ def passes_statements(*batches: list[Agent]) -> list[int]:
     """The statements of one pass of each batch, every cycle of which ran in the pass."""
     counts = []
     for agents in batches:
-        # The policies' state is read once per STATE_CACHE_SECONDS (two statements): read afresh just before each
-        # pass measured, so that a window ending in one pass and not in the other never counts (seen on a loaded
-        # machine: 35 statements against 33). Dropped first: a state kept since the batch before would be handed
-        # back as it is, its window nearly over (CI on 2026-11-30: 33 against 35 again).
+        # The policies' state is read again after a change only (its version is read at each use): read just
+        # before each pass measured, so both passes find it current.
         policies.policy_state_drop()
         policies.policy_state()
         with CaptureQueriesContext(connection) as queries:

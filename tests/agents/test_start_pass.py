@@ -41,7 +41,6 @@ def models(settings: object, llm_server: object, monkeypatch: pytest.MonkeyPatch
 
     settings.LLM_MODELS = {"planner": ["planner-model"], "fast": ["fast-model"]}  # type: ignore[attr-defined]
     settings.LLM_TIMEOUT_SECONDS = 5  # type: ignore[attr-defined]  # the answers below take 0.3 s on purpose
-    monkeypatch.setattr(policy_services, "STATE_CACHE_SECONDS", 600)
     policy_services.policies_forget()
     request.addfinalizer(policy_services.policies_forget)
     policy_services.policy_state()

@@ -48,7 +48,7 @@ def test_plan_schema_offers_one_choice_per_tool_with_its_exact_input_keys() -> N
     convert = by_tool["file.convert"]["properties"]["input"]
     assert set(convert["properties"]) == {"path", "to", "output"}
     assert convert["required"] == ["path", "to"] and convert["additionalProperties"] is False
-    assert convert["properties"]["to"] == {"type": "string", "enum": ["json", "csv"]}
+    assert convert["properties"]["to"] == {"type": "string", "enum": ["json", "csv", "md"]}
     assert by_tool["report.write"]["properties"]["input"]["properties"]["paths"]["type"] == "array"
     # A risky tool's step cannot say it needs no permission; a read may.
     assert by_tool["file.write"]["properties"]["requiresPermission"] == {"type": "boolean", "const": True}

@@ -41,7 +41,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 def test_registry_risk_classes() -> None:
     assert {name for name, spec in TOOLS.items() if not spec.risky} == {"file.read", "file.list", "text.summarize"}
     assert TOOLS["web.fetch"].risk_class == "network"
-    assert TOOLS["file.convert"].schema_text() == '{path: str, to: "json" | "csv", output?: str}'
+    assert TOOLS["file.convert"].schema_text() == '{path: str, to: "json" | "csv" | "md", output?: str}'
 
 
 def test_workspace_resolve_inside(sandbox: tuple[Path, Path]) -> None:

@@ -240,6 +240,8 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "PYTHONUNBUFFERED": "1",
         "LOG_LEVEL": "INFO",
+        # The tests' webhook receivers listen on loopback, which the outbound guard refuses unless allowed.
+        "OUTBOUND_ALLOWED_NETWORKS": "127.0.0.0/8",
     }
     db_name = f"planner_browser_{os.getpid()}"
     if database_url:

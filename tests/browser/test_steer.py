@@ -142,6 +142,32 @@ def item(page: Page, agent: str) -> Any:
     return page.locator("#inbox-list .inbox-item").filter(has=page.get_by_role("link", name=agent, exact=True))
 
 
+def test_a_decision_that_cannot_reach_the_server_says_so_at_the_button(login: Login, steer: dict[str, Any],
+                                                                      page_errors: PageErrors) -> None:
+    """Issue 50: "Approve" clicked while the server cannot be reached says so next to the button (not only in the
+    banner), the button can be used again, nothing is decided later by surprise, and a reload shows the state."""
+    page_errors.allow("net::ERR_FAILED")  # the browser's own note of the aborted request
+    page_errors.allow("htmx:sendError")  # htmx's own log of it (and of its afterRequest, failed): on purpose
+    page_errors.allow("htmx error event htmx:afterRequest")
+    page_errors.allow("console error: htmx:afterRequest")
+    page = login(OPERATOR)
+    open_inbox(page)
+    clerk = item(page, "Clerk")
+    page.route("**/inbox/plans/*/approve/", lambda route: route.abort())
+    button = clerk.get_by_role("button", name="Approve all")
+    button.click()
+    note = clerk.locator(".decide-error")
+    expect(note).to_have_attribute("role", "alert")
+    expect(note).to_contain_text("Not sent: the server cannot be reached. Nothing was decided by this click")
+    expect(button).to_be_enabled()
+    page.unroute("**/inbox/plans/*/approve/")
+    page.wait_for_timeout(1500)  # anything htmx would send again by itself would have gone by now
+    page.reload()
+    expect(page.locator("#live-status")).to_have_class(re.compile(r"\bon\b"))
+    expect(item(page, "Clerk")).to_contain_text("Plan awaits approval")  # still waiting: never applied in silence
+    expect(item(page, "Clerk").locator(".decide-error")).to_have_count(0)
+
+
 def test_inbox_decides_in_place_and_from_the_keyboard(login: Login, steer: dict[str, Any], tmp_path: Path) -> None:
     page = login(OPERATOR)
     open_inbox(page)

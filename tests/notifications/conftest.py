@@ -51,8 +51,31 @@ class Receiver:
             return list(self.received)
 
 
+PUBLIC_ADDRESS = "93.184.215.14"  # a public address the tests' example names resolve to (nothing is sent there)
+
+
+@pytest.fixture(autouse=True)
+def example_names_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names under example.com and Slack's webhook host resolve to a public address without asking a DNS server
+    (the tests run offline); every other name goes to the system resolver (localhost: loopback)."""
+    from planner_site import outbound
+
+    real = outbound.resolve
+
+    def resolve(host: str, port: int) -> list[str]:
+        if host == "example.com" or host.endswith((".example.com", ".slack.com")):
+            return [PUBLIC_ADDRESS]
+        return real(host, port)
+
+    monkeypatch.setattr(outbound, "resolve", resolve)
+
+
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
+def receiver(settings: Any) -> Iterator[Receiver]:
+    """The receiver listens on loopback, which the outbound guard refuses unless the deployer allows it: these
+    tests allow it as a deployer would (OUTBOUND_ALLOWED_NETWORKS); tests/notifications/test_outbound.py proves
+    the default refuses it."""
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     state = Receiver(url="")
 
     class Handler(BaseHTTPRequestHandler):

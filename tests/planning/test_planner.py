@@ -682,7 +682,12 @@ def test_steps_declined_in_any_earlier_version_count(operator: Any) -> None:
     assert [(d["description"], d["feedback"]) for d in declined] == [("Read data.csv", "declined by olga: not that file")]
     check = plan_check(agent=agent, text=TWO_STEPS, kept=[], declined=declined)
     assert check.spec is None and 'the operator said: "declined by olga: not that file"' in check.problems[0]
-    changed = TWO_STEPS.replace("Read data.csv", "Read the first rows of data.csv")
+    # Issue 50: a new description on the same tool and input is the same step (it used to pass).
+    reworded = TWO_STEPS.replace("Read data.csv", "Read the first rows of data.csv")
+    assert plan_check(agent=agent, text=reworded, kept=[], declined=declined).spec is None
+    (agent.workspace / "other.csv").parent.mkdir(parents=True, exist_ok=True)
+    (agent.workspace / "other.csv").write_text("a\n1\n")
+    changed = TWO_STEPS.replace('{"path": "data.csv"}', '{"path": "other.csv"}')
     assert plan_check(agent=agent, text=changed, kept=[], declined=declined).spec is not None
 
 

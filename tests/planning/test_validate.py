@@ -48,7 +48,9 @@ def test_plan_validate_raises_permission_of_risky_steps_and_says_so() -> None:
     assert result.ok and result.plan is not None
     assert result.plan.steps[0].requires_permission is True
     assert result.plan.steps[0].risk == "risky"
-    assert result.flags == ["step 1: dir.create is risky (write); requiresPermission raised to true, risk raised to risky"]
+    # Operator-facing: no camelCase field name of the model's JSON (issue 50).
+    assert result.flags == ["step 1: dir.create writes files, so it now needs permission and it is marked risky "
+                            "(the plan said it did not)"]
 
 
 def test_plan_validate_keeps_extra_caution_on_reads() -> None:

@@ -55,7 +55,8 @@ def test_plan_page_step_rows_escape_every_text_and_show_decisions_to_operators_o
     steps = page[page.index('id="plan-step-list"'):page.index("</ol>", page.index('id="plan-step-list"'))]
     assert '<li id="step-k&quot;1" class="step status-failed"' in steps
     assert f'<b class="desc">{shown}</b>' in steps and f"· expects: {shown}" in steps
-    assert f'input <code>{{&quot;path&quot;: &quot;{shown.replace("&quot;", "\\&quot;")}&quot;}}</code>' in steps
+    # The input as an operator approves it (key=value, written content previewed; issue 50), escaped.
+    assert f'input <code>path=&quot;{shown.replace("&quot;", "\\&quot;")}&quot;</code>' in steps
     assert '· after <a href="#step-&lt;b&gt;0&lt;/b&gt;">&lt;b&gt;0&lt;/b&gt;</a>' in steps
     assert f"· tools needed: file.read, {shown}" in steps and "· retries 1/2 · took 12 ms" in steps
     assert steps.count(f"→ {shown}") == 1 and "…</div>" in steps  # a long result cut at 400 characters

@@ -101,7 +101,8 @@ def test_an_escalation_puts_the_step_on_top_of_the_inbox_as_urgent(operator: Any
     assert [(i.step.pk, i.urgent) for i in items if i.step] == [(step.pk, True), (older.pk, False)]
 
 
-def test_a_tool_plan_is_approved_by_policy_its_permission_step_by_another_rule(operator: Any) -> None:
+def test_a_tool_plan_is_approved_by_policy_its_permission_step_by_another_rule(operator: Any, settings: Any) -> None:
+    settings.POLICY_UNDO_SECONDS = 0  # no undo window here (tests/policies/test_operator_binds.py has it)
     policy_with(operator,
                 {"action": "approve", "applies_to": "plans", "tools": "file.read, file.convert", "approve_risky": True},
                 {"action": "approve", "tools": "file.convert", "approve_risky": True, "approve_permission": True,
@@ -173,8 +174,11 @@ def test_automatic_decisions_show_on_the_timeline_the_inbox_history_and_the_audi
 def test_an_external_agent_is_told_to_run_a_step_a_policy_approved(operator: Any) -> None:
     from planning.services.external import plan_next
 
-    policy_with(operator, {"action": "approve", "tools": "search", "approve_permission": True})
     agent = AgentFactory(name="Notes", kind=Agent.Kind.EXTERNAL)
+    # A declared tool is matched only by a rule scoped to its agent, and its items count as risky
+    # (tests/policies/test_tool_scope.py).
+    policy_with(operator, {"action": "approve", "tools": "search", "agent": agent, "approve_permission": True,
+                           "approve_risky": True})
     plan = PlanFactory(agent=agent, status=Plan.Status.ACTIVE, approval_mode=Plan.ApprovalMode.ALL)
     step = PlanStepFactory(plan=plan, key="1", tool="search", action_hint="", requires_permission=True)
     answer = plan_next(agent=agent, plan_id=plan.pk)
@@ -184,8 +188,9 @@ def test_an_external_agent_is_told_to_run_a_step_a_policy_approved(operator: Any
 def test_an_api_agent_submitting_a_routine_plan_is_told_it_is_active(operator: Any) -> None:
     from planning.services.external import agent_tools_declare, plan_submit
 
-    policy_with(operator, {"action": "approve", "applies_to": "plans", "tools": "search"})
     agent = AgentFactory(name="Notes", kind=Agent.Kind.EXTERNAL)
+    policy_with(operator, {"action": "approve", "applies_to": "plans", "tools": "search", "agent": agent,
+                           "approve_risky": True})  # scoped to the agent, its declared risk not believed
     agent_tools_declare(agent=agent, tools=[{"name": "search", "risk": "safe"}])
     agent.refresh_from_db()
     plan = plan_submit(agent=agent, data={"goal": "Find the Q3 report", "steps": [

@@ -187,6 +187,28 @@ def test_plan_editor_refuses_hostile_text_and_saves_nothing(client_500: Client, 
     assert Plan.objects.count() == 1 and not PlanEvent.objects.exists()
 
 
+@pytest.mark.parametrize("field", ["description", "expected_outcome", "tool"])
+@pytest.mark.parametrize("text", ["a\x00b", "a\x1bb"])
+def test_a_nul_in_the_plan_editor_is_a_field_error_like_any_control_character(client_500: Client, field: str,
+                                                                               text: str) -> None:
+    step = write_step()
+    response = editor_post(client_500, step, **{field: text})
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")  # the editor again, not a plain-text refusal
+    html = response.content.decode()
+    assert "The plan was not saved: fix the marked fields" in html
+    label = {"description": "Description", "expected_outcome": "Expected outcome", "tool": "Tool"}[field]
+    assert f"{label} contains a {'NUL' if '\x00' in text else 'control'} character" in html
+    assert Plan.objects.count() == 1 and not PlanEvent.objects.exists()
+
+
+def test_a_nul_in_another_form_is_still_refused_before_the_view(client_500: Client) -> None:
+    step = write_step()
+    response = client_500.post(reverse("plan-cancel", args=[step.plan.pk]), {"reason": "a\x00b"})
+    assert response.status_code == 400 and response["Content-Type"].startswith("text/plain")
+    assert b"NUL" in response.content and b"Nothing was changed" in response.content
+
+
 @pytest.mark.parametrize("name", ["deep nesting", "a 5,000-digit integer", "NaN", "a NUL character"])
 def test_plan_editor_refuses_hostile_tool_input_as_a_form_error(client_500: Client, name: str) -> None:
     raw, message = HOSTILE_JSON[name]

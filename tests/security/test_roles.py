@@ -40,14 +40,14 @@ PUBLIC = {"login", "healthz", "admin:login", "api:openapi-json", "api:openapi-vi
 ACCOUNT = {"logout", "password_change", "password_change_done", "admin:logout", "admin:password_change",
            "admin:password_change_done", "login", "admin:login", "password_reset", "password_reset_done",
            "password_reset_confirm", "password_reset_complete",
-           # Each user's own notification channels and subscriptions (a viewer may want to hear that something
-           # waits, too); tests/notifications/test_pages.py shows nobody reaches another user's.
-           "notify-settings", "notify-channel-add", "notify-channel-change", "notify-subscription-add",
-           "notify-subscription-save", "notify-subscription-remove", "notify-link",
-           # ... a test notification on one's own channel, one's own Slack app channel and Slack account; an
-           # e-mail's confirmation page (like notify-link it only finds the item: deciding checks the role, a
-           # viewer's POST is refused there, tests/notifications/test_confirm.py)
-           "notify-channel-test", "notify-slack-channel-add", "notify-slack-connect", "notify-confirm"}
+           # Each user's own subscriptions (a viewer may want to hear that something waits, too);
+           # tests/notifications/test_pages.py shows nobody reaches another user's. Channels are not here: a
+           # viewer may add only e-mail to their own address (test_every_url_that_accepts_a_write_refuses_a_viewer).
+           "notify-settings", "notify-subscription-add", "notify-subscription-save", "notify-subscription-remove",
+           "notify-link",
+           # an e-mail's confirmation page (like notify-link it only finds the item: deciding checks the role, a
+           # viewer's POST is refused there, tests/notifications/test_confirm.py); one's own Slack account
+           "notify-confirm", "notify-slack-connect"}
 MODELS_BY_SEGMENT: dict[str, type[models.Model]] = {
     "agents": Agent, "plans": Plan, "steps": PlanStep, "goals": Goal, "events": PlanEvent,
 }
@@ -336,3 +336,71 @@ async def test_unknown_websocket_path_is_closed_with_a_code() -> None:
     for path in ("/ws/no-such-page/", "/ws/plans/abc/", "/nothing"):
         connected, code, _ = await socket_connect(path, client)
         assert not connected and isinstance(code, int) and code >= 1000, path
+
+
+# --- every write, by a viewer ----------------------------------------------------------------------------------
+
+WRITE_METHODS = ("post", "put", "patch", "delete")
+# The only writes a viewer may make, each on their own account, and why:
+VIEWER_OWN_WRITES = {
+    # Signing in and out, and one's own password.
+    "login": "signs in", "logout": "signs out", "admin:login": "signs in", "admin:logout": "signs out",
+    "password_change": "one's own password", "admin:password_change": "one's own password",
+    "password_reset": "mails a reset link to the account's own address",
+    "password_reset_confirm": "sets one's own password with a mailed token",
+    # What one is told: subscriptions only choose which notifications reach one's own channels, and a viewer's
+    # channels are e-mail to their own address (tests/notifications/test_outbound.py); turning off or removing
+    # one's own channel only stops sending (notify-channel-change refuses a viewer every other change: below).
+    "notify-subscription-add": "one's own subscriptions", "notify-subscription-save": "one's own subscriptions",
+    "notify-subscription-remove": "one's own subscriptions",
+}
+
+
+def test_every_url_that_accepts_a_write_refuses_a_viewer(world: dict[type[models.Model], models.Model]) -> None:
+    """Walks the resolver: a new view that accepts POST, PUT, PATCH or DELETE is covered the day it is added,
+    and a viewer is refused (403; the API, which takes no session, 401) with nothing changed."""
+    from notifications.models import Channel
+
+    client = user_client("viewer")
+    viewer = UserFactory._meta.model.objects.get(username="victor")
+    hook = Channel.objects.create(user=viewer, kind="webhook", target="https://hooks.example.com/v", secret="s",
+                                  active=False)
+    before = snapshot() | {"channels": list(Channel.objects.order_by("pk").values())}
+    accepted, wrong = [], []
+    for page in every_page(world):
+        if page.name in VIEWER_OWN_WRITES:
+            continue
+        url = page.url
+        if page.name == "notify-channel-change":
+            url = reverse(page.name, args=[hook.pk, "on"])
+        for method in WRITE_METHODS:
+            response = getattr(client, method)(url, {"kind": "webhook", "target": "https://hooks.example.com/x",
+                                                     "reason": "x", "feedback": "x", "mode": "all",
+                                                     "status": "paused"})
+            where = f"{method.upper()} {url} ({page.name}): {response.status_code}"
+            if response.status_code == 405 or response.status_code == 404 and client.get(url).status_code == 404:
+                continue  # the view does not take this method, or there is no such page here
+            accepted.append(where)
+            if page.admin and not (method == "post" and page.name.endswith(WRITE_ADMIN_VIEWS)):
+                # The admin writes only on a POST to an add, change or delete page (or a changelist's action,
+                # which a viewer is not offered); anything else it serves as a read: the snapshot below proves it.
+                continue
+            if page.name.startswith("api:"):
+                ok = response.status_code in (401, 403)  # the API takes a token, never the session
+            elif page.missing:
+                ok = response.status_code in (302, 403)  # the admin sends to its index: no such row
+            else:
+                ok = response.status_code == 403
+            if not ok:
+                wrong.append(where)
+    assert not wrong, "\n".join(wrong)
+    assert any("notify-channel-add" in a for a in accepted) and any("step-approve" in a for a in accepted)
+    for action in ("rotate", "test"):
+        response = client.post(reverse("notify-channel-change", args=[hook.pk, action]))
+        assert response.status_code == 403, action
+    for changelist in ("admin:planning_plan_changelist", "admin:agents_agenttoken_changelist",
+                       "admin:notifications_channel_changelist", "admin:auth_user_changelist"):
+        response = client.post(reverse(changelist), {"action": "delete_selected", "_selected_action": [1, 2, 3],
+                                                      "post": "yes"})
+        assert response.status_code in (200, 302, 403), changelist
+    assert snapshot() | {"channels": list(Channel.objects.order_by("pk").values())} == before

@@ -224,8 +224,8 @@ def test_an_edited_version_says_who_edited_it(operator_client: Client) -> None:
     html = operator_client.get(new.get_absolute_url()).content.decode()
     assert "edited by olga in the plan editor" in html
     assert "Written by olga in the plan editor and checked by the validator" in html
-    assert "planned by <code>offline-rules</code>" not in html and "Accepted at the first attempt" not in html
-    assert "planned by <code>offline-rules</code>" in operator_client.get(plan.get_absolute_url()).content.decode()
+    assert "planned by: <code>offline-rules</code>" not in html and "Accepted at the first attempt" not in html
+    assert "planned by: <code>offline-rules</code>" in operator_client.get(plan.get_absolute_url()).content.decode()
 
 
 def external_plan() -> Plan:

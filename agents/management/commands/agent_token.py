@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
-from agents.models import Agent, AgentToken
+from agents.models import Agent
+from agents.services import token_issue
 
 
 class Command(BaseCommand):
@@ -41,7 +42,8 @@ class Command(BaseCommand):
             if agent.kind != Agent.Kind.EXTERNAL:
                 raise CommandError(f"{agent.name} is a {agent.get_kind_display().lower()} agent; only external "
                                    "agents get API tokens. Nothing was changed.")
-            token, raw = AgentToken.issue(agent=agent, label=options["label"], expires_at=expires_at)
+            token, raw = token_issue(agent=agent, label=options["label"], expires_at=expires_at,
+                                     actor_label="manage.py agent_token")
         self.stdout.write(f"{'Created' if created else 'Found'} external agent {agent.name} (id {agent.pk}).")
         until = f"; it expires {token.expires_at:%Y-%m-%d %H:%M} UTC" if token.expires_at else ""
         self.stdout.write(f"A new API token follows; it is shown only now (revoke it in the admin){until}:")

@@ -139,6 +139,18 @@ class Supervisor:
                 process.kill()
 
 
+def base_url_follow(host: str, port: int) -> str:
+    """Links in notifications point where this server listens when PLANNER_BASE_URL is not set (issue 50: they
+    said port 8000 whatever --port said); the environment carries it to worker processes too."""
+    if os.environ.get("PLANNER_BASE_URL"):
+        return str(settings.PLANNER_BASE_URL)
+    shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host  # noqa: S104 - naming, not binding
+    shown = f"[{shown}]" if ":" in shown else shown
+    settings.PLANNER_BASE_URL = f"http://{shown}:{port}"
+    os.environ["PLANNER_BASE_URL"] = settings.PLANNER_BASE_URL
+    return str(settings.PLANNER_BASE_URL)
+
+
 class Command(BaseCommand):
     help = ("Serve the dashboard and drive the agents in one process (the embedded mode), or in --workers N "
             "processes on the scale-out stack.")
@@ -161,6 +173,7 @@ class Command(BaseCommand):
                                "REDIS_URL): on SQLite one process serves, live updates reach pages only from it.")
         with_runner = not options["no_runner"] and settings.RUNNER_AUTOSTART
         host, port = options["host"], options["port"]
+        base_url_follow(host, port)
         self.stdout.write(f"Serving http://{host}:{port}/ ({'with' if with_runner else 'without'} the runner"
                           f"{f', {workers} workers' if workers > 1 else ''}). Ctrl-C to stop.")
         self.stdout.flush()

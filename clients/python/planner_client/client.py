@@ -118,6 +118,19 @@ class PlanFailed(Exception):  # noqa: N818
     """The plan failed (e.g. abandoned); an operator may replan it."""
 
 
+def trace_headers() -> dict[str, str]:
+    """The caller's trace context (W3C `traceparent`), when it traces with OpenTelemetry: a plan it submits then
+    joins its trace, and the dashboard's spans (the wait for an operator, the decision) show inside it. Nothing
+    without opentelemetry installed or outside a span."""
+    try:
+        from opentelemetry.propagate import inject
+    except ImportError:
+        return {}
+    headers: dict[str, str] = {}
+    inject(headers)
+    return headers
+
+
 def new_request_id() -> str:
     return uuid.uuid4().hex
 
@@ -252,7 +265,7 @@ class Client:
             response = None
             try:
                 response = self.http.request(call.method, call.path, json=call.json, params=call.params,
-                                             timeout=timeout)
+                                             timeout=timeout, headers=trace_headers())
             except httpx.TransportError:
                 if attempt >= self.max_retries:
                     raise
@@ -351,7 +364,7 @@ class AsyncClient:
             response = None
             try:
                 response = await self.http.request(call.method, call.path, json=call.json, params=call.params,
-                                                   timeout=timeout)
+                                                   timeout=timeout, headers=trace_headers())
             except httpx.TransportError:
                 if attempt >= self.max_retries:
                     raise

@@ -1,0 +1,274 @@
+"""Is a tool plan able to reach its goal? Checked before anyone can approve it, and its outcome after it ran.
+
+Pure: plain values in, plain values out (no database, no files but the ones `outcome_problems` is given).
+
+Before planning (`goal_reachable`), from the goal's words and what the agent's tools can do (ToolSpec.verbs):
+- a path outside the workspace ("read /etc/passwd", "../secrets.txt") is refused as such;
+- an action no tool can do ("email the summary to my boss": no tool sends e-mail; "delete ...": no tool
+  deletes files) is "cannot be done with this agent's tools: ...";
+- a goal too vague to plan ("tidy this up", "do the thing") is a question for the operator.
+
+After a plan is made (`plan_goal_problems`), whoever made it: every output file the goal names is written by a
+step, and every action the goal asks for (copy, convert, move, count, summarize, append, ...) is done by a step
+whose tool can do it. Never a plan of reads for a goal that asks for a change. Each problem names the step as
+the plan page numbers it and is worded for the planner's retry and for the operator.
+
+After the steps ran (`outcome_problems`): each output the goal names exists and is not empty, a converted file
+parses as its format (.json parses, .csv has rows, a .md table has a header row), and an answer the goal asks
+for (a count, a summary) appears in a step's result.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from agents.tools import tool_targets
+from planning.engine.meaning import StepView, goal_files, path_normal
+
+# The actions a goal may ask for, in the words of ToolSpec.verbs, and the goal words that ask for them. File
+# names are taken out of the goal before these are looked for ("email.txt" asks for nothing).
+ACTION_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("send", re.compile(r"\b(?:e-?mail(?:ed|ing|s)?|send|sent|forward|mail(?:ed)?|text\s+(?:it|this|them|me)|"
+                        r"post\s+(?:it|this)\s+(?:to|on)|slack|tweet|sms)\b", re.IGNORECASE)),
+    ("delete", re.compile(r"\b(?:delete|erase|wipe|purge|trash|rm|get\s+rid\s+of|clear\s+out|empty\s+the|"
+                          r"remove(?!\s+(?:the\s+|all\s+|any\s+)?(?:duplicate|blank|empty\s+(?:rows|lines)|rows?|"
+                          r"lines?|columns?|spaces?|words?|whitespace|header|trailing|leading|punctuation)))\b",
+                          re.IGNORECASE)),
+    ("copy", re.compile(r"\b(?:copy|copies|duplicate(?!\s+(?:rows|lines|entries))|back\s*-?\s*up|backup)\b",
+                        re.IGNORECASE)),
+    ("move", re.compile(r"\b(?:move|rename|relocate)\b", re.IGNORECASE)),
+    ("convert", re.compile(r"\b(?:convert|export|turn\b.{0,60}\binto|transform\b.{0,60}\binto|"
+                           r"(?:markdown|md|json|csv|html)\s+(?:version|table|format)|"
+                           r"(?:as|to|into)\s+(?:a\s+)?(?:markdown|json|csv|html)\b)", re.IGNORECASE)),
+    ("count", re.compile(r"\b(?:count|how\s+many|number\s+of|tally)\b", re.IGNORECASE)),
+    ("summarize", re.compile(r"\b(?:summar\w*|summir\w*|tl;?dr|gist|recap|digest)\b", re.IGNORECASE)),
+    ("append", re.compile(r"\b(?:append|add\b.{0,40}\bto\s+the\s+end)\b", re.IGNORECASE)),
+    ("transform", re.compile(r"\b(?:upper-?case|lower-?case|capitali[sz]e|dedupe|de-?duplicate|reverse|translate|"
+                             r"redact|anonymi[sz]e|remove\s+(?:the\s+|all\s+)?duplicates?)\b", re.IGNORECASE)),
+    ("fetch", re.compile(r"https?://|\b(?:download|fetch)\b", re.IGNORECASE)),
+    ("mkdir", re.compile(r"\b(?:create|make|add)\s+(?:a\s+|the\s+|an?\s+new\s+|new\s+)?(?:folder|directory)\b",
+                         re.IGNORECASE)),
+    ("list", re.compile(r"\b(?:list|inventory|what\W?s\s+in|which\s+files)\b", re.IGNORECASE)),
+    ("read", re.compile(r"\b(?:read|show|open|look\s+at|view|check|print|cat)\b", re.IGNORECASE)),
+)
+# Actions that change files: a plan for one of them is never reads only.
+CHANGING = frozenset({"delete", "copy", "move", "convert", "append", "transform", "mkdir"})
+# What the refusal says when no tool can do the action.
+NO_TOOL = {
+    "send": "no tool sends e-mail or messages",
+    "delete": "no tool deletes files",
+    "copy": "no tool copies files",
+    "move": "no tool moves or renames files",
+    "convert": "no tool converts files",
+    "count": "no tool counts",
+    "summarize": "no tool summarizes",
+    "append": "no tool appends to files",
+    "transform": "no tool rewrites a file's content",
+    "fetch": "no tool fetches web pages",
+    "mkdir": "no tool creates folders",
+}
+# What the goal asks, as the planner's retry reads it.
+DOING = {
+    "copy": "copy a file", "move": "move or rename a file", "convert": "convert a file",
+    "count": "count", "summarize": "summarize", "append": "append to a file", "transform": "change a file's content",
+    "fetch": "fetch a web page", "mkdir": "create a folder", "delete": "delete files", "send": "send something",
+}
+# An e-mail is named as such in the refusal.
+_EMAIL = re.compile(r"\be-?mail|\bmail(?:ed)?\b", re.IGNORECASE)
+
+_FILE = re.compile(r"(?<![\w/.-])(?:[\w-]+/)*[\w-][\w.-]*\.[A-Za-z][A-Za-z0-9]{0,7}(?![\w/-])")
+_OUTSIDE = re.compile(
+    r"""(?:^|(?<=[\s"'(=:,]))(?P<path>~[\w.-]*[/\\][^\s"',;)]*|[A-Za-z]:[\\/][^\s"',;)]*|"""
+    r"""(?:\.\.[/\\])+[^\s"',;)]*|\.\.(?=\s|$)|/(?!/)[^\s"',;)]+)""")
+_URL = re.compile(r"https?://\S+", re.IGNORECASE)
+# A goal that names nothing to work on: a pronoun, "stuff", "the thing", "everything" as its object.
+_VAGUE_OBJECT = re.compile(r"\b(?:it|this|that|these|those|them|things?|stuff|everything|something|"
+                           r"the\s+thing|whatever|up|out)\b", re.IGNORECASE)
+_PLACE_WORDS = re.compile(r"\b(?:workspace|folder|directory|files?|documents?|notes|data|reports?)\b", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z]+")
+VAGUE_MAX_WORDS = 6
+
+
+@dataclass(frozen=True)
+class GoalNeeds:
+    """What a tool goal asks for: its actions (ACTION_WORDS), the files it names, a path outside the workspace."""
+
+    actions: tuple[str, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    outside: str = ""
+    vague: bool = False
+    email: bool = False
+
+
+@dataclass(frozen=True)
+class Reach:
+    """A goal judged before planning: `cannot` (refused, with why) or `question` (for the operator), or neither."""
+
+    cannot: str = ""
+    question: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.cannot and not self.question
+
+
+def _without_names(goal: str) -> str:
+    """The goal with its URLs and file names taken out: the words that say what to do."""
+    return _FILE.sub(" FILE ", _URL.sub(" URL ", goal))
+
+
+def goal_actions(text: str) -> tuple[str, ...]:
+    """The actions `text` asks for, in ACTION_WORDS order."""
+    words = _without_names(text)
+    return tuple(action for action, pattern in ACTION_WORDS if pattern.search(words)) + (
+        ("fetch",) if _URL.search(text) and not re.search(r"\bfetch\b|\bdownload\b", words, re.IGNORECASE) else ())
+
+
+def goal_needs(goal: str) -> GoalNeeds:
+    """What `goal` asks a tool agent for."""
+    files = goal_files(goal)
+    actions = tuple(dict.fromkeys(goal_actions(goal)))
+    inputs, outputs = files.inputs, files.outputs  # "a markdown version of x.csv in x.md": x.md is made
+    outside = ""
+    for match in _OUTSIDE.finditer(_URL.sub(" ", goal)):
+        outside = match.group("path").rstrip(".!?")
+        break
+    named = bool(inputs or outputs) or bool(_URL.search(goal))
+    words = _WORD.findall(_without_names(goal))
+    vague = (not named and not outside and not set(actions) - {"read"} and not _PLACE_WORDS.search(goal)
+             and (bool(_VAGUE_OBJECT.search(goal)) or len(words) <= 2) and len(words) <= VAGUE_MAX_WORDS)
+    return GoalNeeds(actions=actions, inputs=inputs, outputs=outputs, outside=outside, vague=vague,
+                     email=bool(_EMAIL.search(_without_names(goal))))
+
+
+def tool_verbs(name: str, verbs: Iterable[str], description: str = "") -> frozenset[str]:
+    """What a tool can do: its declared verbs, else (a tool an external agent declared) the actions its name and
+    description name ("send_email: Send an e-mail" sends)."""
+    declared = frozenset(verbs)
+    if declared:
+        return declared
+    return frozenset(goal_actions(f"{re.sub(r'[._-]+', ' ', name)} {description}"))
+
+
+def goal_reachable(goal: str, tools: Mapping[str, frozenset[str]]) -> Reach:
+    """Before planning: refused (outside the workspace; an action no tool of `tools` can do), a question (too
+    vague to plan), or fine. `tools`: tool name -> what it can do (tool_verbs)."""
+    needs = goal_needs(goal)
+    if needs.outside:
+        return Reach(cannot=f"refused: {needs.outside[:80]} is outside this agent's workspace; its tools may only "
+                            "use files inside the workspace")
+    can = frozenset().union(*tools.values()) if tools else frozenset()
+    missing = [a for a in needs.actions if a in NO_TOOL and a not in can]
+    if missing:
+        reasons = ["no tool sends e-mail" if a == "send" and needs.email else NO_TOOL[a] for a in missing]
+        return Reach(cannot=f"cannot be done with this agent's tools: {'; '.join(reasons)}")
+    if needs.vague:
+        return Reach(question=vague_question(goal))
+    return Reach()
+
+
+def vague_question(goal: str) -> str:
+    shown = " ".join(goal.split())[:120]
+    return (f"What should I do for \"{shown}\"? Name the files and the result you want, e.g. "
+            "\"convert data.csv to JSON\" or \"copy notes.txt to backup/notes.txt\".")
+
+
+def _same(a: str, b: str) -> bool:
+    return path_normal(a) == path_normal(b)
+
+
+def _written(step: StepView) -> list[str]:
+    """What a step writes (a move's source is gone, not written)."""
+    targets = tool_targets(step.tool, step.input)
+    if step.tool == "file.move" and targets:
+        return targets[1:]
+    return targets
+
+
+def plan_goal_problems(goal: str, steps: Sequence[StepView], tools: Mapping[str, frozenset[str]]) -> list[str]:
+    """Why the plan cannot reach `goal` (empty: it can, as far as its tools tell). `steps`: the plan's steps
+    numbered as the plan page shows them; `tools`: tool name -> what it can do."""
+    needs = goal_needs(goal)
+    problems: list[str] = []
+    written = [path for step in steps for path in _written(step)]
+    for output in needs.outputs:
+        if not any(_same(output, path) for path in written):
+            problems.append(f"the goal asks for {output}, but no step writes it")
+    for action in needs.actions:
+        if action not in DOING:
+            continue
+        if not any(action in tools.get(step.tool, frozenset()) for step in steps):
+            able = sorted(name for name, verbs in tools.items() if action in verbs)
+            hint = f"; use {' or '.join(able)}" if able else ""
+            problems.append(f"the goal asks to {DOING[action]}, but no step does{hint}")
+    changes = bool(set(needs.actions) & CHANGING) or bool(needs.outputs)
+    if changes and steps and all(tools.get(step.tool, frozenset()) <= {"read", "list", "summarize"}
+                                 for step in steps):
+        problems.append("the goal asks for a change, but every step only reads; a plan of reads does not do it")
+    return problems
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    """A file the goal named as its output, as found after the steps ran: None when it is missing."""
+
+    path: str
+    text: str | None
+
+
+def outcome_problems(goal: str, outputs: Sequence[OutputFile], results: Sequence[str]) -> list[str]:
+    """Why the outcome of a finished plan is not verified (empty: verified). `outputs`: the goal's output files
+    as read now; `results`: the completed steps' results."""
+    needs = goal_needs(goal)
+    problems: list[str] = []
+    for output in outputs:
+        if output.text is None:
+            problems.append(f"{output.path} was not written")
+            continue
+        if not output.text.strip():
+            problems.append(f"{output.path} is empty")
+            continue
+        why = format_problem(output.path, output.text)
+        if why:
+            problems.append(f"{output.path} {why}")
+    answered = " ".join(results)
+    if "count" in needs.actions and not needs.outputs and not re.search(r"\d", answered):
+        problems.append("the count the goal asks for appears in no step's result")
+    if "summarize" in needs.actions and not needs.outputs and not re.search(r"\bSummary of\b|\bsummar", answered,
+                                                                            re.IGNORECASE):
+        problems.append("the summary the goal asks for appears in no step's result")
+    return problems
+
+
+def format_problem(path: str, text: str) -> str:
+    """Why `text` does not parse as the format `path`'s extension says (empty: it does, or nothing is known)."""
+    ext = PurePosixPath(path).suffix.lower()
+    if ext == ".json":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            return f"is not valid JSON ({exc.msg} at line {exc.lineno})"
+        return ""
+    if ext == ".csv":
+        rows = [row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]
+        return "" if rows else "has no rows"
+    if ext in (".md", ".markdown"):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if any(line.startswith("|") for line in lines):
+            for first, second in zip(lines, lines[1:], strict=False):
+                if first.startswith("|") and re.fullmatch(r"\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?", second):
+                    return ""
+            return "has a table without a header row"
+    return ""
+
+
+def goal_outputs(goal: str) -> tuple[str, ...]:
+    """The files `goal` names as outputs."""
+    return goal_needs(goal).outputs

@@ -1,0 +1,463 @@
+"""A plan lineage's spans, made from what the product recorded (docs/tracing.md): the same spans go to the
+operators' tracing tool (planner_site/tracing.py, when an endpoint is set) and onto the plan page's timeline.
+
+One lineage (a plan's versions, each replan's next one) is one trace:
+
+    invoke_agent <agent>              the agent's work on the goal: from the first version to the lineage's end
+      plan v<n>                       each (re)planning, with its rejected attempts as events
+        chat <model>                  each model call of that planning (LLMCall rows)
+      await_approval / await_answer   each wait for a person, with the human act as its events (never an error)
+      execute_tool <tool>             each run of a step, with its outcome
+
+The spans are built after the facts, each with its recorded start and end: a wait of ten minutes (or ten days)
+for an operator holds nothing open, and the trace is whole however many processes took part.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import Agent, LLMCall
+from planner_site import tracing
+from planner_site.tracing import SpanEvent, SpanFact
+from planning.models import Plan, PlanEvent
+
+logger = logging.getLogger("planner.tracing")
+
+# What ends a (re)planning.
+PLANNING_ENDS = {PlanEvent.Kind.VALIDATED, PlanEvent.Kind.PLAN_FAILED, PlanEvent.Kind.CLARIFICATION_ASKED,
+                 PlanEvent.Kind.PLAN_CANCELLED}
+# What ends a lineage (and the export of its trace); a failed planning with a retry due goes on.
+LINEAGE_ENDS = {PlanEvent.Kind.PLAN_COMPLETED, PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.PLAN_FAILED}
+# A person's act on a wait, as the span event is named.
+HUMAN_ACTS: dict[str, str] = {
+    PlanEvent.Kind.PLAN_APPROVED: "approved", PlanEvent.Kind.STEP_APPROVED: "approved",
+    PlanEvent.Kind.STEP_DECLINED: "declined", PlanEvent.Kind.REPLAN_REQUESTED: "declined",
+    PlanEvent.Kind.STEP_SKIPPED: "skipped", PlanEvent.Kind.STEP_EDITED: "edited", PlanEvent.Kind.PLAN_EDITED: "edited",
+    PlanEvent.Kind.PLAN_CANCELLED: "cancelled", PlanEvent.Kind.CLARIFIED: "answered",
+}
+STEP_ENDS: dict[str, str] = {PlanEvent.Kind.STEP_COMPLETED: "completed", PlanEvent.Kind.STEP_FAILED: "failed",
+             PlanEvent.Kind.STEP_ROLLED_BACK: "rolled_back"}
+
+
+def lineage_ends(event: PlanEvent) -> bool:
+    """Whether the event ends its lineage: the plan completed or cancelled, or failed with no retry due."""
+    return event.kind in LINEAGE_ENDS and not (
+        event.kind == PlanEvent.Kind.PLAN_FAILED and isinstance(event.detail, dict) and event.detail.get("retry_at"))
+
+
+def channel_of(event: PlanEvent) -> str:
+    """The way a decision came: a policy, an external agent's API or MCP call, a channel a notification named,
+    else the dashboard (an operator's own act)."""
+    detail = event.detail if isinstance(event.detail, dict) else {}
+    if detail.get("channel"):
+        return str(detail["channel"])
+    if "policy" in detail:
+        return "policy"
+    for via in ("API", "MCP"):
+        if event.actor_label.endswith(f"({via})"):
+            return via.lower()
+    return "dashboard" if event.actor_id else "system"
+
+
+@dataclass
+class Lineage:
+    """A lineage as recorded: its versions (oldest first), their events and model calls, in time order."""
+
+    agent: Agent
+    versions: list[Plan]
+    events: list[PlanEvent]
+    calls: list[LLMCall]
+
+    @property
+    def trace_id(self) -> str:
+        return self.versions[0].trace_id
+
+    @property
+    def ended(self) -> PlanEvent | None:
+        last = self.versions[-1]
+        return next((e for e in reversed(self.events) if e.plan_id == last.pk and lineage_ends(e)), None)
+
+
+def lineage_load(plan: Plan, *, agent: Agent | None = None, capture: bool = False) -> Lineage:
+    """The lineage `plan` belongs to, in four queries (three given its agent)."""
+    if plan.trace_root_id:  # its root span's id, not the trace id: two plans may join one caller's trace
+        versions = list(Plan.objects.filter(agent_id=plan.agent_id, trace_root_id=plan.trace_root_id)
+                        .order_by("version", "pk"))
+    else:  # a plan made before traces: its versions by their links
+        versions, seen = [plan], plan
+        while seen.previous_id is not None and (seen := Plan.objects.get(pk=seen.previous_id)):
+            versions.insert(0, seen)
+        seen = plan
+        while (after := Plan.objects.filter(previous_id=seen.pk).first()) is not None:
+            versions.append(seen := after)
+    ids = [v.pk for v in versions]
+    # Only what spans say: not a step's result, nor a call's prompt and answer unless they go on the spans.
+    events = list(PlanEvent.objects.filter(plan_id__in=ids).select_related("step").only(
+        "plan_id", "step_id", "kind", "actor_id", "actor_label", "reason", "detail", "created_at",
+        "step__key", "step__tool", "step__action_hint").order_by("created_at", "id"))
+    calls = LLMCall.objects.filter(plan_id__in=ids).order_by("created_at", "id")
+    if not capture:
+        calls = calls.defer("prompt", "response", "response_format")
+    return Lineage(agent=agent or Agent.objects.get(pk=plan.agent_id), versions=versions, events=events,
+                   calls=list(calls))
+
+
+def lineage_facts(lineage: Lineage, *, now: datetime, capture: bool = False) -> list[SpanFact]:
+    """The lineage's spans, from its records only (no query): the root (key ""), then in time order. A span
+    still going on (a planning under way, a wait) ends at `now` and says so (`planner.open`)."""
+    agent, versions = lineage.agent, lineage.versions
+    ended = lineage.ended
+    last = versions[-1]
+    root = SpanFact(key="", name=f"invoke_agent {agent.name}", kind="agent", start=versions[0].created_at,
+                    end=ended.created_at if ended else now, attributes={
+                        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent.name,
+                        "gen_ai.agent.id": str(agent.pk), "planner.agent.kind": agent.kind,
+                        "planner.goal": versions[0].goal_text, "planner.plan.id": versions[0].pk,
+                        "planner.versions": len(versions), "planner.outcome": last.status,
+                        "planner.open": ended is None}, closed_by=ended.pk if ended else 0)
+    if ended is not None and ended.kind == PlanEvent.Kind.PLAN_FAILED:
+        root.error = ended.reason or "the plan failed"
+    facts = [root]
+    by_version: dict[int, list[PlanEvent]] = {}
+    for event in lineage.events:
+        by_version.setdefault(event.plan_id or 0, []).append(event)
+    plannings: dict[int, SpanFact] = {}
+    for version in versions:
+        events = by_version.get(version.pk, [])
+        planning = planning_fact(version, events, now=now)
+        plannings[version.pk] = planning
+        facts.append(planning)
+        facts.extend(waits_facts(version, events, now=now))
+        facts.extend(tool_facts(events, now=now))
+    for fact in facts[1:]:
+        if not fact.closed_by and not fact.attributes.get("planner.open"):
+            fact.closed_by = root.closed_by  # closed by nothing recorded of its own: goes with the lineage
+    for call in lineage.calls:
+        chat = chat_fact(call, plannings.get(call.plan_id or 0), capture=capture)
+        # Exported with the planning it served (once it ended), else with the lineage.
+        chat.closed_by = plannings[call.plan_id or 0].closed_by if chat.parent else root.closed_by
+        facts.append(chat)
+    return [root, *sorted(facts[1:], key=lambda f: (f.start, f.key))]
+
+
+def planning_fact(version: Plan, events: Sequence[PlanEvent], *, now: datetime) -> SpanFact:
+    """`plan v<n>`: from the version's creation to its validation (or failure, or question)."""
+    start = next((e.created_at for e in events if e.kind == PlanEvent.Kind.CREATED), version.created_at)
+    end_event = next((e for e in events if e.kind in PLANNING_ENDS), None)
+    rejected = [e for e in events if e.kind == PlanEvent.Kind.ATTEMPT_REJECTED
+                and (end_event is None or e.created_at <= end_event.created_at)]
+    fact = SpanFact(
+        key=f"plan/{version.pk}", parent="", name=f"plan v{version.version}", kind="plan", start=start,
+        end=end_event.created_at if end_event else (start if version.status != Plan.Status.VALIDATING else now),
+        attributes={"gen_ai.operation.name": "plan", "planner.plan.id": version.pk,
+                    "planner.plan.version": version.version, "planner.attempts": len(rejected) + (1 if end_event else 0),
+                    "gen_ai.request.model": version.model, "planner.edited_by": version.edited_by,
+                    "planner.open": end_event is None and version.status == Plan.Status.VALIDATING},
+        events=[SpanEvent("attempt_rejected", e.created_at, {"gen_ai.request.model": str(e.detail.get("model", "")),
+                                                             "planner.reasons": e.reason[:1000]}) for e in rejected])
+    if end_event is not None:
+        fact.closed_by = end_event.pk
+    elif version.status != Plan.Status.VALIDATING:
+        fact.closed_by = next((e.pk for e in events), 0)  # no planning recorded (e.g. a persona's repeated plan)
+    if end_event is not None and end_event.kind == PlanEvent.Kind.PLAN_FAILED:
+        fact.error = end_event.reason or "planning failed"
+    return fact
+
+
+def chat_fact(call: LLMCall, planning: SpanFact | None, *, capture: bool) -> SpanFact:
+    """`chat <model>`: one model call, under the planning it served (else under the root)."""
+    start = call.created_at - timedelta(milliseconds=call.latency_ms or 0)
+    if planning is not None and call.created_at > planning.end and not planning.attributes.get("planner.open"):
+        planning = None  # a call after its version's planning (a persona's cycle): under the root
+    fact = SpanFact(
+        key=f"chat/{call.pk}", parent=planning.key if planning else "", name=f"chat {call.model}", kind="chat",
+        start=start, end=call.created_at,
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.provider.name": call.provider,
+                    "gen_ai.request.model": call.model, "gen_ai.usage.input_tokens": call.tokens_in,
+                    "gen_ai.usage.output_tokens": call.tokens_out, "planner.purpose": call.purpose})
+    if call.finish_reason:
+        fact.attributes["gen_ai.response.finish_reasons"] = call.finish_reason
+    if capture:
+        fact.attributes["gen_ai.input.messages"] = call.prompt if isinstance(call.prompt, str) else json.dumps(call.prompt)
+        fact.attributes["gen_ai.output.messages"] = call.response
+    if call.error:
+        fact.error = call.error
+        fact.attributes["error.type"] = call.error.split(":", 1)[0][:100]
+    return fact
+
+
+def act_attributes(event: PlanEvent, since: datetime) -> dict[str, Any]:
+    detail = event.detail if isinstance(event.detail, dict) else {}
+    attributes: dict[str, Any] = {"planner.operator": event.actor_label, "planner.channel": channel_of(event),
+                                  "planner.wait_seconds": round((event.created_at - since).total_seconds(), 3)}
+    if event.reason:
+        attributes["planner.feedback" if event.kind in (PlanEvent.Kind.STEP_DECLINED, PlanEvent.Kind.REPLAN_REQUESTED)
+                   else "planner.reason"] = event.reason[:1000]
+    if "policy" in detail:
+        attributes |= {"planner.policy": str(detail.get("policy_name") or detail["policy"]),
+                       "planner.rule": str(detail.get("rule", "")), "planner.action": str(detail.get("action", ""))}
+    return attributes
+
+
+def waits_facts(version: Plan, events: Sequence[PlanEvent], *, now: datetime) -> list[SpanFact]:
+    """Each wait for a person: the plan awaiting approval (from its validation), a step awaiting approval, a
+    question awaiting an answer; ended by the person's act (or by the plan moving on without one). The acts are
+    span events; a wait is never an error."""
+    facts: list[SpanFact] = []
+    open_waits: dict[str, SpanFact] = {}
+
+    def open_wait(key: str, name: str, at: datetime, attributes: dict[str, Any]) -> None:
+        fact = SpanFact(key=f"wait/{version.pk}/{key}/{len(facts)}", parent="", name=name, kind="wait", start=at,
+                        end=at, attributes={"gen_ai.operation.name": "await_human", **attributes})
+        fact.events.append(SpanEvent("approval_requested" if name == "await_approval" else "question_asked", at,
+                                     dict(attributes)))
+        open_waits[key] = fact
+        facts.append(fact)
+
+    def close(key: str, event: PlanEvent, act: str) -> None:
+        fact = open_waits.pop(key, None)
+        if fact is None:
+            return
+        fact.end = event.created_at
+        fact.closed_by = event.pk
+        name = "decided_by_policy" if "policy" in (event.detail or {}) else act
+        fact.events.append(SpanEvent(name, event.created_at, act_attributes(event, fact.start)))
+        fact.attributes["planner.decision"] = act
+
+    for event in events:
+        kind = event.kind
+        step_key = f"step/{event.step_id}" if event.step_id else ""
+        if kind == PlanEvent.Kind.VALIDATED:
+            open_wait("plan", "await_approval", event.created_at, {"planner.plan.version": version.version})
+        elif kind == PlanEvent.Kind.CLARIFICATION_ASKED:
+            open_wait("question", "await_answer", event.created_at, {"planner.question": event.reason[:1000]})
+        elif kind == PlanEvent.Kind.STEP_AWAITING and step_key:
+            step = event.step
+            open_wait(step_key, "await_approval", event.created_at, {
+                "planner.step.key": step.key if step else "", "gen_ai.tool.name": tool_name(step)})
+        elif kind == PlanEvent.Kind.ESCALATED:
+            for fact in open_waits.values():
+                fact.events.append(SpanEvent("escalated", event.created_at, act_attributes(event, fact.start)))
+        elif kind == PlanEvent.Kind.STEP_STARTED and "plan" in open_waits:
+            facts.remove(open_waits.pop("plan"))  # the plan went on by itself: it never waited for anyone
+        elif kind in HUMAN_ACTS:
+            act = HUMAN_ACTS[kind]
+            if step_key and step_key in open_waits:
+                close(step_key, event, act)
+            elif kind == PlanEvent.Kind.CLARIFIED:
+                close("question", event, act)
+            elif not step_key or kind in (PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.PLAN_EDITED):
+                close("plan", event, act)
+            if kind in (PlanEvent.Kind.PLAN_CANCELLED, PlanEvent.Kind.PLAN_EDITED, PlanEvent.Kind.REPLAN_REQUESTED):
+                for key in list(open_waits):
+                    close(key, event, act)
+        elif kind in (PlanEvent.Kind.REPLANNED, *LINEAGE_ENDS):
+            for key in list(open_waits):  # the plan moved on without a person's act on these
+                open_waits[key].end = event.created_at
+                open_waits[key].closed_by = event.pk
+                open_waits[key].attributes["planner.decision"] = "none"
+                open_waits.pop(key)
+    for fact in open_waits.values():
+        fact.end = now
+        fact.attributes["planner.open"] = True
+    return facts
+
+
+def tool_name(step: Any) -> str:
+    return (step.tool or step.action_hint) if step is not None else ""
+
+
+def tool_facts(events: Sequence[PlanEvent], *, now: datetime) -> list[SpanFact]:
+    """`execute_tool <tool>`: each run of a step, from its start to its result."""
+    facts: list[SpanFact] = []
+    running: dict[int, SpanFact] = {}
+    for event in events:
+        if event.step_id is None:
+            continue
+        if event.kind == PlanEvent.Kind.STEP_STARTED:
+            tool = tool_name(event.step)
+            running[event.step_id] = fact = SpanFact(
+                key=f"tool/{event.step_id}/{event.pk}", parent="", name=f"execute_tool {tool}", kind="tool",
+                start=event.created_at, end=now, attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                    "gen_ai.tool.call.id": str(event.step_id), "planner.step.key": event.step.key if event.step else "",
+                    "planner.open": True})
+            facts.append(fact)
+        elif event.kind in STEP_ENDS and (ended := running.pop(event.step_id, None)) is not None:
+            fact = ended
+            fact.end = event.created_at
+            fact.closed_by = event.pk
+            fact.attributes["planner.outcome"] = STEP_ENDS[event.kind]
+            fact.attributes["planner.open"] = False
+            if event.kind == PlanEvent.Kind.STEP_FAILED:
+                fact.error = event.reason or "the step failed"
+                fact.attributes["error.type"] = "step_failed"
+    return facts
+
+
+# --- export -----------------------------------------------------------------------------------------------
+
+
+def sample_ratio(agent: Agent) -> float:
+    return settings.OTEL_PERSONA_SAMPLE_RATIO if agent.kind == Agent.Kind.PERSONA else 1.0
+
+
+def lineage_export(plan_id: int) -> int:
+    """Export the spans of the lineage of `plan_id` closed since its last export; the number exported. Each span
+    goes once, when the record that closed it is written: a planning when it ends (with its model calls), a
+    wait at the person's act, a step at its result, the root when the lineage ends (again, same id, if a failed
+    lineage is reopened and ends later)."""
+    plan = Plan.objects.select_related("agent").filter(pk=plan_id).first()
+    if plan is None or not plan.trace_id or not plan.trace_root_id or not tracing.export_on():
+        return 0
+    if not tracing.sampled(plan.trace_id, sample_ratio(plan.agent)):
+        return 0  # decided before anything is read: an unsampled persona costs one query
+    capture = tracing.capture_content()
+    lineage = lineage_load(plan, agent=plan.agent, capture=capture)
+    first = lineage.versions[0]
+    since = first.trace_exported_through
+    facts = [f for f in lineage_facts(lineage, now=timezone.now(), capture=capture) if f.closed_by > since]
+    if not facts:
+        return 0
+    through = max(f.closed_by for f in facts)
+    # Claimed before it is sent: two processes closing spans of one lineage at once never send a span twice.
+    if not Plan.objects.filter(pk=first.pk, trace_exported_through=since).update(trace_exported_through=through):
+        return 0
+    return tracing.spans_export(trace_id=first.trace_id, root_id=first.trace_root_id,
+                                parent_id=first.trace_parent_id, facts=facts)
+
+
+# The plans whose export this process already took past an event id: a second callback of the same commit (a
+# plan validated and approved by a policy at once) costs nothing. Bounded: forgotten plans just read again.
+_exported: dict[int, int] = {}
+EXPORTED_REMEMBERED = 4096
+
+
+def lineage_export_safe(plan_id: int, event_id: int) -> None:
+    if event_id and _exported.get(plan_id, 0) >= event_id:
+        return
+    try:
+        lineage_export(plan_id)
+    except Exception:  # a tracing tool that is down never fails a plan
+        logger.exception("trace of plan %s not exported", plan_id)
+    if len(_exported) >= EXPORTED_REMEMBERED:
+        _exported.clear()
+    _exported[plan_id] = event_id
+
+
+# The events whose commit exports what closed since the last export: a planning's end, the start of a wait for
+# a person and the person's act, a replan, the lineage's end. A step's result is not one (the most frequent
+# event): its span goes with the next of these, at the latest when the lineage ends.
+EXPORT_AT = frozenset({*PLANNING_ENDS, *HUMAN_ACTS, *LINEAGE_ENDS, PlanEvent.Kind.STEP_AWAITING,
+                       PlanEvent.Kind.REPLANNED, PlanEvent.Kind.ESCALATED})
+
+
+def events_traced(events: Sequence[PlanEvent]) -> Sequence[PlanEvent]:
+    """The hook of every write of events (event_record, and the runners' batches): once they commit, the spans
+    closed since the last export are exported (with export on; nothing otherwise). The events, for chaining."""
+    if not tracing.export_on():
+        return events
+    latest: dict[int, int] = {}
+    for event in events:
+        if event.plan_id is not None and event.kind in EXPORT_AT:
+            latest[event.plan_id] = max(latest.get(event.plan_id, 0), event.pk or 0)
+    for plan_id, event_id in sorted(latest.items()):
+        transaction.on_commit(functools.partial(lineage_export_safe, plan_id, event_id))
+    return events
+
+
+def event_traced(event: PlanEvent) -> None:
+    events_traced([event])
+
+
+# --- the plan page's timeline -------------------------------------------------------------------------------
+
+
+@dataclass
+class Bar:
+    """One row of the timeline: a span as an offset and width in percent of the lineage's duration."""
+
+    label: str
+    kind: str
+    depth: int
+    left: float
+    width: float
+    seconds: float
+    open: bool
+    error: bool
+    detail: str
+
+
+def timeline_bars(facts: Sequence[SpanFact]) -> list[Bar]:
+    """The facts as bars over the root's time span (the root first, children under their parents in time
+    order); each at least a sliver wide so an instant shows."""
+    if not facts:
+        return []
+    start = min(f.start for f in facts)
+    end = max(f.end for f in facts)
+    total = max((end - start).total_seconds(), 1e-6)
+    depth_of = {"": 0}
+    for fact in facts:
+        if fact.key:
+            depth_of[fact.key] = depth_of.get(fact.parent, 0) + 1
+    ordered: list[SpanFact] = []
+    children: dict[str, list[SpanFact]] = {}
+    for fact in facts:
+        if fact.key:
+            children.setdefault(fact.parent, []).append(fact)
+
+    def walk(fact: SpanFact) -> None:
+        ordered.append(fact)
+        for child in sorted(children.get(fact.key, []), key=lambda f: (f.start, f.key)):
+            walk(child)
+
+    roots = [f for f in facts if not f.key] or sorted(facts, key=lambda f: f.start)[:1]
+    for root in roots:
+        walk(root)
+    bars = []
+    for fact in ordered:
+        left = (fact.start - start).total_seconds() / total * 100
+        width = max(fact.seconds / total * 100, 0.4)
+        bars.append(Bar(label=fact.name, kind=fact.kind, depth=depth_of.get(fact.key, 1),
+                        left=round(min(left, 99.6), 2), width=round(min(width, 100 - min(left, 99.6)), 2),
+                        seconds=fact.seconds, open=bool(fact.attributes.get("planner.open")), error=bool(fact.error),
+                        detail=bar_detail(fact)))
+    return bars
+
+
+def bar_detail(fact: SpanFact) -> str:
+    """What the row says beside its duration: the decision of a wait, a call's tokens, a step's outcome."""
+    a = fact.attributes
+    if fact.kind == "wait":
+        acts = fact.events[1:]
+        if acts:
+            last = acts[-1]
+            return f"{last.name.replace('_', ' ')} by {last.attributes.get('planner.operator', '')}"
+        return "waiting" if a.get("planner.open") else "moved on without a decision"
+    if fact.kind == "chat":
+        return f"{a.get('gen_ai.usage.input_tokens', 0)} in / {a.get('gen_ai.usage.output_tokens', 0)} out tokens"
+    if fact.kind == "tool":
+        return str(a.get("planner.outcome", "running"))
+    if fact.kind == "plan":
+        return f"{a.get('planner.attempts', 0)} attempt(s)"
+    return str(a.get("planner.outcome", ""))
+
+
+def plan_timeline(plan: Plan) -> dict[str, Any]:
+    """The plan page's timeline: the lineage's bars and the link to its trace (TRACE_URL_TEMPLATE)."""
+    lineage = lineage_load(plan, agent=plan.agent, capture=False)
+    facts = lineage_facts(lineage, now=timezone.now())
+    return {"bars": timeline_bars(facts), "trace_id": lineage.trace_id, "trace_url": tracing.trace_url(lineage.trace_id),
+            "seconds": facts[0].seconds if facts else 0.0}
+

@@ -1,0 +1,309 @@
+"""A runner cut off the network while its process keeps running (a failing switch, a paused VM): runner B runs in a
+network namespace joined to this host by a veth pair, and reaches PostgreSQL and Redis (which listen on loopback
+only) through socat relays on the host's end; taking that end down cuts B off without a word to either side.
+
+Runner B starts alone and takes every chain, including a tool step that blocks in its write (its file is a FIFO
+nobody reads yet: a slow tool); runner A joins. A cut shorter than the lease changes nothing; a cut longer than
+RUNNER_STALLED_SECONDS hands B's jobs to A: the personas go on within the stalled threshold plus 5 s, the step B
+began is not run again but waits for an operator (outcome unknown) while B, cut off, finishes it anyway, and after
+the heal B's stale commits and finishes are refused. No step runs twice, no shard has two passes at once, no cycle
+is lost or recorded twice, no traceback. Skipped, saying why, where namespaces or socat cannot be had.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings
+from django.db import connection, connections
+
+from agents.models import Agent, Experience
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.factories import AgentFactory, GoalFactory
+from tests.faults.test_runner_faults import jobs_doing, wait_until, workers_live
+from tests.runners import ROOT, personas, runagents, runner_env
+
+pytestmark = [
+    pytest.mark.skipif("postgresql" not in settings.DATABASES["default"]["ENGINE"],
+                       reason="partition test: needs PostgreSQL and Redis (the scale-out pass)"),
+    pytest.mark.scaleout,
+    pytest.mark.django_db(transaction=True),
+]
+
+STALLED = 4.0  # RUNNER_STALLED_SECONDS of both runners: their lease is 3 s (settings: stalled - max(2 beats, 25 %))
+SHORT_CUT = 1.0
+LONG_CUT = 14.0
+
+
+def run(*cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+
+
+def port_free(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class Link:
+    """The veth pair between this host and runner B's namespace, with relays to the database and Redis."""
+
+    def __init__(self) -> None:
+        tag = os.getpid() % 100000
+        self.ns, self.host_if, self.ns_if = f"plan{tag}", f"vph{tag}", f"vpn{tag}"
+        used = run("ip", "-4", "addr").stdout if shutil.which("ip") else ""
+        net = next((n for n in (*range(tag % 250, 250), *range(tag % 250)) if f"10.253.{n}." not in used), 0)
+        self.host_ip, self.ns_ip = f"10.253.{net}.1", f"10.253.{net}.2"  # a subnet no other run of this test uses
+        self.relays: list[subprocess.Popen[bytes]] = []
+
+    def make(self) -> str | None:
+        """Build it; None, or why it cannot be built here."""
+        if os.geteuid() != 0:
+            return "network namespaces need root"
+        if shutil.which("ip") is None:
+            return "no `ip` command (iproute2)"
+        if shutil.which("socat") is None:
+            return "no socat (apt-get install socat)"
+        for cmd in (["ip", "netns", "add", self.ns],
+                    ["ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if],
+                    ["ip", "link", "set", self.ns_if, "netns", self.ns],
+                    ["ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if],
+                    ["ip", "link", "set", self.host_if, "up"],
+                    ["ip", "-n", self.ns, "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if],
+                    ["ip", "-n", self.ns, "link", "set", self.ns_if, "up"],
+                    ["ip", "-n", self.ns, "link", "set", "lo", "up"]):
+            done = run(*cmd)
+            if done.returncode != 0:
+                return f"`{' '.join(cmd)}` failed: {done.stderr.strip()}"
+        return None
+
+    def relay(self, to_host: str, to_port: int) -> int:
+        """A relay on the host's end of the link to `to_host:to_port`; its port."""
+        port = port_free(self.host_ip)
+        self.relays.append(subprocess.Popen(  # its own session: its children (one a connection) end with it
+            ["socat", f"TCP-LISTEN:{port},bind={self.host_ip},fork,reuseaddr", f"TCP:{to_host}:{to_port}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection((self.host_ip, port), timeout=1):
+                return port
+            time.sleep(0.1)
+        raise AssertionError(f"socat relay on {self.host_ip}:{port} never listened")
+
+    def cut(self) -> None:
+        assert run("ip", "link", "set", self.host_if, "down").returncode == 0
+
+    def heal(self) -> None:
+        assert run("ip", "link", "set", self.host_if, "up").returncode == 0
+
+    def remove(self) -> None:
+        for relay in self.relays:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(relay.pid, signal.SIGKILL)
+            relay.wait(timeout=10)
+        run("ip", "link", "del", self.host_if)
+        run("ip", "netns", "del", self.ns)
+
+
+@pytest.fixture
+def link() -> Iterator[Link]:
+    made = Link()
+    problem = made.make()
+    if problem is not None:
+        made.remove()
+        pytest.skip(f"partition test skipped: {problem}")
+    try:
+        yield made
+    finally:
+        made.remove()
+
+
+@pytest.fixture
+def runners() -> Iterator[list[subprocess.Popen[str]]]:
+    """Every runner the test starts; whatever is still running at the end is killed."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+class PassSampler(threading.Thread):
+    """Samples the engine's jobs: how many passes of each shard were under way at once, at most."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.most: Counter[str] = Counter()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT lock, count(*) FROM procrastinate_jobs WHERE status = 'doing' "
+                                   "AND lock LIKE 'personas:%%' GROUP BY lock")
+                    for lock, n in cursor.fetchall():
+                        self.most[lock] = max(self.most[lock], n)
+                time.sleep(0.1)
+        finally:
+            connections.close_all()
+
+
+def appending_agent(n_steps: int, name: str) -> tuple[Agent, Plan]:
+    agent = AgentFactory(kind=Agent.Kind.TOOL, cycle_interval=0.4, name=name)
+    goal = GoalFactory(agent=agent, description="Write the log", source_needs=[])
+    plan = Plan.objects.create(agent=agent, goal=goal, goal_text=goal.description, status=Plan.Status.ACTIVE,
+                               approval_mode=Plan.ApprovalMode.ALL)
+    PlanStep.objects.bulk_create([
+        PlanStep(plan=plan, key=str(i), position=i, description=f"line {i}", tool="file.append",
+                 tool_input={"path": "log.txt", "content": f"line {i}\n"}, depends_on=[str(i - 1)] if i > 1 else [])
+        for i in range(1, n_steps + 1)
+    ])
+    return agent, plan
+
+
+def longest_gaps(agents: list[Agent], since: float, until: float) -> dict[int, float]:
+    """Each persona's longest time between cycles (or from `since` / to `until`), in seconds, from its experiences."""
+    from datetime import UTC, datetime
+
+    start, end = datetime.fromtimestamp(since, UTC), datetime.fromtimestamp(until, UTC)
+    gaps: dict[int, float] = {}
+    for agent in agents:
+        times = [start, *Experience.objects.filter(agent=agent, created_at__gt=start, created_at__lt=end)
+                 .order_by("created_at").values_list("created_at", flat=True), end]
+        gaps[agent.pk] = max((b - a).total_seconds() for a, b in zip(times, times[1:], strict=False))
+    return gaps
+
+
+def test_a_runner_cut_off_the_network_runs_no_step_twice_and_stalls_nobody(
+    tmp_path: Path, link: Link, runners: list[subprocess.Popen[str]]
+) -> None:
+    people = personas(24, cycle_interval=0.5)
+    writers = [appending_agent(60, f"Writer {i}") for i in range(4)]
+    slow, slow_plan = appending_agent(1, "Slow writer")
+    slow_plan.steps.update(tool_input={"path": "pipe", "content": "slow line\n"})
+    db = connection.settings_dict
+    redis = urlparse(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    env = runner_env(tmp_path, RUNNER_STALLED_SECONDS=str(STALLED), RUNNER_DB_RETRY_MAX_SECONDS="1",
+                     DB_IDLE_IN_TRANSACTION_SECONDS="2", DB_TCP_USER_TIMEOUT_SECONDS="4",
+                     RUNNER_SHARD_CYCLES_PER_SECOND="15", RUNNER_PASS_GAP_SECONDS="0.5", LOG_LEVEL="WARNING", PLANNER_MODELS="offline-rules",
+                     FAST_MODELS="offline-rules", RESTATE_MODELS="offline-rules")
+    workspaces = Path(env["AGENT_WORKSPACES"])  # the runners'
+    pipe = workspaces / str(slow.pk) / "pipe"
+    pipe.parent.mkdir(parents=True)
+    os.mkfifo(pipe)  # its write blocks until someone reads: a tool step that takes its time
+    env_b = {**env,
+             "DATABASE_URL": f"postgres://{db['USER']}@{link.host_ip}:{link.relay(db['HOST'], int(db['PORT'] or 5432))}"
+                             f"/{db['NAME']}",
+             "REDIS_URL": f"redis://{link.host_ip}:{link.relay(redis.hostname or '127.0.0.1', redis.port or 6379)}"
+                          f"{redis.path or '/0'}"}
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    with log_b.open("a") as out:
+        runner_b = subprocess.Popen(["ip", "netns", "exec", link.ns, sys.executable, "manage.py", "runagents",
+                                     "--runner-id", "B"], cwd=ROOT, env=env_b, stdout=out, stderr=subprocess.STDOUT,
+                                    text=True)
+    runners.append(runner_b)
+    slow_step = slow_plan.steps.get()
+    wait_until(lambda: PlanStep.objects.get(pk=slow_step.pk).status == PlanStep.Status.RUNNING, timeout=60,
+               what="runner B to begin the slow step", log=log_b)
+    runner_a = runagents(env, "--runner-id", "A", log=log_a)
+    runners.append(runner_a)
+    wait_until(lambda: workers_live() == 2, timeout=60, what="runner A", log=log_a)
+    sampler = PassSampler()
+    sampler.start()
+    time.sleep(3)
+
+    # A cut shorter than the lease: nothing is taken over.
+    link.cut()
+    time.sleep(SHORT_CUT)
+    link.heal()
+    time.sleep(STALLED + 1)
+    assert "recovered" not in log_a.read_text(), log_a.read_text()[-3000:]
+    assert PlanStep.objects.get(pk=slow_step.pk).status == PlanStep.Status.RUNNING
+
+    # A cut longer than the stalled threshold: A takes B's jobs over.
+    cut_at = time.time()
+    link.cut()
+    wait_until(lambda: PlanStep.objects.get(pk=slow_step.pk).status == PlanStep.Status.AWAITING_APPROVAL,
+               timeout=LONG_CUT - 2, what="runner A to take the slow step over", log=log_a)
+    # B, cut off, finishes its tool anyway (files need no database): the one write of the step.
+    reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)
+    written = b""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not written.endswith(b"\n"):
+        with contextlib.suppress(BlockingIOError):
+            written += os.read(reader, 1000)
+        time.sleep(0.05)
+    time.sleep(max(0.0, cut_at + LONG_CUT - time.time()))
+    link.heal()
+    healed_at = time.time()
+    wait_until(lambda: "answers again" in log_b.read_text(), timeout=40, what="runner B back", log=log_b)
+    time.sleep(4)
+    with contextlib.suppress(BlockingIOError):
+        written += os.read(reader, 1000)
+    os.close(reader)
+    for proc in (runner_a, runner_b):
+        proc.send_signal(signal.SIGTERM)
+    for proc, log in ((runner_a, log_a), (runner_b, log_b)):
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    sampler.stop.set()
+    sampler.join(10)
+    output = log_a.read_text() + log_b.read_text()
+
+    # The slow step began once, on B; A did not run it again: it waits for an operator, outcome unknown.
+    slow_step.refresh_from_db()
+    assert written == b"slow line\n"
+    assert slow_step.status == PlanStep.Status.AWAITING_APPROVAL
+    assert slow_step.error.startswith("outcome unknown, interrupted")
+    assert slow_plan.events.filter(kind=PlanEvent.Kind.STEP_STARTED).count() == 1
+    # No step ran twice, no step completed twice, none left running; every line written is a step's that
+    # completed or waits for a person, never one that could run again.
+    for agent, plan in writers:
+        lines = Counter((workspaces / str(agent.pk) / "log.txt").read_text().splitlines())
+        assert all(n == 1 for n in lines.values()), lines
+        completed = Counter(PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.STEP_COMPLETED)
+                            .values_list("step__key", flat=True))
+        assert all(n == 1 for n in completed.values()), completed
+        status = dict(plan.steps.values_list("key", "status"))
+        assert PlanStep.Status.RUNNING not in status.values()
+        assert {f"line {k}" for k, s in status.items() if s == PlanStep.Status.COMPLETED} <= set(lines)
+        assert all(status[line.removeprefix("line ")] in (PlanStep.Status.COMPLETED, PlanStep.Status.AWAITING_APPROVAL)
+                   for line in lines)
+        assert len(completed) >= 5, f"{agent} barely moved: {status}"
+    # No shard had two passes under way at once; every persona went on within the bound; no cycle lost or twice.
+    assert sampler.most and max(sampler.most.values()) == 1, sampler.most
+    gaps = longest_gaps(people, cut_at, healed_at + 4)
+    assert max(gaps.values()) <= STALLED + 5, (sorted(gaps.values())[-5:], f"cut at {cut_at}, healed at {healed_at}",
+                                               log_a.read_text()[-3000:], log_b.read_text()[-3000:])
+    for agent in Agent.objects.filter(pk__in=[p.pk for p in people]):
+        cycles = sorted(Experience.objects.filter(agent=agent).values_list("cycle", flat=True))
+        assert cycles == list(range(1, agent.cycle_count + 1)), (agent.pk, agent.cycle_count, cycles[-5:])
+    assert jobs_doing() == 0
+    # No traceback from A, which never lost the database; none from B for a stale finish, a refused commit or a
+    # cycle run twice. (B, cut off, still logs what the engine and the driver report of an outage: its listener
+    # failing, a connection the pool could not get, as in the outage test.)
+    for bad in ("Traceback", "Task exception was never retrieved", "Job was not found", "IntegrityError",
+                "FenceLost", "finish_job"):
+        text = log_a.read_text() if bad == "Traceback" else output
+        at = text.find(bad)
+        assert at < 0, text[max(0, at - 3000):at + 3000]
+    from datetime import UTC, datetime
+
+    recovered = [line[:23] for line in log_a.read_text().splitlines() if "recovered" in line]
+    print(f"partition: cut at {datetime.fromtimestamp(cut_at, UTC):%H:%M:%S.%f}, A recovered at {recovered}")
+    print(f"partition: longest persona gap {max(gaps.values()):.1f} s (bound {STALLED + 5:.0f} s); "
+          f"passes at once per shard {dict(sampler.most)}; slow step {slow_step.status}")

@@ -1,0 +1,184 @@
+"""planning/engine/goal_check.py and planning/engine/shown.py, pure: goals worded as users word them (plain,
+sloppy, impossible, vague, hostile), plans that do and do not reach them, outcomes verified or not."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents.tools import TOOLS
+from planning.engine.goal_check import (
+    OutputFile,
+    format_problem,
+    goal_needs,
+    goal_reachable,
+    outcome_problems,
+    plan_goal_problems,
+    tool_verbs,
+)
+from planning.engine.meaning import StepView
+from planning.engine.shown import input_preview, steps_fingerprint
+
+BUILT_IN = {name: tool_verbs(name, spec.verbs, spec.description) for name, spec in TOOLS.items()}
+
+
+@pytest.mark.parametrize("goal", [
+    "Make a backup copy of data.csv called data_backup.csv",
+    "pls back up data.csv as data_backup.csv",
+    "copy data.csv to data_backup.csv",
+    "Turn data.csv into a Markdown table in data.md",
+    "I need a markdown version of data.csv in data.md",
+    "Convert data.csv to JSON",
+    "Count the rows in data.csv and write the count to count.txt",
+    "Summarize notes.txt",
+    "List the workspace",
+    "rename notes.txt to old-notes.txt",
+    "what's in here?",
+])
+def test_goals_the_tools_can_reach_are_planned(goal: str) -> None:
+    assert goal_reachable(goal, BUILT_IN).ok
+
+
+@pytest.mark.parametrize(("goal", "said"), [
+    ("send this to my boss by email", "cannot be done with this agent's tools: no tool sends e-mail"),
+    ("email the summary of notes.txt to my boss", "no tool sends e-mail"),
+    ("Mail report.md to finance@example.com", "no tool sends e-mail"),
+    ("forward notes.txt to the team on slack", "no tool sends e-mail or messages"),
+    ("delete everything in the workspace", "cannot be done with this agent's tools: no tool deletes files"),
+    ("wipe the workspace", "no tool deletes files"),
+    ("delete the empty files", "no tool deletes files"),
+    ("get rid of data.csv", "no tool deletes files"),
+    ("read /etc/passwd", "refused: /etc/passwd is outside this agent's workspace"),
+    ("Read ../secrets.txt and tell me what it says", "refused: ../secrets.txt is outside this agent's workspace"),
+    ("copy ~/.ssh/id_rsa to keys.txt", "refused: ~/.ssh/id_rsa is outside"),
+    ("summarize C:\\Users\\me\\diary.txt", "is outside this agent's workspace"),
+])
+def test_goals_the_tools_cannot_reach_are_refused_before_any_plan(goal: str, said: str) -> None:
+    reach = goal_reachable(goal, BUILT_IN)
+    assert said in reach.cannot and not reach.question
+
+
+@pytest.mark.parametrize("goal", ["tidy this up", "do the thing", "hmm, sort it out", "fix it", "Handle that.",
+                                  "deal with this stuff", "pls just do it"])
+def test_vague_goals_are_a_question_for_the_operator(goal: str) -> None:
+    reach = goal_reachable(goal, BUILT_IN)
+    assert reach.question.startswith("What should I do for") and goal.split()[0] in reach.question
+    assert not reach.cannot
+
+
+@pytest.mark.parametrize("goal", ["Count the rows in data.csv (about ~50 expected) into count.txt",
+                                  "Convert notes/monday.txt and/or notes/tuesday.txt to one report in report.md",
+                                  "Fetch https://example.com/a/b/c into page.html", "copy csv/data.csv to old/data.csv"])
+def test_paths_inside_the_workspace_and_urls_are_not_outside(goal: str) -> None:
+    assert goal_needs(goal).outside == ""
+
+
+def test_a_goal_naming_a_file_or_the_workspace_is_not_vague() -> None:
+    for goal in ("tidy up notes.txt into notes-clean.txt", "sort the files in the workspace by extension"):
+        assert not goal_needs(goal).vague
+
+
+def test_the_file_a_convert_or_copy_goal_makes_is_its_output() -> None:
+    assert goal_needs("I need a markdown version of data.csv in data.md").outputs == ("data.md",)
+    assert goal_needs("back up data.csv in old/data.csv").outputs == ("old/data.csv",)
+    both = goal_needs("Convert data.csv and people.json to JSON")
+    assert both.inputs == ("data.csv", "people.json") and both.outputs == ()
+
+
+def test_remove_rows_is_a_change_of_content_not_a_delete() -> None:
+    needs = goal_needs("Remove duplicate rows from data.csv into clean.csv")
+    assert "delete" not in needs.actions and "transform" in needs.actions and needs.outputs == ("clean.csv",)
+
+
+def test_a_file_named_email_txt_asks_to_send_nothing() -> None:
+    assert "send" not in goal_needs("Summarize email.txt").actions
+
+
+def test_declared_tools_say_what_they_do_by_their_names() -> None:
+    declared = {"send_email": tool_verbs("send_email", (), "Send an e-mail"), "search": tool_verbs("search", (), "")}
+    assert goal_reachable("email the weekly figures to my boss", declared).ok
+    assert "no tool summarizes" in goal_reachable("email a summary of the week to my boss", declared).cannot
+    assert "no tool deletes files" in goal_reachable("delete old.txt", declared).cannot
+
+
+def steps(*calls: tuple[str, dict[str, object]]) -> list[StepView]:
+    return [StepView(position, tool, dict(given)) for position, (tool, given) in enumerate(calls, start=1)]
+
+
+READS_FOR_BACKUP = steps(("file.list", {"path": "."}), ("file.read", {"path": "data.csv"}),
+                         ("file.read", {"path": "data_backup.csv"}))
+
+
+@pytest.mark.parametrize(("goal", "plan", "expected"), [
+    # The issue's offline plans: reads marked valid for goals that ask for a change.
+    ("Make a backup copy of data.csv called data_backup.csv", READS_FOR_BACKUP,
+     ["the goal asks for data_backup.csv, but no step writes it", "the goal asks to copy a file, but no step does; "
+      "use file.copy", "the goal asks for a change, but every step only reads; a plan of reads does not do it"]),
+    ("Turn data.csv into a Markdown table in data.md",
+     steps(("file.read", {"path": "data.csv"}), ("file.read", {"path": "data.csv"}), ("file.list", {})),
+     ["the goal asks for data.md, but no step writes it",
+      "the goal asks to convert a file, but no step does; use file.convert or file.write",
+      "the goal asks for a change, but every step only reads; a plan of reads does not do it"]),
+    ("uppercase the names in people.json", steps(("file.read", {"path": "people.json"})),
+     ["the goal asks to change a file's content, but no step does; use file.write",
+      "the goal asks for a change, but every step only reads; a plan of reads does not do it"]),
+    ("Count the words in notes.txt", steps(("file.read", {"path": "notes.txt"})),
+     ["the goal asks to count, but no step does; use file.count"]),
+    # A copy written by hand is not a copy: file.copy is the tool that copies.
+    ("copy data.csv to data_backup.csv", steps(("file.write", {"path": "data_backup.csv", "content": "a,b\n"})),
+     ["the goal asks to copy a file, but no step does; use file.copy"]),
+])
+def test_plans_that_miss_their_goal_are_rejected_with_reasons(goal: str, plan: list[StepView],
+                                                               expected: list[str]) -> None:
+    assert plan_goal_problems(goal, plan, BUILT_IN) == expected
+
+
+@pytest.mark.parametrize(("goal", "plan"), [
+    ("pls back up data.csv as data_backup.csv", steps(("file.copy", {"path": "data.csv", "to": "data_backup.csv"}))),
+    ("I need a markdown version of data.csv in data.md",
+     steps(("file.convert", {"path": "data.csv", "to": "md", "output": "data.md"}))),
+    ("Turn data.csv into a Markdown table in data.md",
+     steps(("file.read", {"path": "data.csv"}), ("file.write", {"path": "data.md", "content": "| a |\n| --- |\n"}))),
+    ("Convert data.csv to JSON", steps(("file.convert", {"path": "data.csv", "to": "json"}))),
+    ("rename notes.txt to old.txt", steps(("file.move", {"path": "notes.txt", "to": "old.txt"}))),
+    ("Summarize notes.txt", steps(("text.summarize", {"path": "notes.txt"}))),
+    ("List the workspace", steps(("file.list", {"path": "."}))),
+])
+def test_plans_that_reach_their_goal_pass(goal: str, plan: list[StepView]) -> None:
+    assert plan_goal_problems(goal, plan, BUILT_IN) == []
+
+
+def test_outcomes_are_verified_by_what_was_written() -> None:
+    goal = "Turn data.csv into a Markdown table in data.md"
+    assert outcome_problems(goal, [OutputFile("data.md", "| a | b |\n| --- | --- |\n| 1 | 2 |\n")], []) == []
+    assert outcome_problems(goal, [OutputFile("data.md", None)], []) == ["data.md was not written"]
+    assert outcome_problems(goal, [OutputFile("data.md", "  \n")], []) == ["data.md is empty"]
+    assert outcome_problems(goal, [OutputFile("data.md", "| a | b |\n| 1 | 2 |\n")], []) == [
+        "data.md has a table without a header row"]
+    assert outcome_problems("Convert data.csv to data.json", [OutputFile("data.json", "[{")], []) == [
+        "data.json is not valid JSON (Expecting property name enclosed in double quotes at line 1)"]
+    assert format_problem("rows.csv", "\n\n") == "has no rows"
+
+
+def test_an_answer_the_goal_asks_for_must_be_in_a_result() -> None:
+    assert outcome_problems("How many rows does data.csv have?", [], ["Listed the workspace"]) == [
+        "the count the goal asks for appears in no step's result"]
+    assert outcome_problems("How many rows does data.csv have?", [], ["data.csv has 3 rows"]) == []
+    assert outcome_problems("Summarize notes.txt", [], ["Read notes.txt"]) == [
+        "the summary the goal asks for appears in no step's result"]
+    assert outcome_problems("Summarize notes.txt", [], ["Summary of notes.txt: Rain today."]) == []
+
+
+def test_input_preview_keeps_paths_whole_and_cuts_long_content() -> None:
+    shown = input_preview({"path": "reports/weekly.md", "content": "# Week\n" + "x" * 500})
+    assert shown.startswith('path="reports/weekly.md", content="# Week⏎xxx')
+    assert shown.endswith('…" (507 characters)') and len(shown) < 200
+
+
+def test_fingerprint_changes_with_what_the_operator_sees() -> None:
+    step = {"key": "1", "description": "Copy", "tool": "file.copy", "input": {"path": "a", "to": "b"},
+            "action_hint": "", "requires_permission": True, "depends_on": [], "loop": {}}
+    same = steps_fingerprint([step])
+    assert steps_fingerprint([dict(step)]) == same
+    assert steps_fingerprint([step | {"input": {"path": "a", "to": "data.csv"}}]) != same
+    assert steps_fingerprint([step | {"requires_permission": False}]) != same
+    assert steps_fingerprint([step, step | {"key": "2"}]) != steps_fingerprint([step | {"key": "2"}, step])
