@@ -229,7 +229,7 @@ def test_slack_first_then_the_web_is_refused_and_nothing_is_decided_twice(slack:
     web = Client()
     web.force_login(olga)
     response = web.post(f"/steps/{step.pk}/decline/", {"feedback": "no"}, follow=True)
-    assert "approved by nadia" in response.content.decode().lower()
+    assert "nadia approved it at" in response.content.decode().lower()
     step.refresh_from_db()
     assert step.status == PlanStep.Status.PENDING
     assert PlanEvent.objects.filter(step=step, kind__in=[PlanEvent.Kind.STEP_APPROVED,
@@ -349,7 +349,7 @@ def test_slack_and_web_at_the_same_moment_one_wins_the_other_is_told_who(slack: 
     assert len(decisions) == 1, (answers, slack.calls)
     [winner] = decisions
     if winner.kind == PlanEvent.Kind.STEP_APPROVED:  # Slack won: the web is told who
-        assert "approved by nadia at" in answers["web"]
+        assert "nadia approved it at" in answers["web"]
     else:  # the web won: the Slack click is told who, in the thread
         [reply] = slack.of("chat.postEphemeral")
         assert reply.args["text"].startswith("Already decided: Declined by olga at")
@@ -394,5 +394,5 @@ def test_a_plan_approved_in_slack_then_approved_on_the_web_is_refused_with_who(s
     web = Client()
     web.force_login(olga)
     answer = web.post(f"/plans/{plan.pk}/approve/", {"mode": "all"}, HTTP_HX_REQUEST="true").content.decode()
-    assert "no longer awaiting approval (it is active: approved by nadia at" in answer
+    assert "no longer awaiting approval (it is active): nadia approved it at" in answer
     assert PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED).count() == 1

@@ -353,6 +353,13 @@ VIEWER_OWN_WRITES = {
     # one's own channel only stops sending (notify-channel-change refuses a viewer every other change: below).
     "notify-subscription-add": "one's own subscriptions", "notify-subscription-save": "one's own subscriptions",
     "notify-subscription-remove": "one's own subscriptions",
+    # An e-mail's confirmation page only finds the item; deciding there checks the role (a viewer's POST is
+    # refused: tests/notifications/test_confirm.py). Slack's interactions authenticate by Slack's signature, not
+    # the session (unsigned: 401), and decide only for a connected operator (tests/notifications/test_slack_app.py);
+    # the connect code only ties one's own Slack account to one's own account.
+    "notify-confirm": "finds the item; deciding checks the role",
+    "notify-slack-interactions": "signed by Slack, not a session; decides only for operators",
+    "notify-slack-connect": "connects one's own Slack account",
 }
 
 
