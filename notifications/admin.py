@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from django import forms
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.http import HttpRequest
@@ -15,6 +16,8 @@ from notifications.models import (
     DeliveryAttempt,
     Notification,
     SettingsChange,
+    SlackAccount,
+    SlackMessage,
     Subscription,
 )
 from planner_site.admin_audit import ValidatedAdmin
@@ -54,7 +57,8 @@ class SettingsRecordedAdmin(ValidatedAdmin):
         SettingsChange.objects.create(user=admin_user, user_label=admin_user.get_username(),
                                       action=f"admin_{obj._meta.model_name}_{'changed' if change else 'added'}",
                                       detail={"id": obj.pk, "owner": obj.user_id,
-                                              "fields": [f for f in form.changed_data if f != "secret"]})
+                                              "fields": [f for f in form.changed_data
+                                                         if f not in ("secret", "bot_token", "signing_secret")]})
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         admin_user = cast(User, request.user)
@@ -64,8 +68,28 @@ class SettingsRecordedAdmin(ValidatedAdmin):
         super().delete_model(request, obj)
 
 
+class ChannelAdminForm(forms.ModelForm):  # type: ignore[type-arg]
+    """A Slack app's bot token and signing secret are typed, never shown back: left empty, they stay as they are."""
+
+    bot_token = forms.CharField(required=False, max_length=255, widget=forms.PasswordInput(render_value=False),
+                                help_text="A Slack app's bot token (xoxb-…). Kept, never shown; empty: unchanged.")
+    signing_secret = forms.CharField(required=False, max_length=128, widget=forms.PasswordInput(render_value=False),
+                                     help_text="A Slack app's signing secret. Kept, never shown; empty: unchanged.")
+
+    class Meta:
+        model = Channel
+        fields = ["user", "kind", "target", "secret", "bot_token", "signing_secret", "active"]
+
+    def clean_bot_token(self) -> str:
+        return self.cleaned_data["bot_token"] or (self.instance.bot_token if self.instance.pk else "")
+
+    def clean_signing_secret(self) -> str:
+        return self.cleaned_data["signing_secret"] or (self.instance.signing_secret if self.instance.pk else "")
+
+
 @admin.register(Channel)
 class ChannelAdmin(SettingsRecordedAdmin):
+    form = ChannelAdminForm
     list_display = ["user", "kind", "target", "active", "updated_at"]
     list_filter = ["kind", "active"]
     search_fields = ["user__username", "target"]
@@ -113,3 +137,20 @@ class SettingsChangeAdmin(RecordAdmin):
     list_display = ["created_at", "user_label", "action", "detail"]
     list_filter = ["action"]
     search_fields = ["user_label"]
+
+
+@admin.register(SlackAccount)
+class SlackAccountAdmin(ValidatedAdmin):
+    """Which Slack user decides as which account (made by the user with a one-time code; an administrator may
+    remove one, or connect one for a user)."""
+
+    list_display = ["user", "team_id", "slack_user_id", "created_at"]
+    search_fields = ["user__username", "slack_user_id"]
+    list_select_related = ["user"]
+
+
+@admin.register(SlackMessage)
+class SlackMessageAdmin(RecordAdmin):
+    list_display = ["created_at", "channel", "kind", "plan", "step", "outcome", "escalated", "refresh_due"]
+    list_filter = ["kind", "refresh_due"]
+    list_select_related = ["channel", "plan", "step"]

@@ -16,7 +16,7 @@ url_validate = URLValidator(schemes=["http", "https"])
 
 
 class ChannelForm(forms.Form):
-    kind = forms.ChoiceField(label="Channel", choices=Channel.Kind.choices)
+    kind = forms.ChoiceField(label="Channel", choices=[c for c in Channel.Kind.choices if c[0] != Channel.Kind.SLACK_APP])
     target = TextField(label="URL or e-mail address", max_length=500, strip=True,
                        widget=forms.TextInput(attrs={"placeholder": "https://example.com/hook or you@example.com"}))
 
@@ -49,6 +49,23 @@ class SubscriptionForm(forms.Form):
     min_risk = forms.ChoiceField(label="Minimum risk", choices=Subscription.MinRisk.choices,
                                  initial=Subscription.MinRisk.SAFE)
 
+    remind_after_minutes = forms.IntegerField(label="Remind me after (minutes)", required=False, min_value=1,
+                                              max_value=10080)
+    escalate_after_minutes = forms.IntegerField(label="Escalate after (minutes)", required=False, min_value=1,
+                                                max_value=10080)
+    escalate_to = forms.ModelChoiceField(label="to", required=False, queryset=Subscription.objects.none(),
+                                         empty_label="nobody")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["kinds"].error_messages["required"] = "Choose at least one kind of notification."
+        escalate_to = self.fields["escalate_to"]
+        escalate_to.queryset = Subscription.objects.filter(active=True, user__is_active=True).select_related(  # type: ignore[attr-defined]
+            "user").order_by("user__username", "pk")
+        escalate_to.label_from_instance = lambda s: f"{s.user.get_username()}: subscription {s.pk}"  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("escalate_after_minutes") and not data.get("escalate_to"):
+            self.add_error("escalate_to", "Choose whom to escalate to.")
+        return data

@@ -29,11 +29,15 @@ class Channel(models.Model):
         WEBHOOK = "webhook", "Webhook (signed JSON)"
         EMAIL = "email", "E-mail"
         SLACK = "slack", "Slack incoming webhook"
+        SLACK_APP = "slackapp", "Slack app (buttons that decide)"
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notify_channels")
     kind = models.CharField(max_length=8, choices=Kind)
     target = models.CharField(max_length=500, help_text="The webhook URL, or the e-mail address")
     secret = models.CharField(max_length=128, blank=True, help_text="Signs webhook bodies (HMAC-SHA256)")
+    bot_token = models.CharField(max_length=255, blank=True, help_text="A Slack app's bot token (xoxb-…); never shown back")
+    signing_secret = models.CharField(max_length=128, blank=True,
+                                      help_text="A Slack app's signing secret (verifies its clicks); never shown back")
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -82,6 +86,12 @@ class Subscription(models.Model):
     kinds = models.JSONField(default=list, help_text="The triggers wanted (notifications.models.Trigger)")
     min_risk = models.CharField(max_length=8, choices=MinRisk, default=MinRisk.SAFE,
                                 help_text="Risky only: of the items that wait for a decision, only risky steps and plans with one")
+    remind_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="An item still waiting this long after it was sent is sent again (once)")
+    escalate_after_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="An item still waiting this long goes to the escalation subscription")
+    escalate_to = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+                                    help_text="Another operator's subscription (or a team account's) to escalate to")
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -194,3 +204,72 @@ class SettingsChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_label}: {self.action}"
+
+
+class SlackMessage(models.Model):
+    """A message a Slack app channel posted about an item waiting for a person (a step, a plan, a question):
+    where it is (Slack's channel and ts), so a click finds its item and a decision made anywhere updates it.
+    `outcome` says who decided and when, once decided; `refresh_due` asks the notifier to update it in Slack."""
+
+    channel = models.ForeignKey(Channel, on_delete=models.CASCADE, related_name="slack_messages")
+    delivery = models.OneToOneField(Delivery, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    plan = models.ForeignKey("planning.Plan", on_delete=models.CASCADE, related_name="+")
+    step = models.ForeignKey("planning.PlanStep", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=12, help_text="step, plan or question")
+    slack_channel = models.CharField(max_length=40)
+    ts = models.CharField(max_length=40)
+    outcome = models.CharField(max_length=500, blank=True)
+    escalated = models.CharField(max_length=300, blank=True, help_text="To whom and when it was escalated")
+    refresh_due = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["refresh_due"], name="slack_message_refresh_idx")]
+
+    def __str__(self) -> str:
+        return f"Slack message {self.slack_channel}/{self.ts}"
+
+
+class SlackAccount(models.Model):
+    """A Slack user connected to a product account (once, with a code from the settings page): their clicks
+    decide as that account, with its role."""
+
+    team_id = models.CharField(max_length=40)
+    slack_user_id = models.CharField(max_length=40)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="slack_accounts")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["user", "pk"]
+        constraints = [models.UniqueConstraint(fields=["team_id", "slack_user_id"], name="slack_account_once")]
+
+    def __str__(self) -> str:
+        return f"Slack {self.team_id}/{self.slack_user_id} → {self.user}"
+
+
+class SlackConnectCode(models.Model):
+    """A one-time code an operator makes in the settings page and types in Slack to connect their Slack user
+    (only its SHA-256 is kept); it expires after SLACK_CONNECT_CODE_MAX_AGE_SECONDS."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    code_hash = models.CharField(max_length=64, unique=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Slack connect code of {self.user}"
+
+
+class ConfirmLinkUse(models.Model):
+    """An e-mail's Approve or Decline link, used: its nonce (a link decides once)."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=10)
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"link {self.nonce[:8]}… used to {self.action}"

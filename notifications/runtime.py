@@ -22,12 +22,13 @@ _wake: asyncio.Event | None = None
 _loop: asyncio.AbstractEventLoop | None = None
 
 
-def nudge() -> None:
+def nudge(*, always: bool = False) -> None:
     """After a commit of an event that may notify someone: dispatch now rather than on the next sweep. With
-    nobody subscribed there is nothing to dispatch: no job to run, no round to wake (the sweep moves on)."""
+    nobody subscribed there is nothing to dispatch: no job to run, no round to wake (the sweep moves on).
+    `always`: there is something to do anyway (a Slack message to update)."""
     from notifications.selectors import anyone_listening
 
-    if not anyone_listening():
+    if not always and not anyone_listening():
         return
     if settings.SCALE_OUT:
         from notifications.tasks import dispatch_defer
@@ -51,11 +52,16 @@ def notify_warm() -> None:
 
 
 def notify_round(runner: str) -> int:
+    from notifications.reminders import reminders_dispatch
     from notifications.services import deliveries_send_due, notifications_dispatch
+    from notifications.slack_app import messages_refresh
 
     try:
         notifications_dispatch()
-        return deliveries_send_due(runner=runner)
+        reminders_dispatch()
+        sent = deliveries_send_due(runner=runner)
+        messages_refresh()
+        return sent
     finally:
         connection_release()
 

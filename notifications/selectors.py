@@ -64,6 +64,11 @@ class Candidate:
             ids = {"plan_id": plan.pk if plan else None, "step_id": step.pk if step else None}
             links["approve_link"] = link_make(**ids, action="approve")
             links["decline_link"] = link_make(**ids, action="decline")
+            if plan is not None:  # e-mail's links open a confirmation page, bound to the item as it is now
+                from notifications.confirm import confirm_link_make
+
+                links["confirm_approve_link"] = confirm_link_make(plan=plan, step=step, action="approve")
+                links["confirm_decline_link"] = confirm_link_make(plan=plan, step=step, action="decline")
         return {
             "kind": self.kind,
             "title": self.title[:TITLE_CHARS],

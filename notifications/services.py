@@ -281,7 +281,9 @@ def channel_test(*, user: User, channel_id: int) -> SendResult:
 
 @transaction.atomic
 def subscription_save(*, user: User, kinds: list[str], agents: Iterable[Agent], min_risk: str,
-                      subscription_id: int | None = None) -> Subscription:
+                      subscription_id: int | None = None, remind_after_minutes: int | None = None,
+                      escalate_after_minutes: int | None = None, escalate_to: Subscription | None = None
+                      ) -> Subscription:
     """Create or change one of one's own subscriptions."""
     bad = [k for k in kinds if k not in Trigger.values]
     if not kinds or bad:
@@ -295,13 +297,20 @@ def subscription_save(*, user: User, kinds: list[str], agents: Iterable[Agent], 
         if found is None:
             raise SettingsError("No such subscription of yours. Nothing was changed.")
         subscription = found
+    if escalate_to is not None and escalate_to.user_id == user.pk:
+        raise SettingsError("Escalate to another operator's subscription (or a team account's). Nothing was changed.")
     subscription.kinds = [k for k in Trigger.values if k in kinds]
     subscription.min_risk = min_risk
+    subscription.remind_after_minutes = remind_after_minutes
+    subscription.escalate_after_minutes = escalate_after_minutes if escalate_to is not None else None
+    subscription.escalate_to = escalate_to
     subscription.save()
     agents = list(agents)
     subscription.agents.set(agents)
     settings_record(user, "subscription_saved", subscription=subscription.pk, kinds=subscription.kinds,
-                    agents=[a.pk for a in agents], min_risk=min_risk)
+                    agents=[a.pk for a in agents], min_risk=min_risk, remind_after_minutes=remind_after_minutes,
+                    escalate_after_minutes=subscription.escalate_after_minutes,
+                    escalate_to=escalate_to.pk if escalate_to else None)
     return subscription
 
 

@@ -23,3 +23,22 @@ def event_nudge(sender: type[PlanEvent], instance: PlanEvent, created: bool, **k
         from notifications.runtime import nudge
 
         transaction.on_commit(nudge)
+
+
+@receiver(post_save, sender=PlanEvent, dispatch_uid="notifications.slack_close")
+def decision_closes_slack_messages(sender: type[PlanEvent], instance: PlanEvent, created: bool, **kwargs: Any) -> None:
+    """A decision, made anywhere (the web, the API, a policy, Slack): once it commits, its Slack messages are
+    marked with who decided, and the notifier updates them in Slack."""
+    from notifications.deciding import CLOSING_KINDS
+
+    if created and instance.kind in CLOSING_KINDS and instance.plan_id is not None:
+        event_id = instance.pk
+
+        def close() -> None:
+            from notifications.runtime import nudge
+            from notifications.slack_app import outcomes_mark
+
+            if outcomes_mark(event_id):
+                nudge(always=True)
+
+        transaction.on_commit(close)

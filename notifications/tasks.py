@@ -84,11 +84,14 @@ def delivery_job(context: JobContext, delivery_id: int) -> str:
 @blueprint.task(name="notifications.dispatch", queue=QUEUE, lock=DISPATCH_LOCK)
 def dispatch_job(timestamp: int) -> int:
     """New events → notifications → one delivery job each; and a job again for due deliveries that lost theirs."""
+    from notifications.reminders import reminders_dispatch
     from notifications.selectors import deliveries_due
     from notifications.services import notifications_dispatch
+    from notifications.slack_app import messages_refresh
 
     try:
-        created = notifications_dispatch()
+        messages_refresh()
+        created = notifications_dispatch() + reminders_dispatch()
         for delivery_id in created:
             delivery_defer(delivery_id)
         overdue = deliveries_due(now=timezone.now() - timedelta(seconds=OVERDUE_SECONDS))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
@@ -34,13 +35,24 @@ def settings_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     return {
         "channels": list(selectors.channels_of(user.pk)),
         "subscriptions": [(s, SubscriptionForm(prefix=f"s{s.pk}", initial={
-            "kinds": s.kinds, "agents": list(s.agents.all()), "min_risk": s.min_risk})) for s in subscriptions],
+            "kinds": s.kinds, "agents": list(s.agents.all()), "min_risk": s.min_risk,
+            "remind_after_minutes": s.remind_after_minutes, "escalate_after_minutes": s.escalate_after_minutes,
+            "escalate_to": s.escalate_to_id})) for s in subscriptions],
         "channel_form": ChannelForm(),
         "subscription_form": SubscriptionForm(prefix="new"),
         "recent": selectors.notifications_recent(user.pk),
         "kinds": dict(Channel.Kind.choices),
+        **slack_context(request),
         **extra,
     }
+
+
+def slack_context(request: HttpRequest) -> dict[str, Any]:
+    from notifications.forms_slack import SlackAppChannelForm
+    from notifications.models import SlackAccount
+
+    return {"slack_form": SlackAppChannelForm(prefix="slack"), "slack_accounts": list(SlackAccount.objects.filter(user=owner(request))),
+            "slack_interactivity_url": settings.PLANNER_BASE_URL + reverse("notify-slack-interactions")}
 
 
 def settings_answer(request: HttpRequest, note: str, *, ok: bool, status: int = 200, **extra: Any) -> HttpResponse:
@@ -112,7 +124,10 @@ def subscription_save_view(request: HttpRequest, pk: int | None = None) -> HttpR
         return settings_answer(request, f"{errors} Nothing was changed.", ok=False, status=400)
     try:
         services.subscription_save(user=owner(request), subscription_id=pk, kinds=form.cleaned_data["kinds"],
-                                   agents=form.cleaned_data["agents"], min_risk=form.cleaned_data["min_risk"])
+                                   agents=form.cleaned_data["agents"], min_risk=form.cleaned_data["min_risk"],
+                                   remind_after_minutes=form.cleaned_data.get("remind_after_minutes"),
+                                   escalate_after_minutes=form.cleaned_data.get("escalate_after_minutes"),
+                                   escalate_to=form.cleaned_data.get("escalate_to"))
     except services.SettingsError as exc:
         return settings_answer(request, str(exc), ok=False, status=404 if pk else 400)
     return settings_answer(request, "Subscription saved." if pk else "Subscribed.", ok=True)

@@ -275,6 +275,11 @@ NOTIFY_SWEEP_SECONDS = int(os.environ.get("NOTIFY_SWEEP_SECONDS", "1"))
 NOTIFY_RETRY_FIRST_SECONDS = int(os.environ.get("NOTIFY_RETRY_FIRST_SECONDS", "2"))
 NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", "6"))
 NOTIFY_TIMEOUT_SECONDS = float(os.environ.get("NOTIFY_TIMEOUT_SECONDS", "10"))
+# A Slack app channel calls Slack's Web API at SLACK_API_BASE_URL (tests point it at a local stand-in); a Slack click
+# older than five minutes is refused as a replay (slack_sdk's verifier). A connect code lasts SLACK_CONNECT_CODE_MAX_AGE_SECONDS.
+SLACK_API_BASE_URL = os.environ.get("SLACK_API_BASE_URL", "https://slack.com/api/")
+SLACK_TIMEOUT_SECONDS = int(os.environ.get("SLACK_TIMEOUT_SECONDS", "2"))
+SLACK_CONNECT_CODE_MAX_AGE_SECONDS = int(os.environ.get("SLACK_CONNECT_CODE_MAX_AGE_SECONDS", "900"))
 # Each user has at most NOTIFY_MAX_CHANNELS_PER_USER channels; a Slack channel's URL must be on one of
 # SLACK_WEBHOOK_HOSTS (an Enterprise Grid may add its own).
 NOTIFY_MAX_CHANNELS_PER_USER = int(os.environ.get("NOTIFY_MAX_CHANNELS_PER_USER", "5"))

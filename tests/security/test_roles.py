@@ -44,7 +44,10 @@ ACCOUNT = {"logout", "password_change", "password_change_done", "admin:logout", 
            # tests/notifications/test_pages.py shows nobody reaches another user's. Channels are not here: a
            # viewer may add only e-mail to their own address (test_every_url_that_accepts_a_write_refuses_a_viewer).
            "notify-settings", "notify-subscription-add", "notify-subscription-save", "notify-subscription-remove",
-           "notify-link"}
+           "notify-link",
+           # an e-mail's confirmation page (like notify-link it only finds the item: deciding checks the role, a
+           # viewer's POST is refused there, tests/notifications/test_confirm.py); one's own Slack account
+           "notify-confirm", "notify-slack-connect"}
 MODELS_BY_SEGMENT: dict[str, type[models.Model]] = {
     "agents": Agent, "plans": Plan, "steps": PlanStep, "goals": Goal, "events": PlanEvent,
 }
@@ -350,6 +353,13 @@ VIEWER_OWN_WRITES = {
     # one's own channel only stops sending (notify-channel-change refuses a viewer every other change: below).
     "notify-subscription-add": "one's own subscriptions", "notify-subscription-save": "one's own subscriptions",
     "notify-subscription-remove": "one's own subscriptions",
+    # An e-mail's confirmation page only finds the item; deciding there checks the role (a viewer's POST is
+    # refused: tests/notifications/test_confirm.py). Slack's interactions authenticate by Slack's signature, not
+    # the session (unsigned: 401), and decide only for a connected operator (tests/notifications/test_slack_app.py);
+    # the connect code only ties one's own Slack account to one's own account.
+    "notify-confirm": "finds the item; deciding checks the role",
+    "notify-slack-interactions": "signed by Slack, not a session; decides only for operators",
+    "notify-slack-connect": "connects one's own Slack account",
 }
 
 
