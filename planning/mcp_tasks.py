@@ -1,7 +1,9 @@
 """MCP waits as tasks: the `io.modelcontextprotocol/tasks` extension on the MCP server (docs/mcp-tasks.md).
 
-A client on MCP 2026-07-28 that declares the extension in its request's capabilities gets a task, not the plan's
-id alone, when `submit_plan` leaves the plan waiting for an operator. `tasks/get` answers with the task's state:
+A client on MCP 2026-07-28 that declares the extension in its request's capabilities gets a task where it would
+otherwise wait for an operator: from `submit_plan` when the plan awaits approval, from `wait_for_decision` instead
+of a "wait" answer, and from `report_step_start` instead of the refusal of a step that needs an operator's approval
+first (the step is put up for approval, as `wait_for_decision` does). `tasks/get` answers with the task's state:
 "working" while the operator has not decided, then "completed" with the decision in `result` (a tool result whose
 structured content is the answer `wait_for_decision` would give: "run" with the step, "replan" with the operator's
 feedback, "cancelled"...). Clients that do not declare the extension, and every client on 2025-11-25, get today's
@@ -29,13 +31,17 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ninja.errors import HttpError
 
 from agents.models import AgentToken
+from planning.models import PlanStep
 from planning.services import external
 from planning.services.external import ExternalError
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_SALT = "planning.mcp_tasks.plan"
 TASK_POLL_MS = 1000  # the pollInterval suggested to clients
-TASKS_TOOLS = frozenset({"submit_plan"})  # the tools that may answer with a task
+# The tools that may answer with a task: a plan submitted for approval, a wait for a decision, the start of a step
+# that needs an operator's approval first.
+TASKS_TOOLS = frozenset({"submit_plan", "wait_for_decision", "report_step_start"})
+TOOL_ARGUMENTS = {"wait_for_decision": {"plan_id", "timeout_seconds"}, "report_step_start": {"step_id", "request_id"}}
 STATE_TOKEN = "agent_token"  # where the request's scope carries the authenticated token (set by McpEndpoint)
 
 
@@ -69,6 +75,36 @@ def task_declared(ctx: ServerRequestContext[Any, Any]) -> bool:
 def token_in(ctx: ServerRequestContext[Any, Any]) -> AgentToken | None:
     token = getattr(getattr(ctx.request, "state", None), STATE_TOKEN, None)
     return token if isinstance(token, AgentToken) else None
+
+
+def plan_waited_on(*, token: AgentToken, tool: str, arguments: dict[str, Any]) -> int | None:
+    """The plan that `wait_for_decision` would wait on, or whose step `report_step_start` would be refused until an
+    operator approves it; None when the tool should answer itself (its arguments wrong, the plan not the agent's,
+    the step free to start)."""
+    if not set(arguments) <= TOOL_ARGUMENTS[tool]:
+        return None  # the tool refuses an unknown argument itself
+    close_old_connections()
+    try:
+        if tool == "wait_for_decision":
+            plan_id = arguments.get("plan_id")
+            if type(plan_id) is not int:
+                return None
+            try:
+                plan = external.agent_plan_get(agent=token.agent, plan_id=plan_id)
+            except (ExternalError, HttpError):
+                return None
+            return plan.pk
+        step_id = arguments.get("step_id")
+        if type(step_id) is not int:
+            return None
+        step = PlanStep.objects.select_related("plan").filter(pk=step_id, plan__agent_id=token.agent_id).first()
+        if step is None or step.status not in (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL):
+            return None
+        if step.status == PlanStep.Status.PENDING and not step.needs_approval(step.plan):
+            return None
+        return step.plan_id
+    finally:
+        close_old_connections()
 
 
 def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any]:
@@ -111,21 +147,23 @@ class PlanTasks(Extension):
 
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: CallNext) -> HandlerResult:
-        result = await call_next(ctx)
-        if params.name not in TASKS_TOOLS or not task_declared(ctx):
-            return result
         token = token_in(ctx)
-        if token is None or not isinstance(result, CallToolResult) or result.is_error:
-            return result
-        created = result.structured_content or {}
-        plan_id = created.get("id")
-        if not isinstance(plan_id, int):
-            return result
-        task_id = task_id_for(agent_id=token.agent_id, plan_id=plan_id)
-        state = await sync_to_async(task_read)(token=token, plan_id=plan_id, task_id=task_id)
-        if state["status"] != "working":  # decided already (an auto-approved plan): the tool's own answer
-            return result
-        return {"resultType": "task", **state}
+        if params.name not in TASKS_TOOLS or token is None or not task_declared(ctx):
+            return await call_next(ctx)
+        arguments = params.arguments or {}
+        if params.name == "submit_plan":
+            result = await call_next(ctx)
+            created = result.structured_content if isinstance(result, CallToolResult) and not result.is_error else None
+            plan_id = (created or {}).get("id")
+        else:  # wait_for_decision, report_step_start: a task instead of a wait or a refusal, else the tool's answer
+            result = None
+            plan_id = await sync_to_async(plan_waited_on)(token=token, tool=params.name, arguments=arguments)
+        if isinstance(plan_id, int):
+            task_id = task_id_for(agent_id=token.agent_id, plan_id=plan_id)
+            state = await sync_to_async(task_read)(token=token, plan_id=plan_id, task_id=task_id)
+            if state["status"] == "working":
+                return {"resultType": "task", **state}
+        return result if result is not None else await call_next(ctx)
 
     async def task_get(self, ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
         token = token_in(ctx)

@@ -19,7 +19,7 @@ from mcp_types import CallToolResult, GetTaskRequest, GetTaskRequestParams, Resu
 from agents.models import Agent
 from planner_site.asgi import application
 from planning import services
-from planning.models import Plan
+from planning.models import Plan, PlanStep
 from tests.api.conftest import PLAN
 from tests.factories import UserFactory
 from tests.mcp.test_server import BASE, db, ok, operator_approves_plan, rate_counters_cleared, setup
@@ -188,3 +188,81 @@ async def test_a_2025_client_submits_and_polls_wait_for_decision_as_before() -> 
         decided = ok(await session.call_tool("wait_for_decision", {"plan_id": created["id"], "timeout_seconds": 5}))
     assert decided["action"] == "run"
     assert decided["step"]["key"] == "1"
+
+
+# Step 3 sends mail: it waits for an operator's permission even in a plan that starts at once.
+PERMISSION_PLAN = PLAN | {"steps": PLAN["steps"][:2] + [PLAN["steps"][2] | {"requiresPermission": True}]}
+
+
+@db
+def operator_decides_step(step_id: int, *, feedback: str = "") -> None:
+    operator = UserFactory(username=f"olga{step_id}", role="operators")
+    step_row = PlanStep.objects.get(pk=step_id)
+    if feedback:
+        services.step_decline(step=step_row, user=operator, feedback=feedback)
+    else:
+        services.step_approve(step=step_row, user=operator)
+
+
+@db
+def step_row(plan_id: int, key: str) -> tuple[int, str]:
+    row = PlanStep.objects.get(plan_id=plan_id, key=key)
+    return row.pk, row.status
+
+
+async def steps_one_and_two_done(session: ClientSession, plan_id: int) -> None:
+    for key in ("1", "2"):
+        run = ok(await session.call_tool("wait_for_decision", {"plan_id": plan_id, "timeout_seconds": 5}))
+        assert run["step"]["key"] == key
+        ok(await session.call_tool("report_step_start", {"step_id": run["step"]["id"], "request_id": f"s{key}"}))
+        ok(await session.call_tool("report_step_result", {"step_id": run["step"]["id"], "request_id": f"r{key}",
+                                                           "succeeded": True, "output": f"found {key}"}))
+
+
+async def test_starting_a_step_that_needs_approval_gives_a_task_that_completes_when_the_operator_approves() -> None:
+    raw = await db(setup)(policy=Agent.ApprovalPolicy.PERMISSION)  # plans start at once; the email step waits
+    async with modern_session(raw) as session:
+        plan_id = int(ok(await session.call_tool("submit_plan", PERMISSION_PLAN, allow_claimed=True))["id"])
+        await steps_one_and_two_done(session, plan_id)
+        email_id, status = await step_row(plan_id, "3")
+        assert status == PlanStep.Status.PENDING
+        handle = await session.call_tool("report_step_start", {"step_id": email_id, "request_id": "s3"},
+                                         allow_claimed=True)
+        assert isinstance(handle, TaskHandle) and handle.status == "working"
+        assert (await step_row(plan_id, "3"))[1] == PlanStep.Status.AWAITING_APPROVAL  # in the operator's inbox
+        assert (await task_get(session, handle.task_id)).status == "working"
+        await operator_decides_step(email_id)
+        state = await task_get(session, handle.task_id)
+        assert state.status == "completed" and state.result is not None
+        decision = state.result["structuredContent"]["decision"]
+        assert (decision["action"], decision["step"]["key"]) == ("run", "3")
+        started = ok(await session.call_tool("report_step_start", {"step_id": email_id, "request_id": "s3"},
+                                             allow_claimed=True))
+    assert started["status"] == PlanStep.Status.RUNNING
+
+
+async def test_waiting_for_a_step_decision_is_a_task_and_a_decline_completes_it_with_the_feedback() -> None:
+    raw = await db(setup)(policy=Agent.ApprovalPolicy.PERMISSION)
+    async with modern_session(raw) as session:
+        plan_id = int(ok(await session.call_tool("submit_plan", PERMISSION_PLAN, allow_claimed=True))["id"])
+        await steps_one_and_two_done(session, plan_id)
+        handle = await session.call_tool("wait_for_decision", {"plan_id": plan_id, "timeout_seconds": 30},
+                                         allow_claimed=True)
+        assert isinstance(handle, TaskHandle) and handle.status == "working"  # at once, not after 30 s
+        await operator_decides_step((await step_row(plan_id, "3"))[0], feedback="not to Dana!! finance only")
+        state = await task_get(session, handle.task_id)
+    assert state.status == "completed" and state.result is not None
+    decision = state.result["structuredContent"]["decision"]
+    assert (decision["action"], decision["feedback"]) == ("replan", "not to Dana!! finance only")
+    assert [s["key"] for s in decision["kept"]] == ["1", "2"]
+
+
+async def test_a_2025_client_is_refused_a_step_that_needs_approval_as_before() -> None:
+    raw = await db(setup)(policy=Agent.ApprovalPolicy.PERMISSION)
+    async with legacy_session(raw) as session:
+        plan_id = int(ok(await session.call_tool("submit_plan", PERMISSION_PLAN))["id"])
+        await steps_one_and_two_done(session, plan_id)
+        refused = await session.call_tool("report_step_start", {"step_id": (await step_row(plan_id, "3"))[0],
+                                                                "request_id": "s3"})
+    assert refused.is_error
+    assert "needs an operator's approval first" in refused.content[0].text  # type: ignore[union-attr]
