@@ -107,6 +107,8 @@ async def test_a_2026_client_waits_on_a_task_that_completes_when_the_operator_ap
     raw = await db(setup)()
     async with modern_session(raw) as session:
         assert session.protocol_version == "2026-07-28"
+        discovered = session.discover_result
+        assert discovered is not None and TASKS in (discovered.capabilities.extensions or {})  # the server offers it
         handle = await submitted_task(session)
         assert handle.status == "working"
         assert "waits for an operator" in (handle.status_message or "")
