@@ -122,7 +122,7 @@ def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any
         "ttl": None, "pollInterval": TASK_POLL_MS}
     if answer["action"] == "wait":
         return {**state, "status": "working",
-                "statusMessage": f"Plan {plan.pk} v{plan.version} waits for an operator's decision."}
+                "statusMessage": f"Waiting: {answer.get('reason') or 'for an operator'}."}
     decided = {"id": plan.pk, "version": plan.version, "status": plan.status, "decision": answer}
     result = CallToolResult(content=[TextContent(text=decision_text(answer))], structured_content=decided)
     return {**state, "status": "completed", "statusMessage": f"The operator's decision: {answer['action']}.",

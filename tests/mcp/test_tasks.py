@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Literal
 
 import httpx2
 import pytest
-from mcp import ClientSession
-from mcp.client.extension import ClaimContext, ResultClaim
+from mcp import Client, ClientSession
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, GetTaskRequest, GetTaskRequestParams, Result
@@ -57,15 +57,21 @@ async def task_get(session: ClientSession, task_id: str) -> TaskState:
     return await session.send_request(GetTaskRequest(params=GetTaskRequestParams(task_id=task_id)), TaskState)
 
 
+async def follow(handle: TaskHandle, ctx: ClaimContext) -> CallToolResult:
+    """The claim's resolver: poll tasks/get until the task is completed, and answer with its result, so that
+    `call_tool` without allow_claimed returns when the operator decides."""
+    while True:
+        state = await task_get(ctx.session, handle.task_id)
+        if state.status != "working":
+            assert state.status == "completed" and state.result is not None, state
+            return CallToolResult.model_validate(state.result)
+        await asyncio.sleep((state.poll_interval or 1000) / 1000)
+
+
 @contextlib.asynccontextmanager
 async def modern_session(raw: str, *, tasks: bool = True) -> AsyncIterator[ClientSession]:
     """A 2026-07-28 client (server/discover, no handshake), the tasks extension declared unless `tasks` is False."""
-    claims: dict[str, list[ResultClaim[Any]]] = {}
-    if tasks:
-        async def unexpected(handle: TaskHandle, ctx: ClaimContext) -> CallToolResult:
-            raise AssertionError("the tests call with allow_claimed=True and follow the task themselves")
-
-        claims = {TASKS: [ResultClaim(result_type="task", model=TaskHandle, resolve=unexpected)]}
+    claims = {TASKS: [ResultClaim(result_type="task", model=TaskHandle, resolve=follow)]} if tasks else {}
     async with (httpx2.AsyncClient(transport=httpx2.ASGITransport(app=application), base_url=BASE,
                                    headers={"Authorization": f"Bearer {raw}"}, timeout=60) as http,
                 streamable_http_client(f"{BASE}/mcp", http_client=http) as (read, write),
@@ -111,7 +117,7 @@ async def test_a_2026_client_waits_on_a_task_that_completes_when_the_operator_ap
         assert discovered is not None and TASKS in (discovered.capabilities.extensions or {})  # the server offers it
         handle = await submitted_task(session)
         assert handle.status == "working"
-        assert "waits for an operator" in (handle.status_message or "")
+        assert handle.status_message == "Waiting: plan v1 awaits an operator's approval."
         state = await task_get(session, handle.task_id)
         assert state.status == "working" and state.result is None  # nobody decided yet
         await operator_approves_plan(await only_plan_id())
@@ -122,6 +128,33 @@ async def test_a_2026_client_waits_on_a_task_that_completes_when_the_operator_ap
     assert decided["status"] == "active"
     assert decided["decision"]["action"] == "run"
     assert decided["decision"]["step"]["key"] == "1"  # the first step, to run now
+
+
+class TasksFollowed(ClientExtension):
+    """The tasks extension on the SDK's `Client`: a task result is followed to its end by `follow`."""
+
+    identifier = TASKS
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=TaskHandle, resolve=follow)]
+
+
+async def test_the_sdks_client_with_the_extension_waits_in_call_tool_until_the_operator_decides() -> None:
+    raw = await db(setup)()
+    async with (httpx2.AsyncClient(transport=httpx2.ASGITransport(app=application), base_url=BASE,
+                                   headers={"Authorization": f"Bearer {raw}"}, timeout=60) as http,
+                Client(streamable_http_client(f"{BASE}/mcp", http_client=http), mode="2026-07-28",
+                       extensions=[TasksFollowed()]) as client):
+        calling = asyncio.create_task(client.call_tool("submit_plan", PLAN))
+        while not await db(Plan.objects.exists)():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert not calling.done()  # the client waits on the task: nobody decided yet
+        await operator_approves_plan(await only_plan_id())
+        result = await asyncio.wait_for(calling, 30)
+    decided = ok(result)
+    assert (decided["status"], decided["decision"]["action"]) == ("active", "run")
+    assert result.content[0].text == "run"  # type: ignore[union-attr]
 
 
 async def test_a_task_polled_while_the_operator_decides_completes_with_the_feedback() -> None:
