@@ -31,6 +31,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ninja.errors import HttpError
 
 from agents.models import AgentToken
+from planning import api
 from planning.models import PlanStep
 from planning.services import external
 from planning.services.external import ExternalError
@@ -77,12 +78,20 @@ def token_in(ctx: ServerRequestContext[Any, Any]) -> AgentToken | None:
     return token if isinstance(token, AgentToken) else None
 
 
+def arguments_valid(arguments: dict[str, Any]) -> bool:
+    """The optional arguments a task does not use are still checked as the tool checks them."""
+    timeout = arguments.get("timeout_seconds", 0)
+    request_id = arguments.get("request_id", "-")
+    return (type(timeout) in (int, float) and 0 <= timeout <= api.LONG_POLL_MAX_SECONDS
+            and isinstance(request_id, str) and 1 <= len(request_id) <= external.REQUEST_ID_MAX)
+
+
 def plan_waited_on(*, token: AgentToken, tool: str, arguments: dict[str, Any]) -> int | None:
     """The plan that `wait_for_decision` would wait on, or whose step `report_step_start` would be refused until an
     operator approves it; None when the tool should answer itself (its arguments wrong, the plan not the agent's,
     the step free to start)."""
-    if not set(arguments) <= TOOL_ARGUMENTS[tool]:
-        return None  # the tool refuses an unknown argument itself
+    if not set(arguments) <= TOOL_ARGUMENTS[tool] or not arguments_valid(arguments):
+        return None  # the tool refuses an unknown or invalid argument itself
     close_old_connections()
     try:
         if tool == "wait_for_decision":

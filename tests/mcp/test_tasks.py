@@ -301,3 +301,15 @@ async def test_a_2025_client_is_refused_a_step_that_needs_approval_as_before() -
                                                                 "request_id": "s3"})
     assert refused.is_error
     assert "needs an operator's approval first" in refused.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("arguments", [{"timeout_seconds": -1}, {"timeout_seconds": "soon"}, {"timeout_seconds": 9999},
+                                       {"wait": 5}])
+async def test_a_2026_client_with_bad_wait_arguments_gets_the_tools_refusal_not_a_task(arguments: dict[str, Any]) -> None:
+    raw = await db(setup)()
+    async with modern_session(raw) as session:
+        handle = await submitted_task(session)
+        assert handle.status == "working"
+        refused = await session.call_tool("wait_for_decision", {"plan_id": await only_plan_id(), **arguments},
+                                          allow_claimed=True)
+    assert isinstance(refused, CallToolResult) and refused.is_error
