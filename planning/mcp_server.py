@@ -36,15 +36,16 @@ from agents.declared_tools import MAX_TOOLS
 from agents.models import AgentToken
 from planner_site import tracing
 from planner_site.asgi_guards import ASGIApp, Receive, Scope, Send, header
-from planning import api
+from planning import api, mcp_tasks
 from planning.api import PLAN_MAX_STEPS_DOC, PlanIn, StepIn, ToolIn, VersionIn
+from planning.mcp_tasks import PlanTasks
 from planning.services import external
 from planning.services.external import ExternalError
 
 MCP_PATHS = ("/mcp", "/mcp/")
 WAIT_MAX_SECONDS = api.LONG_POLL_MAX_SECONDS  # as the API's ?wait= (API_LONG_POLL_MAX_SECONDS)
 WAIT_DEFAULT_SECONDS = 30.0
-STATE_TOKEN = "agent_token"  # where the request's scope carries the authenticated token to the tools
+STATE_TOKEN = mcp_tasks.STATE_TOKEN  # where the request's scope carries the authenticated token to the tools
 
 INSTRUCTIONS = """\
 You act for one agent of an agent-planner dashboard, where human operators approve, decline (with feedback)
@@ -142,7 +143,7 @@ Confidence = Annotated[float | None, Field(ge=0, le=100, strict=True, descriptio
 
 def server_build() -> MCPServer:
     """The MCP server and its tools; the tools act for the agent of the request's token."""
-    app = MCPServer("agent-planner", instructions=INSTRUCTIONS, log_level="WARNING")
+    app = MCPServer("agent-planner", instructions=INSTRUCTIONS, log_level="WARNING", extensions=[PlanTasks()])
 
     @app.tool()
     async def declare_tools(

@@ -1,0 +1,188 @@
+"""MCP waits as tasks: the `io.modelcontextprotocol/tasks` extension on the MCP server (docs/mcp-tasks.md).
+
+A client on MCP 2026-07-28 that declares the extension in its request's capabilities gets a task where it would
+otherwise wait for an operator: from `submit_plan` when the plan awaits approval, from `wait_for_decision` instead
+of a "wait" answer, and from `report_step_start` instead of the refusal of a step that needs an operator's approval
+first (the step is put up for approval, as `wait_for_decision` does). `tasks/get` answers with the task's state:
+"working" while the operator has not decided, then "completed" with the decision in `result` (a tool result whose
+structured content is the answer `wait_for_decision` would give: "run" with the step, "replan" with the operator's
+feedback, "cancelled"...). Clients that do not declare the extension, and every client on 2025-11-25, get today's
+answer and poll `wait_for_decision` as before.
+
+The server stays stateless: a task id is the plan's id and its agent, signed with the project's SECRET_KEY
+(django.core.signing), so any server process can answer `tasks/get` and no id can be guessed or forged; the
+request's token must also be the plan's agent's, else the task is unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core import signing
+from django.db import close_old_connections
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, GetTaskRequestParams, TextContent
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from ninja.errors import HttpError
+
+from agents.models import AgentToken
+from planning import api
+from planning.models import PlanStep
+from planning.services import external
+from planning.services.external import ExternalError
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TASK_SALT = "planning.mcp_tasks.plan"
+TASK_POLL_MS = 1000  # the pollInterval suggested to clients
+# The tools that may answer with a task: a plan submitted for approval, a wait for a decision, the start of a step
+# that needs an operator's approval first.
+TASKS_TOOLS = frozenset({"submit_plan", "wait_for_decision", "report_step_start"})
+TOOL_ARGUMENTS = {"wait_for_decision": {"plan_id", "timeout_seconds"}, "report_step_start": {"step_id", "request_id"}}
+STATE_TOKEN = "agent_token"  # where the request's scope carries the authenticated token (set by McpEndpoint)
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def task_id_for(*, agent_id: int, plan_id: int) -> str:
+    return signing.dumps({"a": agent_id, "p": plan_id}, salt=TASK_SALT, compress=True)
+
+
+def plan_id_of(task_id: str, *, agent_id: int) -> int | None:
+    """The plan of a task id this server signed for this agent, else None (forged, altered or another agent's)."""
+    try:
+        data = signing.loads(task_id, salt=TASK_SALT)
+    except signing.BadSignature:
+        return None
+    if not isinstance(data, dict) or data.get("a") != agent_id or not isinstance(data.get("p"), int):
+        return None
+    return int(data["p"])
+
+
+def task_declared(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """The request is on a modern protocol version and its client declared the tasks extension."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = ctx.session.client_capabilities
+    return capabilities is not None and TASKS_EXTENSION in (capabilities.extensions or {})
+
+
+def token_in(ctx: ServerRequestContext[Any, Any]) -> AgentToken | None:
+    token = getattr(getattr(ctx.request, "state", None), STATE_TOKEN, None)
+    return token if isinstance(token, AgentToken) else None
+
+
+def arguments_valid(arguments: dict[str, Any]) -> bool:
+    """The optional arguments a task does not use are still checked as the tool checks them."""
+    timeout = arguments.get("timeout_seconds", 0)
+    request_id = arguments.get("request_id", "-")
+    return (type(timeout) in (int, float) and 0 <= timeout <= api.LONG_POLL_MAX_SECONDS
+            and isinstance(request_id, str) and 1 <= len(request_id) <= external.REQUEST_ID_MAX)
+
+
+def plan_waited_on(*, token: AgentToken, tool: str, arguments: dict[str, Any]) -> int | None:
+    """The plan that `wait_for_decision` would wait on, or whose step `report_step_start` would be refused until an
+    operator approves it; None when the tool should answer itself (its arguments wrong, the plan not the agent's,
+    the step free to start)."""
+    if not set(arguments) <= TOOL_ARGUMENTS[tool] or not arguments_valid(arguments):
+        return None  # the tool refuses an unknown or invalid argument itself
+    close_old_connections()
+    try:
+        if tool == "wait_for_decision":
+            plan_id = arguments.get("plan_id")
+            if type(plan_id) is not int:
+                return None
+            try:
+                plan = external.agent_plan_get(agent=token.agent, plan_id=plan_id)
+            except (ExternalError, HttpError):
+                return None
+            return plan.pk
+        step_id = arguments.get("step_id")
+        if type(step_id) is not int:
+            return None
+        step = PlanStep.objects.select_related("plan").filter(pk=step_id, plan__agent_id=token.agent_id).first()
+        if step is None or step.status not in (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL):
+            return None
+        if step.status == PlanStep.Status.PENDING and not step.needs_approval(step.plan):
+            return None
+        return step.plan_id
+    finally:
+        close_old_connections()
+
+
+def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any]:
+    """The task's state from the plan: working while the next action is "wait", else completed with it."""
+    close_old_connections()
+    try:
+        agent = token.agent
+        plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
+        answer = external.plan_next(agent=agent, plan_id=plan_id, via=external.VIA_MCP)
+        plan.refresh_from_db(fields=["status", "updated_at"])
+    finally:
+        close_old_connections()
+    state: dict[str, Any] = {
+        "taskId": task_id, "createdAt": iso(plan.created_at), "lastUpdatedAt": iso(plan.updated_at),
+        "ttl": None, "pollInterval": TASK_POLL_MS}
+    if answer["action"] == "wait":
+        return {**state, "status": "working",
+                "statusMessage": f"Waiting: {answer.get('reason') or 'for an operator'}."}
+    decided = {"id": plan.pk, "version": plan.version, "status": plan.status, "decision": answer}
+    result = CallToolResult(content=[TextContent(text=decision_text(answer))], structured_content=decided)
+    return {**state, "status": "completed", "statusMessage": f"The operator's decision: {answer['action']}.",
+            "result": result.model_dump(by_alias=True, mode="json", exclude_none=True)}
+
+
+def decision_text(answer: dict[str, Any]) -> str:
+    action = answer["action"]
+    if action == "replan":
+        return f"replan: {answer.get('feedback') or 'the operator declined'}"
+    return str(action)
+
+
+class PlanTasks(Extension):
+    """`submit_plan` as a task for clients that declare the extension; `tasks/get` to follow it."""
+
+    identifier = TASKS_EXTENSION
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return (MethodBinding(method="tasks/get", params_type=GetTaskRequestParams, handler=self.task_get,
+                              protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS)),)
+
+    async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
+                                  call_next: CallNext) -> HandlerResult:
+        token = token_in(ctx)
+        if params.name not in TASKS_TOOLS or token is None or not task_declared(ctx):
+            return await call_next(ctx)
+        arguments = params.arguments or {}
+        if params.name == "submit_plan":
+            result = await call_next(ctx)
+            created = result.structured_content if isinstance(result, CallToolResult) and not result.is_error else None
+            plan_id = (created or {}).get("id")
+        else:  # wait_for_decision, report_step_start: a task instead of a wait or a refusal, else the tool's answer
+            result = None
+            plan_id = await sync_to_async(plan_waited_on)(token=token, tool=params.name, arguments=arguments)
+        if isinstance(plan_id, int):
+            task_id = task_id_for(agent_id=token.agent_id, plan_id=plan_id)
+            state = await sync_to_async(task_read)(token=token, plan_id=plan_id, task_id=task_id)
+            if state["status"] == "working":
+                return {"resultType": "task", **state}
+        return result if result is not None else await call_next(ctx)
+
+    async def task_get(self, ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
+        token = token_in(ctx)
+        task_id = params.task_id if isinstance(params, GetTaskRequestParams) else ""
+        plan_id = plan_id_of(task_id, agent_id=token.agent_id) if token is not None else None
+        if token is None or plan_id is None:
+            raise MCPError(INVALID_PARAMS, "Unknown task id. Nothing was changed.")
+        try:
+            state = await sync_to_async(task_read)(token=token, plan_id=plan_id, task_id=task_id)
+        except (ExternalError, HttpError) as exc:
+            raise MCPError(INVALID_PARAMS, str(getattr(exc, "message", exc))) from exc
+        return {"resultType": "complete", **state}
+
