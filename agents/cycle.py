@@ -105,6 +105,7 @@ from planning.services import (
     step_start,
     steps_request_approval,
 )
+from planning.services.a2a import a2a_cycle
 
 logger = logging.getLogger("planner.cycle")
 
@@ -117,10 +118,12 @@ def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
     """Drive one cycle; returns a short description of what happened (for logs and tests). `kind`: what the
     caller knows of the agent's kind (the runner, from its claim): a tool agent's cycle then reads only its
     row, not the persona read as well; a wrong guess costs that one read."""
-    rows = persona_rows(agent_id) if kind != Agent.Kind.TOOL else None
+    rows = persona_rows(agent_id) if kind not in (Agent.Kind.TOOL, Agent.Kind.A2A) else None
     agent = rows.agent if rows is not None else agent_read(agent_id)
     if agent.status != Agent.Status.RUNNING:
         return "not running"
+    if agent.kind == Agent.Kind.A2A:  # a remote agent: its task is followed, nothing planned here
+        return a2a_cycle(agent=agent, runner=runner)
     if agent.kind == Agent.Kind.PERSONA:
         if kind == Agent.Kind.TOOL:  # a wrong guess: the caller left the check for dead planning to tool_open_plan
             plans_interrupted_fail(agent_ids=[agent_id], runner=runner)

@@ -36,6 +36,7 @@ class Agent(models.Model):
         PERSONA = "persona", "Persona"
         TOOL = "tool", "Tool"
         EXTERNAL = "external", "External (API)"
+        A2A = "a2a", "Remote A2A agent"
 
     class ApprovalPolicy(models.TextChoices):
         PLAN = "plan", "An operator approves each plan"
@@ -73,6 +74,9 @@ class Agent(models.Model):
         default=list, blank=True, validators=[tools_known],
         help_text="Tool agents: the built-in tools (agents/tools.py) its plans may call; empty: every one",
     )
+    a2a_card = models.JSONField(default=dict, blank=True,
+                                help_text="Remote A2A agents: the agent card as read when the agent was added")
+    a2a_url = models.URLField(max_length=500, blank=True, help_text="Remote A2A agents: the agent card's address")
     approval_policy = models.CharField(
         max_length=16, choices=ApprovalPolicy, default=ApprovalPolicy.PLAN,
         help_text="External agents: whether a submitted plan waits for an operator's approval",

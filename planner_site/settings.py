@@ -275,6 +275,8 @@ NOTIFY_SWEEP_SECONDS = int(os.environ.get("NOTIFY_SWEEP_SECONDS", "1"))
 NOTIFY_RETRY_FIRST_SECONDS = int(os.environ.get("NOTIFY_RETRY_FIRST_SECONDS", "2"))
 NOTIFY_MAX_ATTEMPTS = int(os.environ.get("NOTIFY_MAX_ATTEMPTS", "6"))
 NOTIFY_TIMEOUT_SECONDS = float(os.environ.get("NOTIFY_TIMEOUT_SECONDS", "10"))
+# Remote A2A agents (docs/a2a-agents.md): how long one request to an agent may take.
+A2A_TIMEOUT_SECONDS = float(os.environ.get("A2A_TIMEOUT_SECONDS", "10"))
 # Each user has at most NOTIFY_MAX_CHANNELS_PER_USER channels; a Slack channel's URL must be on one of
 # SLACK_WEBHOOK_HOSTS (an Enterprise Grid may add its own).
 NOTIFY_MAX_CHANNELS_PER_USER = int(os.environ.get("NOTIFY_MAX_CHANNELS_PER_USER", "5"))
