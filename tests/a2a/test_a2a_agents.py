@@ -63,6 +63,9 @@ def test_an_operator_adds_an_a2a_agent_by_its_address(operator_client: Client, a
     assert agent.kind == Agent.Kind.A2A and agent.backstory == "Summarises the notes in a folder"
     created = PlanEvent.objects.get(agent=agent, kind=PlanEvent.Kind.AGENT_CREATED)
     assert created.actor_label == "olga" and agent_base in created.reason
+    page = operator_client.get(agent.get_absolute_url()).content.decode()
+    assert "Added the remote A2A agent Summary writer." in page and "Remote A2A agent" in page
+    assert "Summary writer" in operator_client.get(reverse("dashboard")).content.decode()
     # The same agent twice: refused, with the reason.
     again = operator_client.post(reverse("agent-a2a-new"), {"url": agent_base})
     assert again.status_code == 400 and "already exists" in again.content.decode()
