@@ -366,8 +366,11 @@ def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
         if "answer" in form.errors and form.data.get("answer", "").strip():
             return decision_refused(request, f"{form_errors(form)} Nothing was changed.", status=400)
         return decision_refused(request, "Write an answer to the planner's question. Nothing was changed.", status=400)
+    remote = plan.agent.kind == Agent.Kind.A2A
+    after = ("Answered the agent's question on {}; it is sent to the remote agent on the same task next cycle."
+             if remote else "Answered the planner's question on {}; the agent plans again with it next cycle.")
     return decision_apply(
-        request, plan, f"Answered the planner's question on {plan_named(plan)}; the agent plans again with it next cycle.",
+        request, plan, after.format(plan_named(plan)),
         lambda: services.plan_clarify(plan=plan, user=operator(request), answer=form.cleaned_data["answer"]),
     )
 

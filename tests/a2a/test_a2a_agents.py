@@ -97,8 +97,10 @@ def test_a_goal_is_sent_and_the_question_reaches_the_inbox(operator_client: Clie
 def test_the_answer_resumes_the_task_once(operator_client: Client, agent_base: str) -> None:
     a2a_agent.ANSWERS.clear()
     agent, plan = asking(operator_client, agent_base)
-    response = operator_client.post(reverse("plan-clarify", args=[plan.pk]), {"answer": "Markdown, please"})
-    assert response.status_code == 302
+    response = operator_client.post(reverse("inbox-plan-clarify", args=[plan.pk]), {"answer": "Markdown, please"},
+                                    headers={"HX-Request": "true"})
+    assert "Answer given to Summary writer; it is sent to the remote agent on the same task next cycle." in (
+        response.content.decode())
     # A second answer to the same question is refused, nothing sent twice.
     second = operator_client.post(reverse("plan-clarify", args=[plan.pk]), {"answer": "plain text"}, follow=True)
     assert "asks no question" in second.content.decode()
