@@ -108,6 +108,8 @@ def goal_send(*, agent: Agent, goal: Goal) -> str:
             locked.status = Plan.Status.FAILED
             locked.failure_reason = str(exc)
             locked.save(update_fields=["status", "failure_reason", "updated_at"])
+            # Abandoned, so that the operator may give it again when the agent is back.
+            Goal.objects.filter(pk=goal.pk, status=Goal.Status.ACTIVE).update(status=Goal.Status.ABANDONED)
             event_record(plan=locked, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=label, reason=str(exc))
         return f"send failed: {exc}"
     task = A2ATask.objects.create(plan=plan, task_id=view.task_id, context_id=view.context_id)

@@ -65,6 +65,7 @@ def test_an_operator_adds_an_a2a_agent_by_its_address(operator_client: Client, a
     assert created.actor_label == "olga" and agent_base in created.reason
     page = operator_client.get(agent.get_absolute_url()).content.decode()
     assert "Added the remote A2A agent Summary writer." in page and "Remote A2A agent" in page
+    assert f"A2A agent card: <a href=\"{agent_base}/.well-known/agent-card.json\"" in page
     assert "Summary writer" in operator_client.get(reverse("dashboard")).content.decode()
     # The same agent twice: refused, with the reason.
     again = operator_client.post(reverse("agent-a2a-new"), {"url": agent_base})
@@ -161,3 +162,17 @@ def test_an_address_that_serves_no_agent_card_is_refused(operator_client: Client
     response = operator_client.post(reverse("agent-a2a-new"), {"url": ""})
     assert response.status_code == 400
     assert not Agent.objects.exists()
+
+
+def test_an_agent_that_does_not_answer_fails_the_goal_with_the_reason(operator_client: Client, settings: Any) -> None:
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    with a2a_agent.served() as base:
+        agent = added(operator_client, base)
+    # The agent has gone away: the goal cannot be sent, and the operator is told so on the plan.
+    operator_client.post(reverse("agent-goal", args=[agent.pk]), {"description": "Summarise", "horizon": "short_term"})
+    assert agent_cycle(agent_id=agent.pk, runner="test runner").startswith("send failed")
+    plan = Plan.objects.get(agent=agent)
+    assert plan.status == Plan.Status.FAILED and "did not answer" in plan.failure_reason
+    assert plan.events.filter(kind=PlanEvent.Kind.PLAN_FAILED).count() == 1
+    assert agent_cycle(agent_id=agent.pk, runner="test runner") == "idle"  # not sent again and again
+    assert Goal.objects.get(pk=plan.goal_id).status == Goal.Status.ABANDONED  # it may be given again
