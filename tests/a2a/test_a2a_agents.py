@@ -15,6 +15,7 @@ from django.urls import reverse
 from agents.cycle import agent_cycle
 from agents.models import Agent
 from goals.models import Goal
+from planner_site import outbound
 from planning.models import A2ATask, Plan, PlanEvent
 from tests.a2a import a2a_agent
 from tests.a2a.a2a_agent import QUESTION
@@ -176,3 +177,21 @@ def test_an_agent_that_does_not_answer_fails_the_goal_with_the_reason(operator_c
     assert plan.events.filter(kind=PlanEvent.Kind.PLAN_FAILED).count() == 1
     assert agent_cycle(agent_id=agent.pk, runner="test runner") == "idle"  # not sent again and again
     assert Goal.objects.get(pk=plan.goal_id).status == Goal.Status.ABANDONED  # it may be given again
+
+
+def test_a_card_that_names_an_internal_interface_is_refused(operator_client: Client, settings: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The allow-list names the agent's host only; its card sends the messages to 127.0.0.1 itself, which the
+    guard refuses: nothing reaches that address, and the plan says why."""
+    monkeypatch.setattr(outbound, "resolve", lambda host, port: ["127.0.0.1"])
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["agent.test"]
+    a2a_agent.ANSWERS.clear()
+    with a2a_agent.served() as base:
+        agent = added(operator_client, base.replace("127.0.0.1", "agent.test"))
+        assert agent.a2a_url.startswith("http://agent.test:")
+        operator_client.post(reverse("agent-goal", args=[agent.pk]), {"description": "Summarise",
+                                                                      "horizon": "short_term"})
+        agent_cycle(agent_id=agent.pk, runner="test runner")
+    plan = Plan.objects.get(agent=agent)
+    assert plan.status == Plan.Status.FAILED and "inside this network" in plan.failure_reason
+    assert not A2ATask.objects.exists()
