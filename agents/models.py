@@ -30,7 +30,8 @@ def tools_known(value: object) -> None:
 
 class Agent(models.Model):
     """An agent the runner drives in cycles: a simulated person (persona) or a tool user (tool); or an
-    external agent (external) that runs elsewhere and plans, asks and reports through the HTTP API."""
+    external agent (external) that runs elsewhere and plans, asks and reports through the HTTP API; or a remote A2A
+    agent (a2a) the runner sends goals and answers to as A2A messages, following its tasks (docs/a2a-agents.md)."""
 
     class Kind(models.TextChoices):
         PERSONA = "persona", "Persona"

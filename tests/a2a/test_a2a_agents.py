@@ -117,6 +117,8 @@ def test_the_answer_resumes_the_task_once(operator_client: Client, agent_base: s
     assert kinds[-1] == PlanEvent.Kind.PLAN_COMPLETED
     states = [e.detail["diff"]["state"] for e in plan.events.filter(kind=PlanEvent.Kind.TASK_STATE).order_by("pk")]
     assert states[-1] == [states[-2][1], "completed"]
+    audit = operator_client.get(reverse("audit"), {"kind": "task_state"}).content.decode()
+    assert "Remote task state changed" in audit and "Summary writer (A2A)" in audit and "summary.md written" in audit
     agent_cycle(agent_id=agent.pk, runner="test runner")  # nothing more to do: idle, nothing sent again
     assert a2a_agent.ANSWERS == ["Markdown, please"]
 
