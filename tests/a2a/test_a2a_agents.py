@@ -197,3 +197,18 @@ def test_a_card_that_names_an_internal_interface_is_refused(operator_client: Cli
     plan = Plan.objects.get(agent=agent)
     assert plan.status == Plan.Status.FAILED and "inside this network" in plan.failure_reason
     assert not A2ATask.objects.exists()
+
+
+def test_auth_required_is_a_question_too(operator_client: Client) -> None:
+    from agents.a2a_remote import TaskView
+    from planning.services.a2a import task_apply
+
+    agent = Agent.objects.create(name="Billing agent", kind=Agent.Kind.A2A, a2a_url="https://billing.example/")
+    plan = Plan.objects.create(agent=agent, goal_text="Pay the invoice", status=Plan.Status.ACTIVE)
+    task = A2ATask.objects.create(plan=plan, task_id="t-1", state="working")
+    task_apply(task_id=task.pk, agent=agent, view=TaskView(task_id="t-1", context_id="c-1", state="auth-required",
+                                                            status_text="Sign in to the bank first, then say done"))
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.CLARIFYING
+    assert plan.clarification_question == "Sign in to the bank first, then say done"
+    assert "Sign in to the bank first" in operator_client.get(reverse("inbox")).content.decode()
