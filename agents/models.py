@@ -30,12 +30,14 @@ def tools_known(value: object) -> None:
 
 class Agent(models.Model):
     """An agent the runner drives in cycles: a simulated person (persona) or a tool user (tool); or an
-    external agent (external) that runs elsewhere and plans, asks and reports through the HTTP API."""
+    external agent (external) that runs elsewhere and plans, asks and reports through the HTTP API; or a remote A2A
+    agent (a2a) the runner sends goals and answers to as A2A messages, following its tasks (docs/a2a-agents.md)."""
 
     class Kind(models.TextChoices):
         PERSONA = "persona", "Persona"
         TOOL = "tool", "Tool"
         EXTERNAL = "external", "External (API)"
+        A2A = "a2a", "Remote A2A agent"
 
     class ApprovalPolicy(models.TextChoices):
         PLAN = "plan", "An operator approves each plan"
@@ -77,6 +79,9 @@ class Agent(models.Model):
         default=list, blank=True, validators=[tools_known],
         help_text="Tool agents: the built-in tools (agents/tools.py) its plans may call; empty: every one",
     )
+    a2a_card = models.JSONField(default=dict, blank=True,
+                                help_text="Remote A2A agents: the agent card as read when the agent was added")
+    a2a_url = models.URLField(max_length=500, blank=True, help_text="Remote A2A agents: the agent card's address")
     approval_policy = models.CharField(
         max_length=16, choices=ApprovalPolicy, default=ApprovalPolicy.PLAN,
         help_text="External agents: whether a submitted plan waits for an operator's approval",

@@ -73,6 +73,14 @@ class AgentCreateForm(forms.Form):
     )
 
 
+class A2AAgentAddForm(forms.Form):
+    """The New agent page's Add a remote A2A agent: the address of its agent card (docs/a2a-agents.md)."""
+
+    url = TextField(label="Agent card address", max_length=500, strip=True,
+                    widget=forms.URLInput(attrs={"placeholder": "e.g. https://agent.example.com/.well-known/agent-card.json",
+                                                 "autocomplete": "off"}))
+
+
 class WorkspaceUploadForm(forms.Form):
     """The agent page's Upload files: the files come from request.FILES ("files"), the rest from here."""
 

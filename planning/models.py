@@ -309,6 +309,7 @@ class PlanEvent(models.Model):
         FILES_UPLOADED = "files_uploaded", "Files uploaded"
         TOKEN_ISSUED = "token_issued", "API token issued"
         ROLES_CHANGED = "roles_changed", "Roles changed"
+        TASK_STATE = "task_state", "Remote task state changed"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by
@@ -354,3 +355,20 @@ def steps_done_q() -> Q:
     """steps_done as a Count filter over a plan's steps."""
     return Q(steps__status=PlanStep.Status.COMPLETED) | (
         Q(steps__status=PlanStep.Status.SKIPPED) & ~Q(status=Plan.Status.CANCELLED))
+
+
+class A2ATask(models.Model):
+    """The A2A task a remote A2A agent works on for one plan (docs/a2a-agents.md): what the runner last read of
+    it, so that each new state, message and artifact is recorded once."""
+
+    plan = models.OneToOneField(Plan, on_delete=models.CASCADE, related_name="a2a_task")
+    task_id = models.CharField(max_length=200)
+    context_id = models.CharField(max_length=200, blank=True)
+    state = models.CharField(max_length=24, blank=True,
+                             help_text="The task's state as last read; \"answered\": the operator's answer sent")
+    messages_seen = models.PositiveIntegerField(default=0)
+    artifacts_seen = models.JSONField(default=list, blank=True, help_text="The ids of the artifacts recorded")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"A2A task {self.task_id} ({self.state})"

@@ -21,6 +21,7 @@ from goals.models import Goal
 from planner_site.roles import DECIDE_PERMISSION
 from planning import services
 from planning.forms import (
+    A2AAgentAddForm,
     AgentCreateForm,
     AgentStatusForm,
     ApproveplanForm,
@@ -42,6 +43,7 @@ from planning.selectors import (
     dashboard_page_counted,
     plan_context,
 )
+from planning.services import a2a as a2a_services
 from planning.steer_selectors import goal_queue
 from policies import services as policy_services
 
@@ -96,8 +98,25 @@ def agent_new(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created the tool agent {agent.name}. Upload its files, then give it a goal.")
             return redirect(agent)
-    return render(request, "planning/agent_new.html", {"form": form},
+    return render(request, "planning/agent_new.html", {"form": form, "a2a_form": A2AAgentAddForm()},
                   status=400 if request.method == "POST" else 200)
+
+
+@require_POST
+@permission_required("agents.add_agent", raise_exception=True)
+def agent_a2a_new(request: HttpRequest) -> HttpResponse:
+    """Add a remote A2A agent by its agent card's address (read now, through the outbound guard)."""
+    a2a_form = A2AAgentAddForm(request.POST)
+    if a2a_form.is_valid():
+        try:
+            agent = a2a_services.agent_a2a_add(user=operator(request), url=a2a_form.cleaned_data["url"])
+        except services.DecisionError as exc:
+            a2a_form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Added the remote A2A agent {agent.name}. Give it a goal: it is sent to the "
+                                      "agent as a message.")
+            return redirect(agent)
+    return render(request, "planning/agent_new.html", {"form": AgentCreateForm(), "a2a_form": a2a_form}, status=400)
 
 
 @require_POST
@@ -347,8 +366,11 @@ def plan_clarify_view(request: HttpRequest, pk: int) -> HttpResponse:
         if "answer" in form.errors and form.data.get("answer", "").strip():
             return decision_refused(request, f"{form_errors(form)} Nothing was changed.", status=400)
         return decision_refused(request, "Write an answer to the planner's question. Nothing was changed.", status=400)
+    remote = plan.agent.kind == Agent.Kind.A2A
+    after = ("Answered the agent's question on {}; it is sent to the remote agent on the same task next cycle."
+             if remote else "Answered the planner's question on {}; the agent plans again with it next cycle.")
     return decision_apply(
-        request, plan, f"Answered the planner's question on {plan_named(plan)}; the agent plans again with it next cycle.",
+        request, plan, after.format(plan_named(plan)),
         lambda: services.plan_clarify(plan=plan, user=operator(request), answer=form.cleaned_data["answer"]),
     )
 

@@ -149,8 +149,10 @@ def inbox_plan_clarify(request: HttpRequest, pk: int) -> HttpResponse:
         note = "Write an answer to the planner's question. Nothing was changed."
         context = inbox_context(flash=[("error", note)], announce=note, oob=True)
         return render(request, "planning/inbox_decided.html", context, status=400)
+    after = ("it is sent to the remote agent on the same task next cycle" if plan.agent.kind == Agent.Kind.A2A
+             else "the agent plans again with it next cycle")
     return inbox_decide(
-        request, plan, f"Answer given to {plan.agent.name}; the agent plans again with it next cycle.",
+        request, plan, f"Answer given to {plan.agent.name}; {after}.",
         lambda: services.plan_clarify(plan=plan, user=operator(request), answer=form.cleaned_data["answer"]),
     )
 

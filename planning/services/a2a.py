@@ -1,0 +1,185 @@
+"""Remote A2A agents (docs/a2a-agents.md): an operator adds one by its agent card's address; the runner gives
+each of its goals to the agent as an A2A message and follows the task it starts, one plan per task.
+
+- The task's agent messages and artifacts become the plan's completed steps, each with its text as the result.
+- Each new task state is a "Remote task state changed" event with the diff of the state.
+- `input-required` or `auth-required`: the plan needs clarification, with the agent's question; it is in the
+  inbox like a planner's question, and the operator's answer (plan_clarify) goes back to the agent as a message
+  on the same task at the agent's next cycle.
+- A cancelled plan's task is cancelled on the agent at the next cycle.
+- `completed` completes the plan and its goal; `failed` or `rejected` fails the plan (the goal is abandoned: the
+  agent said it would not or could not); `canceled` by the agent cancels the plan.
+
+The network calls are made outside any transaction; what they return is written in one transaction each."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+
+from agents import a2a_remote
+from agents.a2a_remote import ASKING, TERMINAL, RemoteError, TaskView
+from agents.models import Agent
+from goals.models import Goal
+from planning.models import A2ATask, Plan, PlanEvent, PlanStep
+from planning.services.agents import agent_waiting_set
+from planning.services.errors import DecisionError
+from planning.services.events import event_agent_record, event_record
+from planning.services.transactions import plan_lock
+
+
+def agent_label(agent: Agent) -> str:
+    return f"{agent.name} (A2A)"
+
+
+def agent_a2a_add(*, user: User, url: str) -> Agent:
+    """Add a remote A2A agent by the address of its agent card (read now, through the outbound guard): named
+    as its card names it, running. Recorded as an `Agent created` event naming the operator."""
+    if not url.strip():
+        raise DecisionError("Give the agent card's address. Nothing was changed.")
+    try:
+        card = a2a_remote.card_fetch(url)
+    except RemoteError as exc:
+        raise DecisionError(str(exc)) from None
+    name = " ".join(card.name.split())[:100]
+    if Agent.objects.filter(name__iexact=name).exists():
+        raise DecisionError(f"An agent named {name} already exists. Nothing was changed.")
+    try:
+        with transaction.atomic():
+            agent = Agent.objects.create(name=name, backstory=card.description[:2000], kind=Agent.Kind.A2A,
+                                         a2a_url=card.url, a2a_card=card.card_json)
+            event_agent_record(agent=agent, kind=PlanEvent.Kind.AGENT_CREATED, actor=user,
+                               reason=f"Remote A2A agent {name} added from {card.url}",
+                               detail={"a2a_url": card.url, "diff": {"created": ["", name]}})
+    except IntegrityError:
+        raise DecisionError(f"An agent named {name} already exists. Nothing was changed.") from None
+    return agent
+
+
+def a2a_cycle(*, agent: Agent, runner: str) -> str:
+    """One cycle of a remote A2A agent: cancel the tasks of cancelled plans, then give the next goal to the
+    agent, or send the operator's answer, or read the open task; what is new is recorded."""
+    for cancelled in A2ATask.objects.filter(plan__agent=agent, plan__status=Plan.Status.CANCELLED).exclude(
+            state__in=TERMINAL).select_related("plan"):
+        try:
+            view = a2a_remote.task_cancel(agent.a2a_card, cancelled.task_id)
+        except RemoteError as exc:
+            return f"cancel failed: {exc}"
+        task_apply(task_id=cancelled.pk, view=view, agent=agent)
+    plan = Plan.objects.filter(agent=agent, status__in=Plan.OPEN_STATUSES).order_by("created_at").first()
+    if plan is None:
+        goal = Goal.objects.filter(agent=agent, status=Goal.Status.ACTIVE, plans__isnull=True).order_by(
+            "created_at").first()
+        if goal is None:
+            return "idle"
+        return goal_send(agent=agent, goal=goal)
+    task = A2ATask.objects.filter(plan=plan).first()
+    if task is None:
+        return "open plan without a task"
+    if plan.status == Plan.Status.CLARIFYING:
+        return "waits for the operator's answer"
+    try:
+        if task.state in ASKING and plan.clarification_answer:
+            view = a2a_remote.message_send(agent.a2a_card, plan.clarification_answer, task_id=task.task_id,
+                                           context_id=task.context_id)
+            A2ATask.objects.filter(pk=task.pk).update(state=a2a_remote.ANSWERED)  # never sent twice
+        else:
+            view = a2a_remote.task_get(agent.a2a_card, task.task_id)
+    except RemoteError as exc:
+        agent_waiting_set(agent_id=agent.pk, reason=f"the A2A agent did not answer: {exc}")
+        return f"unreachable: {exc}"
+    task_apply(task_id=task.pk, view=view, agent=agent)
+    return f"task {view.state}"
+
+
+def goal_send(*, agent: Agent, goal: Goal) -> str:
+    """A plan for the goal, then the goal sent to the agent as a message; a send that fails fails the plan."""
+    label = agent_label(agent)
+    with transaction.atomic():
+        plan = Plan.objects.create(agent=agent, goal=goal, goal_text=goal.description, status=Plan.Status.ACTIVE,
+                                   model=f"remote A2A agent {agent.name}", approval_mode=Plan.ApprovalMode.ALL)
+        event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=label,
+                     reason="goal sent to the remote agent as an A2A message", detail={"version": 1})
+    try:
+        view = a2a_remote.message_send(agent.a2a_card, goal.description)
+    except RemoteError as exc:
+        with transaction.atomic():
+            locked = plan_lock(plan.pk)
+            locked.status = Plan.Status.FAILED
+            locked.failure_reason = str(exc)
+            locked.save(update_fields=["status", "failure_reason", "updated_at"])
+            # Abandoned, so that the operator may give it again when the agent is back.
+            Goal.objects.filter(pk=goal.pk, status=Goal.Status.ACTIVE).update(status=Goal.Status.ABANDONED)
+            event_record(plan=locked, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=label, reason=str(exc))
+        return f"send failed: {exc}"
+    task = A2ATask.objects.create(plan=plan, task_id=view.task_id, context_id=view.context_id)
+    task_apply(task_id=task.pk, view=view, agent=agent)
+    return f"task {view.state}"
+
+
+@transaction.atomic
+def task_apply(*, task_id: int, view: TaskView, agent: Agent) -> None:
+    """Record what is new in the task: its agent messages and artifacts as completed steps, its new state as an
+    event with the diff, and what the state means for the plan."""
+    task = A2ATask.objects.select_for_update().get(pk=task_id)
+    plan = plan_lock(task.plan_id)
+    label = agent_label(agent)
+    position = plan.steps.count()
+    new_steps: list[tuple[str, str, str]] = []  # key, description, result
+    for index, (role, text) in enumerate(view.messages[task.messages_seen:], start=task.messages_seen):
+        if role == "agent" and text and text != plan.clarification_question:
+            new_steps.append((f"m{index + 1}", text, text))
+    for artifact_id, name, text in view.artifacts:
+        if artifact_id not in task.artifacts_seen:
+            task.artifacts_seen.append(artifact_id)
+            new_steps.append((f"a{len(task.artifacts_seen)}", f"Artifact {name or artifact_id}", text))
+    for key, description, result in new_steps:
+        position += 1
+        step = PlanStep.objects.create(plan=plan, key=key[:32], position=position, description=description[:500],
+                                       status=PlanStep.Status.COMPLETED, result=result[:20000])
+        event_record(plan=plan, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label=label, step=step,
+                     reason=description[:4000])
+    task.messages_seen = max(task.messages_seen, len(view.messages))
+    old_state, task.state = task.state, view.state
+    task.save(update_fields=["messages_seen", "artifacts_seen", "state", "updated_at"])
+    if old_state == view.state:
+        return
+    event_record(plan=plan, kind=PlanEvent.Kind.TASK_STATE, actor_label=label, reason=view.status_text[:4000],
+                 detail={"task": view.task_id, "diff": {"state": [old_state, view.state]}})
+    if view.state in ASKING and plan.is_open:
+        question = view.status_text or f"The agent's task is {view.state}; it gave no question."
+        plan.status = Plan.Status.CLARIFYING
+        plan.clarification_question = question[:4000]
+        plan.clarification_answer = ""
+        plan.replan_reason = ""
+        plan.save(update_fields=["status", "clarification_question", "clarification_answer", "replan_reason",
+                                 "updated_at"])
+        agent_waiting_set(agent_id=agent.pk, reason=f"plan v{plan.version} asks: {question}")
+        event_record(plan=plan, kind=PlanEvent.Kind.CLARIFICATION_ASKED, actor_label=label, reason=question[:4000],
+                     detail={"question": question, "task_state": view.state})
+    elif view.state not in TERMINAL:
+        if plan.replan_reason:  # an answer the agent has now received
+            plan.replan_reason = ""
+            plan.save(update_fields=["replan_reason", "updated_at"])
+        agent_waiting_set(agent_id=agent.pk, reason="")
+    elif plan.is_open:
+        terminal_apply(plan=plan, view=view, label=label)
+
+
+def terminal_apply(*, plan: Plan, view: TaskView, label: str) -> None:
+    """The task ended on the agent's side: the plan ends as the task did."""
+    if view.state == a2a_remote.COMPLETED:
+        plan.status, kind, goal_status = Plan.Status.COMPLETED, PlanEvent.Kind.PLAN_COMPLETED, Goal.Status.COMPLETED
+    elif view.state == a2a_remote.CANCELED:
+        plan.status, kind, goal_status = Plan.Status.CANCELLED, PlanEvent.Kind.PLAN_CANCELLED, Goal.Status.ABANDONED
+    else:
+        plan.status, kind, goal_status = Plan.Status.FAILED, PlanEvent.Kind.PLAN_FAILED, Goal.Status.ABANDONED
+        plan.failure_reason = view.status_text or f"the agent's task is {view.state}"
+    plan.replan_reason = ""
+    plan.save(update_fields=["status", "failure_reason", "replan_reason", "updated_at"])
+    PlanStep.objects.filter(plan=plan, status=PlanStep.Status.PENDING).update(status=PlanStep.Status.SKIPPED)
+    if plan.goal_id:
+        Goal.objects.filter(pk=plan.goal_id, status=Goal.Status.ACTIVE).update(status=goal_status)
+    agent_waiting_set(agent_id=plan.agent_id, reason="")
+    event_record(plan=plan, kind=kind, actor_label=label, reason=view.status_text[:4000],
+                 detail={"task": view.task_id, "task_state": view.state})

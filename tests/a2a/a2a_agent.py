@@ -1,0 +1,83 @@
+"""A small remote A2A agent for the tests, written with the official a2a-sdk's server and served on loopback by
+uvicorn in a thread: it plans a few file steps (a status message and a plan artifact), asks which format the
+summary should use (input-required), then writes the summary (an artifact) and completes after the answer."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+from a2a.helpers.proto_helpers import new_task
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandlerV2
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, TaskState
+from starlette.applications import Starlette
+
+QUESTION = "Which format should the summary use: Markdown or plain text?"
+ANSWERS: list[str] = []  # what the agent was told, in order (the tests read it)
+CANCELLED: list[str] = []  # the tasks cancelled on the agent
+
+
+class FileAgent(AgentExecutor):
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        if context.current_task is None:
+            assert context.message is not None
+            await event_queue.enqueue_event(new_task(task_id, context_id, TaskState.TASK_STATE_SUBMITTED,
+                                                     history=[context.message]))
+            await updater.start_work(updater.new_agent_message([Part(text="Planned 3 steps: read notes.txt, "
+                                                                          "outline the summary, write summary.md")]))
+            await updater.add_artifact([Part(text="1. read notes.txt\n2. outline\n3. write summary.md")], name="plan")
+            await updater.requires_input(updater.new_agent_message([Part(text=QUESTION)]))
+            return
+        answer = context.get_user_input()
+        ANSWERS.append(answer)
+        await updater.start_work(updater.new_agent_message([Part(text=f"Writing summary.md as {answer}")]))
+        await updater.add_artifact([Part(text=f"# Summary ({answer})\nThree notes, one line each.")],
+                                   name="summary.md")
+        await updater.complete(updater.new_agent_message([Part(text="summary.md written")]))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        CANCELLED.append(context.task_id or "")
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+
+def app_for(base: str) -> Starlette:
+    card = AgentCard(name="Summary writer", description="Summarises the notes in a folder", version="1.0",
+                     supported_interfaces=[AgentInterface(url=f"{base}/a2a", protocol_binding="JSONRPC",
+                                                          protocol_version="1.0")],
+                     capabilities=AgentCapabilities(streaming=False), default_input_modes=["text/plain"],
+                     default_output_modes=["text/plain"],
+                     skills=[AgentSkill(id="summarise", name="Summarise notes", description="Summarises notes",
+                                        tags=["files"])])
+    handler = DefaultRequestHandlerV2(agent_executor=FileAgent(), task_store=InMemoryTaskStore(), agent_card=card)
+    return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/a2a")])
+
+
+@contextmanager
+def served() -> Iterator[str]:
+    """The agent on a free loopback port: yields its base address."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    server = uvicorn.Server(uvicorn.Config(app_for(base), host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield base
+    finally:
+        server.should_exit = True
+        thread.join(5)
