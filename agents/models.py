@@ -36,6 +36,7 @@ class Agent(models.Model):
         PERSONA = "persona", "Persona"
         TOOL = "tool", "Tool"
         EXTERNAL = "external", "External (API)"
+        AGUI = "agui", "Remote (AG-UI)"
 
     class ApprovalPolicy(models.TextChoices):
         PLAN = "plan", "An operator approves each plan"
@@ -293,3 +294,7 @@ class ApiRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} {self.request_id}: {self.operation}"
+
+
+# Remote AG-UI agents' rows (docs/agui-agents.md), registered with this app.
+from agents import agui_models  # noqa: E402, F401

@@ -309,6 +309,7 @@ class PlanEvent(models.Model):
         FILES_UPLOADED = "files_uploaded", "Files uploaded"
         TOKEN_ISSUED = "token_issued", "API token issued"
         ROLES_CHANGED = "roles_changed", "Roles changed"
+        AGENT_REPORTED = "agent_reported", "Reported by the agent"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by

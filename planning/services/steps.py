@@ -120,6 +120,10 @@ def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]
     if problems:
         return problems, []
     agent = plan.agent
+    if agent.kind == Agent.Kind.AGUI:
+        # A remote AG-UI agent's tools are its own, unknown here: each value's form is checked, and the agent
+        # gets the edited arguments in its resume[] (planning/services/agui.py).
+        return [], []
     edited = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.get_fields() if f.concrete})
     for name, value in changes.items():
         setattr(edited, name, value)
