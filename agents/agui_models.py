@@ -10,7 +10,7 @@ from django.db import models
 class AguiAgent(models.Model):
     """An agent of kind "agui": the dashboard POSTs RunAgentInput to `url` and reads the run's event stream."""
 
-    agent = models.OneToOneField("agents.Agent", on_delete=models.CASCADE, primary_key=True, related_name="agui")
+    agent = models.OneToOneField("agents.Agent", on_delete=models.CASCADE, related_name="agui")
     url = models.URLField(max_length=500, help_text="Where the agent takes runs (HTTP POST, SSE answer)")
     thread_id = models.CharField(max_length=100, blank=True, help_text="The thread of the current goal's runs")
     plan = models.ForeignKey("planning.Plan", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
