@@ -140,6 +140,8 @@ def test_goal_runs_the_agent_steps_show_and_the_edited_approval_resumes_it_once(
     remote, url = file_agent
     agent = agui_added(operator_client, url)
     assert agent.kind == Agent.Kind.AGUI
+    page = operator_client.get(agent.get_absolute_url()).content.decode()
+    assert "Remote (AG-UI)" in page and "Give goal" in page
     plan = goal_given(operator_client, agent, "sum up the release notes into a summary file, please")
 
     assert len(remote.runs) == 1
@@ -277,3 +279,13 @@ def test_resume_entry_carries_the_answer() -> None:
         "interruptId": "i", "status": "resolved", "payload": {"approved": True, "arguments": {"path": "x"}}}
     assert resume_entry(interrupt_id="i", approved=False, feedback="no").model_dump(by_alias=True)["payload"] == {
         "approved": False, "feedback": "no"}
+
+
+@pytest.mark.django_db
+def test_no_runner_drives_an_agui_agent(operator_client: Any, settings: Any) -> None:
+    from agents.runtime.cycles import agents_driven
+
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    agent = agui_added(operator_client, "http://127.0.0.1:9/agent", name="Remote one")
+    assert agent.status == Agent.Status.RUNNING
+    assert not agents_driven().filter(pk=agent.pk).exists()
