@@ -162,6 +162,10 @@ def test_goal_runs_the_agent_steps_show_and_the_edited_approval_resumes_it_once(
     assert "May I write summary.txt?" in inbox
     write = steps[2]
 
+    # Skipping is no answer to the agent: refused, the interrupt still waits.
+    skipped = operator_client.post(reverse("step-skip", args=[write.pk]), {"reason": "later"}, HTTP_HX_REQUEST="true")
+    assert skipped.status_code == 409 and "approve it or decline it" in skipped.content.decode()
+
     # A viewer may not decide: refused, nothing sent to the agent.
     assert viewer_client.post(reverse("inbox-step-approve", args=[write.pk])).status_code == 403
     assert len(remote.runs) == 1
