@@ -81,7 +81,7 @@ def agui_goal_plan(*, agent: Agent, user: User, description: str) -> tuple[Plan,
         raise DecisionError("Describe the goal. Nothing was changed.")
     if problem := text_problem(description, max_length=500):
         raise DecisionError(f"The goal {problem}. Nothing was changed.")
-    remote = AguiAgent.objects.select_for_update().select_related("agent", "plan").get(agent_id=agent.pk)
+    remote = AguiAgent.objects.select_for_update(of=("self",)).select_related("agent", "plan").get(agent_id=agent.pk)
     agent = remote.agent
     if agent.status != Agent.Status.RUNNING:
         raise DecisionError(f"{agent.name} is {agent.get_status_display().lower()}; resume it first. "
@@ -137,7 +137,7 @@ def agui_drive(*, agent_id: int, body: RunAgentInput) -> None:
 
 
 def remote_locked(agent_id: int) -> tuple[AguiAgent, Plan | None]:
-    remote = AguiAgent.objects.select_for_update().select_related("agent").get(agent_id=agent_id)
+    remote = AguiAgent.objects.select_for_update(of=("self",)).select_related("agent").get(agent_id=agent_id)
     plan = Plan.objects.select_for_update().get(pk=remote.plan_id) if remote.plan_id else None
     return remote, plan
 
@@ -278,7 +278,7 @@ def agui_decision_record(*, step: PlanStep, user: User, approved: bool, feedback
                          seen_steps: str | None = None) -> tuple[PlanEvent, list[ResumeEntry] | None]:
     """The decision on an interrupt's step, once: the step approved or declined (the services every agent's
     steps use) and the resume entry kept; the entries to send when every interrupt of its run is decided."""
-    interrupt = AguiInterrupt.objects.select_for_update().select_related("decided_by").get(step_id=step.pk)
+    interrupt = AguiInterrupt.objects.select_for_update(of=("self",)).select_related("decided_by").get(step_id=step.pk)
     if interrupt.decided_at is not None:
         by = actor_name(interrupt.decided_by) if interrupt.decided_by else "an operator"
         raise DecisionError(f"This interrupt was already answered by {by}; the agent is resumed once. "
