@@ -38,6 +38,7 @@ class Agent(models.Model):
         TOOL = "tool", "Tool"
         EXTERNAL = "external", "External (API)"
         A2A = "a2a", "Remote A2A agent"
+        AGUI = "agui", "Remote (AG-UI)"
 
     class ApprovalPolicy(models.TextChoices):
         PLAN = "plan", "An operator approves each plan"
@@ -302,3 +303,7 @@ class ApiRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} {self.request_id}: {self.operation}"
+
+
+# Remote AG-UI agents' rows (docs/agui-agents.md), registered with this app.
+from agents import agui_models  # noqa: E402, F401

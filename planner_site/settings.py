@@ -294,6 +294,11 @@ SLACK_WEBHOOK_HOSTS = [h.strip().lower() for h in os.environ.get("SLACK_WEBHOOK_
 OUTBOUND_ALLOWED_NETWORKS = [n.strip() for n in os.environ.get("OUTBOUND_ALLOWED_NETWORKS", "").split(",")
                              if n.strip()]
 OUTBOUND_MAX_PER_MINUTE = int(os.environ.get("OUTBOUND_MAX_PER_MINUTE", "30"))
+# Remote AG-UI agents (docs/agui-agents.md): seconds to connect, to wait between two events of a run, and at
+# most for one run's whole stream.
+AGUI_CONNECT_TIMEOUT_SECONDS = float(os.environ.get("AGUI_CONNECT_TIMEOUT_SECONDS", "5"))
+AGUI_READ_TIMEOUT_SECONDS = float(os.environ.get("AGUI_READ_TIMEOUT_SECONDS", "60"))
+AGUI_RUN_MAX_SECONDS = float(os.environ.get("AGUI_RUN_MAX_SECONDS", "300"))
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

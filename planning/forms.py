@@ -12,7 +12,7 @@ from agents.tools import TOOLS
 from goals.models import Goal
 from planner_site.formfields import TextField
 from planner_site.validators import JSON_MAX_CHARS, InputError, json_parse
-from planning.models import Plan
+from planning.models import Plan, PlanStep
 
 
 class DeclineForm(forms.Form):
@@ -49,6 +49,8 @@ def agent_tool_names(agent: Agent) -> list[str]:
     given some), else the built-in ones."""
     if agent.kind == Agent.Kind.EXTERNAL:
         return sorted(str(t.get("name", "")) for t in agent.declared_tools)
+    if agent.kind == Agent.Kind.AGUI:  # a remote AG-UI agent's tools: those its runs called
+        return sorted(set(PlanStep.objects.filter(plan__agent=agent).exclude(tool="").values_list("tool", flat=True)))
     if agent.kind == Agent.Kind.TOOL and agent.tools:
         return sorted(t for t in agent.tools if t in TOOLS)
     return sorted(TOOLS)
@@ -57,6 +59,15 @@ def agent_tool_names(agent: Agent) -> list[str]:
 def tool_choice(name: str) -> tuple[str, str]:
     spec = TOOLS[name]
     return name, f"{name}: {spec.description} ({'risky: waits for approval' if spec.risky else 'safe: reads only'})"
+
+
+class AguiAgentForm(forms.Form):
+    """The New agent page's remote AG-UI agent: a name and the URL that takes its runs."""
+
+    name = TextField(label="Name", max_length=100, strip=True,
+                     widget=forms.TextInput(attrs={"placeholder": "e.g. Release helper", "autocomplete": "off"}))
+    url = forms.CharField(label="Agent URL", max_length=500, strip=True,
+                          widget=forms.URLInput(attrs={"placeholder": "https://agent.example.com/run"}))
 
 
 class AgentCreateForm(forms.Form):

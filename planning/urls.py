@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("agents/new/", views.agent_new, name="agent-new"),
     path("agents/new/a2a/", views.agent_a2a_new, name="agent-a2a-new"),
+    path("agents/new/agui/", views.agui_agent_new, name="agui-agent-new"),
     path("glance/", views.dashboard_glance_view, name="dashboard-glance"),
     path("agents/<int:pk>/", views.agent_detail, name="agent-detail"),
     path("agents/<int:pk>/workspace/", views.agent_upload_view, name="agent-upload"),

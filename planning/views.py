@@ -24,6 +24,7 @@ from planning.forms import (
     A2AAgentAddForm,
     AgentCreateForm,
     AgentStatusForm,
+    AguiAgentForm,
     ApproveplanForm,
     ClarifyForm,
     DeclineForm,
@@ -44,6 +45,7 @@ from planning.selectors import (
     plan_context,
 )
 from planning.services import a2a as a2a_services
+from planning.services import agui
 from planning.steer_selectors import goal_queue
 from policies import services as policy_services
 
@@ -98,7 +100,8 @@ def agent_new(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Created the tool agent {agent.name}. Upload its files, then give it a goal.")
             return redirect(agent)
-    return render(request, "planning/agent_new.html", {"form": form, "a2a_form": A2AAgentAddForm()},
+    return render(request, "planning/agent_new.html",
+                  {"form": form, "a2a_form": A2AAgentAddForm(), "agui_form": AguiAgentForm()},
                   status=400 if request.method == "POST" else 200)
 
 
@@ -116,7 +119,7 @@ def agent_a2a_new(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Added the remote A2A agent {agent.name}. Give it a goal: it is sent to the "
                                       "agent as a message.")
             return redirect(agent)
-    return render(request, "planning/agent_new.html", {"form": AgentCreateForm(), "a2a_form": a2a_form}, status=400)
+    return render(request, "planning/agent_new.html", {"form": AgentCreateForm(), "a2a_form": a2a_form, "agui_form": AguiAgentForm()}, status=400)
 
 
 @require_POST
@@ -251,7 +254,7 @@ def step_approve_view(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     return decision_apply(
         request, step.plan, f"Approved step {step.key} of {plan_named(step.plan)}.",
-        lambda: services.step_approve(step=step, user=operator(request), seen_steps=seen_steps(request)),
+        lambda: agui.step_approve_routed(step=step, user=operator(request), seen_steps=seen_steps(request)),
     )
 
 
@@ -265,7 +268,7 @@ def step_decline_view(request: HttpRequest, pk: int) -> HttpResponse:
         return decision_refused(request, message + " Nothing was changed.", status=400)
     return decision_apply(
         request, step.plan, f"Declined step {step.key} of {plan_named(step.plan)}; the agent replans with your feedback.",
-        lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
+        lambda: agui.step_decline_routed(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
     )
 
 
@@ -338,6 +341,8 @@ def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, form_errors(form))
         return redirect(agent)
+    if agent.kind == Agent.Kind.AGUI:
+        return agui_goal_view(request, agent, form.cleaned_data["description"])
     try:
         goal = services.agent_give_goal(agent=agent, user=operator(request),
                                         description=form.cleaned_data["description"], horizon=form.cleaned_data["horizon"])
@@ -346,6 +351,37 @@ def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect(agent)
     messages.success(request, goal_given_note(goal))
     return redirect(agent)
+
+
+def agui_goal_view(request: HttpRequest, agent: Agent, description: str) -> HttpResponse:
+    """A goal for a remote AG-UI agent starts its run, read here to its end or its interrupt."""
+    try:
+        plan = agui.agui_goal_give(agent=agent, user=operator(request), description=description)
+    except services.DecisionError as exc:
+        messages.error(request, str(exc))
+        return redirect(agent)
+    if plan.status == Plan.Status.FAILED:
+        messages.error(request, f"Goal given, but the run failed: {plan.failure_reason}")
+    else:
+        messages.success(request, f"Goal given; {agent.name}'s run is on its plan page.")
+    return redirect(plan)
+
+
+@require_http_methods(["POST"])
+@permission_required("agents.add_agent", raise_exception=True)
+def agui_agent_new(request: HttpRequest) -> HttpResponse:
+    """The New agent page's second form: a remote AG-UI agent by its URL (checked by the outbound guard)."""
+    form = AguiAgentForm(request.POST)
+    if form.is_valid():
+        try:
+            agent = agui.agui_agent_create(user=operator(request), name=form.cleaned_data["name"],
+                                           url=form.cleaned_data["url"])
+        except services.DecisionError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Added the AG-UI agent {agent.name}. Give it a goal to start a run.")
+            return redirect(agent)
+    return render(request, "planning/agent_new.html", {"form": AgentCreateForm(), "a2a_form": A2AAgentAddForm(), "agui_form": form}, status=400)
 
 
 def goal_given_note(goal: Goal) -> str:

@@ -14,7 +14,7 @@ from planner_site.roles import DECIDE_PERMISSION
 from planning import services
 from planning.forms import ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm, ReplanForm
 from planning.models import Plan, PlanStep
-from planning.services import StaleVersion, plan_check_seen
+from planning.services import StaleVersion, agui, plan_check_seen
 from planning.steer_selectors import inbox_count, inbox_items
 from planning.views import approval_note, operator, plan_named, seen_steps
 
@@ -69,7 +69,7 @@ def inbox_decide(request: HttpRequest, plan: Plan, note: str, decide: Callable[[
 def inbox_step_approve(request: HttpRequest, pk: int) -> HttpResponse:
     step = get_object_or_404(PlanStep.objects.select_related("plan", "plan__agent"), pk=pk)
     return inbox_decide(request, step.plan, f"Approved step {step.key} of {plan_named(step.plan)}.",
-                        lambda: services.step_approve(step=step, user=operator(request),
+                        lambda: agui.step_approve_routed(step=step, user=operator(request),
                                                       seen_steps=seen_steps(request)))
 
 
@@ -84,7 +84,7 @@ def inbox_step_decline(request: HttpRequest, pk: int) -> HttpResponse:
         return render(request, "planning/inbox_decided.html", context, status=400)
     return inbox_decide(
         request, step.plan, f"Declined step {step.key} of {plan_named(step.plan)}; the agent replans with your feedback.",
-        lambda: services.step_decline(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
+        lambda: agui.step_decline_routed(step=step, user=operator(request), feedback=form.cleaned_data["feedback"]),
     )
 
 

@@ -24,7 +24,7 @@ from planning.planner import plans_interrupted_fail
 logger = logging.getLogger("planner.runner")
 
 # The agents runners drive: running ones, but not external agents, which drive themselves over the API.
-DRIVEN = Q(status=Agent.Status.RUNNING) & ~Q(kind=Agent.Kind.EXTERNAL)
+DRIVEN = Q(status=Agent.Status.RUNNING) & ~Q(kind__in=(Agent.Kind.EXTERNAL, Agent.Kind.AGUI))
 
 
 def runner_id_new() -> str:
@@ -90,7 +90,7 @@ def plans_orphaned_fail(*, runner: str, busy: set[int] | frozenset[int] = frozen
     stale = timezone.now() - timedelta(
         seconds=settings.RUNNER_STALLED_SECONDS if stale_seconds is None else stale_seconds)
     ids = set(Plan.objects.filter(status=Plan.Status.VALIDATING, updated_at__lt=stale)
-              .exclude(agent__kind=Agent.Kind.EXTERNAL).exclude(agent_id__in=busy)
+              .exclude(agent__kind__in=(Agent.Kind.EXTERNAL, Agent.Kind.AGUI)).exclude(agent_id__in=busy)
               .values_list("agent_id", flat=True))
     return plans_interrupted_fail(agent_ids=sorted(ids), runner=runner) if ids else 0
 

@@ -67,6 +67,9 @@ def agent_give_goal(*, agent: Agent, user: User, description: str, horizon: str 
     if agent.kind == Agent.Kind.EXTERNAL:
         raise DecisionError(f"{agent.name} runs elsewhere and submits its own plans over the API; it cannot be "
                             "given a goal here. Nothing was changed.")
+    if agent.kind == Agent.Kind.AGUI:  # its goal starts a run: planning/services/agui.py agui_goal_give
+        raise DecisionError(f"{agent.name} is a remote AG-UI agent: give it its goal from its page, which starts "
+                            "its run. Nothing was changed.")
     active = Goal.objects.filter(agent=agent).active()
     if active.filter(description__iexact=description).exists():
         raise DecisionError(f"{agent.name} already has this goal.")

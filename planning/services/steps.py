@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from agents.agui_models import AguiInterrupt
 from agents.declared_tools import agent_plan_terms
 from agents.fencing import fence_hold
 from agents.models import Agent
@@ -86,6 +87,9 @@ def step_skip(*, step: PlanStep, user: User, reason: str = "") -> PlanEvent:
     """Skip a step that has not started; steps depending on it may then run."""
     reason = reason_clean(reason)
     step = step_lock(step.pk)
+    if step.status == PlanStep.Status.AWAITING_APPROVAL and AguiInterrupt.objects.filter(step_id=step.pk).exists():
+        raise DecisionError(f"Step {step.key} is the AG-UI agent's interrupt: approve it or decline it with feedback, "
+                            "which resumes the agent's run. Nothing was changed.")
     if step.status not in (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL) or not step.plan.is_open:
         raise DecisionError(f"Step {step.key} is {step.get_status_display().lower()}; only steps not yet started "
                             "can be skipped. Nothing was changed.")
@@ -120,6 +124,10 @@ def step_changes_problems(*, step: PlanStep, plan: Plan, changes: dict[str, Any]
     if problems:
         return problems, []
     agent = plan.agent
+    if agent.kind == Agent.Kind.AGUI:
+        # A remote AG-UI agent's tools are its own, unknown here: each value's form is checked, and the agent
+        # gets the edited arguments in its resume[] (planning/services/agui.py).
+        return [], []
     edited = PlanStep(**{f.attname: getattr(step, f.attname) for f in PlanStep._meta.get_fields() if f.concrete})
     for name, value in changes.items():
         setattr(edited, name, value)

@@ -1,0 +1,121 @@
+"""The AG-UI protocol client (docs/agui-agents.md): a run is an HTTP POST of RunAgentInput to the agent's URL,
+answered by a stream of server-sent events, each parsed into the `ag-ui-protocol` package's event types.
+
+The request goes through the outbound guard (planner_site/outbound.py): the URL is checked and resolved once, and
+the request goes to the address checked. Pure helpers (the SSE reader, the JSON Patch applied to the state, the
+resume entry) take values and return values."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import httpx
+import jsonpatch
+from ag_ui.core import Event, Message, ResumeEntry, RunAgentInput, UserMessage
+from django.conf import settings
+from pydantic import TypeAdapter, ValidationError
+
+from planner_site.outbound import OutboundRefused, destination_check
+
+EVENT = TypeAdapter(Event)
+PROTOCOL_VERSION = "1.0"
+
+
+class AguiError(Exception):
+    """The run could not be started or read; the message says why, for the operator."""
+
+
+def sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The data of each server-sent event: `data:` lines joined, an event ended by a blank line; comments and
+    other fields ignored."""
+    data: list[str] = []
+    for line in lines:
+        line = line.rstrip("\r\n")
+        if not line:
+            if data:
+                yield "\n".join(data)
+            data = []
+        elif line.startswith("data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data:
+        yield "\n".join(data)
+
+
+def events_parse(lines: Iterable[str]) -> Iterator[Any]:
+    """The AG-UI events of an SSE stream, as the package's pydantic models; AguiError on one that is not."""
+    for data in sse_data(lines):
+        try:
+            yield EVENT.validate_json(data)
+        except ValidationError as exc:
+            raise AguiError(f"the agent sent an event that is not AG-UI: {data[:200]}") from exc
+
+
+def state_patched(state: Any, patch: list[Any]) -> Any:
+    """The state after an RFC 6902 JSON Patch (a STATE_DELTA); the state given is left as it was. AguiError when
+    the patch does not apply."""
+    try:
+        return jsonpatch.apply_patch(copy.deepcopy(state), patch)
+    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError) as exc:
+        raise AguiError(f"the agent's state change does not apply: {exc}") from exc
+
+
+def arguments_parse(text: str) -> dict[str, Any]:
+    """A tool call's argument text as an object: {} when empty, {"arguments": text} when not a JSON object."""
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"arguments": text}
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
+def run_input(*, thread_id: str, goal: str = "", state: Any = None,
+              resume: list[ResumeEntry] | None = None) -> RunAgentInput:
+    """A new run of the thread: the goal as the user's message for the first run, `resume[]` for the next."""
+    messages: list[Message] = [UserMessage(id=uuid.uuid4().hex, role="user", content=goal)] if goal else []
+    return RunAgentInput(thread_id=thread_id, run_id=uuid.uuid4().hex, protocol_version=PROTOCOL_VERSION,
+                         state=state if state is not None else {}, messages=messages, tools=[], context=[],
+                         resume=resume)
+
+
+def resume_entry(*, interrupt_id: str, approved: bool, arguments: dict[str, Any] | None = None,
+                 feedback: str = "") -> ResumeEntry:
+    """The answer to one interrupt: approved (with the arguments as the operator left them) or declined with
+    the operator's feedback; both are answers ("resolved")."""
+    payload: dict[str, Any] = {"approved": approved}
+    if approved:
+        payload["arguments"] = arguments or {}
+    else:
+        payload["feedback"] = feedback
+    return ResumeEntry(interrupt_id=interrupt_id, status="resolved", payload=payload)
+
+
+def run_stream(url: str, body: RunAgentInput) -> Iterator[Any]:
+    """POST the run to the agent (through the outbound guard) and yield its events as they arrive."""
+    try:
+        destination = destination_check(url)
+    except OutboundRefused as exc:
+        raise AguiError(f"The agent's address {exc}.") from exc
+    extensions = {"sni_hostname": destination.host} if destination.scheme == "https" else {}
+    started = time.monotonic()
+    timeout = httpx.Timeout(settings.AGUI_READ_TIMEOUT_SECONDS, connect=settings.AGUI_CONNECT_TIMEOUT_SECONDS)
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client, client.stream(
+                "POST", destination.pinned_url, content=body.model_dump_json(by_alias=True), extensions=extensions,
+                headers={"Content-Type": "application/json", "Accept": "text/event-stream",
+                         "Host": destination.host_header}) as response:
+            if not response.is_success:
+                raise AguiError(f"The agent answered HTTP {response.status_code}.")
+            for event in events_parse(response.iter_lines()):
+                yield event
+                if time.monotonic() - started > settings.AGUI_RUN_MAX_SECONDS:
+                    raise AguiError(f"The run took longer than {settings.AGUI_RUN_MAX_SECONDS} s; stopped reading.")
+    except httpx.HTTPError as exc:
+        raise AguiError(f"No answer from the agent ({type(exc).__name__}).") from exc

@@ -1,0 +1,332 @@
+"""Remote AG-UI agents (docs/agui-agents.md): an operator adds one by its URL, a goal starts a run, the run's
+events become the agent's plan (tool calls as steps, its text and state on the timeline), and a run that ends
+with an interrupt puts a step up for approval per interrupt; the operator's decision (the same step_approve and
+step_decline as every agent's) resumes the thread with `resume[]`, once.
+
+Each event is written in its own transaction (a PlanEvent, a push after commit), so an open plan page follows the
+run as it streams; the HTTP requests are made outside any transaction."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from ag_ui.core import (
+    EventType,
+    ResumeEntry,
+    RunAgentInput,
+)
+from django.contrib.auth.models import User
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from agents.agui_models import AguiAgent, AguiInterrupt
+from agents.agui_remote import AguiError, arguments_parse, resume_entry, run_input, run_stream, state_patched
+from agents.models import Agent
+from goals.models import Goal
+from planner_site.outbound import url_problem
+from planner_site.validators import text_problem
+from planning.models import Plan, PlanEvent, PlanStep
+from planning.services.agents import agent_waiting_set
+from planning.services.errors import DecisionError
+from planning.services.events import actor_name, event_agent_record, event_record
+from planning.services.plans import plan_abandon, plan_unverified
+from planning.services.steps import step_approve, step_decline, step_move
+
+NOT_VERIFIED = "the AG-UI agent reported its run finished; the dashboard cannot check the outcome itself"
+
+
+def agui_label(agent: Agent) -> str:
+    return f"AG-UI agent {agent.name}"
+
+
+# --- adding an agent, giving it a goal ------------------------------------------------------------------------
+
+
+def agui_agent_create(*, user: User, name: str, url: str) -> Agent:
+    """An AG-UI agent reached at `url` (checked by the outbound guard), recorded as `Agent created`."""
+    name = " ".join(name.split())
+    url = url.strip()
+    if not name:
+        raise DecisionError("Name the agent. Nothing was changed.")
+    if problem := text_problem(name, max_length=100):
+        raise DecisionError(f"The name {problem}. Nothing was changed.")
+    if len(url) > 500:
+        raise DecisionError("The address is longer than 500 characters. Nothing was changed.")
+    if problem := url_problem(url):
+        raise DecisionError(f"The address {problem}. Nothing was changed.")
+    if Agent.objects.filter(name__iexact=name).exists():
+        raise DecisionError(f"An agent named {name} already exists; choose another name. Nothing was changed.")
+    try:
+        with transaction.atomic():
+            agent = Agent.objects.create(name=name, kind=Agent.Kind.AGUI, backstory=f"Remote AG-UI agent at {url}")
+            AguiAgent.objects.create(agent=agent, url=url)
+            event_agent_record(agent=agent, kind=PlanEvent.Kind.AGENT_CREATED, actor=user,
+                               reason=f"AG-UI agent {name} added at {url}",
+                               detail={"url": url, "diff": {"created": ["", name]}})
+    except IntegrityError:
+        raise DecisionError(f"An agent named {name} already exists; choose another name. "
+                            "Nothing was changed.") from None
+    return agent
+
+
+@transaction.atomic
+def agui_goal_plan(*, agent: Agent, user: User, description: str) -> tuple[Plan, RunAgentInput]:
+    """The goal given: a Goal, the plan its run will build (active: the agent runs it itself), and the run's
+    input (a new thread, the goal as the user's message). The run is started by `agui_goal_give`."""
+    description = " ".join(description.split())
+    if not description:
+        raise DecisionError("Describe the goal. Nothing was changed.")
+    if problem := text_problem(description, max_length=500):
+        raise DecisionError(f"The goal {problem}. Nothing was changed.")
+    remote = AguiAgent.objects.select_for_update(of=("self",)).select_related("agent", "plan").get(agent_id=agent.pk)
+    agent = remote.agent
+    if agent.status != Agent.Status.RUNNING:
+        raise DecisionError(f"{agent.name} is {agent.get_status_display().lower()}; resume it first. "
+                            "Nothing was changed.")
+    if remote.plan is not None and remote.plan.is_open:
+        raise DecisionError(f"{agent.name} is still pursuing “{remote.plan.goal_text}”; cancel that plan or wait "
+                            "for it to end. Nothing was changed.")
+    goal = Goal.objects.create(agent=agent, description=description, confidence=1.0)
+    event_agent_record(agent=agent, kind=PlanEvent.Kind.GOAL_GIVEN, actor=user, reason=goal.description,
+                       detail={"goal": goal.pk})
+    plan = Plan.objects.create(agent=agent, goal=goal, goal_text=description, status=Plan.Status.ACTIVE,
+                               approval_mode=Plan.ApprovalMode.ALL, model=agui_label(agent))
+    remote.thread_id = uuid.uuid4().hex
+    remote.plan = plan
+    remote.state = {}
+    remote.calls = {}
+    remote.save()
+    event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor=user,
+                 reason=f"run started at {remote.url}; the agent plans and acts itself",
+                 detail={"thread_id": remote.thread_id})
+    return plan, run_input(thread_id=remote.thread_id, goal=description)
+
+
+def agui_goal_give(*, agent: Agent, user: User, description: str) -> Plan:
+    """Give the AG-UI agent a goal: the plan is made, then the run is read to its end (or its interrupt)."""
+    plan, body = agui_goal_plan(agent=agent, user=user, description=description)
+    agui_drive(agent_id=agent.pk, body=body)
+    return Plan.objects.get(pk=plan.pk)
+
+
+# --- reading a run --------------------------------------------------------------------------------------------
+
+
+def agui_drive(*, agent_id: int, body: RunAgentInput) -> None:
+    """Read one run of the agent's current thread, each event applied in its own transaction; a run that cannot
+    be read fails the plan with the reason."""
+    remote = AguiAgent.objects.get(agent_id=agent_id)
+    texts: dict[str, str] = {}
+    try:
+        for event in run_stream(remote.url, body):
+            if event.type == EventType.TEXT_MESSAGE_START:
+                texts[event.message_id] = ""
+            elif event.type in (EventType.TEXT_MESSAGE_CONTENT, EventType.TEXT_MESSAGE_CHUNK):
+                key = getattr(event, "message_id", None) or ""
+                texts[key] = texts.get(key, "") + (event.delta or "")
+            elif event.type == EventType.TEXT_MESSAGE_END:
+                agui_reported(agent_id=agent_id, reason=f"said: {texts.pop(event.message_id, '')}")
+            elif agui_event_apply(agent_id=agent_id, event=event):
+                return
+        agui_failed(agent_id=agent_id, reason="the agent's event stream ended without RUN_FINISHED")
+    except AguiError as exc:
+        agui_failed(agent_id=agent_id, reason=str(exc))
+
+
+def remote_locked(agent_id: int) -> tuple[AguiAgent, Plan | None]:
+    remote = AguiAgent.objects.select_for_update(of=("self",)).select_related("agent").get(agent_id=agent_id)
+    plan = Plan.objects.select_for_update().get(pk=remote.plan_id) if remote.plan_id else None
+    return remote, plan
+
+
+@transaction.atomic
+def agui_reported(*, agent_id: int, reason: str, detail: dict[str, Any] | None = None) -> None:
+    """Something the agent said or reported, on its plan's timeline."""
+    remote, plan = remote_locked(agent_id)
+    if plan is not None:
+        event_record(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=agui_label(remote.agent),
+                     reason=reason[:4000], detail=detail)
+
+
+def agui_failed(*, agent_id: int, reason: str) -> None:
+    """The run could not be read or the agent reported an error: its open plan fails with the reason."""
+    remote = AguiAgent.objects.select_related("agent", "plan").get(agent_id=agent_id)
+    if remote.plan is not None and remote.plan.is_open:
+        plan_abandon(plan=remote.plan, runner=agui_label(remote.agent), reason=f"AG-UI run failed: {reason}"[:2000])
+
+
+def step_of_call(remote: AguiAgent, call_id: str) -> PlanStep | None:
+    entry = remote.calls.get(call_id)
+    return PlanStep.objects.select_for_update().filter(pk=entry["step"]).first() if entry else None
+
+
+def step_new(*, plan: Plan, description: str, tool: str = "", status: str = PlanStep.Status.RUNNING) -> PlanStep:
+    position = plan.steps.count() + 1
+    return PlanStep.objects.create(plan=plan, key=f"s{position}", position=position, description=description[:500],
+                                   tool=tool[:64], status=status)
+
+
+@transaction.atomic
+def agui_event_apply(*, agent_id: int, event: Any) -> bool:
+    """One event of the run applied to the agent's plan; True when the run ended (RUN_FINISHED, RUN_ERROR)."""
+    remote, plan = remote_locked(agent_id)
+    if plan is None or not plan.is_open:
+        return event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+    label = agui_label(remote.agent)
+    kind = event.type
+    if kind == EventType.TOOL_CALL_START:
+        step = step_new(plan=plan, description=f"{event.tool_call_name} (a tool call of the agent)",
+                        tool=event.tool_call_name)
+        remote.calls[event.tool_call_id] = {"step": step.pk, "args": ""}
+        remote.save(update_fields=["calls"])
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=label,
+                     reason=f"tool call {event.tool_call_name}")
+    elif kind == EventType.TOOL_CALL_ARGS:
+        if event.tool_call_id in remote.calls:
+            remote.calls[event.tool_call_id]["args"] += event.delta
+            remote.save(update_fields=["calls"])
+    elif kind == EventType.TOOL_CALL_END:
+        ended = step_of_call(remote, event.tool_call_id)
+        if ended is not None:
+            step = ended
+            step.tool_input = arguments_parse(remote.calls[event.tool_call_id]["args"])
+            step.save(update_fields=["tool_input", "updated_at"])
+            event_record(plan=plan, step=step, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label,
+                         reason=f"{step.tool} {step.tool_input}"[:4000], detail={"arguments": step.tool_input})
+    elif kind == EventType.TOOL_CALL_RESULT:
+        answered = step_of_call(remote, event.tool_call_id)
+        if answered is not None and answered.status in (PlanStep.Status.PENDING, PlanStep.Status.RUNNING):
+            step = answered
+            content = event.content if isinstance(event.content, str) else " ".join(
+                str(getattr(part, "text", "")) for part in event.content)
+            if step.status == PlanStep.Status.PENDING:
+                step_move(step=step, status=PlanStep.Status.RUNNING)
+            step_move(step=step, status=PlanStep.Status.COMPLETED)
+            step.result = content[:20000]
+            step.save(update_fields=["status", "result", "updated_at"])
+            event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label=label,
+                         reason=f"the agent reported its result: {content}"[:4000])
+    elif kind == EventType.STATE_SNAPSHOT:
+        remote.state = event.snapshot
+        remote.save(update_fields=["state"])
+        event_record(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label, reason="state snapshot",
+                     detail={"state": remote.state})
+    elif kind == EventType.STATE_DELTA:
+        patch = [op.model_dump(by_alias=True) if hasattr(op, "model_dump") else op for op in event.delta]
+        remote.state = state_patched(remote.state, patch)
+        remote.save(update_fields=["state"])
+        event_record(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label, reason="state changed",
+                     detail={"patch": patch, "state": remote.state})
+    elif kind in (EventType.STEP_STARTED, EventType.STEP_FINISHED):
+        verb = "started" if kind == EventType.STEP_STARTED else "finished"
+        event_record(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label,
+                     reason=f"step {event.step_name} {verb}")
+    elif kind == EventType.RUN_ERROR:
+        plan_abandon(plan=plan, runner=label, reason=f"AG-UI run failed: {event.message}"[:2000])
+        return True
+    elif kind == EventType.RUN_FINISHED:
+        outcome = event.outcome
+        if outcome is not None and outcome.type == "interrupt":
+            interrupts_record(remote=remote, plan=plan, run_id=event.run_id, interrupts=outcome.interrupts)
+        elif not plan.steps.exclude(status__in=PlanStep.DONE_STATUSES).exists():
+            plan_unverified(plan=plan, runner=label, problems=[NOT_VERIFIED])
+        else:
+            agent_waiting_set(agent_id=agent_id, reason="")
+        return True
+    return False
+
+
+def expires_parse(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    moment = parse_datetime(value.replace("Z", "+00:00"))
+    if moment is not None and timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, UTC)
+    return moment
+
+
+def interrupts_record(*, remote: AguiAgent, plan: Plan, run_id: str, interrupts: list[Any]) -> None:
+    """Each interrupt a step awaiting approval: the tool call it concerns, or a step of its own."""
+    label = agui_label(remote.agent)
+    for interrupt in interrupts:
+        step = step_of_call(remote, interrupt.tool_call_id) if interrupt.tool_call_id else None
+        if step is None or step.status != PlanStep.Status.RUNNING:
+            step = step_new(plan=plan, description=interrupt.message or interrupt.reason)
+        question = interrupt.message or interrupt.reason
+        step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
+        step.requires_permission = True
+        step.description = (f"{step.tool}: {question}" if step.tool else question)[:500]
+        step.save(update_fields=["status", "requires_permission", "description", "updated_at"])
+        AguiInterrupt.objects.create(remote=remote, step=step, run_id=run_id, interrupt_id=interrupt.id,
+                                     reason=interrupt.reason[:200], message=interrupt.message or "",
+                                     expires_at=expires_parse(interrupt.expires_at))
+        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=label,
+                     reason=f"the agent asks: {interrupt.message or interrupt.reason}"[:4000],
+                     detail={"interrupt": interrupt.id, "expires_at": interrupt.expires_at or ""})
+    Agent.objects.filter(pk=remote.agent_id).update(
+        waiting_reason=f"{len(interrupts)} interrupt{'s' if len(interrupts) != 1 else ''} of the agent await approval")
+
+
+# --- the operator's decision ----------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def agui_decision_record(*, step: PlanStep, user: User, approved: bool, feedback: str = "",
+                         seen_steps: str | None = None) -> tuple[PlanEvent, list[ResumeEntry] | None]:
+    """The decision on an interrupt's step, once: the step approved or declined (the services every agent's
+    steps use) and the resume entry kept; the entries to send when every interrupt of its run is decided."""
+    interrupt = AguiInterrupt.objects.select_for_update(of=("self",)).select_related("decided_by").get(step_id=step.pk)
+    if interrupt.decided_at is not None:
+        by = actor_name(interrupt.decided_by) if interrupt.decided_by else "an operator"
+        raise DecisionError(f"This interrupt was already answered by {by}; the agent is resumed once. "
+                            "Nothing was changed.")
+    if interrupt.expires_at is not None and timezone.now() >= interrupt.expires_at:
+        raise DecisionError(f"This interrupt expired at {interrupt.expires_at:%Y-%m-%d %H:%M:%S} UTC; the agent no "
+                            "longer takes an answer to it. Nothing was changed.")
+    if approved:
+        event = step_approve(step=step, user=user, seen_steps=seen_steps)
+    else:
+        event = step_decline(step=step, user=user, feedback=feedback)
+    step.refresh_from_db()
+    entry = resume_entry(interrupt_id=interrupt.interrupt_id, approved=approved, arguments=step.tool_input,
+                         feedback=feedback.strip())
+    interrupt.decided_at = timezone.now()
+    interrupt.decided_by = user
+    interrupt.resume = entry.model_dump(mode="json", by_alias=True)
+    interrupt.save(update_fields=["decided_at", "decided_by", "resume"])
+    siblings = AguiInterrupt.objects.filter(remote_id=interrupt.remote_id, run_id=interrupt.run_id)
+    if siblings.filter(decided_at__isnull=True).exists():
+        return event, None
+    return event, [ResumeEntry.model_validate(i.resume) for i in siblings.order_by("pk")]
+
+
+def agui_step_decide(*, step: PlanStep, user: User, approved: bool, feedback: str = "",
+                     seen_steps: str | None = None) -> PlanEvent:
+    """Approve or decline an interrupt's step; once every interrupt of that run is decided, the thread is resumed
+    with `resume[]` (a new run, read like the first)."""
+    event, entries = agui_decision_record(step=step, user=user, approved=approved, feedback=feedback,
+                                          seen_steps=seen_steps)
+    if entries is not None:
+        remote = AguiAgent.objects.get(agent_id=step.plan.agent_id)
+        agui_drive(agent_id=remote.agent_id,
+                   body=run_input(thread_id=remote.thread_id, state=remote.state, resume=entries))
+    return event
+
+
+def step_approve_routed(*, step: PlanStep, user: User, seen_steps: str | None = None) -> PlanEvent:
+    """Approve a step: an AG-UI agent's interrupt resumes its run; any other agent's step as ever."""
+    if AguiInterrupt.objects.filter(step_id=step.pk).exists():
+        return agui_step_decide(step=step, user=user, approved=True, seen_steps=seen_steps)
+    return step_approve(step=step, user=user, seen_steps=seen_steps)
+
+
+def step_decline_routed(*, step: PlanStep, user: User, feedback: str) -> PlanEvent:
+    """Decline a step with feedback: an AG-UI agent's interrupt resumes its run with the feedback."""
+    if AguiInterrupt.objects.filter(step_id=step.pk).exists():
+        if not feedback.strip():
+            raise DecisionError("Feedback is required to decline a step. Nothing was changed.")
+        return agui_step_decide(step=step, user=user, approved=False, feedback=feedback)
+    return step_decline(step=step, user=user, feedback=feedback)

@@ -1,0 +1,206 @@
+"""Remote AG-UI agents (docs/agui-agents.md): a small AG-UI agent served on loopback streams its run as SSE
+built with ag-ui-protocol's EventEncoder; it plans a few file tool calls and ends the run with an interrupt that
+asks approval for its write. An operator adds it by URL, gives it a goal, sees the steps, finds the interrupt in
+the inbox, edits the write's arguments and approves: the run is resumed once with resume[] carrying the edit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from ag_ui.core import (
+    EventType,
+)
+from django.contrib.messages import get_messages
+from django.urls import reverse
+
+from agents.agui_models import AguiAgent, AguiInterrupt
+from agents.agui_remote import AguiError, events_parse, resume_entry, sse_data, state_patched
+from agents.models import Agent
+from planning.models import Plan, PlanEvent, PlanStep
+from tests.agui_agent import FileAgent, agui_agent_serving
+
+
+@pytest.fixture
+def file_agent(settings: Any) -> Iterator[tuple[FileAgent, str]]:
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    agent = FileAgent()
+    with agui_agent_serving(agent) as url:
+        yield agent, url
+
+
+def agui_added(client: Any, url: str, name: str = "Release helper") -> Agent:
+    response = client.post(reverse("agui-agent-new"), {"name": name, "url": url})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    return Agent.objects.get(name=name)
+
+
+def goal_given(client: Any, agent: Agent, goal: str) -> Plan:
+    response = client.post(reverse("agent-goal", args=[agent.pk]), {"description": goal, "horizon": "short_term"})
+    assert response.status_code == 302
+    assert Plan.objects.filter(agent=agent).exists(), [str(m) for m in get_messages(response.wsgi_request)]
+    return Plan.objects.get(agent=agent)
+
+
+@pytest.mark.django_db
+def test_goal_runs_the_agent_steps_show_and_the_edited_approval_resumes_it_once(
+        operator_client: Any, viewer_client: Any, file_agent: tuple[FileAgent, str]) -> None:
+    remote, url = file_agent
+    agent = agui_added(operator_client, url)
+    assert agent.kind == Agent.Kind.AGUI
+    page = operator_client.get(agent.get_absolute_url()).content.decode()
+    assert "Remote (AG-UI)" in page and "Give goal" in page
+    plan = goal_given(operator_client, agent, "sum up the release notes into a summary file, please")
+
+    assert len(remote.runs) == 1
+    first = remote.runs[0]
+    assert first["messages"][0]["content"] == "sum up the release notes into a summary file, please"
+    steps = list(plan.steps.order_by("position"))
+    assert [(s.tool, s.tool_input, s.status) for s in steps] == [
+        ("list_files", {"path": "."}, PlanStep.Status.COMPLETED),
+        ("read_file", {"path": "notes.txt"}, PlanStep.Status.COMPLETED),
+        ("write_file", {"path": "summary.txt", "content": "friday"}, PlanStep.Status.AWAITING_APPROVAL),
+    ]
+    assert steps[1].result == "ship on friday"
+    assert AguiAgent.objects.get(agent=agent).state == {"files": ["notes.txt"]}
+    page = operator_client.get(reverse("plan-detail", args=[plan.pk])).content.decode()
+    assert "write_file" in page and "read_file" in page and "I will read the notes, then write a summary." in page
+
+    inbox = operator_client.get(reverse("inbox")).content.decode()
+    assert "May I write summary.txt?" in inbox
+    write = steps[2]
+
+    # Skipping is no answer to the agent: refused, the interrupt still waits.
+    skipped = operator_client.post(reverse("step-skip", args=[write.pk]), {"reason": "later"}, HTTP_HX_REQUEST="true")
+    assert skipped.status_code == 409 and "approve it or decline it" in skipped.content.decode()
+
+    # A viewer may not decide: refused, nothing sent to the agent.
+    assert viewer_client.post(reverse("inbox-step-approve", args=[write.pk])).status_code == 403
+    assert len(remote.runs) == 1
+
+    # The operator edits the write's arguments in the step editor, then approves from the inbox.
+    edited = {"path": "release-summary.txt", "content": "ship on friday"}
+    response = operator_client.post(reverse("step-edit", args=[write.pk]), {
+        "description": write.description, "action_hint": "", "tool": "write_file",
+        "tool_input": json.dumps(edited), "expected_outcome": write.expected_outcome,
+        "requires_permission": "on", "reason": "a clearer name"})
+    assert response.status_code in (200, 302), response.content.decode()[:3000]
+    write.refresh_from_db()
+    assert write.tool_input == edited, response.content.decode()[:3000]
+    response = operator_client.post(reverse("inbox-step-approve", args=[write.pk]))
+    assert response.status_code == 200
+
+    assert len(remote.runs) == 2
+    resumed = remote.runs[1]
+    assert resumed["threadId"] == first["threadId"] and resumed["runId"] != first["runId"]
+    assert resumed["resume"] == [{"interruptId": "i-write", "status": "resolved",
+                                  "payload": {"approved": True, "arguments": edited}}]
+    write.refresh_from_db()
+    assert write.status == PlanStep.Status.COMPLETED and write.result == "wrote release-summary.txt"
+    assert AguiAgent.objects.get(agent=agent).state == {"files": ["notes.txt", "release-summary.txt"]}
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.UNVERIFIED  # the agent says it finished; nothing here checked its files
+
+    # A second decision is refused and nothing more reaches the agent.
+    again = operator_client.post(reverse("step-approve", args=[write.pk]), HTTP_HX_REQUEST="true")
+    assert again.status_code == 409
+    assert len(remote.runs) == 2
+    declined = operator_client.post(reverse("inbox-step-decline", args=[write.pk]), {"feedback": "no, stop"})
+    assert declined.status_code == 409 and len(remote.runs) == 2
+    assert PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.STEP_APPROVED).count() == 1
+
+
+@pytest.mark.django_db
+def test_declined_with_feedback_resumes_with_the_feedback(operator_client: Any,
+                                                          file_agent: tuple[FileAgent, str]) -> None:
+    remote, url = file_agent
+    agent = agui_added(operator_client, url)
+    plan = goal_given(operator_client, agent, "Summarise notes.")
+    write = plan.steps.get(tool="write_file")
+    response = operator_client.post(reverse("inbox-step-decline", args=[write.pk]),
+                                    {"feedback": "Do not write files today"})
+    assert response.status_code == 200
+    assert remote.runs[1]["resume"] == [{"interruptId": "i-write", "status": "resolved",
+                                         "payload": {"approved": False, "feedback": "Do not write files today"}}]
+    write.refresh_from_db()
+    assert write.status == PlanStep.Status.DECLINED
+    assert PlanEvent.objects.filter(plan=plan, reason__contains="Not writing: Do not write files today").exists()
+
+
+@pytest.mark.django_db
+def test_an_expired_interrupt_is_refused_and_nothing_is_sent(operator_client: Any,
+                                                             file_agent: tuple[FileAgent, str]) -> None:
+    remote, url = file_agent
+    remote.expires_at = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    agent = agui_added(operator_client, url)
+    plan = goal_given(operator_client, agent, "summary of the notes")
+    write = plan.steps.get(tool="write_file")
+    response = operator_client.post(reverse("inbox-step-approve", args=[write.pk]))
+    assert response.status_code == 409
+    assert "expired" in response.content.decode() and "Nothing was changed." in response.content.decode()
+    write.refresh_from_db()
+    assert write.status == PlanStep.Status.AWAITING_APPROVAL and len(remote.runs) == 1
+    assert AguiInterrupt.objects.get(step=write).decided_at is None
+
+
+@pytest.mark.django_db
+def test_adding_is_for_operators_and_the_address_is_guarded(operator_client: Any, viewer_client: Any,
+                                                            settings: Any) -> None:
+    settings.OUTBOUND_ALLOWED_NETWORKS = []
+    assert viewer_client.post(reverse("agui-agent-new"), {"name": "X", "url": "http://93.184.215.14/"}).status_code == 403
+    response = operator_client.post(reverse("agui-agent-new"), {"name": "Sneaky", "url": "http://127.0.0.1:9/agent"})
+    assert response.status_code == 400
+    assert "inside this network" in response.content.decode()
+    response = operator_client.post(reverse("agui-agent-new"), {"name": "Ftp", "url": "ftp://agent.example.com/"})
+    assert response.status_code == 400
+    assert not Agent.objects.filter(kind=Agent.Kind.AGUI).exists()
+    assert "Remote AG-UI agent" in operator_client.get(reverse("agent-new")).content.decode()
+
+
+@pytest.mark.django_db
+def test_an_unreachable_agent_fails_the_plan_with_the_reason(operator_client: Any, settings: Any) -> None:
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    agent = agui_added(operator_client, "http://127.0.0.1:9/agent", name="Gone")
+    plan = goal_given(operator_client, agent, "do anything at all")
+    assert plan.status == Plan.Status.FAILED and "No answer from the agent" in plan.failure_reason
+
+
+def test_sse_reader_and_events() -> None:
+    stream = ["data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n", "\n", ": comment\n",
+              "data: {\"type\":\"STEP_STARTED\",", "data: \"stepName\":\"a\"}\n", "\n"]
+    assert list(sse_data(stream))[1] == '{"type":"STEP_STARTED",\n"stepName":"a"}'
+    events = list(events_parse(stream))
+    assert [e.type for e in events] == [EventType.RUN_STARTED, EventType.STEP_STARTED]
+    with pytest.raises(AguiError):
+        list(events_parse(["data: {\"type\":\"NOT_AN_EVENT\"}\n", "\n"]))
+
+
+def test_state_patches_apply_without_touching_the_state_given() -> None:
+    state = {"files": ["a"], "done": False}
+    patched = state_patched(state, [{"op": "add", "path": "/files/-", "value": "b"},
+                                    {"op": "replace", "path": "/done", "value": True},
+                                    {"op": "remove", "path": "/files/0"}])
+    assert patched == {"files": ["b"], "done": True}
+    assert state == {"files": ["a"], "done": False}
+    with pytest.raises(AguiError):
+        state_patched(state, [{"op": "remove", "path": "/missing"}])
+
+
+def test_resume_entry_carries_the_answer() -> None:
+    assert resume_entry(interrupt_id="i", approved=True, arguments={"path": "x"}).model_dump(by_alias=True) == {
+        "interruptId": "i", "status": "resolved", "payload": {"approved": True, "arguments": {"path": "x"}}}
+    assert resume_entry(interrupt_id="i", approved=False, feedback="no").model_dump(by_alias=True)["payload"] == {
+        "approved": False, "feedback": "no"}
+
+
+@pytest.mark.django_db
+def test_no_runner_drives_an_agui_agent(operator_client: Any, settings: Any) -> None:
+    from agents.runtime.cycles import agents_driven
+
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    agent = agui_added(operator_client, "http://127.0.0.1:9/agent", name="Remote one")
+    assert agent.status == Agent.Status.RUNNING
+    assert not agents_driven().filter(pk=agent.pk).exists()
