@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agents.connections import CONNECTION_ERRORS, connection_release
-from agents.runtime.cycles import error_brief
+from agents.connections import CONNECTION_ERRORS, connection_release, error_brief
 
 logger = logging.getLogger("planner.notifications")
 

@@ -51,14 +51,19 @@ from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.jobs import Status
 
-from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release, connection_scope
+from agents.connections import (
+    CONNECTION_ERRORS,
+    connection_recover,
+    connection_release,
+    connection_scope,
+    error_brief,
+)
 from agents.fencing import Fence, FenceLost, fenced
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import (
     agents_driven,
     cycle_run,
-    error_brief,
     personas_run,
     plans_orphaned_fail,
     tools_start_run,
