@@ -38,6 +38,7 @@ from agents.declared_tools import DESCRIPTION_MAX, MAX_PROPERTIES, MAX_TOOLS, NA
 from agents.models import Agent, AgentToken
 from agents.tools import MAX_LOOP_RUNS
 from planner_site import tracing
+from planner_site.bearer import bearer_token
 from planner_site.validators import json_problem
 from planning.live.hub import changes_watched
 from planning.services import external
@@ -82,10 +83,11 @@ class AgentTokenAuth(HttpBearer):
             raise PayloadTooLarge(declared, limit)
         if request.method in ("POST", "PUT", "PATCH") and len(request.body) > limit:
             raise PayloadTooLarge(len(request.body), limit)
-        return super().__call__(request)
+        # The header read by the project's one parser (planner_site/bearer.py), as the socket and MCP read it.
+        return self.authenticate(request, bearer_token(request.META.get("HTTP_AUTHORIZATION")))
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentToken | None:
-        return token_authenticate(token)
+        return token_authenticate(token) if token else None
 
 
 def token_authenticate(raw: str) -> AgentToken | None:
@@ -539,8 +541,8 @@ def token_or_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return redirect_to_login(request.get_full_path())
-        scheme, _, raw = header.partition(" ")
-        token = AgentToken.objects.lookup(raw.strip()) if scheme.lower() == "bearer" else None
+        raw = bearer_token(header)
+        token = AgentToken.objects.lookup(raw) if raw else None
         if token is None:
             return unauthenticated(request, AuthenticationError())
         return view(request, *args, **kwargs)
