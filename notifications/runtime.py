@@ -40,7 +40,7 @@ def nudge() -> None:
 
 
 def notify_warm() -> None:
-    """Load once, before the first notification, what the first one would otherwise wait for (~0.5 s): the URL
+    """Load once, before the first notification, what the first one would otherwise wait for: the URL
     configuration its links are made from (a runner process never served a page), and the e-mail package."""
     from django.core.mail import EmailMessage
     from django.urls import reverse

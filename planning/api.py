@@ -51,9 +51,8 @@ LONG_POLL_MAX_SECONDS = int(os.environ.get("API_LONG_POLL_MAX_SECONDS", "60"))  
 POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
 # A long poll with nothing to say ends up to this fraction of its wait sooner, at random: agents that began waiting
 # together (a fleet started at once, a server restarted under them) would otherwise come back at the same instant,
-# wait after wait (their re-reads within a wait follow its start, so they spread as the waits do). 200 such agents
-# with ?wait=20 stalled the dashboard for up to 1.5 s every 20 s on `serve --workers 2` (`make bench`, dashboard
-# under load p95: 510-750 ms in the runs whose probes met that instant, 80-105 ms in those that did not).
+# wait after wait (their re-reads within a wait follow its start, so they spread as the waits do), and their
+# answers all at once would stall the pages served beside them (docs/performance.md).
 LONG_POLL_SPREAD = 0.1
 API_JSON_MAX_DEPTH = 32  # a tool's input schema nests a little deeper than a step's input
 API_JSON_MAX_VALUES = 100_000  # in effect unbounded: the body size limit bounds a request
