@@ -55,3 +55,8 @@ def connection_scope() -> Iterator[None]:
         raise
     finally:
         connection_release()
+
+
+def error_brief(exc: BaseException) -> str:
+    """One line for the log: the driver's first line, without the SQL or the traceback."""
+    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]

@@ -228,7 +228,7 @@ class PersonaState:
 class PassLessons:
     """The lessons a pass's decision prompts quote, read with the first decision asked for every agent of the
     pass that may ask one (`agent_ids`: those with an urgent need, persona_action): one query, not one for each
-    decision (`make bench`, scale_1000_cpu_per_cycle: ~5 % of a runner's CPU in a young fleet). Another agent's
+    decision, which in a young fleet, deciding often, adds up. Another agent's
     are read on their own. Lessons are learned when the pass is recorded, after every decision, so the one read
     holds for the whole pass."""
 
@@ -272,7 +272,7 @@ def persona_rows_many(agent_ids: Sequence[int]) -> dict[int, PersonaRows]:
     plan holds it (`planned`); the open plans, each given its goal from those goals; their steps in order, each
     with its plan (plan_steps_read: of a plan parked in the inbox, its awaiting steps). In a pass each row is
     built once: read with their needs, or plans with their goals, an agent was built again for each need and a
-    goal again for each plan (the scale bench's CPU per cycle: 118 against 85 ms for a pass of 250 personas).
+    goal again for each plan, a cost paid for every cycle of a pass.
     An open plan whose goal is not active (an operator completed or abandoned it) has its goal read apart, in
     one more query when there is one. Agents that do not exist are left out."""
     agents: dict[int, Agent] = {}
@@ -314,9 +314,8 @@ def plan_steps_read(plans: Iterable[int]) -> QuerySet[PlanStep]:
     """The steps of these open plans a cycle uses, by plan and position: every step of a plan that can act, and
     of a plan parked in the inbox (a step of it awaits an operator) only its steps that await. A parked plan
     neither acts nor completes until the operator answers; its awaiting step is all that says it waits
-    (plan_waits_for_a_person, step_current). Parked plans pile up while nobody answers (`make bench`,
-    scale_*_cpu_per_cycle: after a dozen cycles of the demo personas, half the steps of open plans were
-    theirs, and reading steps was ~11 % of a runner's CPU)."""
+    (plan_waits_for_a_person, step_current). Parked plans pile up while nobody answers, so their steps are not
+    read again on every cycle."""
     plans = list(plans)
     awaiting = PlanStep.Status.AWAITING_APPROVAL
     parked = PlanStep.objects.filter(plan_id__in=plans, status=awaiting).values("plan_id")
@@ -622,8 +621,8 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
     lessons = PassLessons(agent_ids=frozenset(  # only an urgent need asks the model (persona_action)
         pk for pk, row in rows.items() if urgent_need({n.name: n.satisfaction for n in row.needs}) is not None))
 
-    # Whether a planner chain's models answer at once, once a pass for each chain (`make bench`,
-    # scale_*_cpu_per_cycle: asked for each agent, ~2.5 % of a runner's CPU).
+    # Whether a planner chain's models answer at once, once a pass for each chain: the answer is the same for
+    # every agent of the chain.
     at_once_of = functools.cache(lambda models: answers_at_once(agent_models=models))
 
     def dispatch(state: PersonaState, work: str | Goal) -> None:
@@ -636,8 +635,7 @@ def persona_cycles(agent_ids: Sequence[int], *, runner: str) -> tuple[dict[int, 
                            approvals=approvals)
 
     # The decisions the model takes for the pass's cycles (a situation not met before) are logged in one INSERT
-    # for each part of the pass that asks them (`make bench`, scale_*_cpu_per_cycle: a call's own INSERT was ~5 %
-    # of a runner's CPU in a young fleet). A planning's calls are not in these parts: its services log them.
+    # for each part of the pass that asks them, not one INSERT a call (a young fleet asks often). A planning's calls are not in these parts: its services log them.
     with calls_recorded_together():
         for agent_id in agent_ids:
             row = rows.get(agent_id)
@@ -723,8 +721,8 @@ def persona_goals_plan(planning: Sequence[tuple[PersonaState, Goal]], *, runner:
     """The goals a pass's personas plan with the model (no routine to repeat), planned together
     (plans_first); a planning whose first answer is not a plan goes on alone (plan_continue). Returns
     the states whose plan was accepted at once, with that plan added as a routine's is (persona_state_add):
-    nothing else of them was written, so their cycle goes on with the state in hand (`make bench`,
-    scale_*_cpu_per_cycle: reading them again was ~7 % of a runner's CPU in a young fleet). Each other agent
+    nothing else of them was written, so their cycle goes on with the state in hand rather than reading it
+    again. Each other agent
     whose planning ran is added to `changed` (its state is read again), with the cycle count read."""
     if not planning:
         return []

@@ -19,3 +19,13 @@ def operator_acted_on_commit(agent_id: int) -> None:
     rollback). A receiver's error is logged, not raised into the operator's request: the agent still cycles
     at its interval."""
     transaction.on_commit(functools.partial(operator_acted.send_robust, sender=None, agent_id=agent_id))
+
+
+# Events that may notify someone were written in bulk (bulk_create sends no post_save) and committed: the
+# notifications runtime dispatches now rather than on its next sweep. Sent without arguments, after the commit.
+events_may_notify = Signal()
+
+
+def events_may_notify_on_commit() -> None:
+    """Send `events_may_notify` once the transaction commits; a receiver's error is logged, not raised."""
+    transaction.on_commit(functools.partial(events_may_notify.send_robust, sender=None))

@@ -13,8 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agents.connections import CONNECTION_ERRORS, connection_release
-from agents.runtime.cycles import error_brief
+from agents.connections import CONNECTION_ERRORS, connection_release, error_brief
 
 logger = logging.getLogger("planner.notifications")
 
@@ -42,7 +41,7 @@ def nudge(*, always: bool = False) -> None:
 
 
 def notify_warm() -> None:
-    """Load once, before the first notification, what the first one would otherwise wait for (~0.5 s): the URL
+    """Load once, before the first notification, what the first one would otherwise wait for: the URL
     configuration its links are made from (a runner process never served a page), and the e-mail package."""
     from django.core.mail import EmailMessage
     from django.urls import reverse

@@ -113,8 +113,8 @@ def link_settings() -> str:
 def events_to_read(*, after_id: int, now: datetime, wanted: set[str] | None = None) -> list[PlanEvent]:
     """New events that may notify someone (after the cursor), and the last minute's again (see LOOKBACK): only
     the kinds someone subscribed to, and a plan's VALIDATED only while that plan still awaits approval (a
-    persona's plans start at once: at a thousand agents, reading them every second was most of a runner's CPU,
-    measured by tests/bench/scale.py)."""
+    persona's plans start at once: reading all of them every second, with many agents, would be most of a
+    runner's work)."""
     kinds = [k for k, trigger in EVENT_TRIGGERS.items() if wanted is None or trigger in wanted]
     relevant = PlanEvent.objects.filter(kind__in=kinds).exclude(
         Q(kind=PlanEvent.Kind.VALIDATED) & ~Q(plan__status=Plan.Status.AWAITING_APPROVAL)).select_related(

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models.signals import post_save
 from django.dispatch import receiver
 
+from agents.signals import events_may_notify
 from planning.models import PlanEvent
 
 NUDGING_KINDS = frozenset({
@@ -42,3 +43,11 @@ def decision_closes_slack_messages(sender: type[PlanEvent], instance: PlanEvent,
                 nudge(always=True)
 
         transaction.on_commit(close)
+
+
+@receiver(events_may_notify, dispatch_uid="notifications.bulk_nudge")
+def bulk_nudge(sender: object, **kwargs: Any) -> None:
+    """Events written in bulk (first versions awaiting approval) committed: dispatch now."""
+    from notifications.runtime import nudge
+
+    nudge()

@@ -13,8 +13,7 @@ from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.retry import BaseRetryStrategy, RetryDecision
 
-from agents.connections import CONNECTION_ERRORS, connection_release
-from agents.runtime.cycles import error_brief
+from agents.connections import CONNECTION_ERRORS, connection_release, error_brief
 
 logger = logging.getLogger("planner.notifications")
 

@@ -202,7 +202,7 @@ _client_lock = threading.Lock()
 
 
 def http_client() -> httpx.Client:
-    """One client per process (thread-safe): making one loads the TLS certificates, ~0.2 s each time. It never
+    """One client per process (thread-safe): making one loads the TLS certificates, each time. It never
     follows redirects and ignores proxy variables (a proxy would resolve the name again)."""
     global _client
     with _client_lock:

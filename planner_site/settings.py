@@ -209,9 +209,8 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # The server's websockets (live pages, agents' sockets) without per-message compression; LIVE_WS_DEFLATE=1 offers
-# it. Each socket compresses every update again with a compressor of its own: a fan-out of one dashboard update to
-# 200 open dashboards spent a fifth of the server's time compressing the same text 200 times (`make bench`,
-# fanout_200_p95: 25.0-27.3 ms with it, 19.7-22.4 without), for updates of a few KB.
+# it. Each socket compresses every update again with a compressor of its own, so a fan-out of one update to many
+# open pages compresses the same text once per page, for updates of a few KB (docs/performance.md).
 LIVE_WS_DEFLATE = env_bool("LIVE_WS_DEFLATE", False)
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -380,10 +379,8 @@ if RUNNER_PERSONA_SHARDS < 1 or RUNNER_SHARD_CYCLES_PER_SECOND <= 0:
     raise ImproperlyConfigured("RUNNER_PERSONA_SHARDS must be at least 1 and RUNNER_SHARD_CYCLES_PER_SECOND above 0")
 # The least time between the starts of two passes of a shard: a persona due meanwhile waits for the next pass, at
 # most this late (its next cycle keeps its pace), and a pass as long as the gap is followed at once. A longer gap
-# makes fewer, larger passes, each costing its job and its fixed statements (~60, ~0.3 ms of ORM CPU each): 0.5 s
-# (from a pass's end) took 10-15 % less CPU a cycle than 0.25 at 1,000 personas, and 1.0 s from a pass's start
-# 4 % less than that (`make bench`, scale_1000_cpu_per_cycle, alternating runs 2026-11-28: 2.20-2.31 against
-# 2.24-2.44 ms); 2 shards left a runner idle (80.9-92.8 % of due cycles).
+# makes fewer, larger passes, each costing its job and its fixed statements once for more cycles; fewer shards than
+# runners leave a runner idle (docs/performance.md).
 RUNNER_PASS_GAP_SECONDS = float(os.environ.get("RUNNER_PASS_GAP_SECONDS", "1.0"))
 # Scale-out: a tool agent's chain of cycles starts with a start pass of its shard (agents/runtime/tasks.py), which
 # plans the first goals of all the shard's agents starting then together; RUNNER_START_SHARDS such passes may run

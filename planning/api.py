@@ -38,6 +38,7 @@ from agents.declared_tools import DESCRIPTION_MAX, MAX_PROPERTIES, MAX_TOOLS, NA
 from agents.models import Agent, AgentToken
 from agents.tools import MAX_LOOP_RUNS
 from planner_site import tracing
+from planner_site.bearer import bearer_token
 from planner_site.validators import json_problem
 from planning.live.hub import changes_watched
 from planning.services import external
@@ -50,9 +51,8 @@ LONG_POLL_MAX_SECONDS = int(os.environ.get("API_LONG_POLL_MAX_SECONDS", "60"))  
 POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
 # A long poll with nothing to say ends up to this fraction of its wait sooner, at random: agents that began waiting
 # together (a fleet started at once, a server restarted under them) would otherwise come back at the same instant,
-# wait after wait (their re-reads within a wait follow its start, so they spread as the waits do). 200 such agents
-# with ?wait=20 stalled the dashboard for up to 1.5 s every 20 s on `serve --workers 2` (`make bench`, dashboard
-# under load p95: 510-750 ms in the runs whose probes met that instant, 80-105 ms in those that did not).
+# wait after wait (their re-reads within a wait follow its start, so they spread as the waits do), and their
+# answers all at once would stall the pages served beside them (docs/performance.md).
 LONG_POLL_SPREAD = 0.1
 API_JSON_MAX_DEPTH = 32  # a tool's input schema nests a little deeper than a step's input
 API_JSON_MAX_VALUES = 100_000  # in effect unbounded: the body size limit bounds a request
@@ -82,10 +82,11 @@ class AgentTokenAuth(HttpBearer):
             raise PayloadTooLarge(declared, limit)
         if request.method in ("POST", "PUT", "PATCH") and len(request.body) > limit:
             raise PayloadTooLarge(len(request.body), limit)
-        return super().__call__(request)
+        # The header read by the project's one parser (planner_site/bearer.py), as the socket and MCP read it.
+        return self.authenticate(request, bearer_token(request.META.get("HTTP_AUTHORIZATION")))
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentToken | None:
-        return token_authenticate(token)
+        return token_authenticate(token) if token else None
 
 
 def token_authenticate(raw: str) -> AgentToken | None:
@@ -539,8 +540,8 @@ def token_or_login(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
         header = request.META.get("HTTP_AUTHORIZATION", "")
         if not header:
             return redirect_to_login(request.get_full_path())
-        scheme, _, raw = header.partition(" ")
-        token = AgentToken.objects.lookup(raw.strip()) if scheme.lower() == "bearer" else None
+        raw = bearer_token(header)
+        token = AgentToken.objects.lookup(raw) if raw else None
         if token is None:
             return unauthenticated(request, AuthenticationError())
         return view(request, *args, **kwargs)

@@ -18,17 +18,14 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from agents.models import Agent, AgentToken
+from planner_site.bearer import bearer_token
 from planning.live.hub import changes_watched
 from planning.services.external import NotFound, plan_next_read
 
 
-def bearer_token(headers: list[tuple[bytes, bytes]]) -> str:
-    for name, value in headers:
-        if name.lower() == b"authorization":
-            scheme, _, token = value.decode("latin1").partition(" ")
-            if scheme.lower() == "bearer":
-                return token.strip()
-    return ""
+def authorization_token(headers: list[tuple[bytes, bytes]]) -> str:
+    """The bearer token of the socket's Authorization header ("" without one)."""
+    return next((bearer_token(value) for name, value in headers if name.lower() == b"authorization"), "")
 
 
 def token_active(token_id: int) -> bool:
@@ -41,7 +38,7 @@ TOKEN_CHECK_SECONDS = 5.0  # a revoked token's socket closes within this even if
 
 class PlanNextConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
-        token = await database_sync_to_async(AgentToken.objects.lookup)(bearer_token(self.scope.get("headers", [])))
+        token = await database_sync_to_async(AgentToken.objects.lookup)(authorization_token(self.scope.get("headers", [])))
         await self.accept()  # before any refusal: a client sees a close code only on an accepted socket
         if token is None:
             await self.close(code=4401)

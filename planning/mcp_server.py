@@ -36,6 +36,7 @@ from agents.declared_tools import MAX_TOOLS
 from agents.models import AgentToken
 from planner_site import tracing
 from planner_site.asgi_guards import ASGIApp, Receive, Scope, Send, header
+from planner_site.bearer import bearer_token
 from planning import api, mcp_tasks
 from planning.api import PLAN_MAX_STEPS_DOC, PlanIn, StepIn, ToolIn, VersionIn
 from planning.mcp_tasks import PlanTasks
@@ -301,8 +302,8 @@ def token_authenticated(authorization: str) -> AgentToken | None:
     """The token of an `Authorization: Bearer <token>` header, as the API authenticates it."""
     close_old_connections()
     try:
-        scheme, _, raw = authorization.partition(" ")
-        return api.token_authenticate(raw) if scheme.lower() == "bearer" else None
+        raw = bearer_token(authorization)
+        return api.token_authenticate(raw) if raw else None
     finally:
         close_old_connections()
 

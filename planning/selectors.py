@@ -77,7 +77,7 @@ def dashboard_rows(*, agent_ids: list[int]) -> list[AgentRow]:
         return []
     agents = {a.pk: a for a in agents_row_plan().filter(pk__in=ids).only(*ROW_AGENT_FIELDS)}
     # The needs as (agent, name, level) rows, not models, and their levels worked out here, not in the template:
-    # 250 needs a page, and the dashboard's p90 under the 1,000-agent scale bench is a figure (< 100 ms).
+    # a page shows a few needs for each of its rows, on every load and push.
     needs: dict[int, list[NeedLevel]] = defaultdict(list)
     for agent_id, name, satisfaction in (Need.objects.filter(agent_id__in=ids).order_by("name")
                                          .values_list("agent_id", "name", "satisfaction")):
@@ -118,8 +118,7 @@ def agents_row_plan() -> QuerySet[Agent]:
         default=Value(1),
     )
     # The open plans ranked, else the latest: two subqueries on the agent's indexes, whose cost stays flat as an
-    # agent's closed plans pile up. Ranking every plan of the agent grew with its history (the scale bench's
-    # dashboard p90, after 150 s of a 1,000-persona fleet: 194 ms).
+    # agent's closed plans pile up. Ranking every plan of the agent grew with its history.
     shown = (Plan.objects.filter(agent=OuterRef("pk")).open().annotate(rank=rank)
              .order_by("rank", "-created_at", "-pk").values("pk")[:1])
     latest = Plan.objects.filter(agent=OuterRef("pk")).order_by("-created_at", "-pk").values("pk")[:1]
@@ -133,8 +132,7 @@ def failing_agent_ids() -> set[int]:
     plan_failed_idx and step_troubled_idx, a handful of rows); with none, the common case, that is all. Then,
     for those alone, whether their latest plan is the failing one. Written as one nested expression inside the
     dashboard's counts (an Exists over a Subquery of the latest plan, from inside the count's filter), Django's
-    compiling of it took ~1.4 ms of CPU on every dashboard load and push, seven times the query's own time
-    (`make bench`, dashboard_1000: 1.53-1.57x its bare template)."""
+    compiling of it cost more than the query itself, on every dashboard load and push."""
     troubled = Q(status=PlanStep.Status.FAILED) | Q(retries__gt=0)
     failed = Plan.objects.filter(status=Plan.Status.FAILED).order_by().values_list("agent_id", flat=True)
     stepped = PlanStep.objects.filter(troubled).order_by().values_list("plan__agent_id", flat=True)
@@ -209,7 +207,7 @@ def dashboard_agents(filters: DashboardFilter, *, failing: set[int] | None = Non
 
 class CountKnown:
     """The agents' ids for the paginator when the counts above the table say how many there are already: it asks
-    no COUNT(*) of its own (`make bench`, dashboard_1000: one statement of the page's fourteen)."""
+    no COUNT(*) of its own: one statement fewer on every page."""
 
     def __init__(self, ids: QuerySet[Agent, int], count: int) -> None:
         self.ids = ids

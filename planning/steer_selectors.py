@@ -193,8 +193,8 @@ def repeats_grouped(items: list[InboxItem], now: datetime) -> list[InboxItem]:
 
 def inbox_count() -> int:
     """How many things wait for a person (the number in every page's navigation): the plans waiting, and the
-    steps awaiting approval in active plans, counted apart. The dashboard bench (1,000 agents, one step waiting
-    each) measured one joined count at 10 ms of PostgreSQL against 3 ms for these two, on every page's load."""
+    steps awaiting approval in active plans, counted apart: two plain counts on their indexes cost PostgreSQL
+    less than one joined count, on every page's load."""
     plans = Plan.objects.waiting().count()
     steps = PlanStep.objects.filter(status=PlanStep.Status.AWAITING_APPROVAL, plan__status=Plan.Status.ACTIVE).count()
     return plans + steps

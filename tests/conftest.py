@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import gc
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,16 +25,6 @@ def idle_in_transaction_unbounded_here() -> None:
 
 
 idle_in_transaction_unbounded_here()
-
-
-@pytest.fixture(autouse=True)
-def collector_restored() -> Iterator[None]:
-    """`serve` and `runagents` freeze the heap for their process, and `runagents` raises the collector's
-    threshold (agents/runtime/heap.py); run in this process by a test, that lasts only as long as the test."""
-    threshold = gc.get_threshold()
-    yield
-    gc.unfreeze()
-    gc.set_threshold(*threshold)
 
 
 @pytest.fixture(autouse=True)

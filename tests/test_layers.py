@@ -1,13 +1,18 @@
 """Imports point down: settings, the domain, the LLM layer, the runtime and the pages each import only what is
-below them. Read from the source (every import, also those inside functions), so a new upward import fails here
-before it becomes a ring.
+below them. Read from the source of every app (every import, also those inside functions and under
+TYPE_CHECKING), so a new upward import fails here before it becomes a ring.
 
-    pages, API, consumers, admin, management commands   (top)
-    runtime: agents/runtime (cycles as jobs, the embedded scheduler)
-    domain services and selectors: agents, goals, planning
-    LLM layer: agents/llm (the fallback chain, structured output, the OpenAI-compatible provider): no app code
-    models
-    settings                                               (bottom: no app code at all)
+    5 pages, API, MCP, consumers, admin, forms, template tags, URLs, ASGI, management commands   (top)
+    4 runtime: agents/runtime (cycles as jobs, the embedded scheduler), the notifications runtime and jobs
+    3 domain: services, selectors, the planner, the persona and goal rules of every app
+    2 models
+    1 pure code: the LLM layer (agents/llm, agents/connections), the plan engine (planning/engine), the tool
+      specs (agents/tools), outbound HTTP and tracing of planner_site: no model, no app code above them
+    0 settings (and the pool check they name)                   (bottom: no app code at all)
+
+The domain tells the runtime what happened through signals (agents/signals.py), which the runtime connects; it
+never imports it. Services of one app call another app's services only through the interfaces named in
+SERVICES_INTERFACES below, each with its reason.
 """
 
 from __future__ import annotations
@@ -20,6 +25,40 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ("agents", "goals", "planning", "planner_site", "policies", "notifications")
+
+TOP_PARTS = frozenset({
+    "accounts", "admin", "admin_audit", "api", "api_ws", "apps", "asgi", "asgi_guards", "consumers", "error_pages",
+    "forms", "health", "live", "management", "mcp_server", "routing", "steer_consumers", "templatetags", "urls",
+    "views", "views_audit", "views_editor", "views_inbox",
+})
+RUNTIME = ("agents.runtime", "notifications.runtime", "notifications.tasks", "notifications.signals")
+PURE = ("agents.llm", "agents.connections", "agents.tools", "planning.engine", "planner_site.outbound",
+        "planner_site.tracing")
+SETTINGS = ("planner_site.settings", "planner_site.db_pool")
+LAYER_NAMES = ("settings", "pure code", "models", "domain", "runtime", "top")
+
+# Upward imports that stay, each with its reason: (importing module, imported module) -> why.
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {
+    ("planning.engine.validate", "planning.models"):
+        "under TYPE_CHECKING only: StepSpec.from_step's annotation names PlanStep; the engine never queries",
+}
+
+# Services of one app that call another app's services: (importing module, imported module) -> the named
+# interface and why. Nothing else of one app's services reaches into another's.
+SERVICES_INTERFACES: dict[tuple[str, str], str] = {
+    ("goals.services", "agents.services"):
+        "goals_open_plans_locked, goals_plans_closed (closing a goal closes its plans) and rows_write",
+    ("planning.services.steps", "agents.services"):
+        "rows_write: the one bulk write of checked, locked rows (bulk_create with update_conflicts)",
+    ("planning.services.versions", "agents.services"):
+        "rows_write: the one bulk write of checked, locked rows (bulk_create with update_conflicts)",
+    ("planning.services.steps", "policies.services"):
+        "policies_step_waiting, rules_enabled: the policies decide a step the moment it waits, in its transaction",
+    ("planning.services.versions", "policies.services"):
+        "policies_plan_waiting: the policies decide a plan the moment it waits, in its transaction",
+    ("policies.services", "planning.services"):
+        "a policy's decision is the operator's decision through the same services (step_approve, plan_approve, ...)",
+}
 
 
 def imports_of(path: Path) -> Iterator[tuple[int, str]]:
@@ -39,6 +78,40 @@ def imports_of(path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, f"{module}.{alias.name}"
 
 
+def module_of(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    """A module of the project's own (not a package's name alone, nor a function imported from a module)."""
+    path = ROOT.joinpath(*name.split("."))
+    return name.split(".")[0] in APPS and "." in name and (path.with_suffix(".py").exists()
+                                                         or (path / "__init__.py").exists())
+
+
+def under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def layer(module: str) -> int:
+    """The layer of one of the project's modules, 0 (settings) to 5 (the top); see the opening docstring."""
+    if under(module, SETTINGS):
+        return 0
+    if under(module, PURE):
+        return 1
+    parts = module.split(".")
+    if "models" in parts:
+        return 2
+    if any(part in TOP_PARTS for part in parts[1:]):
+        return 5
+    return 4 if under(module, RUNTIME) else 3
+
+
+def app_sources() -> list[Path]:
+    return sources(*(f"{app}/**/*.py" for app in APPS))
+
+
 def sources(*globs: str) -> list[Path]:
     found = {p for g in globs for p in ROOT.glob(g) if "migrations" not in p.parts}
     return sorted(found)
@@ -47,6 +120,53 @@ def sources(*globs: str) -> list[Path]:
 def offending(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
     return [f"{p.relative_to(ROOT)}:{line} imports {module}" for p in paths for line, module in imports_of(p)
             if any(module == f or module.startswith(f + ".") for f in forbidden)]
+
+
+def test_every_app_is_scanned() -> None:
+    """A new top-level app is scanned too: every package beside manage.py but the tests is in APPS."""
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} - {"tests"}
+    assert packages == set(APPS)
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    """Every import of every app, at module level or inside a function, points down or sideways."""
+    found = []
+    for path in app_sources():
+        module = module_of(path)
+        for line, imported in imports_of(path):
+            if (is_module(imported) and layer(imported) > layer(module)
+                    and (module, imported) not in UPWARD_ALLOWED):
+                found.append(f"{path.relative_to(ROOT)}:{line} ({LAYER_NAMES[layer(module)]}) imports {imported} "
+                             f"({LAYER_NAMES[layer(imported)]})")
+    assert found == []
+
+
+def test_services_reach_other_apps_services_only_through_named_interfaces() -> None:
+    found = []
+    for path in app_sources():
+        module = module_of(path)
+        if "services" not in module.split("."):
+            continue
+        for line, imported in imports_of(path):
+            parts = imported.split(".")
+            if (is_module(imported) and "services" in parts and parts[0] != module.split(".")[0]
+                    and (module, imported) not in SERVICES_INTERFACES):
+                found.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert found == []
+
+
+def test_the_allowed_exceptions_still_exist() -> None:
+    """An exception that is no longer needed leaves the lists (so they say what is true)."""
+    seen = {(module_of(path), imported) for path in app_sources() for _, imported in imports_of(path)}
+    assert set(UPWARD_ALLOWED) - seen == set()
+    assert set(SERVICES_INTERFACES) - seen == set()
+
+
+def test_the_layers_are_told_apart() -> None:
+    """The classification itself: a page, a runtime module, a service, a model, the engine and the settings."""
+    assert [layer(m) for m in ("planning.views", "notifications.runtime", "agents.runtime.cycles",
+                               "planning.services.steps", "policies.models", "planning.engine.validate",
+                               "agents.llm.gateway", "planner_site.settings")] == [5, 4, 4, 3, 2, 1, 1, 0]
 
 
 def test_settings_import_no_app_code() -> None:

@@ -214,8 +214,7 @@ def provider_name(model: str) -> str:
 def providers_import() -> list[str]:
     """Import the providers of every model the settings' chains name (the purposes' chains), as a process
     that will call them starts (`runagents`, `serve`): the first model call then does not pay the SDK's import
-    (~0.5 s for `openai` on this machine), and the collector's freeze at start keeps the SDK's objects out of
-    its passes. Their names, sorted; an agent's own planner chain is imported on its first call as before."""
+    (a large package). Their names, sorted; an agent's own planner chain is imported on its first call as before."""
     names = sorted({provider_name(model) for purpose in PURPOSES for model in model_chain(purpose)} - {""})
     for name in names:
         imported(settings.LLM_PROVIDERS[name]["answer"])

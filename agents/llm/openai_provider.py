@@ -153,10 +153,9 @@ def http_client(*, plain: bool) -> openai.DefaultAsyncHttpxClient:
     """The SDK's own HTTP client, on the transport LLM_HTTP_TRANSPORT names: "aiohttp" (the default, the
     SDK's documented choice for concurrency, `openai[aiohttp]`) or "httpx" (the SDK's default transport).
 
-    With 200 calls in flight, httpx's pool costs ~4 ms of CPU a call (it looks at every pooled connection
-    each time one is handed back), aiohttp's ~2 ms: `round_100_agents` in `make bench` (docs/performance.md).
-    A plain-HTTP server (a local model) needs no certificates: every client would read the CA bundle (~30 ms)
-    for a TLS it never uses, so they share one context."""
+    With many calls in flight, httpx's pool costs more CPU a call than aiohttp's (it looks at every pooled
+    connection each time one is handed back; docs/performance.md). A plain-HTTP server (a local model) needs no
+    certificates: every client would read the CA bundle for a TLS it never uses, so they share one context."""
     verify: ssl.SSLContext | bool = plain_http_tls() if plain else True
     if settings.LLM_HTTP_TRANSPORT == "httpx":
         return openai.DefaultAsyncHttpxClient(verify=verify)

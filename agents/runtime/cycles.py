@@ -15,6 +15,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
+from agents.connections import error_brief as error_brief  # its old home: still importable from here
 from agents.cycle import agent_cycle, persona_cycles, tools_start
 from agents.models import Agent
 from planner_site.events import published_together
@@ -93,8 +94,3 @@ def plans_orphaned_fail(*, runner: str, busy: set[int] | frozenset[int] = frozen
               .exclude(agent__kind__in=(Agent.Kind.EXTERNAL, Agent.Kind.AGUI)).exclude(agent_id__in=busy)
               .values_list("agent_id", flat=True))
     return plans_interrupted_fail(agent_ids=sorted(ids), runner=runner) if ids else 0
-
-
-def error_brief(exc: BaseException) -> str:
-    """One line for the log: the driver's first line, without the SQL or the traceback."""
-    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]

@@ -27,13 +27,12 @@ from django.conf import settings
 from django.db.models import F, Min
 from django.utils import timezone
 
-from agents.connections import CONNECTION_ERRORS, connection_scope
+from agents.connections import CONNECTION_ERRORS, connection_scope, error_brief
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import (
     agents_driven,
     cycle_run,
-    error_brief,
     personas_run,
     plans_orphaned_fail,
     runner_id_new,

@@ -51,14 +51,19 @@ from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.jobs import Status
 
-from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release, connection_scope
+from agents.connections import (
+    CONNECTION_ERRORS,
+    connection_recover,
+    connection_release,
+    connection_scope,
+    error_brief,
+)
 from agents.fencing import Fence, FenceLost, fenced
 from agents.models import Agent
 from agents.retention import retention_prune
 from agents.runtime.cycles import (
     agents_driven,
     cycle_run,
-    error_brief,
     personas_run,
     plans_orphaned_fail,
     tools_start_run,
@@ -203,8 +208,8 @@ def shards_wanted() -> int:
     """How many shards the driven personas make: one per RUNNER_SHARD_CYCLES_PER_SECOND of their cycles (a persona
     cycles at most once a pass: 1 / max(its interval, RUNNER_PASS_GAP_SECONDS) a second), at most
     RUNNER_PERSONA_SHARDS; none without personas. Each shard's passes cost their job and their fixed statements
-    whatever their size: four shards of 50 personas each cost ~0.7 ms of CPU a cycle more than one of 200
-    (`make bench`, scale_200_cpu_per_cycle), while 1,000 personas need the four to spread over both runners."""
+    whatever their size, so a small fleet makes fewer, larger passes, while a large one needs every shard to
+    spread over the runners."""
     gap = max(settings.RUNNER_PASS_GAP_SECONDS, 0.001)
     rate = agents_driven().filter(kind=Agent.Kind.PERSONA).aggregate(rate=Sum(
         Value(1.0) / Greatest(F("cycle_interval"), Value(gap)), output_field=FloatField()))["rate"]

@@ -19,8 +19,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from agents.connections import CONNECTION_ERRORS, connection_scope
-from agents.runtime.cycles import agents_driven, error_brief
+from agents.connections import CONNECTION_ERRORS, connection_scope, error_brief
+from agents.runtime.cycles import agents_driven
 from agents.runtime.tasks import (
     CONTROL_QUEUE,
     CYCLES_QUEUE,

@@ -111,7 +111,7 @@ def waiting_still_many(agent_ids: Sequence[int]) -> dict[int, str]:
     """What each agent still waits on, as the services word it: a step awaiting approval in an active plan (the
     one waiting longest), else a plan awaiting approval, else a plan's question, else "" (what the inbox counts:
     steer_selectors.inbox_count). Two queries whatever the number of agents. (An expression computing this
-    inside the UPDATE cost 8 ms of CPU to build: the scale bench's CPU per cycle.)"""
+    inside the UPDATE cost more CPU to build than these two queries.)"""
     still = dict.fromkeys(agent_ids, "")
     # The steps of their active plans, filtered here: a status in the query let PostgreSQL scan every waiting
     # step of the fleet (1,000 at 1,000 agents) when its statistics were young (the scale bench's first minute).

@@ -248,8 +248,8 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
         events.append(PlanEvent(plan=step.plan, agent_id=step.plan.agent_id, step=step,
                                 kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason))
     rows_write(PlanStep, locked, ["status", "precheck", "updated_at"])  # locked and checked above
-    # One UPDATE for each reason, not each agent: a pass puts a step up for ~1 persona in 10, and the reasons
-    # name only the step's key (`make bench`, scale_1000_cpu_per_cycle: ~25 statements a pass of 250 personas).
+    # One UPDATE for each reason, not each agent: a pass puts a step up for few of its personas, and the reasons
+    # name only the step's key, so a pass writes a few statements rather than one for each agent.
     by_text: dict[str, list[int]] = {}
     for agent_id, text in waiting.items():
         by_text.setdefault(text, []).append(agent_id)

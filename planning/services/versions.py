@@ -25,6 +25,7 @@ from django.utils import timezone
 from agents.declared_tools import agent_plan_terms
 from agents.models import Agent
 from agents.services import rows_write
+from agents.signals import events_may_notify_on_commit
 from agents.world import ACTIONS, action_needs_permission
 from goals.models import Goal
 from planner_site.events import publish_changed_on_commit
@@ -265,13 +266,12 @@ def plans_first_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]]
         events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.VALIDATED,
                                 actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
     PlanStep.objects.bulk_create(steps)
-    rows_write(Plan, plans, [*ACCEPTED_FIELDS, *RESTATE_KEYS])  # locked and checked above; bulk_update's CASE WHEN costs ~10x
+    rows_write(Plan, plans, [*ACCEPTED_FIELDS, *RESTATE_KEYS])  # locked and checked above (bulk_update builds a CASE WHEN per row and field)
     events_traced(PlanEvent.objects.bulk_create(events))
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
     waiting = [plan for plan in plans if plan.status == Plan.Status.AWAITING_APPROVAL]
     if waiting:
-        from notifications.runtime import nudge  # noqa: PLC0415 (the notifications app sits above the planner's services)
         from policies.services import policies_plan_waiting  # noqa: PLC0415 (policies decide through the services)
 
         Agent.objects.filter(pk__in=[plan.agent_id for plan in waiting]).update(
@@ -279,7 +279,7 @@ def plans_first_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]]
         for plan in waiting:
             if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
                 plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
-        transaction.on_commit(nudge, robust=True)
+        events_may_notify_on_commit()
     return done
 
 

@@ -60,8 +60,8 @@ GRAPH_DEFS = (
 
 
 def graph_svg(graph: PlanGraph, *, oob: bool) -> SafeString:
-    """The graph's section, built in Python rather than by a template, whose per-node loop was most of a
-    live push's render (~1 ms for five steps, on every status change). Every text from a step (key, status,
+    """The graph's section, built in Python rather than by a template: its per-node loop was most of a live
+    push's render, on every status change. Every text from a step (key, status,
     description) is escaped; the rest are numbers and constants."""
     parts = [f'<section id="plan-graph" class="card steer"{' hx-swap-oob="true"' if oob else ""} '
              'aria-labelledby="plan-graph-heading"><h2 id="plan-graph-heading">Graph</h2>']
@@ -74,8 +74,7 @@ def graph_svg(graph: PlanGraph, *, oob: bool) -> SafeString:
         parts += [f'<path class="edge" d="M {g.x1} {g.y1} C {g.x1 + 30} {g.y1}, {g.x2 - 30} {g.y2}, {g.x2} {g.y2}"/>'
                   for g in graph.edges]
         # html.escape (what Django's escape does, without its lazy-string wrapper) and a truncation only of
-        # the texts that need one: five calls a node, 1,000 nodes on a long plan's page (`make bench`,
-        # plan_page_1000: the graph was a third of the page's CPU once its step rows were built in Python).
+        # the texts that need one: five calls a node, and a long plan's page draws a node for each of its steps.
         for n in graph.nodes:
             description = n.step.description
             key, status, text = e(n.step.key), e(n.step.status), e(description)

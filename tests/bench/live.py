@@ -331,8 +331,8 @@ BARE_ROWS = """<!doctype html><html><body><table>{% for r in rows %}
 def timed_pair(fn: Callable[[], object], baseline: Callable[[], object], rounds: int = 9) -> tuple[float, float]:
     """Median ms of `fn` and of its baseline, measured in alternation so both meet the same load.
 
-    Each call starts from a collected heap, the bench's own data frozen out of the collector (as
-    `manage.py serve` freezes its startup objects): otherwise a full collection over that heap, due
+    Each call starts from a collected heap, the bench's own data frozen out of the collector (for the
+    measurement only; the product leaves the collector as Python sets it): otherwise a full collection over that heap, due
     every few calls, lands on whichever call is running and makes the ratio swing (0.9x to 3.2x seen).
     """
     fn(), baseline()

@@ -30,3 +30,21 @@ def test_a_nudge_defers_a_dispatch_only_when_someone_listens(settings: Any, monk
         monkeypatch.setattr(selectors, "_listening", (float("-inf"), False))
         nudge()
         assert defer.call_count == 1
+
+
+def test_events_written_in_bulk_wake_the_dispatch_after_commit(settings: Any, monkeypatch: pytest.MonkeyPatch,
+                                                               django_capture_on_commit_callbacks: Any) -> None:
+    """First versions accepted in bulk send no post_save: the domain says so through a signal
+    (agents/signals.py events_may_notify) and the notifications runtime, which the domain never imports, wakes."""
+    from agents.signals import events_may_notify_on_commit
+
+    settings.SCALE_OUT = True
+    subscribed()
+    monkeypatch.setattr(selectors, "_listening", (float("-inf"), False))
+    with mock.patch("notifications.tasks.dispatch_defer") as defer:
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            events_may_notify_on_commit()
+        assert defer.call_count == 0  # nothing before the commit
+        for callback in callbacks:
+            callback()
+        assert defer.call_count == 1

@@ -19,7 +19,6 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from agents.llm.gateway import providers_import
 from agents.runtime.cycles import runner_id_new
-from agents.runtime.heap import YOUNG_THRESHOLD, heap_freeze
 
 logger = logging.getLogger("planner.runner")
 
@@ -73,13 +72,11 @@ class Command(BaseCommand):
         if settings.SCALE_OUT:
             from agents.runtime.worker import worker_run
 
-            heap_freeze(young_threshold=YOUNG_THRESHOLD)
             await worker_run(runner_id=runner_id, stop=stop, cycles=options["cycles"],
                              concurrency=options["concurrency"])
         else:
             from agents.runtime.embedded import Scheduler
 
-            heap_freeze(young_threshold=YOUNG_THRESHOLD)
             self.stderr.write("note: SQLite: this process drives every agent; run no other runner beside it "
                               "(`serve --no-runner` for the pages). Several runners need PostgreSQL.")
             logger.warning(EMBEDDED_PAGES_NOTE)

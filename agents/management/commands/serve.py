@@ -22,7 +22,6 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.llm.gateway import providers_import
-from agents.runtime.heap import heap_freeze
 
 logger = logging.getLogger("planner.serve")
 
@@ -97,7 +96,6 @@ def worker_serve(*, sock: socket.socket, host: str, port: int, with_runner: bool
     django.setup()
     server = PlannerServer(server_config(host, port), with_runner, supervisor=supervisor)
     providers_import()  # planning (the runner's, an external agent's request) does not pay the SDK's import
-    heap_freeze()
     with contextlib.suppress(KeyboardInterrupt):
         server.run(sockets=[sock])
 
@@ -184,7 +182,6 @@ class Command(BaseCommand):
         else:
             server = PlannerServer(server_config(host, port), with_runner)
             providers_import()  # planning (the runner's, an external agent's request) does not pay the SDK's import
-            heap_freeze()
             with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the runner was already stopped cleanly
                 server.run()
         self.stdout.write("Stopped.")
