@@ -140,7 +140,7 @@ class SettingsChangeAdmin(RecordAdmin):
 
 
 @admin.register(SlackAccount)
-class SlackAccountAdmin(ValidatedAdmin):
+class SlackAccountAdmin(SettingsRecordedAdmin):
     """Which Slack user decides as which account (made by the user with a one-time code; an administrator may
     remove one, or connect one for a user)."""
 
