@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 from procrastinate import Blueprint, JobContext, exceptions
 from procrastinate.retry import BaseRetryStrategy, RetryDecision
@@ -49,7 +50,8 @@ def delivery_lock(delivery_id: int) -> str:
 
 def delivery_defer(delivery_id: int) -> bool:
     try:
-        delivery_job.configure(queueing_lock=delivery_lock(delivery_id)).defer(delivery_id=delivery_id)
+        with transaction.atomic():  # a refused insert leaves a caller's transaction usable
+            delivery_job.configure(queueing_lock=delivery_lock(delivery_id)).defer(delivery_id=delivery_id)
     except exceptions.AlreadyEnqueued:
         return False
     return True
@@ -58,7 +60,8 @@ def delivery_defer(delivery_id: int) -> bool:
 def dispatch_defer() -> None:
     """Ask for a dispatch now (one waits at most: the queueing lock)."""
     try:
-        dispatch_job.configure(queueing_lock=DISPATCH_LOCK).defer(timestamp=0)
+        with transaction.atomic():  # a refused insert leaves a caller's transaction usable
+            dispatch_job.configure(queueing_lock=DISPATCH_LOCK).defer(timestamp=0)
     except exceptions.AlreadyEnqueued:
         pass
     except Exception as exc:  # a nudge is only a head start: the periodic dispatch comes anyway

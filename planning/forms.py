@@ -64,7 +64,7 @@ def tool_choice(name: str) -> tuple[str, str]:
 class AguiAgentForm(forms.Form):
     """The New agent page's remote AG-UI agent: a name and the URL that takes its runs."""
 
-    name = TextField(label="Name", max_length=100, strip=True,
+    name = TextField(label="AG-UI agent name", max_length=100, strip=True,
                      widget=forms.TextInput(attrs={"placeholder": "e.g. Release helper", "autocomplete": "off"}))
     url = forms.CharField(label="Agent URL", max_length=500, strip=True,
                           widget=forms.URLInput(attrs={"placeholder": "https://agent.example.com/run"}))

@@ -148,9 +148,10 @@ def cycle_defer(agent_id: int, *, after: float = 0.0, kind: str = "") -> bool:
     """Defer the agent's next cycle `after` seconds from now; False when one is already waiting. `kind`: the
     agent's kind when the caller has just read it (a tool agent's cycle then reads only its row, cycle_run)."""
     try:
-        agent_cycle_job.configure(lock=agent_lock(agent_id), queueing_lock=agent_lock(agent_id),
-                                  schedule_at=timezone.now() + timedelta(seconds=max(after, 0.0))
-                                  ).defer(agent_id=agent_id, **({"kind": kind} if kind else {}))
+        with transaction.atomic():  # a refused insert leaves a caller's transaction usable
+            agent_cycle_job.configure(lock=agent_lock(agent_id), queueing_lock=agent_lock(agent_id),
+                                      schedule_at=timezone.now() + timedelta(seconds=max(after, 0.0))
+                                      ).defer(agent_id=agent_id, **({"kind": kind} if kind else {}))
     except exceptions.AlreadyEnqueued:
         return False
     return True
@@ -225,9 +226,10 @@ def pass_lock(shard: int, shards: int) -> str:
 def pass_defer(shard: int, shards: int, *, after: float = 0.0) -> bool:
     """Defer a pass of the shard `after` seconds from now; False when one is already waiting."""
     try:
-        personas_pass_job.configure(lock=pass_lock(shard, shards), queueing_lock=pass_lock(shard, shards),
-                                    schedule_at=timezone.now() + timedelta(seconds=max(after, 0.0))
-                                    ).defer(shard=shard, shards=shards)
+        with transaction.atomic():  # a refused insert leaves a caller's transaction usable
+            personas_pass_job.configure(lock=pass_lock(shard, shards), queueing_lock=pass_lock(shard, shards),
+                                        schedule_at=timezone.now() + timedelta(seconds=max(after, 0.0))
+                                        ).defer(shard=shard, shards=shards)
     except exceptions.AlreadyEnqueued:
         return False
     return True
@@ -361,8 +363,9 @@ def start_lock(shard: int, shards: int) -> str:
 def start_defer(shard: int, shards: int) -> bool:
     """Defer a start pass of the shard now; False when one is already waiting (it takes every agent due then)."""
     try:
-        tools_start_job.configure(lock=start_lock(shard, shards), queueing_lock=start_lock(shard, shards)
-                                  ).defer(shard=shard, shards=shards)
+        with transaction.atomic():  # a refused insert leaves a caller's transaction usable
+            tools_start_job.configure(lock=start_lock(shard, shards), queueing_lock=start_lock(shard, shards)
+                                      ).defer(shard=shard, shards=shards)
     except exceptions.AlreadyEnqueued:
         return False
     return True

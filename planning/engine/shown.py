@@ -33,9 +33,17 @@ def value_preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text):,} characters)"
 
 
+# What a step reads first, then what it writes, then how: one order whatever the database kept the keys in
+# (PostgreSQL's jsonb orders them by length).
+INPUT_ORDER = ("path", "paths", "folder", "source", "to", "output", "destination", "format", "to_format", "content")
+
+
 def input_preview(tool_input: Mapping[str, Any], limit: int = PREVIEW_CHARS) -> str:
     """`path="data.csv", content="# Notes⏎…" (2,400 characters)`: every key with its value's preview."""
-    return ", ".join(f"{key}={value_preview(value, limit)}" for key, value in tool_input.items())
+    def rank(key: str) -> tuple[int, str]:
+        return (INPUT_ORDER.index(key) if key in INPUT_ORDER else len(INPUT_ORDER), key)
+
+    return ", ".join(f"{key}={value_preview(tool_input[key], limit)}" for key in sorted(tool_input, key=rank))
 
 
 def steps_fingerprint(steps: Iterable[Mapping[str, Any]]) -> str:

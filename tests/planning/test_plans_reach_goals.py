@@ -295,9 +295,12 @@ def test_an_external_agents_plan_is_checked_as_far_as_its_declared_tools_tell() 
 
     agent = Agent.objects.create(name="Mailer", kind=Agent.Kind.EXTERNAL, declared_tools=TOOLS)
     reads = {"goal": "Mail the Q3 figures to Dana", "steps": [step("1", query="q3 figures")]}
-    with pytest.raises(PlanInvalid) as refused:
-        plan_submit(agent=agent, data=reads)
-    assert refused.value.problems == ["the goal asks to send something, but no step does; use send_email"]
-    assert not Plan.objects.filter(agent=agent).exists()
+    # An outside agent may send in a later plan of its own: the operator approving this one is told what it
+    # leaves undone, on the plan's validation.
+    plan = plan_submit(agent=agent, data=reads)
+    validated = plan.events.get(kind=PlanEvent.Kind.VALIDATED)
+    assert "not in this plan: the goal asks to send something, but no step does; use send_email" in validated.reason
+    with pytest.raises(PlanInvalid):
+        plan_submit(agent=agent, data={"goal": "Mail the Q3 figures to Dana", "steps": []})
     # Its tools tell nothing of summaries: a plan that sends what it found is not refused for that.
     assert plan_submit(agent=agent, data=PLAN).status == Plan.Status.AWAITING_APPROVAL
