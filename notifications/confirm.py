@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 
 from notifications.deciding import item_decide, item_fingerprint, item_outcome, item_waiting
-from notifications.links import LinkExpired, LinkInvalid
+from notifications.links import LinkInvalid, token_load
 from notifications.models import ConfirmLinkUse
 from planning.models import Plan, PlanStep
 from planning.services.transactions import plan_lock
@@ -52,12 +52,7 @@ class ConfirmTarget:
 
 def confirm_read(token: str) -> ConfirmTarget:
     """The item a token points at; LinkExpired, or LinkInvalid (altered, not this site's, the item deleted)."""
-    try:
-        data = signing.loads(token, salt=SALT, max_age=settings.NOTIFY_LINK_MAX_AGE_SECONDS)
-    except signing.SignatureExpired as exc:
-        raise LinkExpired(str(exc)) from exc
-    except signing.BadSignature as exc:
-        raise LinkInvalid(str(exc)) from exc
+    data = token_load(token, salt=SALT)
     if not isinstance(data, dict) or data.get("do") not in ACTIONS or not isinstance(data.get("p"), int) \
             or not isinstance(data.get("n"), str) or not isinstance(data.get("f"), str):
         raise LinkInvalid("not a link of this site")

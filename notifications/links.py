@@ -36,14 +36,19 @@ def link_make(*, plan_id: int | None = None, step_id: int | None = None, agent_i
     return settings.PLANNER_BASE_URL + reverse("notify-link", args=[token])
 
 
-def link_read(token: str) -> LinkTarget:
-    """What a token points at; LinkExpired or LinkInvalid otherwise."""
+def token_load(token: str, *, salt: str) -> object:
+    """A signed link's payload; LinkExpired past NOTIFY_LINK_MAX_AGE_SECONDS, LinkInvalid when altered or foreign."""
     try:
-        data = signing.loads(token, salt=SALT, max_age=settings.NOTIFY_LINK_MAX_AGE_SECONDS)
+        return signing.loads(token, salt=salt, max_age=settings.NOTIFY_LINK_MAX_AGE_SECONDS)
     except signing.SignatureExpired as exc:
         raise LinkExpired(str(exc)) from exc
     except signing.BadSignature as exc:
         raise LinkInvalid(str(exc)) from exc
+
+
+def link_read(token: str) -> LinkTarget:
+    """What a token points at; LinkExpired or LinkInvalid otherwise."""
+    data = token_load(token, salt=SALT)
     if not isinstance(data, dict):
         raise LinkInvalid("not a link of this site")
     ids = [data.get(k) for k in ("p", "s", "a")]
