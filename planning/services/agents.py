@@ -181,16 +181,27 @@ def size_shown(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-@atomic_retried
-def agent_create(*, user: User, name: str, backstory: str = "", tools: Sequence[str]) -> Agent:
-    """Create a tool agent that may use the given built-in tools (agents/tools.py), running: it plans the goals
-    it is given, in its own empty workspace. Recorded as an `Agent created` event naming the operator."""
+def agent_name_clean(name: str) -> str:
+    """An agent's name as stored (spaces collapsed); DecisionError when it is empty, unprintable or too long."""
     name = " ".join(name.split())
-    backstory = backstory.strip()
     if not name:
         raise DecisionError("Name the agent. Nothing was changed.")
     if problem := text_problem(name, max_length=100):
         raise DecisionError(f"The name {problem}. Nothing was changed.")
+    return name
+
+
+def agent_name_taken(name: str) -> DecisionError:
+    """The refusal of a name another agent has (found before the insert, or by the unique constraint after)."""
+    return DecisionError(f"An agent named {name} already exists; choose another name. Nothing was changed.")
+
+
+@atomic_retried
+def agent_create(*, user: User, name: str, backstory: str = "", tools: Sequence[str]) -> Agent:
+    """Create a tool agent that may use the given built-in tools (agents/tools.py), running: it plans the goals
+    it is given, in its own empty workspace. Recorded as an `Agent created` event naming the operator."""
+    name = agent_name_clean(name)
+    backstory = backstory.strip()
     if problem := text_problem(backstory, max_length=2000):
         raise DecisionError(f"The description {problem}. Nothing was changed.")
     chosen = sorted(set(tools))
@@ -199,13 +210,12 @@ def agent_create(*, user: User, name: str, backstory: str = "", tools: Sequence[
     if unknown := [tool for tool in chosen if tool not in TOOLS]:
         raise DecisionError(f"Unknown tools: {', '.join(unknown)}. Nothing was changed.")
     if Agent.objects.filter(name__iexact=name).exists():
-        raise DecisionError(f"An agent named {name} already exists; choose another name. Nothing was changed.")
+        raise agent_name_taken(name)
     try:
         with transaction.atomic():  # two operators creating the same name at once: the second is told so
             agent = Agent.objects.create(name=name, backstory=backstory, kind=Agent.Kind.TOOL, tools=chosen)
     except IntegrityError:
-        raise DecisionError(f"An agent named {name} already exists; choose another name. "
-                            "Nothing was changed.") from None
+        raise agent_name_taken(name) from None
     risky = [tool for tool in chosen if TOOLS[tool].risky]
     event_agent_record(agent=agent, kind=PlanEvent.Kind.AGENT_CREATED, actor=user,
                        reason=f"Tool agent {name} created with {len(chosen)} tools: {', '.join(chosen)}",

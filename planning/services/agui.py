@@ -29,7 +29,7 @@ from goals.models import Goal
 from planner_site.outbound import url_problem
 from planner_site.validators import text_problem
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.services.agents import agent_waiting_set
+from planning.services.agents import agent_name_clean, agent_name_taken, agent_waiting_set
 from planning.services.errors import DecisionError
 from planning.services.events import actor_name, event_agent_record, event_record
 from planning.services.plans import plan_abandon, plan_unverified
@@ -47,18 +47,14 @@ def agui_label(agent: Agent) -> str:
 
 def agui_agent_create(*, user: User, name: str, url: str) -> Agent:
     """An AG-UI agent reached at `url` (checked by the outbound guard), recorded as `Agent created`."""
-    name = " ".join(name.split())
+    name = agent_name_clean(name)
     url = url.strip()
-    if not name:
-        raise DecisionError("Name the agent. Nothing was changed.")
-    if problem := text_problem(name, max_length=100):
-        raise DecisionError(f"The name {problem}. Nothing was changed.")
     if len(url) > 500:
         raise DecisionError("The address is longer than 500 characters. Nothing was changed.")
     if problem := url_problem(url):
         raise DecisionError(f"The address {problem}. Nothing was changed.")
     if Agent.objects.filter(name__iexact=name).exists():
-        raise DecisionError(f"An agent named {name} already exists; choose another name. Nothing was changed.")
+        raise agent_name_taken(name)
     try:
         with transaction.atomic():
             agent = Agent.objects.create(name=name, kind=Agent.Kind.AGUI, backstory=f"Remote AG-UI agent at {url}")
@@ -67,8 +63,7 @@ def agui_agent_create(*, user: User, name: str, url: str) -> Agent:
                                reason=f"AG-UI agent {name} added at {url}",
                                detail={"url": url, "diff": {"created": ["", name]}})
     except IntegrityError:
-        raise DecisionError(f"An agent named {name} already exists; choose another name. "
-                            "Nothing was changed.") from None
+        raise agent_name_taken(name) from None
     return agent
 
 
