@@ -28,6 +28,8 @@ class Goal(models.Model):
         ACTIVE = "active", "Active"
         COMPLETED = "completed", "Completed"
         ABANDONED = "abandoned", "Abandoned"
+        # Closed by a person who accepted a plan whose outcome was not verified (planning plan_accept_done).
+        ACCEPTED = "accepted", "Accepted as done, not verified"
 
     # goal_agent_status_idx (agent, status) serves every lookup by agent.
     agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="goals", db_index=False)

@@ -30,6 +30,10 @@ class ReasonForm(forms.Form):
     reason = TextField(label="Reason", max_length=2000, required=False, strip=True)
 
 
+class AcceptDoneForm(forms.Form):
+    note = TextField(label="Note", max_length=2000, required=False, strip=True)
+
+
 class ReplanForm(forms.Form):
     reason = TextField(label="Reason", max_length=2000, strip=True)
 

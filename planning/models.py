@@ -57,6 +57,9 @@ class Plan(models.Model):
         # Every step ran, but the outcome the goal asks for was not found (planning/engine/goal_check.py
         # outcome_problems): the goal stays open and the operator is asked what next.
         UNVERIFIED = "unverified", "Done, not verified"
+        # A person took a "Done, not verified" plan as done (plan_accept_done): closed by their decision, and
+        # never shown as verified.
+        ACCEPTED = "accepted", "Accepted as done, not verified"
 
     class ApprovalMode(models.TextChoices):
         PENDING = "pending", "Not yet chosen"
@@ -285,6 +288,7 @@ class PlanEvent(models.Model):
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
         PLAN_COMPLETED = "plan_completed", "Plan completed"
         PLAN_UNVERIFIED = "plan_unverified", "Done, not verified"
+        PLAN_ACCEPTED = "plan_accepted", "Accepted as done, not verified"
         PLAN_FAILED = "plan_failed", "Plan failed"
         PLAN_RETRIED = "plan_retried", "Planning retried"
         ADMIN_EDIT = "admin_edit", "Edited in admin"

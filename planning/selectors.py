@@ -339,11 +339,13 @@ def plan_versions(plan: Plan) -> list[Plan]:
     return chain
 
 
-def plan_status_shown(plan: Plan, following: Plan | None) -> str:
+def plan_status_shown(plan: Plan, following: Plan | None, accepted: PlanEvent | None = None) -> str:
     """A version's status in words: a version an operator rewrote in the plan editor reads "edited by olga", not
-    "Replanned" (no planner made the next version; issue 50)."""
+    "Replanned" (no planner made the next version; issue 50); a plan accepted as done names who accepted it."""
     if plan.status == Plan.Status.REPLANNED and following is not None and following.edited_by:
         return f"Edited by {following.edited_by} (v{following.version})"
+    if plan.status == Plan.Status.ACCEPTED and accepted is not None:
+        return f"Accepted as done by {accepted.actor_label}, not verified"
     return plan.get_status_display()
 
 
@@ -399,10 +401,12 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
     plan = Plan.objects.select_related("agent", "goal", "previous").get(pk=plan_id)
     steps = plan_steps(plan)
     events = plan_events_page(plan, events_page)
-    special = list(plan.events.filter(kind__in=[PlanEvent.Kind.ATTEMPT_REJECTED, PlanEvent.Kind.VALIDATED])
-                   .order_by("-created_at", "-id")[:ATTEMPTS_SHOWN + 1])
+    special = list(plan.events.filter(kind__in=[PlanEvent.Kind.ATTEMPT_REJECTED, PlanEvent.Kind.VALIDATED,
+                                                PlanEvent.Kind.PLAN_ACCEPTED])
+                   .order_by("-created_at", "-id")[:ATTEMPTS_SHOWN + 2])
     attempts = [e for e in special if e.kind == PlanEvent.Kind.ATTEMPT_REJECTED][:ATTEMPTS_SHOWN]
     validated = next((e for e in special if e.kind == PlanEvent.Kind.VALIDATED), None)
+    accepted = next((e for e in special if e.kind == PlanEvent.Kind.PLAN_ACCEPTED), None)
     calls = plan_calls_page(plan, calls_page)
     versions = plan_versions(plan)
     later = [v for v in versions if v.version > plan.version and v.previous_id == plan.pk]
@@ -421,7 +425,7 @@ def plan_context(plan_id: int, *, events_page: Any = 1, calls_page: Any = 1) -> 
         "calls_page": calls,
         "versions": versions,
         "next_version": later[0] if later else None,
-        "status_shown": plan_status_shown(plan, later[0] if later else None),
+        "status_shown": plan_status_shown(plan, later[0] if later else None, accepted),
         "repeat_label": repeat_label(plan_repeat_number(plan)),
         "done": steps_done((s.status for s in steps), plan_status=plan.status),
         "total": len(steps),

@@ -23,6 +23,7 @@ urlpatterns = [
     path("steps/<int:pk>/edit/", views.step_edit_view, name="step-edit"),
     path("steps/<int:pk>/skip/", views.step_skip_view, name="step-skip"),
     path("plans/<int:pk>/clarify/", views.plan_clarify_view, name="plan-clarify"),
+    path("plans/<int:pk>/accept-done/", views.plan_accept_done_view, name="plan-accept-done"),
     path("steps/<int:pk>/rollback/", views.step_rollback_view, name="step-rollback"),
     path("steps/<int:pk>/undo-policy-approval/", views.step_policy_undo_view, name="step-policy-undo"),
 ]
@@ -38,6 +39,7 @@ urlpatterns += [
     path("inbox/plans/<int:pk>/approve/", views_inbox.inbox_plan_approve, name="inbox-plan-approve"),
     path("inbox/plans/<int:pk>/cancel/", views_inbox.inbox_plan_cancel, name="inbox-plan-cancel"),
     path("inbox/plans/<int:pk>/clarify/", views_inbox.inbox_plan_clarify, name="inbox-plan-clarify"),
+    path("inbox/plans/<int:pk>/accept-done/", views_inbox.inbox_plan_accept_done, name="inbox-plan-accept-done"),
     path("inbox/plans/<int:pk>/decline/", views_inbox.inbox_plan_decline, name="inbox-plan-decline"),
 ]
 

@@ -22,6 +22,7 @@ from planner_site.roles import DECIDE_PERMISSION
 from planning import services
 from planning.forms import (
     A2AAgentAddForm,
+    AcceptDoneForm,
     AgentCreateForm,
     AgentStatusForm,
     AguiAgentForm,
@@ -391,6 +392,20 @@ def goal_given_note(goal: Goal) -> str:
         return "Goal given; the agent plans it next cycle."
     behind = f" behind the open plan “{open_plan.goal_text}” (v{open_plan.version})" if open_plan else ""
     return f"Goal given; it is queued{behind}, number {place} in the agent's queue of goals."
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
+def plan_accept_done_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """Take a "Done, not verified" plan as done: closed as this person's decision, never shown as verified."""
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
+    form = AcceptDoneForm(request.POST)
+    if not form.is_valid():
+        return decision_refused(request, f"{form_errors(form)} Nothing was changed.", status=400)
+    return decision_apply(
+        request, plan, f"Accepted {plan_named(plan)} as done; its outcome stays not verified.",
+        lambda: services.plan_accept_done(plan=plan, user=operator(request), note=form.cleaned_data.get("note", "")),
+    )
 
 
 @require_POST

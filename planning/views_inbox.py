@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from agents.models import Agent
 from planner_site.roles import DECIDE_PERMISSION
 from planning import services
-from planning.forms import ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm, ReplanForm
+from planning.forms import AcceptDoneForm, ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm, ReplanForm
 from planning.models import Plan, PlanStep
 from planning.services import StaleVersion, agui, plan_check_seen
 from planning.steer_selectors import inbox_count, inbox_items
@@ -61,6 +61,12 @@ def inbox_decide(request: HttpRequest, plan: Plan, note: str, decide: Callable[[
         context = inbox_context()
     announce = f"{note} {inbox_announcement(int(str(context['count'])))}"
     context |= {"flash": [(level, note)], "announce": announce, "oob": True}
+    return render(request, "planning/inbox_decided.html", context, status=status)
+
+
+def inbox_refused(request: HttpRequest, note: str, status: int = 400) -> HttpResponse:
+    """A decision refused before any service ran (a form not valid): the note in the flash, nothing changed."""
+    context = inbox_context(flash=[("error", note)], announce=note, oob=True)
     return render(request, "planning/inbox_decided.html", context, status=status)
 
 
@@ -124,9 +130,7 @@ def inbox_plan_decline(request: HttpRequest, pk: int) -> HttpResponse:
     plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ReplanForm(request.POST)
     if not form.is_valid():
-        note = "Feedback is required to decline a plan. Nothing was changed."
-        context = inbox_context(flash=[("error", note)], announce=note, oob=True)
-        return render(request, "planning/inbox_decided.html", context, status=400)
+        return inbox_refused(request, "Feedback is required to decline a plan. Nothing was changed.")
     if plan.agent.kind == Agent.Kind.PERSONA or plan.status != Plan.Status.AWAITING_APPROVAL:
         note = (f"Only a tool or external agent's plan awaiting approval can be declined with feedback; plan v{plan.version} "
                 f"of {plan.agent.name} is {plan.get_status_display().lower()}. Nothing was changed.")
@@ -141,14 +145,26 @@ def inbox_plan_decline(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @permission_required(DECIDE_PERMISSION, raise_exception=True)
+def inbox_plan_accept_done(request: HttpRequest, pk: int) -> HttpResponse:
+    """Take a "Done, not verified" plan as done in place (as the plan page's Accept as done)."""
+    plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
+    form = AcceptDoneForm(request.POST)
+    if not form.is_valid():
+        return inbox_refused(request, "The note is too long (2000 characters at most). Nothing was changed.")
+    return inbox_decide(
+        request, plan, f"Accepted {plan_named(plan)} as done; its outcome stays not verified.",
+        lambda: services.plan_accept_done(plan=plan, user=operator(request), note=form.cleaned_data.get("note", "")),
+    )
+
+
+@require_POST
+@permission_required(DECIDE_PERMISSION, raise_exception=True)
 def inbox_plan_clarify(request: HttpRequest, pk: int) -> HttpResponse:
     """Answer the planner's question in place; the agent plans again with the answer next cycle."""
     plan = get_object_or_404(Plan.objects.select_related("agent"), pk=pk)
     form = ClarifyForm(request.POST)
     if not form.is_valid():
-        note = "Write an answer to the planner's question. Nothing was changed."
-        context = inbox_context(flash=[("error", note)], announce=note, oob=True)
-        return render(request, "planning/inbox_decided.html", context, status=400)
+        return inbox_refused(request, "Write an answer to the planner's question. Nothing was changed.")
     after = ("it is sent to the remote agent on the same task next cycle" if plan.agent.kind == Agent.Kind.A2A
              else "the agent plans again with it next cycle")
     return inbox_decide(

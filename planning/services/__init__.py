@@ -51,6 +51,7 @@ from planning.services.events import (
 from planning.services.plans import (
     PLAN_FINAL,
     plan_abandon,
+    plan_accept_done,
     plan_approve,
     plan_cancel,
     plan_clarify,
@@ -141,6 +142,7 @@ __all__ = [
     "event_record",
     "failure_reasons",
     "plan_abandon",
+    "plan_accept_done",
     "plan_accept",
     "plan_approve",
     "plan_ask",

@@ -20,11 +20,12 @@ from planning.engine.shown import PLAN_CHANGED
 from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 from planning.services.agents import agent_retry_sync, agent_waiting_set
 from planning.services.errors import DecisionError, PlanNotAwaitingApproval
-from planning.services.events import event_record, reason_clean
+from planning.services.events import actor_name, event_record, reason_clean
 from planning.services.transactions import atomic_retried, plan_lock
 
 # A plan in one of these states is history: nothing reopens it (a failed plan may still be replanned).
-PLAN_FINAL = (Plan.Status.COMPLETED, Plan.Status.CANCELLED, Plan.Status.REPLANNED, Plan.Status.REJECTED)
+PLAN_FINAL = (Plan.Status.COMPLETED, Plan.Status.ACCEPTED, Plan.Status.CANCELLED, Plan.Status.REPLANNED,
+              Plan.Status.REJECTED)
 
 
 # --- operator decisions -------------------------------------------------------------------------------------
@@ -145,6 +146,30 @@ def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
     agent_waiting_set(agent_id=plan.agent_id, reason="")
     return event_record(plan=plan, kind=PlanEvent.Kind.CLARIFIED, actor=user, reason=answer[:4000],
                         detail={"question": plan.clarification_question, "answer": answer})
+
+
+@atomic_retried
+def plan_accept_done(*, plan: Plan, user: User, note: str = "") -> PlanEvent:
+    """A person takes a "Done, not verified" plan as done: the plan is "Accepted as done, not verified" and its
+    goal is closed as that person's decision (Goal.Status.ACCEPTED, never "Completed": nothing was verified).
+    `note`: optional, the person's words, kept in the event and beside the goal."""
+    note = reason_clean(note, what="The note")
+    plan = plan_lock(plan.pk)
+    if plan.status != Plan.Status.UNVERIFIED:
+        raise DecisionError(f"Plan v{plan.version} is {plan.get_status_display().lower()}, not done-but-not-verified; "
+                            "only such a plan can be accepted as done. Nothing was changed.")
+    who = actor_name(user)
+    unverified = plan.failure_reason or "outcome not verified"
+    said = f"Accepted as done by {who}, not verified ({unverified})" + (f". Note: {note}" if note else "")
+    plan.status = Plan.Status.ACCEPTED
+    plan.clarification_answer = said[:2000]
+    plan.save(update_fields=["status", "clarification_answer", "updated_at"])
+    agent_waiting_set(agent_id=plan.agent_id, reason="")
+    if plan.goal_id:
+        Goal.objects.filter(pk=plan.goal_id).active().update(status=Goal.Status.ACCEPTED,
+                                                             milestone_explanation=said[:4000])
+    return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_ACCEPTED, actor=user, reason=said[:4000],
+                        detail={"verified": False, "accepted_by": who, "note": note, "unverified": unverified})
 
 
 # --- the runner's transitions -------------------------------------------------------------------------------
