@@ -46,11 +46,11 @@ from agents.tools import TOOLS, workspace_listing
 from agents.world import ACTIONS, persona_situation
 from goals.models import Goal
 from planning.engine.complexity import should_plan, tool_single_step
-from planning.engine.goal_check import Reach, goal_reachable, plan_goal_problems, tool_verbs
-from planning.engine.meaning import StepView, goal_paths
+from planning.engine.meaning import goal_paths
 from planning.engine.parse import NO_JSON_PLAN, plan_parse
 from planning.engine.prompts import RESTATE_KEYS, prompt_plan, prompt_reflect, prompt_replan, prompt_restate
 from planning.engine.validate import PlanSpec, plan_validate, step_plan_data, steps_repeating_declined
+from planning.goal_terms import goal_plan_check, goal_reach
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import (
     PlanNoLongerValidating,
@@ -320,34 +320,6 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
 def unreached_question(reasons: Sequence[str]) -> str:
     return ("No plan could be made that does what the goal asks (" + "; ".join(reasons[:3]) + "). "
             "How should it be done, or what should be done instead?")
-
-
-def goal_tools_verbs(agent: Agent) -> dict[str, frozenset[str]]:
-    """What each of the agent's tools can do (planning/engine/goal_check.py tool_verbs)."""
-    _, declared = agent_plan_terms(agent.kind, agent.declared_tools)
-    return {name: tool_verbs(name, spec.verbs, spec.description) for name, spec in (declared or TOOLS).items()}
-
-
-def goal_reach(agent: Agent, goal_text: str) -> Reach:
-    """A tool agent's goal judged before planning (goal_reachable); a persona's is always planned."""
-    if agent.kind != Agent.Kind.TOOL:
-        return Reach()
-    return goal_reachable(goal_text, goal_tools_verbs(agent))
-
-
-def goal_plan_check(agent: Agent, goal_text: str, steps: Sequence[Any], *, steered: bool = False) -> list[str]:
-    """Why a tool plan's steps (StepSpecs, in the order the plan page numbers them) cannot reach the goal.
-    An operator's feedback (`steered`) may move an output elsewhere, so only the actions are checked then."""
-    if agent.kind == Agent.Kind.PERSONA or not goal_text:
-        return []
-    views = [StepView(position, step.tool, dict(step.input)) for position, step in enumerate(steps, start=1)]
-    problems = plan_goal_problems(goal_text, views, goal_tools_verbs(agent))
-    if agent.kind == Agent.Kind.EXTERNAL:
-        # An external agent's tools tell only what their names and descriptions say, and nothing of the files
-        # they write: its plan is refused only for an action one of its own tools can do and no step does, and
-        # a version made after an operator's feedback (`steered`) follows that feedback instead.
-        return [] if steered else [p for p in problems if "; use " in p]
-    return [p for p in problems if not (steered and p.startswith("the goal asks for "))]
 
 
 def counted(n: int, noun: str) -> str:

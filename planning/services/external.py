@@ -20,8 +20,9 @@ from agents.declared_tools import tool_registry, tools_declaration_problems
 from agents.models import Agent, ApiRequest
 from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import ValidationResult, plan_validate, step_plan_data
+from planning.goal_terms import goal_plan_check
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.planner import goal_plan_check, plan_generate
+from planning.planner import plan_generate
 from planning.selectors import plan_feedback
 from planning.services.errors import DecisionError, PlanAlreadyReplanned
 from planning.services.events import event_agent_record, event_record

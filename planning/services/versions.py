@@ -33,6 +33,7 @@ from planner_site.validators import text_problem
 from planning.engine.diff import plan_diff
 from planning.engine.prompts import RESTATE_KEYS
 from planning.engine.validate import PlanSpec, StepSpec, plan_validate, step_plan_data
+from planning.goal_terms import goal_plan_check
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services.agents import agent_retry_sync, agent_waiting_set, agents_waiting_refresh
 from planning.services.errors import (
@@ -439,6 +440,12 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
     if not result.ok or result.plan is None:
         raise PlanEditInvalid(result.problems)
     flags = list(result.flags)
+    # The same goal check as every planner's, but the person decides: what the edit leaves undone is a flag, not
+    # a refusal (issue 50).
+    editor = user.get_username()
+    undone = [f"planned by {editor}: {problem} (not refused: {editor} decides)"
+              for problem in goal_plan_check(agent, plan.goal_text, result.plan.steps)]
+    flags += undone
     asked = {s.key: s for s in edited}
     new = Plan.objects.create(
         agent=agent, goal_id=plan.goal_id, goal_text=plan.goal_text, version=plan.version + 1, previous=plan,
@@ -483,7 +490,8 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
     event_record(plan=new, kind=PlanEvent.Kind.CREATED, actor=user, reason=why,
                  detail={"version": new.version, "previous": plan.pk, "edited": True})
     event_record(plan=new, kind=PlanEvent.Kind.VALIDATED, actor=user, reason="; ".join(flags)[:4000],
-                 detail={"flags": flags, "steps": len(result.plan.steps), "diff": diff, "edited": True})
+                 detail={"flags": flags, "steps": len(result.plan.steps), "diff": diff, "edited": True,
+                         "goal_undone": undone})
     waiting = f"plan v{new.version} awaits approval" if new.status == Plan.Status.AWAITING_APPROVAL else ""
     agent_waiting_set(agent_id=agent.pk, reason=waiting)
     return new
