@@ -305,8 +305,10 @@ def plan_decide(*, plan: Plan, match: Match) -> Match:
     if match.action == Rule.Action.APPROVE:
         # Every step approved, except those that require permission unless the rule names them: they wait, each
         # decided on its own (by a person, or by a rule for steps).
-        planning.plan_approve(plan=plan, user=policy_user(), mode=Plan.ApprovalMode.ALL, actor_label=match.label,
-                              detail=match.detail, approve_permission_steps=rule.approve_permission)
+        event = planning.plan_approve(plan=plan, user=policy_user(), mode=Plan.ApprovalMode.ALL,
+                                      actor_label=match.label, detail=match.detail,
+                                      approve_permission_steps=rule.approve_permission)
+        plan_steps_hold(plan=plan, match=match, keys=event.detail.get("approved_steps", []), approval=event)
     elif match.action == Rule.Action.DECLINE:
         planning.plan_replan_request(plan=plan, user=policy_user(), reason=rule.reason, actor_label=match.label,
                                      detail=match.detail)
@@ -315,6 +317,25 @@ def plan_decide(*, plan: Plan, match: Match) -> Match:
                               reason=rule.reason or f"plan v{plan.version} escalated: urgent",
                               detail=match.detail | {"item": "plan"})
     return match
+
+
+def plan_steps_hold(*, plan: Plan, match: Match, keys: list[str], approval: PlanEvent) -> list[str]:
+    """A policy approved a whole plan: each of its steps it approved that writes or is risky (a built-in tool
+    agent's) is held for POLICY_UNDO_SECONDS, as a step a policy approves on its own is, and its approval is
+    recorded on the step, so the same Undo (plan page, inbox's decided-by-policies list) takes it back."""
+    held: list[str] = []
+    for step in plan.steps.filter(key__in=keys).select_related("plan__agent").order_by("position"):
+        start_after = step_undo_window(step)
+        if start_after is None:
+            continue
+        PlanStep.objects.filter(pk=step.pk).update(start_after=start_after)
+        planning.event_record(
+            plan=plan, step=step, kind=PlanEvent.Kind.STEP_APPROVED, actor=policy_user(), actor_label=match.label,
+            reason=(f"approved step {step.key} with plan v{plan.version}: {step.description}; starts after "
+                    f"{timezone.localtime(start_after):%H:%M:%S} unless undone"),
+            detail=match.detail | {"start_after": start_after.isoformat(), "with_plan_approval": approval.pk})
+        held.append(step.key)
+    return held
 
 
 # --- undo ---------------------------------------------------------------------------------------------------

@@ -156,3 +156,46 @@ def test_a_policy_switched_off_in_another_process_binds_here_at_once(operator: A
     agent_cycle(agent_id=agent.pk, runner="runner-test")
     step.refresh_from_db()
     assert step.status == PlanStep.Status.AWAITING_APPROVAL
+
+
+APPROVE_PLANS = {"action": "approve", "applies_to": "plans", "approve_risky": True, "approve_permission": True}
+
+
+def test_a_policys_approval_of_a_whole_tool_plan_holds_its_writing_steps_with_undo(
+        operator: Any, operator_client: Client, settings: Any) -> None:
+    """Issue 50: the undo window covers a whole plan a policy approves too: its step that writes is held, its
+    read is not, and the step's Undo puts it back in the inbox for a person."""
+    from planning.planner import plan_generate
+
+    settings.POLICY_UNDO_SECONDS = 10
+    policy_with(operator, APPROVE_PLANS)
+    agent = AgentFactory(name="Archivist", kind=Agent.Kind.TOOL)
+    agent.workspace.mkdir(parents=True, exist_ok=True)
+    (agent.workspace / "data.csv").write_text("a,b\n1,2\n")
+    plan = plan_generate(agent=agent, goal_text="copy data.csv to data_backup.csv")
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.ACTIVE  # the policy approved the whole plan
+    assert PlanEvent.objects.get(plan=plan, kind=PlanEvent.Kind.PLAN_APPROVED).detail.get("policy")
+    copy = plan.steps.get(tool="file.copy")
+    assert copy.start_after is not None
+    assert timedelta(seconds=8) < copy.start_after - timezone.now() <= timedelta(seconds=10)
+    assert not plan.steps.exclude(pk=copy.pk).exclude(start_after=None).exists()  # reads are not held
+    approval = PlanEvent.objects.get(step=copy, kind=PlanEvent.Kind.STEP_APPROVED)
+    assert "policy" in approval.detail and approval.detail["with_plan_approval"]
+    for _ in range(3):
+        agent_cycle(agent_id=agent.pk, runner="runner-test")
+    assert not (agent.workspace / "data_backup.csv").exists()  # held within the window
+
+    page = operator_client.get(plan.get_absolute_url()).content.decode()
+    assert "Approved by a policy: starts after" in page and f'name="event" value="{approval.pk}"' in page
+    assert reverse("decision-undo", args=[approval.pk]) in operator_client.get(reverse("inbox")).content.decode()
+    response = operator_client.post(reverse("step-policy-undo", args=[copy.pk]), {"event": approval.pk},
+                                    HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    copy.refresh_from_db()
+    assert copy.status == PlanStep.Status.AWAITING_APPROVAL and copy.approved_by is None
+    for _ in range(2):
+        agent_cycle(agent_id=agent.pk, runner="runner-test")
+    copy.refresh_from_db()
+    assert copy.status == PlanStep.Status.AWAITING_APPROVAL  # a person decides it now; no policy did again
+    assert not (agent.workspace / "data_backup.csv").exists()
