@@ -35,7 +35,11 @@ from planning.engine.meaning import StepView, goal_files, path_normal
 # names are taken out of the goal before these are looked for ("email.txt" asks for nothing).
 ACTION_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("send", re.compile(r"\b(?:e-?mail(?:ed|ing|s)?|send|sent|forward|mail(?:ed)?|text\s+(?:it|this|them|me)|"
-                        r"post\s+(?:it|this)\s+(?:to|on)|slack|tweet|sms)\b", re.IGNORECASE)),
+                        r"post\s+(?:it|this)\s+(?:to|on)|slack|tweet\w*|sms|"
+                        r"(?:post|share|publish|put|upload)\b.{0,60}\b(?:to|on|in)\s+(?:my\s+|our\s+|the\s+)?"
+                        r"(?:twitter|x\.com|facebook|linkedin|instagram|mastodon|bluesky|discord|microsoft\s+teams|whatsapp|"
+                        r"telegram|reddit|social\s+media)|twitter|facebook|linkedin|whatsapp|telegram)\b",
+                        re.IGNORECASE)),
     ("delete", re.compile(r"\b(?:delete|erase|wipe|purge|trash|rm|get\s+rid\s+of|clear\s+out|empty\s+the|"
                           r"remove(?!\s+(?:the\s+|all\s+|any\s+)?(?:duplicate|blank|empty\s+(?:rows|lines)|rows?|"
                           r"lines?|columns?|spaces?|words?|whitespace|header|trailing|leading|punctuation)))\b",
