@@ -24,6 +24,7 @@ from planning.selectors import (
     dashboard_rows,
     dashboard_totals,
     plan_calls_page,
+    plan_status_shown,
     plan_steps,
     plan_versions,
     plan_withdrawn,
@@ -228,6 +229,9 @@ class PlanLivePage(LivePage):
                 context |= {"calls": calls.object_list, "calls_page": calls}
         context |= {"versions": self.versions, "next_version": self.next_version,
                     "agent": plan.agent if with_agent else None}
+        accepted = next((e for e in new_events if e.kind == PlanEvent.Kind.PLAN_ACCEPTED), None)
+        if accepted is not None:  # "Accepted as done by olga, not verified", as the page says it on load
+            context["status_shown"] = plan_status_shown(plan, None, accepted)
         if whole_steps:
             steps = plan_steps(plan)
         else:  # built from the columns already read; only an approver's name costs one more query
