@@ -162,6 +162,17 @@ def event_candidate(event: PlanEvent, risky_plans: set[int]) -> Candidate | None
         c.title = f"{name}: step {step.key} waits for your approval"
         c.text = f"{step.description} (plan {goal}{', risky' if risky else ''}" \
                  f"{', needs permission' if step.requires_permission else ''})"
+    elif event.kind == PlanEvent.Kind.VALIDATED and plan is not None and plan.status == Plan.Status.ACTIVE:
+        # A policy approved the whole plan at once; its writing steps wait their undo window: say so, with Undo.
+        held = (PlanStep.objects.filter(plan=plan, status=PlanStep.Status.PENDING, start_after__gt=timezone.now())
+                .order_by("position").first())
+        if held is None or held.start_after is None:
+            return None
+        c.step = held
+        c.title = (f"{name}: plan {goal} approved by a policy, step {held.key} starts after "
+                   f"{timezone.localtime(held.start_after):%H:%M:%S} unless you undo it")
+        c.text = f"{held.description} (plan {goal}{', risky' if held.risk == PlanStep.Risk.RISKY else ''})"
+        c.extra["undo_link"] = True
     elif event.kind == PlanEvent.Kind.VALIDATED:
         if plan is None or plan.status != Plan.Status.AWAITING_APPROVAL:
             return None

@@ -189,6 +189,12 @@ def test_a_policys_approval_of_a_whole_tool_plan_holds_its_writing_steps_with_un
     page = operator_client.get(plan.get_absolute_url()).content.decode()
     assert "Approved by a policy: starts after" in page and f'name="event" value="{approval.pk}"' in page
     assert reverse("decision-undo", args=[approval.pk]) in operator_client.get(reverse("inbox")).content.decode()
+    # The notification of the plan says a policy approved it and links to the held step's Undo.
+    candidate = event_candidate(PlanEvent.objects.get(plan=plan, kind=PlanEvent.Kind.VALIDATED), set())
+    assert candidate is not None and "approved by a policy" in candidate.title
+    assert f"step {copy.key} starts after" in candidate.title and candidate.step == copy
+    payload = candidate.payload()
+    assert "undo_link" in payload and "approve_link" not in payload
     response = operator_client.post(reverse("step-policy-undo", args=[copy.pk]), {"event": approval.pk},
                                     HTTP_HX_REQUEST="true")
     assert response.status_code == 200
