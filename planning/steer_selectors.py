@@ -35,6 +35,7 @@ class InboxItem:
     urgent: bool
     steps: list[PlanStep] = field(default_factory=list)  # a plan item's steps
     repeat: int = 0  # a persona's plan of a goal it pursues again: the how-manieth plan of that goal today
+    goal_undone: list[str] = field(default_factory=list)  # an operator's version: what the goal check finds undone
 
     @property
     def repeat_label(self) -> str:
@@ -132,13 +133,30 @@ def inbox_items(*, now: datetime | None = None) -> list[InboxItem]:
         since = step.since or step.updated_at  # type: ignore[attr-defined]
         items.append(InboxItem(plan=step.plan, step=step, waiting_since=since,
                                urgent=item_urgent(step.plan.agent, since, now) or escalated_since(step, since)))
-    for plan in plans:
+    waiting_plans = list(plans)
+    undone = edited_goal_undone({p.pk for p in waiting_plans
+                                 if p.edited_by and p.status == Plan.Status.AWAITING_APPROVAL})
+    for plan in waiting_plans:
         since = plan.since or plan.updated_at  # type: ignore[attr-defined]
         items.append(InboxItem(plan=plan, step=None, waiting_since=since,
                                urgent=item_urgent(plan.agent, since, now) or escalated_since(plan, since),
-                               steps=list(plan.steps.all())))
+                               steps=list(plan.steps.all()), goal_undone=undone.get(plan.pk, [])))
     items.sort(key=lambda i: (not i.urgent, i.waiting_since, i.key))
     return repeats_grouped(items, now)
+
+
+def edited_goal_undone(plan_ids: set[int]) -> dict[int, list[str]]:
+    """What the goal check found undone in versions operators wrote in the plan editor (their "Plan validated"
+    event's `goal_undone`): shown on the inbox card, where another person may approve it. No query without one."""
+    if not plan_ids:
+        return {}
+    found: dict[int, list[str]] = {}
+    for plan_id, detail in (PlanEvent.objects.filter(plan_id__in=plan_ids, kind=PlanEvent.Kind.VALIDATED)
+                            .order_by("plan_id", "-created_at", "-id").values_list("plan_id", "detail")):
+        if plan_id not in found and isinstance(plan_id, int):
+            undone = detail.get("goal_undone") if isinstance(detail, dict) else None
+            found[plan_id] = [str(u) for u in undone] if isinstance(undone, list) else []
+    return found
 
 
 def ordinal(n: int) -> str:

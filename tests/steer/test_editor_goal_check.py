@@ -61,6 +61,10 @@ def test_an_edit_that_leaves_the_goal_undone_is_saved_with_a_flag_naming_the_per
     page = operator_client.get(new.get_absolute_url()).content.decode()
     assert "Validator flags" in page and "edited by olga" in page
     assert "planned by olga: the goal asks to copy a file, but no step does" in page
+    # The inbox card, where another operator may approve it, shows the same flags.
+    inbox = operator_client.get(reverse("inbox")).content.decode()
+    card = inbox[inbox.index(f'id="inbox-plan-{new.pk}"'):]
+    assert "planned by olga: the goal asks to copy a file, but no step does" in card[:card.index("</li>\n  ")]
 
 
 def test_an_edit_that_does_the_goal_has_no_goal_flag(operator_client: Client) -> None:
