@@ -521,7 +521,7 @@ def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[Pla
     read-only call on a named file or folder) becomes one step without a planning call; off for an agent whose
     `rules_planner` is off, and for all with PLAN_ONE_STEP_SHORTCUT=off. Personas never get one: seed 000
     decomposes every goal into steps."""
-    # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (agents/cycle.py).
+    # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (runtime/cycle.py).
     shortcut = settings.PLAN_ONE_STEP_SHORTCUT
     if agent.kind != Agent.Kind.TOOL or shortcut == "off" or not agent.rules_planner:
         return None

@@ -952,7 +952,7 @@ def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
 
 
 def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], list[int]]:
-    """The first cycles of tool agents whose chains start (agents/runtime/tasks.py, a start pass), as agent_cycle
+    """The first cycles of tool agents whose chains start (runtime/tasks.py, a start pass), as agent_cycle
     would run them: each running agent whose cycle would only plan its most pressing goal (no open plan, no
     automatic retry due, a goal no plan holds: plan_for_next_goal) plans it here with the others (plans_first:
     their models asked side by side, the plans written together; a start pass and a cycle of the same agent that
