@@ -258,7 +258,7 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
 
     reach = goal_reach(agent, goal_text)
     if reach.cannot:
-        # Seed 003 / issue 50: a goal the agent's tools cannot reach ends before approval, said as such.
+        # Seed 003: a goal the agent's tools cannot reach ends before approval, said as such.
         return plan_fail(plan=plan, headline=reach.cannot, actor_label=actor_label, retry=False)
     if reach.question:
         return plan_ask(plan=plan, question=reach.question, model="", actor_label=actor_label)

@@ -174,7 +174,7 @@ def tool_open_plan(agent: Agent, *, runner: str | None = None) -> Plan | None:
         plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
     if not plans:
         return None
-    # A plan that can move on comes before one that waits for a person's approval or answer (issue 50: a tool
+    # A plan that can move on comes before one that waits for a person's approval or answer (a tool
     # agent may have several plans waiting for a person, and its other work goes on meanwhile).
     return min(plans, key=lambda p: (
         p.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING) and not p.replan_reason,

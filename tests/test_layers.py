@@ -29,7 +29,7 @@ APPS = ("agents", "goals", "planning", "planner_site", "policies", "notification
 
 TOP_PARTS = frozenset({
     "accounts", "admin", "admin_audit", "api", "api_ws", "apps", "asgi", "asgi_guards", "consumers", "error_pages",
-    "forms", "health", "live", "management", "mcp_server", "mcp_tasks", "routing", "steer_consumers", "templatetags", "urls",
+    "forms", "health", "live", "management", "mcp_server", "mcp_tasks", "routing", "templatetags", "urls",
     "views", "views_audit", "views_editor", "views_inbox", "views_slack", "views_confirm", "forms_slack",
 })
 RUNTIME = ("runtime",)
@@ -198,7 +198,7 @@ def test_the_domain_imports_no_pages_or_consumers() -> None:
                      "goals/services.py", "goals/selectors.py", "goals/system.py", "planning/services/*.py",
                      "planning/*selectors.py", "planning/planner.py", "planning/engine/*.py")
     pages = ("planning.views", "planning.views_audit", "planning.views_editor", "planning.views_inbox", "planning.api",
-             "planning.api_ws", "planning.live", "planning.steer_consumers", "agents.admin", "planning.admin",
+             "planning.api_ws", "planning.live", "planning.live.operator_consumers", "agents.admin", "planning.admin",
              "goals.admin")
     assert offending(domain, pages) == []
 
@@ -206,14 +206,14 @@ def test_the_domain_imports_no_pages_or_consumers() -> None:
 def test_live_page_renderers_import_no_hub_and_no_socket() -> None:
     """What a live page shows is rendered without knowing who listens: no hub, no consumer, no channels."""
     renderers = [ROOT / "planning" / "live" / "renderers.py"]
-    assert offending(renderers, ("planning.live.hub", "planning.live.consumers", "planning.steer_consumers",
+    assert offending(renderers, ("planning.live.hub", "planning.live.consumers", "planning.live.operator_consumers",
                                  "planning.api_ws", "channels")) == []
 
 
 def test_the_live_hub_imports_no_consumer() -> None:
     """The hub serves any client that can be pushed to and closed; the consumers join it, never the reverse."""
     hub = [ROOT / "planning" / "live" / "hub.py"]
-    assert offending(hub, ("planning.live.consumers", "planning.steer_consumers", "planning.api_ws",
+    assert offending(hub, ("planning.live.consumers", "planning.live.operator_consumers", "planning.api_ws",
                            "planning.routing", "channels.generic")) == []
 
 

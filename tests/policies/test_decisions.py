@@ -13,7 +13,7 @@ from agents.models import Agent, Experience, LLMCall
 from planning import services as planning
 from planning.live.renderers import PlanLivePage
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.steer_selectors import inbox_items
+from planning.operator_selectors import inbox_items
 from policies import services
 from policies.models import Policy
 from runtime.cycle import agent_cycle

@@ -138,7 +138,7 @@ class Supervisor:
 
 
 def base_url_follow(host: str, port: int) -> str:
-    """Links in notifications point where this server listens when PLANNER_BASE_URL is not set (issue 50: they
+    """Links in notifications point where this server listens when PLANNER_BASE_URL is not set (they
     said port 8000 whatever --port said); the environment carries it to worker processes too."""
     if os.environ.get("PLANNER_BASE_URL"):
         return str(settings.PLANNER_BASE_URL)
