@@ -325,6 +325,47 @@ class PlanSummary(Schema):
     previous: int | None
 
 
+class StepOut(Schema):
+    """A step in the names the agent submits it with (StepIn), and what became of it."""
+
+    id: int = Field(..., description="The step's id in the dashboard: start it and report its result by this id")
+    key: str = Field(..., description="The step's id in the plan, as submitted")
+    tool: str
+    intent: str
+    input: dict[str, Any]
+    requiresPermission: bool
+    dependencies: list[str]
+    risk: str
+    expects: str
+    status: str = Field(..., description="pending, awaiting_approval, approved, running, completed, failed, skipped, "
+                                         "declined, cancelled")
+    result: str
+    error: str
+    retries: int
+    carried_over: bool = Field(..., description="Completed in an earlier version and kept")
+
+
+class PlanOut(PlanSummary):
+    replan_reason: str
+    steps: list[StepOut]
+
+
+class NextOut(Schema):
+    """What the agent may do now; only the fields of its action are present."""
+
+    action: Literal["run", "wait", "replan", "cancelled", "failed", "replanned", "done"]
+    step: StepOut | None = Field(None, description="run: the step to run; wait: the step that waits for an operator")
+    reason: str | None = Field(None, description="wait, replan, cancelled, failed: why")
+    feedback: str | None = Field(None, description="replan: the operators' words, newest first")
+    kept: list[StepOut] | None = Field(None, description="replan: the steps done, kept in the next version")
+    plan: PlanOut | None = Field(None, description="replanned: the version that followed")
+
+
+class ResultOut(Schema):
+    step: StepOut
+    plan: PlanCreated
+
+
 class StartIn(StrictSchema):
     request_id: str = Field(..., min_length=1, max_length=100, description="The same id for a retried call")
 
@@ -409,7 +450,7 @@ def plans_get(request: HttpRequest) -> list[dict[str, Any]]:
     return external.agent_plans(agent=agent_of(request))
 
 
-@v1.get("/plans/{plan_id}", response={200: dict[str, Any], **ERRORS}, summary="A plan and its steps")
+@v1.get("/plans/{plan_id}", response={200: PlanOut, **ERRORS}, summary="A plan and its steps")
 def plan_get(request: HttpRequest, plan_id: ObjectId) -> dict[str, Any]:
     return external.plan_data(external.agent_plan_get(agent=agent_of(request), plan_id=plan_id))
 
@@ -418,7 +459,7 @@ class NextQuery(Schema):
     wait: float = Field(0, ge=0, le=LONG_POLL_MAX_SECONDS, description="Seconds to wait while the answer is 'wait'")
 
 
-@v1.get("/plans/{plan_id}/next", response={200: dict[str, Any], **ERRORS},
+@v1.get("/plans/{plan_id}/next", response={200: NextOut, **ERRORS}, exclude_unset=True,
         summary="What the agent may do now (long poll)",
         description='One of {"action": "run", "step"}, {"action": "wait", "reason"}, {"action": "replan", '
                     '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
@@ -510,14 +551,14 @@ def replayed(response: HttpResponse, again: bool) -> HttpResponse:
     return response
 
 
-@v1.post("/steps/{step_id}/start", response={200: dict[str, Any], **ERRORS}, summary="Start a step (idempotent)")
+@v1.post("/steps/{step_id}/start", response={200: StepOut, **ERRORS}, summary="Start a step (idempotent)")
 def step_start_post(request: HttpRequest, step_id: ObjectId, payload: StartIn, response: HttpResponse) -> dict[str, Any]:
     answer, again = external.step_start(agent=agent_of(request), step_id=step_id, request_id=payload.request_id)
     replayed(response, again)
     return answer
 
 
-@v1.post("/steps/{step_id}/result", response={200: dict[str, Any], **ERRORS},
+@v1.post("/steps/{step_id}/result", response={200: ResultOut, **ERRORS},
          summary="Report a step's result (idempotent)")
 def step_result_post(request: HttpRequest, step_id: ObjectId, payload: ResultIn, response: HttpResponse) -> dict[str, Any]:
     answer, again = external.step_result(agent=agent_of(request), step_id=step_id, request_id=payload.request_id,

@@ -629,3 +629,40 @@ def test_plan_post_refuses_a_confidence_that_is_no_number(api: ApiClient, field:
     status, body = api.post("/api/v1/plans", PLAN | {field: value})
     assert status == 422, body
     assert not Plan.objects.exists()
+
+
+def test_every_answer_of_the_api_is_a_declared_type(api: ApiClient) -> None:
+    """A client generated from the schema knows every field it gets back: no endpoint answers an untyped object,
+    and a step reads the same (StepOut) wherever it appears."""
+    schema = api.get("/api/openapi.json")[1]
+    untyped = []
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            if not path.startswith("/api/v1/"):
+                continue
+            for code, response in operation["responses"].items():
+                body = response.get("content", {}).get("application/json", {}).get("schema", {})
+                if code.startswith("2") and body.get("type") == "object" and "$ref" not in body and "properties" not in body:
+                    untyped.append(f"{method.upper()} {path} {code}")
+    assert untyped == []
+    components = schema["components"]["schemas"]
+    assert {"id", "key", "tool", "intent", "input", "status", "result", "carried_over"} <= set(components["StepOut"]["properties"])
+    assert components["PlanOut"]["properties"]["steps"]["items"] == {"$ref": "#/components/schemas/StepOut"}
+    assert set(components["NextOut"]["properties"]["action"]["enum"]) == {
+        "run", "wait", "replan", "cancelled", "failed", "replanned", "done"}
+
+
+def test_an_answer_carries_only_the_fields_of_its_action(tooled: ApiClient) -> None:
+    """"wait" says why and nothing else: no null step, feedback or plan for a client to misread."""
+    api = tooled
+    status, created = api.post("/api/v1/plans", {"goal": "Write the weekly report", "steps": [
+        {"id": "1", "tool": "search", "intent": "Find the notes", "input": {"query": "notes"}, "requiresPermission": False},
+    ]})
+    assert status == 201, created
+    status, answer = api.get(f"/api/v1/plans/{created['id']}/next")
+    assert status == 200
+    assert answer["action"] in {"wait", "run"}
+    if answer["action"] == "wait":
+        assert set(answer) == {"action", "reason"}
+    else:
+        assert set(answer) == {"action", "step"} and answer["step"]["tool"] == "search"

@@ -20,8 +20,9 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agents.connections import CONNECTION_ERRORS, connection_scope, error_brief
-from agents.runtime.cycles import agents_driven
-from agents.runtime.tasks import (
+from runtime.cycles import agents_driven
+from runtime.notify_tasks import QUEUE as NOTIFICATIONS_QUEUE
+from runtime.tasks import (
     CONTROL_QUEUE,
     CYCLES_QUEUE,
     LEASE,
@@ -29,7 +30,6 @@ from agents.runtime.tasks import (
     job_finish_later,
     jobs_unfinished_settle,
 )
-from notifications.tasks import QUEUE as NOTIFICATIONS_QUEUE
 
 logger = logging.getLogger("planner.runner")
 

@@ -12,7 +12,7 @@ from django.urls import reverse
 from agents.models import Agent
 from planning.models import Plan, PlanEvent
 from tests.factories import PlanFactory, PlanStepFactory
-from tests.steer.test_editor import form
+from tests.operator_pages.test_editor import form
 
 pytestmark = pytest.mark.django_db
 
