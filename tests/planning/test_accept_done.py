@@ -95,3 +95,17 @@ def test_only_a_done_not_verified_plan_can_be_accepted_and_twice_is_refused(oper
         services.plan_accept_done(plan=awaiting, user=operator)
     awaiting.refresh_from_db()
     assert awaiting.status == Plan.Status.AWAITING_APPROVAL
+
+
+def test_the_live_plan_header_names_who_accepted_it(operator: Any) -> None:
+    from planning.live.renderers import PlanLivePage
+
+    plan, _ = unverified_plan(operator)
+    page = PlanLivePage(f"plan-{plan.pk}", plan.pk)
+    page.baseline()
+    services.plan_accept_done(plan=plan, user=operator, note="good enough")
+    out = page.render_changes({plan.pk}, {"operator", "viewer"})
+    for audience in ("operator", "viewer"):
+        badge = re.search(r'id="plan-status">([^<]*)<', out[audience])
+        assert badge and badge.group(1) == "Accepted as done by olga, not verified"
+    assert "Accept as done</button>" not in out["operator"]
