@@ -112,7 +112,8 @@ def agent_a2a_new(request: HttpRequest) -> HttpResponse:
     a2a_form = A2AAgentAddForm(request.POST)
     if a2a_form.is_valid():
         try:
-            agent = a2a_services.agent_a2a_add(user=operator(request), url=a2a_form.cleaned_data["url"])
+            agent = a2a_services.agent_a2a_add(user=operator(request), url=a2a_form.cleaned_data["url"],
+                                               credential=a2a_form.cleaned_data["credential"])
         except services.DecisionError as exc:
             a2a_form.add_error(None, str(exc))
         else:
