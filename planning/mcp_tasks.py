@@ -144,14 +144,14 @@ def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any
         agent = token.agent
         plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
         answer = external.plan_next(agent=agent, plan_id=plan_id, via=external.VIA_MCP)
-        plan.refresh_from_db(fields=["status", "updated_at"])
+        plan.refresh_from_db(fields=["status", "updated_at", "clarification_question"])
     finally:
         close_old_connections()
     state: dict[str, Any] = {
         "taskId": task_id, "createdAt": iso(plan.created_at), "lastUpdatedAt": iso(plan.updated_at),
         "ttl": None, "pollInterval": TASK_POLL_MS}
     if answer["action"] == "wait" and plan.status == Plan.Status.CLARIFYING:
-        question = Plan.objects.values_list("clarification_question", flat=True).get(pk=plan.pk)
+        question = plan.clarification_question
         return {**state, "status": "input_required", "statusMessage": f"The planner asks: {question}",
                 "inputRequests": {QUESTION_KEY: question_request(question)}}
     if answer["action"] == "wait":
