@@ -117,10 +117,9 @@ def test_an_agent_whose_card_asks_for_a_token_gets_the_operators(operator_client
     with a2a_agent.served(token=TOKEN) as base:
         refused = operator_client.post(reverse("agent-a2a-new"), {"url": base})
         assert refused.status_code == 400 and "asks for a bearer token" in refused.content.decode()
-        wrong = operator_client.post(reverse("agent-a2a-new"), {"url": base, "credential": TOKEN + "\n"})
-        assert wrong.status_code == 302  # stripped: one line
-        Agent.objects.all().delete()
-        assert not Agent.objects.exists()
+        split = operator_client.post(reverse("agent-a2a-new"), {"url": base, "credential": "s3cret\r\nX-Evil: 1"})
+        assert split.status_code == 400 and "one line" in split.content.decode()
+        assert "s3cret" not in split.content.decode() and not Agent.objects.exists()
         agent = goal_given(operator_client, base, credential=TOKEN, goal="pls summarise, quick")
         assert agent.a2a_credential == TOKEN
         for page in (agent.get_absolute_url(), reverse("agent-new"), reverse("audit")):
@@ -154,3 +153,25 @@ def test_the_credential_is_not_sent_to_another_origin(operator_client: Client) -
     plan = Plan.objects.get(agent=agent)
     assert plan.status == Plan.Status.FAILED and "did not answer as expected" in plan.failure_reason
     assert a2a_agent.AUTHORIZATIONS == [""]
+
+
+def card_with(scheme: dict[str, Any]) -> Any:
+    from agents.a2a_remote import card_parse
+
+    return card_parse({"name": "X", "supportedInterfaces": [{"url": "https://x.example/a2a",
+                                                              "protocolBinding": "JSONRPC"}],
+                       "securitySchemes": {"s": scheme}, "securityRequirements": [{"schemes": {"s": {"list": []}}}]})
+
+
+def test_what_credential_a_card_asks_for_in_words() -> None:
+    from agents.a2a_remote import RemoteError, card_parse, credential_asked
+
+    assert credential_asked(card_parse({"name": "X"})) == ""
+    assert credential_asked(card_with({"httpAuthSecurityScheme": {"scheme": "Bearer"}})) == "a bearer token"
+    assert credential_asked(card_with({"apiKeySecurityScheme": {"location": "header", "name": "X-Api-Key"}})) == (
+        "an API key (sent in the X-Api-Key header)")
+    assert "OAuth 2" in credential_asked(card_with({"oauth2SecurityScheme": {}}))
+    for unsupported in ({"apiKeySecurityScheme": {"location": "query", "name": "key"}},
+                        {"httpAuthSecurityScheme": {"scheme": "basic"}}, {"mtlsSecurityScheme": {}}):
+        with pytest.raises(RemoteError, match="cannot send"):
+            credential_asked(card_with(unsupported))
