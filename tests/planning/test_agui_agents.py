@@ -289,3 +289,22 @@ def test_cancel_closes_the_runs_stream(operator_client: Any, settings: Any) -> N
     assert "the run's stream was closed" in closed.reason and closed.detail["diff"]["state"][1] == "stream closed"
     assert remote.events_sent < 20 and plan.steps.filter(tool="write_file").count() == 0
     assert AguiAgent.objects.get(agent=agent).run_reading == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_event_of_a_run_reaches_the_open_pages_as_it_commits(operator_client: Any, settings: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime's cycle gathers its changes into one push at its end; a run's events go out one by one."""
+    from agents.runtime.cycles import cycle_run
+    from planner_site import events
+
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    remote = FileAgent()
+    with agui_agent_serving(remote) as url:
+        agent = agui_added(operator_client, url)
+        plan = goal_given(operator_client, agent, "Summarise the notes", run=False)
+        pushes: list[set[int]] = []
+        monkeypatch.setattr(events.publisher, "publish", lambda *, agents, plans: pushes.append(set(plans)))
+        cycle_run(agent.pk, "test runner")
+    assert plan.steps.count() == 3
+    assert len([p for p in pushes if plan.pk in p]) >= 10  # tool calls, results, text, state: each as it came
