@@ -11,11 +11,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents.cycle import agent_cycle
 from agents.models import Agent
-from agents.runtime.cycles import cycle_run
 from planner_site import events
 from planning.models import A2ATask, Plan, PlanEvent
+from runtime.cycle import agent_cycle
+from runtime.cycles import cycle_run
 from tests.a2a import a2a_agent
 from tests.a2a.a2a_agent import QUESTION
 

@@ -20,9 +20,9 @@ from django.urls import reverse
 
 from agents.agui_models import AguiAgent, AguiInterrupt
 from agents.agui_remote import AguiError, events_parse, resume_entry, sse_data, state_patched
-from runtime.cycle import agent_cycle
 from agents.models import Agent
 from planning.models import Plan, PlanEvent, PlanStep
+from runtime.cycle import agent_cycle
 from tests.agui_agent import FileAgent, agui_agent_serving
 
 
@@ -295,8 +295,8 @@ def test_cancel_closes_the_runs_stream(operator_client: Any, settings: Any) -> N
 def test_each_event_of_a_run_reaches_the_open_pages_as_it_commits(operator_client: Any, settings: Any,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime's cycle gathers its changes into one push at its end; a run's events go out one by one."""
-    from agents.runtime.cycles import cycle_run
     from planner_site import events
+    from runtime.cycles import cycle_run
 
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     remote = FileAgent()
