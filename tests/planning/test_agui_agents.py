@@ -238,12 +238,17 @@ def test_the_goal_request_returns_at_once_and_the_runner_reads_the_run(operator_
     assert len(remote.runs) == 1
 
 
+def goal_waiting(client: Any, file_agent: tuple[FileAgent, str]) -> tuple[FileAgent, Agent, Plan]:
+    """The agent added and given a goal whose run no cycle has started yet."""
+    remote, url = file_agent
+    agent = agui_added(client, url)
+    return remote, agent, goal_given(client, agent, "Summarise notes.", run=False)
+
+
 @pytest.mark.django_db
 def test_a_run_whose_plan_was_cancelled_before_it_started_is_not_sent(operator_client: Any,
                                                                       file_agent: tuple[FileAgent, str]) -> None:
-    remote, url = file_agent
-    agent = agui_added(operator_client, url)
-    plan = goal_given(operator_client, agent, "Summarise notes.", run=False)
+    remote, agent, plan = goal_waiting(operator_client, file_agent)
     assert operator_client.post(reverse("plan-cancel", args=[plan.pk]), {"reason": "changed my mind"}).status_code == 302
     assert cycle(agent) == "run dropped"
     assert remote.runs == []
@@ -253,9 +258,7 @@ def test_a_run_whose_plan_was_cancelled_before_it_started_is_not_sent(operator_c
 @pytest.mark.django_db
 def test_a_run_a_dead_cycle_was_reading_fails_its_plan(operator_client: Any,
                                                        file_agent: tuple[FileAgent, str]) -> None:
-    remote, url = file_agent
-    agent = agui_added(operator_client, url)
-    plan = goal_given(operator_client, agent, "Summarise notes.", run=False)
+    _remote, agent, plan = goal_waiting(operator_client, file_agent)
     AguiAgent.objects.filter(agent=agent).update(run_reading="r-of-a-dead-runner", pending_run={})
     assert cycle(agent) == "run interrupted"
     plan.refresh_from_db()
