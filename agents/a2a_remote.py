@@ -4,21 +4,31 @@ message, read a task, cancel a task. No Django models here; every request goes t
 the very address checked (a card that names an internal interface URL is refused the same way).
 
 Each call is synchronous for the runner and the views: it runs the SDK's async client on an event loop of its
-own in a short-lived thread, so a caller inside a running loop is never blocked by a nested one."""
+own in a short-lived thread, so a caller inside a running loop is never blocked by a nested one. A streamed call
+(an agent whose card says `capabilities.streaming`) yields the task as each event of the stream changes it, to the
+caller's thread, so that the caller records each change in its own transaction while the stream goes on.
+
+An agent whose card asks for a credential (an HTTP bearer scheme, an API key in a header, or a bearer token for
+OAuth 2 / OpenID Connect) gets the one its operator gave when adding it, through the SDK's `AuthInterceptor`; the
+guarded transport takes it off any request to another origin than the agent card's."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import queue
+import threading
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from a2a.client import ClientConfig, ClientFactory
+from a2a.client import ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.auth import AuthInterceptor, CredentialService
 from a2a.client.card_resolver import parse_agent_card
+from a2a.client.interceptors import ClientCallInterceptor
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -28,6 +38,8 @@ from a2a.types import (
     Role,
     SendMessageConfiguration,
     SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
     Task,
     TaskState,
 )
@@ -60,6 +72,7 @@ class CardInfo:
     description: str
     url: str  # the card's address, as typed (the well-known path added when only a base was typed)
     card_json: dict[str, Any]
+    credential: str  # what the card asks for ("a bearer token", ...), "" when it asks for none
 
 
 @dataclass
@@ -83,17 +96,44 @@ def card_address(url: str) -> str:
     return url
 
 
-class GuardedTransport(httpx.AsyncBaseTransport):
-    """Every request checked by the outbound guard and sent to the address it checked (Host and SNI kept)."""
+def origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), parts.port or {"http": 80, "https": 443}.get(
+        parts.scheme.lower())
 
-    def __init__(self) -> None:
+
+@dataclass(frozen=True)
+class Remote:
+    """Where and how to reach one remote agent: its card, the card's address (its origin is the only one its
+    credential is sent to) and the credential its operator gave ("" for none)."""
+
+    card_json: dict[str, Any]
+    url: str = ""
+    credential: str = ""
+
+    @property
+    def streams(self) -> bool:
+        """The card offers streaming (SendStreamingMessage, SubscribeToTask)."""
+        return bool(card_parse(self.card_json).capabilities.streaming)
+
+
+class GuardedTransport(httpx.AsyncBaseTransport):
+    """Every request checked by the outbound guard and sent to the address it checked (Host and SNI kept). A
+    header that carries the agent's credential is taken off a request to any other origin than the agent's."""
+
+    def __init__(self, remote: Remote | None = None) -> None:
         self.inner = httpx.AsyncHTTPTransport()
+        self.remote = remote
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
             destination = outbound.destination_check(str(request.url))
         except outbound.OutboundRefused as exc:
             raise RemoteError(f"The agent's address {exc}. Nothing was changed.") from None
+        secret = self.remote.credential if self.remote is not None else ""
+        if secret and origin(str(request.url)) != origin(self.remote.url if self.remote else ""):
+            for name in [name for name, value in request.headers.items() if secret in value]:
+                del request.headers[name]
         request.url = request.url.copy_with(host=str(destination.address))
         request.headers["Host"] = destination.host_header
         if destination.scheme == "https":
@@ -104,26 +144,50 @@ class GuardedTransport(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def http_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=GuardedTransport(), follow_redirects=False, trust_env=False,
-                             timeout=settings.A2A_TIMEOUT_SECONDS)
+def http_client(remote: Remote | None = None, *, timeout: float | None = None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=GuardedTransport(remote), follow_redirects=False, trust_env=False,
+                             timeout=settings.A2A_TIMEOUT_SECONDS if timeout is None else timeout)
+
+
+async def guarded[T](make: Callable[[], Awaitable[T]]) -> T:
+    """The coroutine's value; the SDK's and httpx's errors become a RemoteError, alike for the operator."""
+    try:
+        return await make()
+    except RemoteError:
+        raise
+    except Exception as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, RemoteError):
+            raise cause from None
+        raise RemoteError(f"The A2A agent did not answer as expected ({type(exc).__name__}).") from exc
 
 
 def run[T](make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine to its end on a loop of its own, in a thread of its own; errors become RemoteError."""
-    async def guarded() -> T:
-        try:
-            return await make()
-        except RemoteError:
-            raise
-        except Exception as exc:  # the SDK's and httpx's errors, alike for the operator
-            cause = exc.__cause__ or exc.__context__
-            if isinstance(cause, RemoteError):
-                raise cause from None
-            raise RemoteError(f"The A2A agent did not answer as expected ({type(exc).__name__}).") from exc
-
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, guarded()).result()
+        return pool.submit(asyncio.run, guarded(make)).result()
+
+
+def credential_asked(card: AgentCard) -> str:
+    """What credential the card asks for, in words ("" for none); RemoteError for a scheme the dashboard cannot
+    send (an API key in a query or a cookie, mutual TLS)."""
+    if not card.security_requirements or not card.security_schemes:
+        return ""
+    for requirement in card.security_requirements:
+        for name in requirement.schemes:
+            scheme = card.security_schemes.get(name) if name in card.security_schemes else None
+            if scheme is None:
+                continue
+            if scheme.HasField("http_auth_security_scheme") and scheme.http_auth_security_scheme.scheme.lower() == (
+                    "bearer"):
+                return "a bearer token"
+            if scheme.HasField("oauth2_security_scheme") or scheme.HasField("open_id_connect_security_scheme"):
+                return "a bearer token (OAuth 2 access token)"
+            if scheme.HasField("api_key_security_scheme") and (
+                    scheme.api_key_security_scheme.location.lower() == "header"):
+                return f"an API key (sent in the {scheme.api_key_security_scheme.name} header)"
+    raise RemoteError("The agent card asks for a kind of authentication the dashboard cannot send (only a bearer "
+                      "token or an API key in a header). Nothing was changed.")
 
 
 def card_fetch(url: str) -> CardInfo:
@@ -148,7 +212,8 @@ def card_fetch(url: str) -> CardInfo:
             raise RemoteError("The address does not serve an A2A agent card. Nothing was changed.") from None
         if not card.name or not card.supported_interfaces:
             raise RemoteError("The agent card names no agent or no interface. Nothing was changed.")
-        return CardInfo(name=card.name, description=card.description, url=address, card_json=data)
+        return CardInfo(name=card.name, description=card.description, url=address, card_json=data,
+                        credential=credential_asked(card))
 
     return run(fetch)
 
@@ -169,20 +234,38 @@ def task_view(task: Task) -> TaskView:
     )
 
 
-async def with_client[T](card_json: dict[str, Any], use: Callable[[Any], Awaitable[T]]) -> T:
-    async with http_client() as httpx_client:
-        factory = ClientFactory(ClientConfig(streaming=False, polling=True, httpx_client=httpx_client))
-        client = factory.create(card_parse(card_json))
+class StoredCredential(CredentialService):
+    """The credential its operator gave for the agent, for every scheme its card names (the SDK's
+    AuthInterceptor picks the scheme and the header)."""
+
+    def __init__(self, credential: str) -> None:
+        self.credential = credential
+
+    async def get_credentials(self, security_scheme_name: str, context: ClientCallContext | None) -> str | None:
+        return self.credential or None
+
+
+async def with_client[T](remote: Remote, use: Callable[[Any], Awaitable[T]], *, streaming: bool = False,
+                         timeout: float | None = None) -> T:
+    async with http_client(remote, timeout=timeout) as httpx_client:
+        factory = ClientFactory(ClientConfig(streaming=streaming, polling=not streaming, httpx_client=httpx_client))
+        interceptors: list[ClientCallInterceptor] = (
+            [AuthInterceptor(StoredCredential(remote.credential))] if remote.credential else [])
+        client = factory.create(card_parse(remote.card_json), interceptors=interceptors)
         try:
             return await use(client)
         finally:
             await client.close()
 
 
-def message_send(card_json: dict[str, Any], text: str, *, task_id: str = "", context_id: str = "") -> TaskView:
+def user_message(text: str, *, task_id: str = "", context_id: str = "") -> Message:
+    return Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text=text)], task_id=task_id,
+                   context_id=context_id)
+
+
+def message_send(remote: Remote, text: str, *, task_id: str = "", context_id: str = "") -> TaskView:
     """Send a user message (a new task, or one more message on `task_id`); the task as the agent answers it."""
-    message = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text=text)],
-                      task_id=task_id, context_id=context_id)
+    message = user_message(text, task_id=task_id, context_id=context_id)
     request = SendMessageRequest(message=message, configuration=SendMessageConfiguration(return_immediately=True))
 
     async def send(client: Any) -> TaskView:
@@ -193,18 +276,120 @@ def message_send(card_json: dict[str, Any], text: str, *, task_id: str = "", con
                 raise RemoteError("The A2A agent answered with a message and started no task.")
         raise RemoteError("The A2A agent answered nothing.")
 
-    return run(lambda: with_client(card_json, send))
+    return run(lambda: with_client(remote, send))
 
 
-def task_get(card_json: dict[str, Any], task_id: str) -> TaskView:
+def task_get(remote: Remote, task_id: str) -> TaskView:
     async def get(client: Any) -> TaskView:
         return task_view(await client.get_task(GetTaskRequest(id=task_id)))
 
-    return run(lambda: with_client(card_json, get))
+    return run(lambda: with_client(remote, get))
 
 
-def task_cancel(card_json: dict[str, Any], task_id: str) -> TaskView:
+def task_cancel(remote: Remote, task_id: str) -> TaskView:
     async def cancel(client: Any) -> TaskView:
         return task_view(await client.cancel_task(CancelTaskRequest(id=task_id)))
 
-    return run(lambda: with_client(card_json, cancel))
+    return run(lambda: with_client(remote, cancel))
+
+
+# --- streaming ------------------------------------------------------------------------------------------------
+
+
+def task_follow(task: Task, event: StreamResponse) -> None:
+    """One event of a task's stream applied to the task as the agent keeps it: a task replaces it; a status update
+    moves the previous status message to the history (as the agent's task store does; a working status's message
+    at once, so that what the agent said is recorded before what it did next) and sets the new status;
+    an artifact update adds the artifact or, with `append`, its parts."""
+    if event.HasField("task"):
+        task.CopyFrom(event.task)
+    elif event.HasField("status_update"):
+        update = event.status_update
+        task.id = task.id or update.task_id
+        task.context_id = task.context_id or update.context_id
+        if task.status.HasField("message") and not said(task, task.status.message):
+            task.history.append(task.status.message)
+        task.status.CopyFrom(update.status)
+        if task.status.state == TaskState.TASK_STATE_WORKING and task.status.HasField("message"):
+            task.history.append(task.status.message)  # said now: in the history at once, where it will be
+    elif event.HasField("artifact_update"):
+        artifact = event.artifact_update.artifact
+        known = next((a for a in task.artifacts if a.artifact_id == artifact.artifact_id), None)
+        if known is None:
+            task.artifacts.append(artifact)
+        elif event.artifact_update.append:
+            known.parts.extend(artifact.parts)
+        else:
+            known.CopyFrom(artifact)
+    elif event.HasField("message"):
+        if not task.id:
+            raise RemoteError("The A2A agent answered with a message and started no task.")
+        task.history.append(event.message)
+
+
+def said(task: Task, message: Message) -> bool:
+    return any(m.message_id == message.message_id for m in task.history)
+
+
+def streamed(follow: Callable[[Any, Callable[[Task], None]], Awaitable[None]], remote: Remote, *,
+             seconds: float) -> Iterator[TaskView]:
+    """The task as each event of a stream leaves it, yielded to the caller's thread while the stream goes on (the
+    SDK's client runs on a loop of its own in a thread of its own). The stream is read for at most `seconds`,
+    then left: the task is followed again later. RemoteError when the stream could not be opened or broke."""
+    views: queue.Queue[TaskView | RemoteError | None] = queue.Queue()
+
+    def emit(task: Task) -> None:
+        views.put(task_view(task))
+
+    async def read(client: Any) -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                await follow(client, emit)
+        except TimeoutError:
+            pass
+
+    def main() -> None:
+        try:
+            asyncio.run(guarded(lambda: with_client(remote, read, streaming=True, timeout=seconds)))
+        except RemoteError as exc:
+            views.put(exc)
+        finally:
+            views.put(None)
+
+    threading.Thread(target=main, name="a2a-stream", daemon=True).start()
+    while (item := views.get()) is not None:
+        if isinstance(item, RemoteError):
+            raise item
+        yield item
+
+
+def message_stream(remote: Remote, text: str, *, task_id: str = "", context_id: str = "",
+                   seconds: float | None = None) -> Iterator[TaskView]:
+    """Send a user message by SendStreamingMessage (a new task, or one more message on `task_id`) and follow the
+    task as it streams, until the agent closes the stream (the task waits for input or ended) or `seconds`."""
+    message = user_message(text, task_id=task_id, context_id=context_id)
+
+    async def follow(client: Any, emit: Callable[[Task], None]) -> None:
+        task = Task()
+        if task_id:  # the task as it is, then this message added to its history as the agent adds it
+            task.CopyFrom(await client.get_task(GetTaskRequest(id=task_id)))
+            if task.status.HasField("message"):
+                task.history.append(task.status.message)
+                task.status.ClearField("message")
+            task.history.append(message)
+        async for event in client.send_message(SendMessageRequest(message=message)):
+            task_follow(task, event)
+            emit(task)
+
+    return streamed(follow, remote, seconds=settings.A2A_STREAM_MAX_SECONDS if seconds is None else seconds)
+
+
+def task_subscribe(remote: Remote, task_id: str, *, seconds: float | None = None) -> Iterator[TaskView]:
+    """Follow a task already under way by SubscribeToTask (its first event is the task as it is)."""
+    async def follow(client: Any, emit: Callable[[Task], None]) -> None:
+        task = Task()
+        async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+            task_follow(task, event)
+            emit(task)
+
+    return streamed(follow, remote, seconds=settings.A2A_STREAM_MAX_SECONDS if seconds is None else seconds)

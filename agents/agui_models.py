@@ -17,6 +17,10 @@ class AguiAgent(models.Model):
                              help_text="The plan the current thread's events build")
     state = models.JSONField(default=dict, blank=True, help_text="The agent's state: snapshots and JSON Patch deltas")
     calls = models.JSONField(default=dict, blank=True, help_text="Tool call id -> the step it became")
+    pending_run = models.JSONField(default=dict, blank=True,
+                                   help_text="The run to start (RunAgentInput) at the agent's next cycle; {}: none")
+    run_reading = models.CharField(max_length=100, blank=True,
+                                   help_text="The run a cycle is reading; left set only by a cycle that died")
 
     def __str__(self) -> str:
         return f"{self.agent} at {self.url}"

@@ -7,11 +7,15 @@ resume entry) take values and return values."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import json
+import queue
+import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -28,6 +32,10 @@ PROTOCOL_VERSION = "1.0"
 
 class AguiError(Exception):
     """The run could not be started or read; the message says why, for the operator."""
+
+
+class RunStopped(Exception):  # noqa: N818 (not an error: the caller asked for it)
+    """The caller stopped reading the run (its plan was cancelled): the stream was closed."""
 
 
 def sse_data(lines: Iterable[str]) -> Iterator[str]:
@@ -97,25 +105,79 @@ def resume_entry(*, interrupt_id: str, approved: bool, arguments: dict[str, Any]
     return ResumeEntry(interrupt_id=interrupt_id, status="resolved", payload=payload)
 
 
-def run_stream(url: str, body: RunAgentInput) -> Iterator[Any]:
-    """POST the run to the agent (through the outbound guard) and yield its events as they arrive."""
+def run_stream(url: str, body: RunAgentInput, *, stopped: Callable[[], bool] = lambda: False,
+               check_seconds: float = 0.5) -> Iterator[Any]:
+    """POST the run to the agent (through the outbound guard) and yield its events as they arrive.
+
+    The stream is read on an event loop of its own in a thread of its own, so that the caller can stop reading at
+    any moment, an event arriving or not: `stopped` is asked every `check_seconds` while no event comes (and the
+    caller may leave the loop after any event); either way the request is cancelled and its connection closed,
+    which is how an AG-UI client stops a run (the protocol has no cancel message). RunStopped when `stopped`."""
     try:
         destination = destination_check(url)
     except OutboundRefused as exc:
         raise AguiError(f"The agent's address {exc}.") from exc
     extensions = {"sni_hostname": destination.host} if destination.scheme == "https" else {}
-    started = time.monotonic()
     timeout = httpx.Timeout(settings.AGUI_READ_TIMEOUT_SECONDS, connect=settings.AGUI_CONNECT_TIMEOUT_SECONDS)
-    try:
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client, client.stream(
-                "POST", destination.pinned_url, content=body.model_dump_json(by_alias=True), extensions=extensions,
-                headers={"Content-Type": "application/json", "Accept": "text/event-stream",
-                         "Host": destination.host_header}) as response:
-            if not response.is_success:
-                raise AguiError(f"The agent answered HTTP {response.status_code}.")
-            for event in events_parse(response.iter_lines()):
-                yield event
+    lines: queue.Queue[str | AguiError | None] = queue.Queue()
+
+    async def read() -> None:
+        try:
+            async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client, \
+                    client.stream("POST", destination.pinned_url, content=body.model_dump_json(by_alias=True),
+                                  extensions=extensions,
+                                  headers={"Content-Type": "application/json", "Accept": "text/event-stream",
+                                           "Host": destination.host_header}) as response:
+                if not response.is_success:
+                    raise AguiError(f"The agent answered HTTP {response.status_code}.")
+                async for line in response.aiter_lines():
+                    lines.put(line)
+        except httpx.HTTPError as exc:
+            lines.put(AguiError(f"No answer from the agent ({type(exc).__name__})."))
+        except AguiError as exc:
+            lines.put(exc)
+        finally:
+            lines.put(None)
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(read())
+
+    def main() -> None:
+        try:
+            loop.run_until_complete(task)
+        except BaseException:  # noqa: BLE001, S110 (cancelled by the caller: the stream is closed, nothing to say)
+            pass
+        finally:
+            loop.close()
+
+    reader = threading.Thread(target=main, name="agui-run", daemon=True)
+    reader.start()
+    started = time.monotonic()
+
+    def received() -> Iterator[str]:
+        while True:
+            try:
+                item = lines.get(timeout=check_seconds)
+            except queue.Empty:
+                if stopped():
+                    raise RunStopped() from None
                 if time.monotonic() - started > settings.AGUI_RUN_MAX_SECONDS:
-                    raise AguiError(f"The run took longer than {settings.AGUI_RUN_MAX_SECONDS} s; stopped reading.")
-    except httpx.HTTPError as exc:
-        raise AguiError(f"No answer from the agent ({type(exc).__name__}).") from exc
+                    raise AguiError(f"The run took longer than {settings.AGUI_RUN_MAX_SECONDS} s; "
+                                    "stopped reading.") from None
+                continue
+            if item is None:
+                return
+            if isinstance(item, AguiError):
+                raise item
+            yield item
+
+    try:
+        for event in events_parse(received()):
+            yield event
+            if time.monotonic() - started > settings.AGUI_RUN_MAX_SECONDS:
+                raise AguiError(f"The run took longer than {settings.AGUI_RUN_MAX_SECONDS} s; stopped reading.")
+    finally:
+        if reader.is_alive():
+            with contextlib.suppress(RuntimeError):  # the loop ended meanwhile: nothing left to cancel
+                loop.call_soon_threadsafe(task.cancel)
+        reader.join(5)

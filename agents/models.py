@@ -83,6 +83,10 @@ class Agent(models.Model):
     a2a_card = models.JSONField(default=dict, blank=True,
                                 help_text="Remote A2A agents: the agent card as read when the agent was added")
     a2a_url = models.URLField(max_length=500, blank=True, help_text="Remote A2A agents: the agent card's address")
+    a2a_credential = models.CharField(
+        max_length=2000, blank=True, editable=False,
+        help_text="Remote A2A agents whose card asks for one: the credential its operator gave (never shown; sent "
+                  "only to the agent card's origin)")
     approval_policy = models.CharField(
         max_length=16, choices=ApprovalPolicy, default=ApprovalPolicy.PLAN,
         help_text="External agents: whether a submitted plan waits for an operator's approval",

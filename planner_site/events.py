@@ -188,6 +188,17 @@ def published_together() -> Iterator[None]:
         changes.publish()
 
 
+@contextlib.contextmanager
+def published_apart() -> Iterator[None]:
+    """Inside a `published_together` block, the changes committed inside this one go out each as it commits (a
+    remote agent's stream followed by a cycle: the open pages follow it live)."""
+    token = _together.set(None)
+    try:
+        yield
+    finally:
+        _together.reset(token)
+
+
 def publish_changed(*, agent_id: int, plan_id: int | None = None, kind: str = "changed") -> None:
     """Tell the open pages now that this agent (and plan) changed."""
     publisher.publish(agents={agent_id}, plans={plan_id} if plan_id else set())

@@ -280,8 +280,10 @@ NOTIFY_TIMEOUT_SECONDS = float(os.environ.get("NOTIFY_TIMEOUT_SECONDS", "10"))
 SLACK_API_BASE_URL = os.environ.get("SLACK_API_BASE_URL", "https://slack.com/api/")
 SLACK_TIMEOUT_SECONDS = int(os.environ.get("SLACK_TIMEOUT_SECONDS", "2"))
 SLACK_CONNECT_CODE_MAX_AGE_SECONDS = int(os.environ.get("SLACK_CONNECT_CODE_MAX_AGE_SECONDS", "900"))
-# Remote A2A agents (docs/a2a-agents.md): how long one request to an agent may take.
+# Remote A2A agents (docs/a2a-agents.md): how long one request to an agent may take, and how long a cycle follows
+# a streaming agent's task before it leaves the stream (the next cycle subscribes again).
 A2A_TIMEOUT_SECONDS = float(os.environ.get("A2A_TIMEOUT_SECONDS", "10"))
+A2A_STREAM_MAX_SECONDS = float(os.environ.get("A2A_STREAM_MAX_SECONDS", "30"))
 # Each user has at most NOTIFY_MAX_CHANNELS_PER_USER channels; a Slack channel's URL must be on one of
 # SLACK_WEBHOOK_HOSTS (an Enterprise Grid may add its own).
 NOTIFY_MAX_CHANNELS_PER_USER = int(os.environ.get("NOTIFY_MAX_CHANNELS_PER_USER", "5"))

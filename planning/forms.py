@@ -94,6 +94,10 @@ class A2AAgentAddForm(forms.Form):
     url = TextField(label="Agent card address", max_length=500, strip=True,
                     widget=forms.URLInput(attrs={"placeholder": "e.g. https://agent.example.com/.well-known/agent-card.json",
                                                  "autocomplete": "off"}))
+    # Never shown back (not even on a refused form): kept on the agent, sent only to its card's origin.
+    credential = forms.CharField(label="Credential (if its card asks for one)", max_length=2000, required=False,
+                                 strip=True, widget=forms.PasswordInput(render_value=False,
+                                                                        attrs={"autocomplete": "off"}))
 
 
 class WorkspaceUploadForm(forms.Form):

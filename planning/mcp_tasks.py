@@ -6,8 +6,11 @@ of a "wait" answer, and from `report_step_start` instead of the refusal of a ste
 first (the step is put up for approval, as `wait_for_decision` does). `tasks/get` answers with the task's state:
 "working" while the operator has not decided, then "completed" with the decision in `result` (a tool result whose
 structured content is the answer `wait_for_decision` would give: "run" with the step, "replan" with the operator's
-feedback, "cancelled"...). Clients that do not declare the extension, and every client on 2025-11-25, get today's
-answer and poll `wait_for_decision` as before.
+feedback, "cancelled"...). A plan whose planner asks a question (needs clarification, seed 003) is a task in
+"input_required" with the question as a form elicitation in `inputRequests`; the client's `tasks/update` with its
+answer in `inputResponses` is recorded as an operator's answer would be (plan_clarify, the agent as the actor), and
+the task goes on. Clients that do not declare the extension, and every client on 2025-11-25, get today's answer and
+poll `wait_for_decision` as before (the question waits for an operator in the inbox).
 
 The server stays stateless: a task id is the plan's id and its agent, signed with the project's SECRET_KEY
 (django.core.signing), so any server process can answer `tasks/get` and no id can be guessed or forged; the
@@ -26,13 +29,22 @@ from django.db import close_old_connections
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, GetTaskRequestParams, TextContent
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    GetTaskRequestParams,
+    RequestParams,
+    TextContent,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ninja.errors import HttpError
 
 from agents.models import AgentToken
 from planning import api
-from planning.models import PlanStep
+from planning.models import Plan, PlanStep
 from planning.services import external
 from planning.services.external import ExternalError
 
@@ -44,6 +56,15 @@ TASK_POLL_MS = 1000  # the pollInterval suggested to clients
 TASKS_TOOLS = frozenset({"submit_plan", "wait_for_decision", "report_step_start"})
 TOOL_ARGUMENTS = {"wait_for_decision": {"plan_id", "timeout_seconds"}, "report_step_start": {"step_id", "request_id"}}
 STATE_TOKEN = "agent_token"  # where the request's scope carries the authenticated token (set by McpEndpoint)
+QUESTION_KEY = "answer"  # the key of the planner's question in inputRequests, of its answer in inputResponses
+WAITING = frozenset({"working", "input_required"})  # a task in these states is returned as a task
+
+
+class UpdateTaskRequestParams(RequestParams):
+    """`tasks/update`: the client's answers to the task's input requests, keyed as they were asked."""
+
+    task_id: str
+    input_responses: dict[str, Any] | None = None
 
 
 def iso(moment: datetime) -> str:
@@ -123,12 +144,16 @@ def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any
         agent = token.agent
         plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
         answer = external.plan_next(agent=agent, plan_id=plan_id, via=external.VIA_MCP)
-        plan.refresh_from_db(fields=["status", "updated_at"])
+        plan.refresh_from_db(fields=["status", "updated_at", "clarification_question"])
     finally:
         close_old_connections()
     state: dict[str, Any] = {
         "taskId": task_id, "createdAt": iso(plan.created_at), "lastUpdatedAt": iso(plan.updated_at),
         "ttl": None, "pollInterval": TASK_POLL_MS}
+    if answer["action"] == "wait" and plan.status == Plan.Status.CLARIFYING:
+        question = plan.clarification_question
+        return {**state, "status": "input_required", "statusMessage": f"The planner asks: {question}",
+                "inputRequests": {QUESTION_KEY: question_request(question)}}
     if answer["action"] == "wait":
         return {**state, "status": "working",
                 "statusMessage": f"Waiting: {answer.get('reason') or 'for an operator'}."}
@@ -136,6 +161,26 @@ def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any
     result = CallToolResult(content=[TextContent(text=decision_text(answer))], structured_content=decided)
     return {**state, "status": "completed", "statusMessage": f"The operator's decision: {answer['action']}.",
             "result": result.model_dump(by_alias=True, mode="json", exclude_none=True)}
+
+
+def question_request(question: str) -> dict[str, Any]:
+    """The planner's question as a form elicitation: one text field, the answer."""
+    request = ElicitRequest(params=ElicitRequestFormParams(message=question, requested_schema={
+        "type": "object", "required": [QUESTION_KEY],
+        "properties": {QUESTION_KEY: {"type": "string", "title": "Your answer", "maxLength": 2000}}}))
+    return request.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def answer_of(responses: dict[str, Any] | None) -> str:
+    """The answer in the client's input responses; MCPError when there is none (declined, dismissed, empty)."""
+    response = (responses or {}).get(QUESTION_KEY)
+    content = response.get("content") if isinstance(response, dict) else None
+    answer = content.get(QUESTION_KEY) if isinstance(content, dict) else None
+    if not isinstance(response, dict) or response.get("action") != "accept" or not isinstance(answer, str) or (
+            not answer.strip()):
+        raise MCPError(INVALID_PARAMS, f"No answer in inputResponses.{QUESTION_KEY} (an accepted form with a text "
+                                       "answer); the question still waits for an operator. Nothing was changed.")
+    return answer
 
 
 def decision_text(answer: dict[str, Any]) -> str:
@@ -152,7 +197,9 @@ class PlanTasks(Extension):
 
     def methods(self) -> Sequence[MethodBinding]:
         return (MethodBinding(method="tasks/get", params_type=GetTaskRequestParams, handler=self.task_get,
-                              protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS)),)
+                              protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS)),
+                MethodBinding(method="tasks/update", params_type=UpdateTaskRequestParams, handler=self.task_update,
+                              protocol_versions=frozenset(MODERN_PROTOCOL_VERSIONS)))
 
     async def intercept_tool_call(self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: CallNext) -> HandlerResult:
@@ -170,19 +217,45 @@ class PlanTasks(Extension):
         if isinstance(plan_id, int):
             task_id = task_id_for(agent_id=token.agent_id, plan_id=plan_id)
             state = await sync_to_async(task_read)(token=token, plan_id=plan_id, task_id=task_id)
-            if state["status"] == "working":
+            if state["status"] in WAITING:
                 return {"resultType": "task", **state}
         return result if result is not None else await call_next(ctx)
 
     async def task_get(self, ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
-        token = token_in(ctx)
-        task_id = params.task_id if isinstance(params, GetTaskRequestParams) else ""
-        plan_id = plan_id_of(task_id, agent_id=token.agent_id) if token is not None else None
-        if token is None or plan_id is None:
-            raise MCPError(INVALID_PARAMS, "Unknown task id. Nothing was changed.")
+        token, plan_id, task_id = task_known(ctx, params.task_id if isinstance(params, GetTaskRequestParams) else "")
         try:
             state = await sync_to_async(task_read)(token=token, plan_id=plan_id, task_id=task_id)
         except (ExternalError, HttpError) as exc:
             raise MCPError(INVALID_PARAMS, str(getattr(exc, "message", exc))) from exc
         return {"resultType": "complete", **state}
+
+    async def task_update(self, ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
+        """The client's answer to the planner's question: recorded as an operator's answer is, once; the task's
+        state after it."""
+        token, plan_id, task_id = task_known(
+            ctx, params.task_id if isinstance(params, UpdateTaskRequestParams) else "")
+        answer = answer_of(params.input_responses)
+
+        def answered() -> dict[str, Any]:
+            close_old_connections()
+            try:
+                external.plan_answer(agent=token.agent, plan_id=plan_id, answer=answer, via=external.VIA_MCP)
+            finally:
+                close_old_connections()
+            return task_read(token=token, plan_id=plan_id, task_id=task_id)
+
+        try:
+            state = await sync_to_async(answered)()
+        except (ExternalError, HttpError) as exc:
+            raise MCPError(INVALID_PARAMS, str(getattr(exc, "message", exc))) from exc
+        return {"resultType": "complete", **state}
+
+
+def task_known(ctx: ServerRequestContext[Any, Any], task_id: str) -> tuple[AgentToken, int, str]:
+    """The request's token and the plan of a task id this server signed for its agent; MCPError otherwise."""
+    token = token_in(ctx)
+    plan_id = plan_id_of(task_id, agent_id=token.agent_id) if token is not None else None
+    if token is None or plan_id is None:
+        raise MCPError(INVALID_PARAMS, "Unknown task id. Nothing was changed.")
+    return token, plan_id, task_id
 

@@ -113,7 +113,8 @@ def agent_a2a_new(request: HttpRequest) -> HttpResponse:
     a2a_form = A2AAgentAddForm(request.POST)
     if a2a_form.is_valid():
         try:
-            agent = a2a_services.agent_a2a_add(user=operator(request), url=a2a_form.cleaned_data["url"])
+            agent = a2a_services.agent_a2a_add(user=operator(request), url=a2a_form.cleaned_data["url"],
+                                               credential=a2a_form.cleaned_data["credential"])
         except services.DecisionError as exc:
             a2a_form.add_error(None, str(exc))
         else:
@@ -355,16 +356,13 @@ def agent_goal_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def agui_goal_view(request: HttpRequest, agent: Agent, description: str) -> HttpResponse:
-    """A goal for a remote AG-UI agent starts its run, read here to its end or its interrupt."""
+    """A goal for a remote AG-UI agent: its run starts at the agent's next cycle (the runner reads it)."""
     try:
         plan = agui.agui_goal_give(agent=agent, user=operator(request), description=description)
     except services.DecisionError as exc:
         messages.error(request, str(exc))
         return redirect(agent)
-    if plan.status == Plan.Status.FAILED:
-        messages.error(request, f"Goal given, but the run failed: {plan.failure_reason}")
-    else:
-        messages.success(request, f"Goal given; {agent.name}'s run is on its plan page.")
+    messages.success(request, f"Goal given; {agent.name}'s run starts now and shows here as it streams.")
     return redirect(plan)
 
 

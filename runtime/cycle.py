@@ -107,6 +107,7 @@ from planning.services import (
     steps_request_approval,
 )
 from planning.services.a2a import a2a_cycle
+from planning.services.agui import agui_cycle
 
 logger = logging.getLogger("planner.cycle")
 
@@ -123,12 +124,14 @@ def agent_cycle(*, agent_id: int, runner: str, kind: str = "") -> str:
     A tool agent's model calls are an operator's (its plan, a replan after a decline, the plan after an answered
     question: first in line for the model); a persona's are background ones that wait no longer than its cycle
     for their turn, after which its rules decide (agents/llm/limits.py)."""
-    rows = persona_rows(agent_id) if kind not in (Agent.Kind.TOOL, Agent.Kind.A2A) else None
+    rows = persona_rows(agent_id) if kind not in (Agent.Kind.TOOL, Agent.Kind.A2A, Agent.Kind.AGUI) else None
     agent = rows.agent if rows is not None else agent_read(agent_id)
     if agent.status != Agent.Status.RUNNING:
         return "not running"
     if agent.kind == Agent.Kind.A2A:  # a remote agent: its task is followed, nothing planned here
         return a2a_cycle(agent=agent, runner=runner)
+    if agent.kind == Agent.Kind.AGUI:  # a remote AG-UI agent: its runs are started and read, nothing planned here
+        return agui_cycle(agent=agent, runner=runner)
     if agent.kind == Agent.Kind.TOOL:
         with calls_for(operator=True):
             return agent_cycle_run(agent=agent, agent_id=agent_id, rows=rows, runner=runner, kind=kind)

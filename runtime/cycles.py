@@ -24,8 +24,9 @@ from runtime.cycle import agent_cycle, persona_cycles, tools_start
 
 logger = logging.getLogger("planner.runner")
 
-# The agents runners drive: running ones, but not external agents, which drive themselves over the API.
-DRIVEN = Q(status=Agent.Status.RUNNING) & ~Q(kind__in=(Agent.Kind.EXTERNAL, Agent.Kind.AGUI))
+# The agents runners drive: running ones, but not external agents, which drive themselves over the API (a remote
+# AG-UI agent's runs are started and read by its cycles).
+DRIVEN = Q(status=Agent.Status.RUNNING) & ~Q(kind=Agent.Kind.EXTERNAL)
 
 
 def runner_id_new() -> str:

@@ -602,7 +602,7 @@ def chain_start_on_save(sender: type[Agent], instance: Agent, created: bool = Fa
     their shard's passes, external agents by no runner."""
     if raw or not (created or (update_fields is not None and "status" in update_fields)):
         return  # a save that did not create the agent nor set its status (the sweep starts any chain it needs)
-    if instance.status != Agent.Status.RUNNING or instance.kind in (Agent.Kind.PERSONA, Agent.Kind.EXTERNAL, Agent.Kind.AGUI):
+    if instance.status != Agent.Status.RUNNING or instance.kind in (Agent.Kind.PERSONA, Agent.Kind.EXTERNAL):
         return
     agent_id = instance.pk
     transaction.on_commit(lambda: chain_start(agent_id), robust=True)

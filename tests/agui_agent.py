@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -37,9 +38,12 @@ class FileAgent:
     """An AG-UI agent: a goal's run lists and reads the notes, then asks before writing a summary; a resumed run
     writes where the answer says (or not at all, when declined)."""
 
-    def __init__(self, expires_at: str | None = None) -> None:
+    def __init__(self, expires_at: str | None = None, pause_seconds: float = 0.0) -> None:
         self.expires_at = expires_at or (datetime.now(UTC) + timedelta(hours=1)).isoformat()
         self.runs: list[dict[str, Any]] = []
+        self.pause_seconds = pause_seconds  # a slow agent: this long before each event after the first
+        self.events_sent = 0
+        self.disconnected = threading.Event()  # the client closed the run's stream
 
     def events(self, body: RunAgentInput) -> list[Any]:
         t, r = body.thread_id, body.run_id
@@ -96,9 +100,16 @@ def agui_agent_serving(agent: FileAgent) -> Iterator[str]:
             self.send_response(200)
             self.send_header("Content-Type", encoder.get_content_type())
             self.end_headers()
-            for event in agent.events(body):
-                self.wfile.write(encoder.encode(event).encode())
-                self.wfile.flush()
+            for index, event in enumerate(agent.events(body)):
+                if index and agent.pause_seconds:
+                    time.sleep(agent.pause_seconds)
+                try:
+                    self.wfile.write(encoder.encode(event).encode())
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    agent.disconnected.set()
+                    return
+                agent.events_sent += 1
 
         def log_message(self, *args: Any) -> None:
             pass

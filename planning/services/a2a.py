@@ -9,6 +9,9 @@ each of its goals to the agent as an A2A message and follows the task it starts,
 - A cancelled plan's task is cancelled on the agent at the next cycle.
 - `completed` completes the plan and its goal; `failed` or `rejected` fails the plan (the goal is abandoned: the
   agent said it would not or could not); `canceled` by the agent cancels the plan.
+- An agent whose card offers streaming is sent its goals and answers by SendStreamingMessage, and a task under
+  way is followed by SubscribeToTask: each event is recorded as it arrives, in the runner's cycle; other agents'
+  tasks are polled (GetTask), one read a cycle.
 
 The network calls are made outside any transaction; what they return is written in one transaction each."""
 
@@ -18,9 +21,10 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 
 from agents import a2a_remote
-from agents.a2a_remote import ASKING, TERMINAL, RemoteError, TaskView
+from agents.a2a_remote import ASKING, TERMINAL, Remote, RemoteError, TaskView
 from agents.models import Agent
 from goals.models import Goal
+from planner_site.events import published_apart
 from planning.models import A2ATask, Plan, PlanEvent, PlanStep
 from planning.services.agents import agent_waiting_set
 from planning.services.errors import DecisionError
@@ -32,25 +36,42 @@ def agent_label(agent: Agent) -> str:
     return f"{agent.name} (A2A)"
 
 
-def agent_a2a_add(*, user: User, url: str) -> Agent:
+def remote_of(agent: Agent) -> Remote:
+    return Remote(card_json=agent.a2a_card, url=agent.a2a_url, credential=agent.a2a_credential)
+
+
+def agent_a2a_add(*, user: User, url: str, credential: str = "") -> Agent:
     """Add a remote A2A agent by the address of its agent card (read now, through the outbound guard): named
-    as its card names it, running. Recorded as an `Agent created` event naming the operator."""
+    as its card names it, running. A card that asks for a credential needs the operator's (kept, never shown,
+    sent only to the card's origin); one that asks for none takes none. Recorded as an `Agent created` event
+    naming the operator (and whether a credential was given, never the credential)."""
     if not url.strip():
         raise DecisionError("Give the agent card's address. Nothing was changed.")
+    credential = credential.strip()
+    if credential and (len(credential) > 2000 or any(c in credential for c in "\r\n\x00")):
+        raise DecisionError("The credential must be one line of at most 2000 characters. Nothing was changed.")
     try:
         card = a2a_remote.card_fetch(url)
     except RemoteError as exc:
         raise DecisionError(str(exc)) from None
+    if card.credential and not credential:
+        raise DecisionError(f"The agent card asks for {card.credential}: give it as the credential. "
+                            "Nothing was changed.")
+    if credential and not card.credential:
+        raise DecisionError("The agent card asks for no credential: leave the credential empty, it would be sent "
+                            "nowhere. Nothing was changed.")
     name = " ".join(card.name.split())[:100]
     if Agent.objects.filter(name__iexact=name).exists():
         raise DecisionError(f"An agent named {name} already exists. Nothing was changed.")
     try:
         with transaction.atomic():
             agent = Agent.objects.create(name=name, backstory=card.description[:2000], kind=Agent.Kind.A2A,
-                                         a2a_url=card.url, a2a_card=card.card_json)
+                                         a2a_url=card.url, a2a_card=card.card_json, a2a_credential=credential)
+            with_credential = f", with {card.credential}" if credential else ""
             event_agent_record(agent=agent, kind=PlanEvent.Kind.AGENT_CREATED, actor=user,
-                               reason=f"Remote A2A agent {name} added from {card.url}",
-                               detail={"a2a_url": card.url, "diff": {"created": ["", name]}})
+                               reason=f"Remote A2A agent {name} added from {card.url}{with_credential}",
+                               detail={"a2a_url": card.url, "credential": bool(credential),
+                                       "diff": {"created": ["", name]}})
     except IntegrityError:
         raise DecisionError(f"An agent named {name} already exists. Nothing was changed.") from None
     return agent
@@ -58,11 +79,13 @@ def agent_a2a_add(*, user: User, url: str) -> Agent:
 
 def a2a_cycle(*, agent: Agent, runner: str) -> str:
     """One cycle of a remote A2A agent: cancel the tasks of cancelled plans, then give the next goal to the
-    agent, or send the operator's answer, or read the open task; what is new is recorded."""
+    agent, or send the operator's answer, or read the open task (or follow it, when the agent streams); what is
+    new is recorded."""
+    remote = remote_of(agent)
     for cancelled in A2ATask.objects.filter(plan__agent=agent, plan__status=Plan.Status.CANCELLED).exclude(
             state__in=TERMINAL).select_related("plan"):
         try:
-            view = a2a_remote.task_cancel(agent.a2a_card, cancelled.task_id)
+            view = a2a_remote.task_cancel(remote, cancelled.task_id)
         except RemoteError as exc:
             return f"cancel failed: {exc}"
         task_apply(task_id=cancelled.pk, view=view, agent=agent)
@@ -72,19 +95,21 @@ def a2a_cycle(*, agent: Agent, runner: str) -> str:
             "created_at").first()
         if goal is None:
             return "idle"
-        return goal_send(agent=agent, goal=goal)
+        return goal_send(agent=agent, goal=goal, remote=remote)
     task = A2ATask.objects.filter(plan=plan).first()
     if task is None:
         return "open plan without a task"
     if plan.status == Plan.Status.CLARIFYING:
         return "waits for the operator's answer"
+    answer = plan.clarification_answer if task.state in ASKING else ""
     try:
-        if task.state in ASKING and plan.clarification_answer:
-            view = a2a_remote.message_send(agent.a2a_card, plan.clarification_answer, task_id=task.task_id,
-                                           context_id=task.context_id)
+        if remote.streams:
+            return task_stream(agent=agent, task=task, answer=answer, remote=remote)
+        if answer:
+            view = a2a_remote.message_send(remote, answer, task_id=task.task_id, context_id=task.context_id)
             A2ATask.objects.filter(pk=task.pk).update(state=a2a_remote.ANSWERED)  # never sent twice
         else:
-            view = a2a_remote.task_get(agent.a2a_card, task.task_id)
+            view = a2a_remote.task_get(remote, task.task_id)
     except RemoteError as exc:
         agent_waiting_set(agent_id=agent.pk, reason=f"the A2A agent did not answer: {exc}")
         return f"unreachable: {exc}"
@@ -92,8 +117,35 @@ def a2a_cycle(*, agent: Agent, runner: str) -> str:
     return f"task {view.state}"
 
 
-def goal_send(*, agent: Agent, goal: Goal) -> str:
-    """A plan for the goal, then the goal sent to the agent as a message; a send that fails fails the plan."""
+def task_stream(*, agent: Agent, task: A2ATask, answer: str, remote: Remote) -> str:
+    """Follow a streaming agent's task: the operator's answer sent on it by SendStreamingMessage (marked sent at
+    its first event: never sent twice), else the task subscribed to; each event recorded as it arrives, each
+    change pushed to the open pages as it commits. A task the agent no longer streams (it waits or ended) is read
+    once instead. RemoteError when the agent could not be reached."""
+    if answer:
+        views = a2a_remote.message_stream(remote, answer, task_id=task.task_id, context_id=task.context_id)
+    else:
+        views = a2a_remote.task_subscribe(remote, task.task_id)
+    state = task.state
+    with published_apart():
+        try:
+            for view in views:
+                if answer and state in ASKING:
+                    A2ATask.objects.filter(pk=task.pk).update(state=a2a_remote.ANSWERED)
+                task_apply(task_id=task.pk, view=view, agent=agent)
+                state = view.state
+        except RemoteError:
+            if answer and state in ASKING:
+                raise
+            view = a2a_remote.task_get(remote, task.task_id)  # no stream to follow (it ended): read it
+            task_apply(task_id=task.pk, view=view, agent=agent)
+            state = view.state
+    return f"task {state} (streamed)"
+
+
+def goal_send(*, agent: Agent, goal: Goal, remote: Remote) -> str:
+    """A plan for the goal, then the goal sent to the agent as a message (streamed when its card offers it: the
+    task followed as it streams); a send that fails fails the plan."""
     label = agent_label(agent)
     with transaction.atomic():
         plan = Plan.objects.create(agent=agent, goal=goal, goal_text=goal.description, status=Plan.Status.ACTIVE,
@@ -101,7 +153,9 @@ def goal_send(*, agent: Agent, goal: Goal) -> str:
         event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=label,
                      reason="goal sent to the remote agent as an A2A message", detail={"version": 1})
     try:
-        view = a2a_remote.message_send(agent.a2a_card, goal.description)
+        if remote.streams:
+            return goal_stream(agent=agent, plan=plan, goal=goal, remote=remote)
+        view = a2a_remote.message_send(remote, goal.description)
     except RemoteError as exc:
         with transaction.atomic():
             locked = plan_lock(plan.pk)
@@ -115,6 +169,28 @@ def goal_send(*, agent: Agent, goal: Goal) -> str:
     task = A2ATask.objects.create(plan=plan, task_id=view.task_id, context_id=view.context_id)
     task_apply(task_id=task.pk, view=view, agent=agent)
     return f"task {view.state}"
+
+
+def goal_stream(*, agent: Agent, plan: Plan, goal: Goal, remote: Remote) -> str:
+    """The goal sent by SendStreamingMessage: the task recorded at its first event, each event after as it
+    arrives. A stream that breaks after the task started leaves the plan to the next cycle (it subscribes)."""
+    task: A2ATask | None = None
+    state = ""
+    with published_apart():
+        try:
+            for view in a2a_remote.message_stream(remote, goal.description):
+                if task is None:
+                    task = A2ATask.objects.create(plan=plan, task_id=view.task_id, context_id=view.context_id)
+                task_apply(task_id=task.pk, view=view, agent=agent)
+                state = view.state
+        except RemoteError as exc:
+            if task is None:
+                raise
+            agent_waiting_set(agent_id=agent.pk, reason=f"the A2A agent's stream broke: {exc}")
+            return f"stream broke: {exc}"
+    if task is None:
+        raise RemoteError("The A2A agent answered nothing.")
+    return f"task {state} (streamed)"
 
 
 @transaction.atomic

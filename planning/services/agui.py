@@ -3,8 +3,11 @@ events become the agent's plan (tool calls as steps, its text and state on the t
 with an interrupt puts a step up for approval per interrupt; the operator's decision (the same step_approve and
 step_decline as every agent's) resumes the thread with `resume[]`, once.
 
-Each event is written in its own transaction (a PlanEvent, a push after commit), so an open plan page follows the
-run as it streams; the HTTP requests are made outside any transaction."""
+The web request that gives the goal (or the decision) only records the run to start; the runner starts it at the
+agent's next cycle (`agui_cycle`, brought forward by the operator's act) and reads its stream there. Each event is
+written in its own transaction (a PlanEvent, a push after commit), so an open plan page follows the run as it
+streams; the HTTP requests are made outside any transaction. Cancelling the plan closes the run's stream (the
+protocol has no cancel message: closing the request is how a client stops a run), recorded on the plan."""
 
 from __future__ import annotations
 
@@ -23,9 +26,18 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agents.agui_models import AguiAgent, AguiInterrupt
-from agents.agui_remote import AguiError, arguments_parse, resume_entry, run_input, run_stream, state_patched
+from agents.agui_remote import (
+    AguiError,
+    RunStopped,
+    arguments_parse,
+    resume_entry,
+    run_input,
+    run_stream,
+    state_patched,
+)
 from agents.models import Agent
 from goals.models import Goal
+from planner_site.events import published_apart
 from planner_site.outbound import url_problem
 from planner_site.validators import text_problem
 from planning.models import Plan, PlanEvent, PlanStep
@@ -68,9 +80,9 @@ def agui_agent_create(*, user: User, name: str, url: str) -> Agent:
 
 
 @transaction.atomic
-def agui_goal_plan(*, agent: Agent, user: User, description: str) -> tuple[Plan, RunAgentInput]:
-    """The goal given: a Goal, the plan its run will build (active: the agent runs it itself), and the run's
-    input (a new thread, the goal as the user's message). The run is started by `agui_goal_give`."""
+def agui_goal_give(*, agent: Agent, user: User, description: str) -> Plan:
+    """The goal given: a Goal, the plan its run will build (active: the agent runs it itself), and the run to
+    start (a new thread, the goal as the user's message), which the runner starts at the agent's next cycle."""
     description = " ".join(description.split())
     if not description:
         raise DecisionError("Describe the goal. Nothing was changed.")
@@ -93,30 +105,74 @@ def agui_goal_plan(*, agent: Agent, user: User, description: str) -> tuple[Plan,
     remote.plan = plan
     remote.state = {}
     remote.calls = {}
+    remote.pending_run = run_input(thread_id=remote.thread_id, goal=description).model_dump(mode="json",
+                                                                                           by_alias=True)
     remote.save()
     event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor=user,
-                 reason=f"run started at {remote.url}; the agent plans and acts itself",
+                 reason=f"run to start at {remote.url}; the agent plans and acts itself",
                  detail={"thread_id": remote.thread_id})
-    return plan, run_input(thread_id=remote.thread_id, goal=description)
+    return plan
 
 
-def agui_goal_give(*, agent: Agent, user: User, description: str) -> Plan:
-    """Give the AG-UI agent a goal: the plan is made, then the run is read to its end (or its interrupt)."""
-    plan, body = agui_goal_plan(agent=agent, user=user, description=description)
-    agui_drive(agent_id=agent.pk, body=body)
-    return Plan.objects.get(pk=plan.pk)
+# --- the runner: starting and reading a run -------------------------------------------------------------------
 
 
-# --- reading a run --------------------------------------------------------------------------------------------
+@transaction.atomic
+def agui_run_claim(*, agent_id: int) -> tuple[RunAgentInput | None, str]:
+    """The run this cycle starts, taken once (so never sent twice), and what happened. A run a dead cycle was
+    reading fails its plan (the stream is gone); a run whose plan was cancelled before it started is dropped."""
+    remote, plan = remote_locked(agent_id)
+    label = agui_label(remote.agent)
+    if remote.run_reading:
+        remote.run_reading = ""
+        remote.save(update_fields=["run_reading"])
+        if plan is not None and plan.is_open:
+            plan_abandon(plan=plan, runner=label, reason="AG-UI run failed: the runner reading its stream stopped "
+                                                          "before the run ended")
+            return None, "run interrupted"
+    if not remote.pending_run:
+        return None, "idle"
+    body = RunAgentInput.model_validate(remote.pending_run)
+    remote.pending_run = {}
+    if plan is None or not plan.is_open:
+        remote.save(update_fields=["pending_run"])
+        if plan is not None:
+            event_record(plan=plan, kind=PlanEvent.Kind.TASK_STATE, actor_label=label,
+                         reason="run not started: the plan ended before the runner took it",
+                         detail={"run": body.run_id, "diff": {"state": ["to start", "not started"]}})
+        return None, "run dropped"
+    remote.run_reading = body.run_id
+    remote.save(update_fields=["pending_run", "run_reading"])
+    return body, "run started"
+
+
+def agui_cycle(*, agent: Agent, runner: str) -> str:
+    """One cycle of a remote AG-UI agent: the run its goal or its operator's decision asked for, started and read
+    to its end or its interrupt, each event pushed to the open pages as it commits; nothing else to do: idle."""
+    body, what = agui_run_claim(agent_id=agent.pk)
+    if body is None:
+        return what
+    try:
+        with published_apart():
+            agui_drive(agent_id=agent.pk, body=body)
+    finally:
+        AguiAgent.objects.filter(agent_id=agent.pk, run_reading=body.run_id).update(run_reading="")
+    return f"run {body.run_id} read"
 
 
 def agui_drive(*, agent_id: int, body: RunAgentInput) -> None:
     """Read one run of the agent's current thread, each event applied in its own transaction; a run that cannot
-    be read fails the plan with the reason."""
+    be read fails the plan with the reason; a plan cancelled meanwhile closes the stream, recorded."""
     remote = AguiAgent.objects.get(agent_id=agent_id)
+    plan_id = remote.plan_id or 0
+
     texts: dict[str, str] = {}
+
+    def stopped() -> bool:
+        return not Plan.objects.filter(pk=plan_id).open().exists()
+
     try:
-        for event in run_stream(remote.url, body):
+        for event in run_stream(remote.url, body, stopped=stopped):
             if event.type == EventType.TEXT_MESSAGE_START:
                 texts[event.message_id] = ""
             elif event.type in (EventType.TEXT_MESSAGE_CONTENT, EventType.TEXT_MESSAGE_CHUNK):
@@ -124,11 +180,30 @@ def agui_drive(*, agent_id: int, body: RunAgentInput) -> None:
                 texts[key] = texts.get(key, "") + (event.delta or "")
             elif event.type == EventType.TEXT_MESSAGE_END:
                 agui_reported(agent_id=agent_id, reason=f"said: {texts.pop(event.message_id, '')}")
-            elif agui_event_apply(agent_id=agent_id, event=event):
-                return
+            else:
+                ended = agui_event_apply(agent_id=agent_id, event=event)
+                if ended is None:  # the plan was cancelled meanwhile
+                    raise RunStopped()
+                if ended:
+                    return
         agui_failed(agent_id=agent_id, reason="the agent's event stream ended without RUN_FINISHED")
+    except RunStopped:
+        agui_stream_closed(plan_id=plan_id, run_id=body.run_id, agent_id=agent_id)
     except AguiError as exc:
         agui_failed(agent_id=agent_id, reason=str(exc))
+
+
+@transaction.atomic
+def agui_stream_closed(*, plan_id: int, run_id: str, agent_id: int) -> None:
+    """The run's stream closed because its plan ended (cancelled) while the agent was running: on the timeline."""
+    plan = Plan.objects.select_for_update().filter(pk=plan_id).first()
+    if plan is None:
+        return
+    event_record(plan=plan, kind=PlanEvent.Kind.TASK_STATE, actor_label=agui_label(plan.agent),
+                 reason=f"the run's stream was closed: the plan is {plan.get_status_display().lower()} (AG-UI has "
+                        "no cancel message; closing the stream is how a client stops a run)",
+                 detail={"run": run_id, "diff": {"state": ["running", "stream closed"]}})
+    agent_waiting_set(agent_id=agent_id, reason="")
 
 
 def remote_locked(agent_id: int) -> tuple[AguiAgent, Plan | None]:
@@ -165,11 +240,12 @@ def step_new(*, plan: Plan, description: str, tool: str = "", status: str = Plan
 
 
 @transaction.atomic
-def agui_event_apply(*, agent_id: int, event: Any) -> bool:
-    """One event of the run applied to the agent's plan; True when the run ended (RUN_FINISHED, RUN_ERROR)."""
+def agui_event_apply(*, agent_id: int, event: Any) -> bool | None:
+    """One event of the run applied to the agent's plan; True when the run ended (RUN_FINISHED, RUN_ERROR), None
+    when the plan is no longer open (cancelled): the stream is to be closed."""
     remote, plan = remote_locked(agent_id)
     if plan is None or not plan.is_open:
-        return event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+        return True if event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR) else None
     label = agui_label(remote.agent)
     kind = event.type
     if kind == EventType.TOOL_CALL_START:
@@ -295,19 +371,20 @@ def agui_decision_record(*, step: PlanStep, user: User, approved: bool, feedback
     siblings = AguiInterrupt.objects.filter(remote_id=interrupt.remote_id, run_id=interrupt.run_id)
     if siblings.filter(decided_at__isnull=True).exists():
         return event, None
-    return event, [ResumeEntry.model_validate(i.resume) for i in siblings.order_by("pk")]
+    entries = [ResumeEntry.model_validate(i.resume) for i in siblings.order_by("pk")]
+    remote = AguiAgent.objects.select_for_update(of=("self",)).get(pk=interrupt.remote_id)
+    remote.pending_run = run_input(thread_id=remote.thread_id, state=remote.state, resume=entries).model_dump(
+        mode="json", by_alias=True)
+    remote.save(update_fields=["pending_run"])
+    return event, entries
 
 
 def agui_step_decide(*, step: PlanStep, user: User, approved: bool, feedback: str = "",
                      seen_steps: str | None = None) -> PlanEvent:
-    """Approve or decline an interrupt's step; once every interrupt of that run is decided, the thread is resumed
-    with `resume[]` (a new run, read like the first)."""
-    event, entries = agui_decision_record(step=step, user=user, approved=approved, feedback=feedback,
-                                          seen_steps=seen_steps)
-    if entries is not None:
-        remote = AguiAgent.objects.get(agent_id=step.plan.agent_id)
-        agui_drive(agent_id=remote.agent_id,
-                   body=run_input(thread_id=remote.thread_id, state=remote.state, resume=entries))
+    """Approve or decline an interrupt's step; once every interrupt of that run is decided, the thread's resumed
+    run (`resume[]`) is recorded, in the same transaction, for the runner to start at the agent's next cycle."""
+    event, _entries = agui_decision_record(step=step, user=user, approved=approved, feedback=feedback,
+                                           seen_steps=seen_steps)
     return event
 
 

@@ -26,7 +26,7 @@ from planning.planner import plan_generate
 from planning.selectors import plan_feedback
 from planning.services.errors import DecisionError, PlanAlreadyReplanned
 from planning.services.events import event_agent_record, event_record
-from planning.services.plans import plan_cancel
+from planning.services.plans import plan_cancel, plan_clarify
 from planning.services.steps import step_finish, step_move, step_request_approval
 from planning.services.versions import plan_accept, plan_start, plan_start_by_policy
 
@@ -284,6 +284,17 @@ def plan_version_submit(*, agent: Agent, plan: Plan, data: Mapping[str, Any], vi
     reason = previous.replan_reason or "replanned by the agent"
     return plan_store(agent=agent, goal_text=goal_text, result=result, previous=previous, kept=kept, reason=reason,
                       via=via)
+
+
+def plan_answer(*, agent: Agent, plan_id: int, answer: str, via: str = VIA_API) -> Plan:
+    """The planner's question on the agent's own plan answered by the agent's client (its user), as an operator's
+    answer would be (plan_clarify), with the agent as the actor; refused when the plan asks nothing (any more)."""
+    plan = agent_plan_get(agent=agent, plan_id=plan_id)
+    try:
+        plan_clarify(plan=plan, user=None, answer=answer, actor_label=agent_actor(agent, via))
+    except DecisionError as exc:
+        raise ExternalError(str(exc)) from exc
+    return Plan.objects.get(pk=plan.pk)
 
 
 def plan_withdraw(*, agent: Agent, plan_id: int, reason: str, via: str = VIA_API) -> Plan:

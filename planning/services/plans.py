@@ -129,8 +129,10 @@ def plan_replan_request(*, plan: Plan, user: User, reason: str, actor_label: str
 
 
 @atomic_retried
-def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
-    """Answer the planner's question (seed 003); planning resumes with the answer as part of the goal."""
+def plan_clarify(*, plan: Plan, user: User | None, answer: str, actor_label: str = "") -> PlanEvent:
+    """Answer the planner's question (seed 003); planning resumes with the answer as part of the goal. An
+    operator answers (`user`), or an external agent's client the question reached (no user; `actor_label`
+    names the agent: MCP tasks' input_required, docs/mcp-tasks.md)."""
     answer = " ".join(answer.split())
     if not answer:
         raise DecisionError("Write an answer to the planner's question. Nothing was changed.")
@@ -141,11 +143,12 @@ def plan_clarify(*, plan: Plan, user: User, answer: str) -> PlanEvent:
                             "Nothing was changed.")
     plan.clarification_answer = answer[:2000]
     plan.status = Plan.Status.ACTIVE
-    plan.replan_reason = f"operator answered '{plan.clarification_question[:200]}': {answer[:500]}"
+    who = "operator" if user is not None else actor_label
+    plan.replan_reason = f"{who} answered '{plan.clarification_question[:200]}': {answer[:500]}"
     plan.save(update_fields=["clarification_answer", "status", "replan_reason", "updated_at"])
     agent_waiting_set(agent_id=plan.agent_id, reason="")
-    return event_record(plan=plan, kind=PlanEvent.Kind.CLARIFIED, actor=user, reason=answer[:4000],
-                        detail={"question": plan.clarification_question, "answer": answer})
+    return event_record(plan=plan, kind=PlanEvent.Kind.CLARIFIED, actor=user, actor_label=actor_label,
+                        reason=answer[:4000], detail={"question": plan.clarification_question, "answer": answer})
 
 
 @atomic_retried

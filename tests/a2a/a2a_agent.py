@@ -1,14 +1,19 @@
 """A small remote A2A agent for the tests, written with the official a2a-sdk's server and served on loopback by
 uvicorn in a thread: it plans a few file steps (a status message and a plan artifact), asks which format the
-summary should use (input-required), then writes the summary (an artifact) and completes after the answer."""
+summary should use (input-required), then writes the summary (an artifact) and completes after the answer.
+
+`served(streaming=True)` serves a card that offers streaming; `served(token=...)` one that asks for a bearer token,
+the JSON-RPC endpoint refusing (HTTP 401) a request without it. METHODS records the JSON-RPC methods called."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 from a2a.helpers.proto_helpers import new_task
@@ -17,12 +22,29 @@ from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandlerV2
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part, TaskState
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    Part,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+    TaskState,
+)
 from starlette.applications import Starlette
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 QUESTION = "Which format should the summary use: Markdown or plain text?"
 ANSWERS: list[str] = []  # what the agent was told, in order (the tests read it)
 CANCELLED: list[str] = []  # the tasks cancelled on the agent
+METHODS: list[str] = []  # the request handler's methods called, in order
+AUTHORIZATIONS: list[str] = []  # the Authorization header of each JSON-RPC request
+THINK_SECONDS = 0.0  # how long the agent works before it asks (a test of a stream left and subscribed to again)
 
 
 class FileAgent(AgentExecutor):
@@ -36,6 +58,7 @@ class FileAgent(AgentExecutor):
             await updater.start_work(updater.new_agent_message([Part(text="Planned 3 steps: read notes.txt, "
                                                                           "outline the summary, write summary.md")]))
             await updater.add_artifact([Part(text="1. read notes.txt\n2. outline\n3. write summary.md")], name="plan")
+            await asyncio.sleep(THINK_SECONDS)
             await updater.requires_input(updater.new_agent_message([Part(text=QUESTION)]))
             return
         answer = context.get_user_input()
@@ -50,26 +73,68 @@ class FileAgent(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
-def app_for(base: str) -> Starlette:
+class RecordingHandler(DefaultRequestHandlerV2):
+    """The SDK's request handler, recording which of its methods the client called."""
+
+    async def on_message_send(self, *args: Any, **kwargs: Any) -> Any:
+        METHODS.append("SendMessage")
+        return await super().on_message_send(*args, **kwargs)
+
+    async def on_message_send_stream(self, *args: Any, **kwargs: Any) -> Any:
+        METHODS.append("SendStreamingMessage")
+        async for event in super().on_message_send_stream(*args, **kwargs):
+            yield event
+
+    async def on_get_task(self, *args: Any, **kwargs: Any) -> Any:
+        METHODS.append("GetTask")
+        return await super().on_get_task(*args, **kwargs)
+
+    async def on_subscribe_to_task(self, *args: Any, **kwargs: Any) -> Any:
+        METHODS.append("SubscribeToTask")
+        async for event in super().on_subscribe_to_task(*args, **kwargs):
+            yield event
+
+
+class BearerOnly(BaseHTTPMiddleware):
+    def __init__(self, app: Any, token: str) -> None:
+        super().__init__(app)
+        self.token = token
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        if request.url.path.startswith("/a2a"):
+            AUTHORIZATIONS.append(request.headers.get("authorization", ""))
+            if self.token and request.headers.get("authorization") != f"Bearer {self.token}":
+                return JSONResponse({"error": "unauthorized"}, status_code=401)
+        return await call_next(request)
+
+
+def app_for(base: str, *, streaming: bool = False, token: str = "") -> Starlette:
+    security: dict[str, Any] = {}
+    if token:
+        security = {"security_schemes": {"bearer": SecurityScheme(
+                        http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer"))},
+                    "security_requirements": [SecurityRequirement(schemes={"bearer": StringList(list=[])})]}
     card = AgentCard(name="Summary writer", description="Summarises the notes in a folder", version="1.0",
                      supported_interfaces=[AgentInterface(url=f"{base}/a2a", protocol_binding="JSONRPC",
                                                           protocol_version="1.0")],
-                     capabilities=AgentCapabilities(streaming=False), default_input_modes=["text/plain"],
+                     capabilities=AgentCapabilities(streaming=streaming), default_input_modes=["text/plain"],
                      default_output_modes=["text/plain"],
                      skills=[AgentSkill(id="summarise", name="Summarise notes", description="Summarises notes",
-                                        tags=["files"])])
-    handler = DefaultRequestHandlerV2(agent_executor=FileAgent(), task_store=InMemoryTaskStore(), agent_card=card)
-    return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/a2a")])
+                                        tags=["files"])], **security)
+    handler = RecordingHandler(agent_executor=FileAgent(), task_store=InMemoryTaskStore(), agent_card=card)
+    app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/a2a")])
+    app.add_middleware(BearerOnly, token=token)
+    return app
 
 
 @contextmanager
-def served() -> Iterator[str]:
+def served(*, streaming: bool = False, token: str = "") -> Iterator[str]:
     """The agent on a free loopback port: yields its base address."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    server = uvicorn.Server(uvicorn.Config(app_for(base), host="127.0.0.1", port=port, log_level="warning",
+    server = uvicorn.Server(uvicorn.Config(app_for(base, streaming=streaming, token=token), host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

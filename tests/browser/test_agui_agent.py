@@ -37,6 +37,7 @@ def test_an_agui_agent_is_added_given_a_goal_and_its_interrupt_approved_with_an_
 
     page.locator("#id_description").fill("Sum up the release notes in a file")
     page.get_by_role("button", name="Give goal").click()
+    # The request returns at once; the runner reads the run and the plan page follows it live.
     expect(page.locator("body")).to_contain_text("read_file")
     expect(page.locator("body")).to_contain_text("write_file: May I write summary.txt?")
     assert len(remote.runs) == 1
@@ -60,8 +61,9 @@ def test_an_agui_agent_is_added_given_a_goal_and_its_interrupt_approved_with_an_
     item.get_by_role("button", name="Approve").click()
     expect(page.locator(".inbox-item", has_text="May I write summary.txt?")).to_have_count(0)
 
+    # The runner resumes the run; the plan page shows the agent going on.
+    page.goto(step_link.split("#")[0])
+    expect(page.locator("body")).to_contain_text("wrote release-summary.txt")
     assert len(remote.runs) == 2
     assert remote.runs[1]["resume"] == [{"interruptId": "i-write", "status": "resolved",
                                          "payload": {"approved": True, "arguments": edited}}]
-    page.goto(step_link.split("#")[0])
-    expect(page.locator("body")).to_contain_text("wrote release-summary.txt")

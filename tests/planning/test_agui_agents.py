@@ -6,6 +6,7 @@ the inbox, edits the write's arguments and approves: the run is resumed once wit
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from agents.agui_models import AguiAgent, AguiInterrupt
 from agents.agui_remote import AguiError, events_parse, resume_entry, sse_data, state_patched
 from agents.models import Agent
 from planning.models import Plan, PlanEvent, PlanStep
+from runtime.cycle import agent_cycle
 from tests.agui_agent import FileAgent, agui_agent_serving
 
 
@@ -38,10 +40,19 @@ def agui_added(client: Any, url: str, name: str = "Release helper") -> Agent:
     return Agent.objects.get(name=name)
 
 
-def goal_given(client: Any, agent: Agent, goal: str) -> Plan:
+def cycle(agent: Agent) -> str:
+    """The agent's next cycle, as a runner runs it: the run its goal or decision asked for, started and read."""
+    return agent_cycle(agent_id=agent.pk, runner="test runner")
+
+
+def goal_given(client: Any, agent: Agent, goal: str, *, run: bool = True) -> Plan:
+    """The goal given on the agent's page; the request returns at once, the run is read by the agent's next
+    cycle (`run`)."""
     response = client.post(reverse("agent-goal", args=[agent.pk]), {"description": goal, "horizon": "short_term"})
     assert response.status_code == 302
     assert Plan.objects.filter(agent=agent).exists(), [str(m) for m in get_messages(response.wsgi_request)]
+    if run:
+        cycle(agent)
     return Plan.objects.get(agent=agent)
 
 
@@ -92,6 +103,9 @@ def test_goal_runs_the_agent_steps_show_and_the_edited_approval_resumes_it_once(
     assert write.tool_input == edited, response.content.decode()[:3000]
     response = operator_client.post(reverse("inbox-step-approve", args=[write.pk]))
     assert response.status_code == 200
+    assert len(remote.runs) == 1  # the decision is recorded; the runner resumes the run
+    assert cycle(agent).endswith(" read")
+    assert cycle(agent) == "idle"  # resumed once
 
     assert len(remote.runs) == 2
     resumed = remote.runs[1]
@@ -123,6 +137,7 @@ def test_declined_with_feedback_resumes_with_the_feedback(operator_client: Any,
     response = operator_client.post(reverse("inbox-step-decline", args=[write.pk]),
                                     {"feedback": "Do not write files today"})
     assert response.status_code == 200
+    cycle(agent)
     assert remote.runs[1]["resume"] == [{"interruptId": "i-write", "status": "resolved",
                                          "payload": {"approved": False, "feedback": "Do not write files today"}}]
     write.refresh_from_db()
@@ -197,10 +212,102 @@ def test_resume_entry_carries_the_answer() -> None:
 
 
 @pytest.mark.django_db
-def test_no_runner_drives_an_agui_agent(operator_client: Any, settings: Any) -> None:
+def test_runners_drive_an_agui_agent(operator_client: Any, settings: Any) -> None:
     from runtime.cycles import agents_driven
 
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     agent = agui_added(operator_client, "http://127.0.0.1:9/agent", name="Remote one")
     assert agent.status == Agent.Status.RUNNING
-    assert not agents_driven().filter(pk=agent.pk).exists()
+    assert agents_driven().filter(pk=agent.pk).exists()
+    assert cycle(agent) == "idle"  # no goal: nothing sent
+
+
+@pytest.mark.django_db
+def test_the_goal_request_returns_at_once_and_the_runner_reads_the_run(operator_client: Any,
+                                                                       file_agent: tuple[FileAgent, str]) -> None:
+    remote, url = file_agent
+    agent = agui_added(operator_client, url)
+    response = operator_client.post(reverse("agent-goal", args=[agent.pk]),
+                                    {"description": "notes -> summary, thx", "horizon": "short_term"}, follow=True)
+    assert "run starts now and shows here as it streams" in response.content.decode()
+    plan = Plan.objects.get(agent=agent)
+    assert remote.runs == [] and plan.status == Plan.Status.ACTIVE and not plan.steps.exists()
+    assert cycle(agent).endswith(" read")
+    assert len(remote.runs) == 1 and plan.steps.count() == 3
+    assert cycle(agent) == "idle"  # started once
+    assert len(remote.runs) == 1
+
+
+def goal_waiting(client: Any, file_agent: tuple[FileAgent, str]) -> tuple[FileAgent, Agent, Plan]:
+    """The agent added and given a goal whose run no cycle has started yet."""
+    remote, url = file_agent
+    agent = agui_added(client, url)
+    return remote, agent, goal_given(client, agent, "Summarise notes.", run=False)
+
+
+@pytest.mark.django_db
+def test_a_run_whose_plan_was_cancelled_before_it_started_is_not_sent(operator_client: Any,
+                                                                      file_agent: tuple[FileAgent, str]) -> None:
+    remote, agent, plan = goal_waiting(operator_client, file_agent)
+    assert operator_client.post(reverse("plan-cancel", args=[plan.pk]), {"reason": "changed my mind"}).status_code == 302
+    assert cycle(agent) == "run dropped"
+    assert remote.runs == []
+    assert plan.events.filter(kind=PlanEvent.Kind.TASK_STATE, reason__contains="run not started").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_run_a_dead_cycle_was_reading_fails_its_plan(operator_client: Any,
+                                                       file_agent: tuple[FileAgent, str]) -> None:
+    _remote, agent, plan = goal_waiting(operator_client, file_agent)
+    AguiAgent.objects.filter(agent=agent).update(run_reading="r-of-a-dead-runner", pending_run={})
+    assert cycle(agent) == "run interrupted"
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.FAILED and "runner reading its stream stopped" in plan.failure_reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_closes_the_runs_stream(operator_client: Any, settings: Any) -> None:
+    """A slow run read by the runner (in a thread here); the operator cancels the plan: the stream is closed at
+    once (the agent sees the connection go), recorded on the plan, and no later event is applied."""
+    import threading
+
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    remote = FileAgent(pause_seconds=0.3)
+    with agui_agent_serving(remote) as url:
+        agent = agui_added(operator_client, url)
+        plan = goal_given(operator_client, agent, "Summarise the notes, slowly", run=False)
+        reader = threading.Thread(target=cycle, args=(agent,))
+        reader.start()
+        deadline = time.monotonic() + 10
+        while not plan.events.filter(reason__contains="said:").exists():
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.05)
+        assert operator_client.post(reverse("plan-cancel", args=[plan.pk]), {"reason": "stop it"}).status_code == 302
+        reader.join(5)
+        assert not reader.is_alive()
+        assert remote.disconnected.wait(5)
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.CANCELLED
+    closed = plan.events.get(kind=PlanEvent.Kind.TASK_STATE)
+    assert "the run's stream was closed" in closed.reason and closed.detail["diff"]["state"][1] == "stream closed"
+    assert remote.events_sent < 20 and plan.steps.filter(tool="write_file").count() == 0
+    assert AguiAgent.objects.get(agent=agent).run_reading == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_event_of_a_run_reaches_the_open_pages_as_it_commits(operator_client: Any, settings: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime's cycle gathers its changes into one push at its end; a run's events go out one by one."""
+    from planner_site import events
+    from runtime.cycles import cycle_run
+
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    remote = FileAgent()
+    with agui_agent_serving(remote) as url:
+        agent = agui_added(operator_client, url)
+        plan = goal_given(operator_client, agent, "Summarise the notes", run=False)
+        pushes: list[set[int]] = []
+        monkeypatch.setattr(events.publisher, "publish", lambda *, agents, plans: pushes.append(set(plans)))
+        cycle_run(agent.pk, "test runner")
+    assert plan.steps.count() == 3
+    assert len([p for p in pushes if plan.pk in p]) >= 10  # tool calls, results, text, state: each as it came
