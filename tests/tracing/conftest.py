@@ -16,7 +16,8 @@ def exported() -> Iterator[InMemorySpanExporter]:
     """Export on, to memory, span by span; off again after the test."""
     from planning import trace_spans
 
-    trace_spans._exported.clear()  # plan ids come again from test to test
+    trace_spans._exported.clear()  # ids come again from test to test
+    trace_spans._kinds.clear()
     exporter = InMemorySpanExporter()
     tracing.provider_install(exporter)
     yield exporter
