@@ -346,9 +346,9 @@ def lineage_export(plan_id: int) -> int:
 
 def lineage_export_of(*, agent_id: int, root_id: str) -> int:
     """Export the spans of a lineage (its agent, its root span's id) closed since its last export; the number
-    exported. Each span goes once, when the record that closed it is written: a planning when it ends (with its
-    model calls), a wait at the person's act, a step at its result, the root when the lineage ends (again, same
-    id, if a failed lineage is reopened and ends later).
+    exported. Each span goes once, with the first export after the record that closed it (EXPORT_AT says when):
+    a planning with its model calls, a wait with the person's act, a step with its result, the root when the
+    lineage ends (again, same id, if a failed lineage is reopened and ends later).
 
     Three queries (the versions with their agent, their events, the claim), a fourth for the model calls when a
     planning or the lineage closed; one for a persona lineage outside the sample (none once the process knows
@@ -384,7 +384,7 @@ def lineage_export_of(*, agent_id: int, root_id: str) -> int:
 
 
 # The lineages whose export this process already took past an event id: a second callback of the same commit (a
-# plan validated and approved by a policy at once) costs nothing. Bounded: forgotten lineages just read again.
+# replan's planning ended and its first step put up for approval at once) costs nothing. Bounded: forgotten lineages just read again.
 _exported: dict[str, int] = {}
 EXPORTED_REMEMBERED = 4096
 
