@@ -27,6 +27,7 @@ from django.conf import settings
 if TYPE_CHECKING:  # the SDK is imported on the first export only: with export off it costs nothing
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Tracer
 
 TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 SCOPE = "agent-planner"
@@ -175,6 +176,8 @@ class Exporting:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.provider: TracerProvider | None = None
+        self.tracer: Tracer | None = None
+        self.tracer_of: TracerProvider | None = None  # the provider that made it
 
     def endpoint(self) -> str:
         return getattr(settings, "TRACE_EXPORT_ENDPOINT", "") or getattr(settings, "OTEL_EXPORTER_OTLP_ENDPOINT", "")
@@ -192,6 +195,14 @@ class Exporting:
                 url = endpoint if endpoint.endswith("/v1/traces") else f"{endpoint}/v1/traces"
                 self.provider = self.provider_new(BatchSpanProcessor(OTLPSpanExporter(endpoint=url)))
             return self.provider
+
+    def tracer_get(self) -> Tracer:
+        """The provider's tracer, made once (the SDK makes a new one on each call)."""
+        provider = self.provider_get()
+        with self.lock:
+            if self.tracer is None or self.tracer_of is not provider:
+                self.tracer, self.tracer_of = provider.get_tracer(SCOPE), provider
+            return self.tracer
 
     def provider_new(self, processor: SpanProcessor) -> TracerProvider:
         from opentelemetry.sdk.resources import Resource
@@ -240,7 +251,7 @@ def spans_export(*, trace_id: str, root_id: str, parent_id: str, facts: Sequence
     from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
     from opentelemetry.trace.status import Status, StatusCode
 
-    tracer = exporting.provider_get().get_tracer(SCOPE)
+    tracer = exporting.tracer_get()
     ids: dict[str, str] = {}
     trace_int = int(trace_id, 16)
     done = 0

@@ -89,6 +89,11 @@ class Lineage:
         return next((e for e in reversed(self.events) if e.plan_id == last.pk and lineage_ends(e)), None)
 
 
+# What the spans say of a version and its agent: not its steps' texts, restatement or risks.
+VERSION_FIELDS = ("agent_id", "previous_id", "version", "goal_text", "status", "model", "edited_by", "created_at",
+                  "trace_id", "trace_root_id", "trace_parent_id", "trace_exported_through")
+
+
 def lineage_load(plan: Plan, *, agent: Agent | None = None, capture: bool = False) -> Lineage:
     """The lineage `plan` belongs to, in four queries (three given its agent)."""
     if plan.trace_root_id:  # its root span's id, not the trace id: two plans may join one caller's trace
@@ -102,15 +107,28 @@ def lineage_load(plan: Plan, *, agent: Agent | None = None, capture: bool = Fals
         while (after := Plan.objects.filter(previous_id=seen.pk).first()) is not None:
             versions.append(seen := after)
     ids = [v.pk for v in versions]
-    # Only what spans say: not a step's result, nor a call's prompt and answer unless they go on the spans.
-    events = list(PlanEvent.objects.filter(plan_id__in=ids).select_related("step").only(
+    return Lineage(agent=agent or Agent.objects.get(pk=plan.agent_id), versions=versions,
+                   events=lineage_events(ids), calls=lineage_calls(ids, capture=capture))
+
+
+def lineage_versions(*, agent_id: int, root_id: str) -> list[Plan]:
+    """The versions of a lineage (its agent, its root span's id), oldest first, each with its agent, in one
+    query, with only what the spans say of them."""
+    return list(Plan.objects.select_related("agent").only(*VERSION_FIELDS, "agent__name", "agent__kind")
+                .filter(agent_id=agent_id, trace_root_id=root_id).order_by("version", "pk"))
+
+
+def lineage_events(plan_ids: Sequence[int]) -> list[PlanEvent]:
+    """The versions' events in time order, with only what spans say (not a step's result)."""
+    return list(PlanEvent.objects.filter(plan_id__in=plan_ids).select_related("step").only(
         "plan_id", "step_id", "kind", "actor_id", "actor_label", "reason", "detail", "created_at",
         "step__key", "step__tool", "step__action_hint").order_by("created_at", "id"))
-    calls = LLMCall.objects.filter(plan_id__in=ids).order_by("created_at", "id")
-    if not capture:
-        calls = calls.defer("prompt", "response", "response_format")
-    return Lineage(agent=agent or Agent.objects.get(pk=plan.agent_id), versions=versions, events=events,
-                   calls=list(calls))
+
+
+def lineage_calls(plan_ids: Sequence[int], *, capture: bool) -> list[LLMCall]:
+    """The versions' model calls in time order; their prompts and answers only when they go on the spans."""
+    calls = LLMCall.objects.filter(plan_id__in=plan_ids).order_by("created_at", "id")
+    return list(calls if capture else calls.defer("prompt", "response", "response_format"))
 
 
 def lineage_facts(lineage: Lineage, *, now: datetime, capture: bool = False) -> list[SpanFact]:
@@ -309,25 +327,52 @@ def tool_facts(events: Sequence[PlanEvent], *, now: datetime) -> list[SpanFact]:
 # --- export -----------------------------------------------------------------------------------------------
 
 
-def sample_ratio(agent: Agent) -> float:
-    return settings.OTEL_PERSONA_SAMPLE_RATIO if agent.kind == Agent.Kind.PERSONA else 1.0
+def sample_ratio(kind: str) -> float:
+    """The share of an agent kind's lineages exported: persona agents' are sampled, every other kind's are all."""
+    return settings.OTEL_PERSONA_SAMPLE_RATIO if kind == Agent.Kind.PERSONA else 1.0
+
+
+# The kind of each agent this process exported a lineage of (an agent's kind never changes): a persona lineage
+# outside the sample is then left out before anything is read. Bounded: a forgotten agent is just read again.
+_kinds: dict[int, str] = {}
 
 
 def lineage_export(plan_id: int) -> int:
-    """Export the spans of the lineage of `plan_id` closed since its last export; the number exported. Each span
-    goes once, when the record that closed it is written: a planning when it ends (with its model calls), a
-    wait at the person's act, a step at its result, the root when the lineage ends (again, same id, if a failed
-    lineage is reopened and ends later)."""
-    plan = Plan.objects.select_related("agent").filter(pk=plan_id).first()
-    if plan is None or not plan.trace_id or not plan.trace_root_id or not tracing.export_on():
+    """Export the spans of the lineage of `plan_id` closed since its last export; the number exported (see
+    `lineage_export_of`)."""
+    plan = Plan.objects.filter(pk=plan_id).only("agent_id", "trace_root_id").first()
+    return lineage_export_of(agent_id=plan.agent_id, root_id=plan.trace_root_id) if plan is not None else 0
+
+
+def lineage_export_of(*, agent_id: int, root_id: str) -> int:
+    """Export the spans of a lineage (its agent, its root span's id) closed since its last export; the number
+    exported. Each span goes once, with the first export after the record that closed it (EXPORT_AT says when):
+    a planning with its model calls, a wait with the person's act, a step with its result, the root when the
+    lineage ends (again, same id, if a failed lineage is reopened and ends later).
+
+    Three queries (the versions with their agent, their events, the claim), a fourth for the model calls when a
+    planning or the lineage closed; one for a persona lineage outside the sample (none once the process knows
+    the agent's kind: `events_traced`)."""
+    if not root_id or not tracing.export_on():
+        return 0  # a plan made before traces: nothing to join, nothing exported
+    versions = lineage_versions(agent_id=agent_id, root_id=root_id)
+    if not versions or not versions[0].trace_id:
         return 0
-    if not tracing.sampled(plan.trace_id, sample_ratio(plan.agent)):
-        return 0  # decided before anything is read: an unsampled persona costs one query
+    first = versions[0]
+    if len(_kinds) >= EXPORTED_REMEMBERED:
+        _kinds.clear()
+    _kinds[agent_id] = first.agent.kind
+    if not tracing.sampled(first.trace_id, sample_ratio(first.agent.kind)):
+        return 0  # decided before anything else is read: an unsampled persona costs one query, once
     capture = tracing.capture_content()
-    lineage = lineage_load(plan, agent=plan.agent, capture=capture)
-    first = lineage.versions[0]
-    since = first.trace_exported_through
-    facts = [f for f in lineage_facts(lineage, now=timezone.now(), capture=capture) if f.closed_by > since]
+    since, now = first.trace_exported_through, timezone.now()
+    lineage = Lineage(agent=first.agent, versions=versions, events=lineage_events([v.pk for v in versions]), calls=[])
+    facts = lineage_facts(lineage, now=now, capture=capture)
+    # A model call's span closes with its planning, or with the lineage: read the calls only when one of those did.
+    if any(f.kind in ("agent", "plan") and f.closed_by > since for f in facts):
+        lineage.calls = lineage_calls([v.pk for v in versions], capture=capture)
+        facts = lineage_facts(lineage, now=now, capture=capture)
+    facts = [f for f in facts if f.closed_by > since]
     if not facts:
         return 0
     through = max(f.closed_by for f in facts)
@@ -338,29 +383,31 @@ def lineage_export(plan_id: int) -> int:
                                 parent_id=first.trace_parent_id, facts=facts)
 
 
-# The plans whose export this process already took past an event id: a second callback of the same commit (a
-# plan validated and approved by a policy at once) costs nothing. Bounded: forgotten plans just read again.
-_exported: dict[int, int] = {}
+# The lineages whose export this process already took past an event id: a second callback of the same commit (a
+# replan's planning ended and its first step put up for approval at once) costs nothing. Bounded: forgotten lineages just read again.
+_exported: dict[str, int] = {}
 EXPORTED_REMEMBERED = 4096
 
 
-def lineage_export_safe(plan_id: int, event_id: int) -> None:
-    if event_id and _exported.get(plan_id, 0) >= event_id:
+def lineage_export_safe(agent_id: int, root_id: str, event_id: int) -> None:
+    if event_id and _exported.get(root_id, 0) >= event_id:
         return
     try:
-        lineage_export(plan_id)
+        lineage_export_of(agent_id=agent_id, root_id=root_id)
     except Exception:  # a tracing tool that is down never fails a plan
-        logger.exception("trace of plan %s not exported", plan_id)
+        logger.exception("trace of lineage %s of agent %s not exported", root_id, agent_id)
     if len(_exported) >= EXPORTED_REMEMBERED:
         _exported.clear()
-    _exported[plan_id] = event_id
+    _exported[root_id] = event_id
 
 
-# The events whose commit exports what closed since the last export: a planning's end, the start of a wait for
-# a person and the person's act, a replan, the lineage's end. A step's result is not one (the most frequent
-# event): its span goes with the next of these, at the latest when the lineage ends.
-EXPORT_AT = frozenset({*PLANNING_ENDS, *HUMAN_ACTS, *LINEAGE_ENDS, PlanEvent.Kind.STEP_AWAITING,
-                       PlanEvent.Kind.REPLANNED, PlanEvent.Kind.ESCALATED})
+# The events whose commit exports what closed since the last export: the end of a planning (the plan then runs,
+# or waits for a person: its approval, an answer), the start of a wait for a person (a step put up for approval),
+# the lineage's end. So whenever the plan waits for a person, the tracing tool holds everything before the wait.
+# Not a person's act (its wait goes with the plan's next planning, wait or end: a decline's replan, the next step
+# up for approval, the end), nor a step's result (the most frequent event): each export rereads the lineage, and
+# these would add one for spans that follow shortly anyway.
+EXPORT_AT = frozenset({*PLANNING_ENDS, *LINEAGE_ENDS, PlanEvent.Kind.STEP_AWAITING})
 
 
 def events_traced(events: Sequence[PlanEvent]) -> Sequence[PlanEvent]:
@@ -368,12 +415,17 @@ def events_traced(events: Sequence[PlanEvent]) -> Sequence[PlanEvent]:
     closed since the last export are exported (with export on; nothing otherwise). The events, for chaining."""
     if not tracing.export_on():
         return events
-    latest: dict[int, int] = {}
+    latest: dict[tuple[int, str], int] = {}
     for event in events:
         if event.plan_id is not None and event.kind in EXPORT_AT:
-            latest[event.plan_id] = max(latest.get(event.plan_id, 0), event.pk or 0)
-    for plan_id, event_id in sorted(latest.items()):
-        transaction.on_commit(functools.partial(lineage_export_safe, plan_id, event_id))
+            plan = event.plan  # the version the event was written with: its lineage's ids, no query
+            kind = _kinds.get(plan.agent_id) if plan is not None else None
+            if plan is not None and plan.trace_root_id and (
+                    kind is None or tracing.sampled(plan.trace_id, sample_ratio(kind))):
+                lineage = (plan.agent_id, plan.trace_root_id)
+                latest[lineage] = max(latest.get(lineage, 0), event.pk or 0)
+    for (agent_id, root_id), event_id in sorted(latest.items()):
+        transaction.on_commit(functools.partial(lineage_export_safe, agent_id, root_id, event_id))
     return events
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -197,14 +198,15 @@ def server_start(env: dict[str, str], tmp: Path, *serve_args: str) -> tuple[Live
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
-def live_server_process(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
-    """`manage.py serve` on a free port with a database of its own and an operator; stopped at the end."""
-    tmp = Path(tempfile.mkdtemp(prefix="planner-api-"))
-    env, db_name = server_env(tmp)
+@contextlib.contextmanager
+def live_server(request: pytest.FixtureRequest, name: str = "api_e2e", **env: str) -> Iterator[LiveServer]:
+    """`manage.py serve` on a free port with a database of its own (named after `name`), an operator, and `env`
+    over its environment; stopped at the end (its files kept when a test failed)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"planner-{name}-"))
+    server_env_, db_name = server_env(tmp, name)
     proc = None
     try:
-        server, proc = server_start(env, tmp)
+        server, proc = server_start(server_env_ | env, tmp)
         yield server
     finally:
         if proc is not None:
@@ -213,6 +215,13 @@ def live_server_process(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
             postgres_database_drop(os.environ["DATABASE_URL"], db_name)
         if not request.session.testsfailed:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def live_server_process(request: pytest.FixtureRequest) -> Iterator[LiveServer]:
+    """`manage.py serve` on a free port with a database of its own and an operator; stopped at the end."""
+    with live_server(request) as server:
+        yield server
 
 
 @pytest.fixture

@@ -4,20 +4,17 @@ loopback gets the spans when the endpoint is set; the plan page draws the spans 
 
 from __future__ import annotations
 
-import http.server
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from planner_site import tracing
 from planning.models import Plan
 from tests.api.conftest import PLAN, ApiClient
+from tests.tracing.conftest import OtlpReceiver
 
 CALLER_TRACE, CALLER_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"
@@ -102,42 +99,12 @@ def test_the_python_client_sends_the_callers_traceparent() -> None:
     assert tracing.traceparent_parse(sent["traceparent"]) == (f"{context.trace_id:032x}", f"{context.span_id:016x}")
 
 
-# --- a real OTLP/HTTP receiver on loopback ------------------------------------------------------------------
-
-
-class Receiver(http.server.BaseHTTPRequestHandler):
-    received: list[tuple[str, ExportTraceServiceRequest]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        self.received.append((self.path, request))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def receiver() -> Iterator[str]:
-    Receiver.received = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.mark.django_db
 def test_an_otlp_http_receiver_gets_the_lineage_when_the_endpoint_is_set(
-        receiver: str, settings: Any, operator: Any, django_capture_on_commit_callbacks: Any) -> None:
+        receiver: OtlpReceiver, settings: Any, operator: Any, django_capture_on_commit_callbacks: Any) -> None:
     from tests.tracing.test_traces import declined_replanned_approved_run, reporter
 
-    settings.OTEL_EXPORTER_OTLP_ENDPOINT = receiver
+    settings.OTEL_EXPORTER_OTLP_ENDPOINT = receiver.url
     tracing.provider_install(None)  # the settings' endpoint, with the batching exporter made on first export
     try:
         with django_capture_on_commit_callbacks(execute=True):
@@ -145,12 +112,10 @@ def test_an_otlp_http_receiver_gets_the_lineage_when_the_endpoint_is_set(
         tracing.flush()
     finally:
         tracing.provider_install(None)
-    assert Receiver.received and {path for path, _ in Receiver.received} == {"/v1/traces"}
-    spans = [span for _, request in Receiver.received for rs in request.resource_spans
-             for ss in rs.scope_spans for span in ss.spans]
-    services = {a.value.string_value for _, r in Receiver.received for rs in r.resource_spans
-                for a in rs.resource.attributes if a.key == "service.name"}
-    assert services == {"agent-planner"}
+    assert receiver.requests and {path for path, _ in receiver.requests} == {"/v1/traces"}
+    received = receiver.spans()
+    assert {r.service for r in received} == {"agent-planner"}
+    spans = [r.span for r in received]
     assert {s.trace_id.hex() for s in spans} == {first.trace_id}
     names = {s.name for s in spans}
     assert {"invoke_agent Reporter", "plan v1", "plan v2", "chat offline-rules", "await_approval",

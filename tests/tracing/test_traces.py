@@ -226,3 +226,25 @@ def test_a_persona_plan_run_in_a_runners_batch_is_traced_when_sampled(
     tools = by_name(spans, "execute_tool ")
     assert {t.attributes["gen_ai.tool.name"] for t in tools} == {"work", "eat"}
     assert [s.name for s in spans if s.parent is None] == [f"invoke_agent {agents[0].name}"]
+
+
+def test_plans_made_before_traces_are_not_one_lineage_after_the_upgrade() -> None:
+    """0017 gave every existing plan one and the same trace ids; 0020 clears them, and keeps a real lineage's."""
+    from importlib import import_module
+
+    from django.apps import apps
+
+    agent = reporter()
+    old = [Plan.objects.create(agent=agent, goal_text=f"Older goal {n}", trace_id="a" * 32, trace_root_id="b" * 16)
+           for n in range(2)]
+    Plan.objects.create(agent=agent, goal_text="Older goal 1", version=2, previous=old[1], trace_id="a" * 32,
+                        trace_root_id="b" * 16)
+    first = Plan.objects.create(agent=agent, goal_text="A goal since traces")
+    second = Plan.objects.create(agent=agent, goal_text="A goal since traces", version=2, previous=first,
+                                 **first.trace_ids())
+    import_module("planning.migrations.0020_plan_trace_ids_before_traces").trace_ids_cleared(apps, None)
+    assert set(Plan.objects.filter(trace_root_id="").values_list("goal_text", flat=True)) == {
+        "Older goal 0", "Older goal 1"}
+    assert [v.pk for v in lineage_load(Plan.objects.get(pk=old[1].pk)).versions] == [
+        old[1].pk, Plan.objects.get(previous=old[1]).pk]  # its own versions, by their links
+    assert {p.trace_root_id for p in Plan.objects.filter(pk__in=[first.pk, second.pk])} == {first.trace_root_id}
