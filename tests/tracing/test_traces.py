@@ -242,7 +242,7 @@ def test_plans_made_before_traces_are_not_one_lineage_after_the_upgrade() -> Non
     first = Plan.objects.create(agent=agent, goal_text="A goal since traces")
     second = Plan.objects.create(agent=agent, goal_text="A goal since traces", version=2, previous=first,
                                  **first.trace_ids())
-    import_module("planning.migrations.0020_plan_trace_ids_before_traces").trace_ids_cleared(apps, None)
+    import_module("planning.migrations.0021_plan_trace_ids_before_traces").trace_ids_cleared(apps, None)
     assert set(Plan.objects.filter(trace_root_id="").values_list("goal_text", flat=True)) == {
         "Older goal 0", "Older goal 1"}
     assert [v.pk for v in lineage_load(Plan.objects.get(pk=old[1].pk)).versions] == [

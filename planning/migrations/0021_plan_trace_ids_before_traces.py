@@ -19,7 +19,7 @@ def trace_ids_cleared(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("planning", "0019_agui_remote_agents"),
+        ("planning", "0020_plan_accepted_as_done"),
     ]
 
     operations = [
