@@ -86,6 +86,7 @@ class RetryContext:
     errors: int = 0  # models that did not answer
     answered_by: str = ""  # the last model that answered at all
     unreached: list[str] = field(default_factory=list)  # the last rejection's reasons, when the plan missed its goal
+    stopped: bool = False  # a call was stopped (the plan cancelled, the runner stopping): ask nothing more
 
 
 @dataclass
@@ -284,6 +285,10 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
                                    and index == 0 and attempt == 1 else None)
             if outcome is None and deadline.expired:
                 return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
+            if memory.stopped:
+                # The plan was cancelled, or the runner stops (its calls were stopped): no other model is asked.
+                return plan_fail(plan=plan, headline="planning stopped before a model answered",
+                                 actor_label=actor_label)
             if outcome is None:
                 break  # an error (or "cannot") hands over to the next model at once
             if isinstance(outcome, Plan):
@@ -404,6 +409,7 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
         if isinstance(exc, LLMDeadlineError) and not exc.failures:
             return None  # nothing was asked: the time was up before
         memory.errors += 1
+        memory.stopped = memory.stopped or exc.aborted
         attempt_reject(plan=plan, model=model, reasons=[f"model error: {exc.reason}"], output="", hints=[],
                        actor_label=actor_label)
         return None

@@ -15,6 +15,9 @@ may wait for its turn.
   call log says so).
 - **Cancelled plans abort their calls**: `plan_calls_abort(plan_id)` (planning's cancel) marks the plan in the
   cache; a call of that plan, waiting or in flight, stops within LLM_ABORT_POLL_SECONDS.
+- **A stopping runner aborts its calls**: `model_calls_stop(loop)` (the runner's stop, SIGTERM) stops every call
+  made on the runner's event loop, waiting or in flight, at once with CallAborted, and no new one starts there: the
+  cycles under way end within the grace instead of waiting for a busy model.
 """
 
 from __future__ import annotations
@@ -223,10 +226,70 @@ def plan_calls_aborted(plan_id: int | None) -> bool:
         return False
 
 
+# The runner's loops that are stopping (no model call starts there), and each loop's calls under way.
+_stopped_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+_loop_calls: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[Any]]] = (
+    weakref.WeakKeyDictionary())
+_stop_cancelled: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()  # cancelled by model_calls_stop
+STOPPED = "the runner is stopping: the model call was stopped (the plan is planned again when a runner is back)"
+
+
+def model_calls_stop(loop: asyncio.AbstractEventLoop) -> None:
+    """The runner on `loop` stops: its model calls, waiting for their turn or in flight, end now with CallAborted
+    (their requests closed, their slots freed) and none starts there any more. Safe from any thread."""
+    def stop() -> None:
+        _stopped_loops.add(loop)
+        for task in list(_loop_calls.get(loop, ())):
+            if not task.done():
+                _stop_cancelled.add(task)
+                task.cancel()
+
+    if loop.is_closed():
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        stop()
+    else:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing left to stop
+            loop.call_soon_threadsafe(stop)
+
+
+def model_calls_resume(loop: asyncio.AbstractEventLoop) -> None:
+    """A runner starts on `loop`: model calls may start there again (after a stop, in the same process)."""
+    _stopped_loops.discard(loop)
+
+
 async def model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model: str, priority: int = BACKGROUND,
                                 wait_limit: float | None = None, plan_id: int | None = None, **kwargs: Any) -> T:
     """`await call(model=model, **kwargs)` in its turn (see the module's docstring): ModelBusy when a wait limit
-    passes first, CallAborted when the plan `plan_id` is cancelled meanwhile."""
+    passes first, CallAborted when the plan `plan_id` is cancelled meanwhile or the runner stops."""
+    loop = asyncio.get_running_loop()
+    if loop in _stopped_loops:
+        raise CallAborted(STOPPED)
+    task = asyncio.current_task()
+    if task is None:  # not in a task (never the case under asyncio.run or async_to_sync): nothing to register
+        return await _model_call_bounded(call, model=model, priority=priority, wait_limit=wait_limit,
+                                         plan_id=plan_id, **kwargs)
+    calls = _loop_calls.setdefault(loop, set())
+    calls.add(task)
+    try:
+        return await _model_call_bounded(call, model=model, priority=priority, wait_limit=wait_limit,
+                                         plan_id=plan_id, **kwargs)
+    except asyncio.CancelledError:
+        if task not in _stop_cancelled:
+            raise
+        task.uncancel()
+        raise CallAborted(STOPPED) from None
+    finally:
+        calls.discard(task)
+        _stop_cancelled.discard(task)
+
+
+async def _model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model: str, priority: int,
+                                 wait_limit: float | None, plan_id: int | None, **kwargs: Any) -> T:
     gate = model_gate(model)
     started = time.monotonic()
     until = None if wait_limit is None else started + wait_limit

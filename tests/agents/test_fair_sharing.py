@@ -147,3 +147,51 @@ def test_cancelling_a_plan_while_it_is_planned_marks_its_calls_to_stop() -> None
     assert not plan_calls_aborted(plan.pk)
     plan_cancel(plan=plan, user=None, actor_label="operator olga")
     assert plan_calls_aborted(plan.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stopping_runner_stops_its_cycles_model_calls_instead_of_waiting_its_grace(
+        one_slot: LLMTestServer, settings: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """SIGTERM while a plan's call waits on a busy one-at-a-time server: the call (and the one waiting behind it)
+    stops at once with the reason, the runner ends without spending its grace, and no other model is asked."""
+    import asyncio
+    import logging
+
+    from agents.models import Agent
+    from agents.runtime.embedded import Scheduler
+    from planning.models import Plan
+    from tests.factories import AgentFactory, GoalFactory
+
+    settings.LLM_MODELS = {"planner": ["smol", "other-model"], "fast": ["smol"]}
+    settings.LLM_PURPOSE_MODELS = {}
+    settings.RUNNER_SHUTDOWN_GRACE_SECONDS = 60
+    settings.LLM_TIMEOUT_SECONDS = 120
+    settings.PLAN_DEADLINE_SECONDS = 120
+    for name in ("Anna", "Ben"):
+        agent = AgentFactory(name=name, kind=Agent.Kind.TOOL, cycle_interval=0, rules_planner=False)
+        GoalFactory(agent=agent, description="Write a haiku about tea into tea.txt", source_needs=[])
+    one_slot.script("smol", answer("a plan that takes long", delay=90), answer("never sent", delay=90))
+
+    async def run_and_stop() -> float:
+        scheduler = Scheduler(runner_id="stopping", tick=0.01)
+        running = asyncio.ensure_future(scheduler.run())
+        while not one_slot.requests:  # the first call reached the server; the second waits for the slot
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        scheduler.stop()  # what SIGTERM does
+        stopped_at = asyncio.get_running_loop().time()
+        await asyncio.wait_for(running, timeout=50)  # before the grace (60 s) and the server's answer (90 s)
+        return asyncio.get_running_loop().time() - stopped_at
+
+    with caplog.at_level(logging.WARNING, logger="planner.runner"):
+        asyncio.run(run_and_stop())
+    one_slot.released.set()
+    assert not [r for r in caplog.records if "still under way" in r.getMessage()]
+    calls = list(LLMCall.objects.values_list("model", "error"))
+    # Each plan's restatement stopped, its plan call refused before it went out; no other model asked.
+    assert len(calls) == 4 and all(model == "smol" for model, _error in calls)
+    assert all("CallAborted" in error and "runner is stopping" in error for _model, error in calls)
+    assert len(one_slot.requests_for("smol")) == 1  # the call waiting for the slot never went out
+    for plan in Plan.objects.all():  # failed with the reason, retried by the agent's policy when a runner is back
+        assert plan.status == Plan.Status.FAILED and plan.retry_at is not None
+        assert "planning stopped" in plan.failure_reason
