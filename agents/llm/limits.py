@@ -120,16 +120,27 @@ def shared_slots(capacity: int) -> bool:
 
 
 class ModelGate:
-    """One model's calls in one process: at most `capacity` at once, operators' before the others."""
+    """One model's calls in one process: at most `capacity` at once, operators' before the others; a background
+    call holding a slot gives it up to an operator's call that would wait (`give_way`)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.in_use = 0
         self.waiting: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
+        self.background: set[asyncio.Task[Any]] = set()  # the background calls holding a slot
 
     def operators_waiting(self) -> bool:
         return any(priority == OPERATOR and not future.done() for priority, _n, future in self.waiting)
+
+    def give_way(self) -> None:
+        """An operator's call waits: one background call holding a slot stops (ModelBusy, its rules decide), and
+        its slot goes to the first in line, the operator's."""
+        for task in self.background:
+            if task not in _gave_way and not task.done():
+                _gave_way.add(task)
+                task.cancel()
+                return
 
     async def acquire(self, priority: int, wait_limit: float | None) -> None:
         if self.in_use < self.capacity and not any(not f.done() for _p, _n, f in self.waiting):
@@ -137,6 +148,8 @@ class ModelGate:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self.waiting, (priority, next(self._order), future))
+        if priority == OPERATOR and self.capacity <= SHARED_LIMIT_MAX:
+            self.give_way()
         try:
             async with asyncio.timeout(wait_limit):
                 await future
@@ -231,6 +244,9 @@ _stopped_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
 _loop_calls: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[Any]]] = (
     weakref.WeakKeyDictionary())
 _stop_cancelled: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()  # cancelled by model_calls_stop
+_gave_way: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()  # background calls an operator's call stopped
+GAVE_WAY = ("{model} was needed for an operator's call ({capacity} at a time): this background call gave way and the "
+            "rules decide instead")
 STOPPED = "the runner is stopping: the model call was stopped (the plan is planned again when a runner is back)"
 
 
@@ -279,13 +295,17 @@ async def model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model: 
         return await _model_call_bounded(call, model=model, priority=priority, wait_limit=wait_limit,
                                          plan_id=plan_id, **kwargs)
     except asyncio.CancelledError:
-        if task not in _stop_cancelled:
-            raise
-        task.uncancel()
-        raise CallAborted(STOPPED) from None
+        if task in _stop_cancelled:
+            task.uncancel()
+            raise CallAborted(STOPPED) from None
+        if task in _gave_way:
+            task.uncancel()
+            raise ModelBusy(GAVE_WAY.format(model=model, capacity=model_gate(model).capacity)) from None
+        raise
     finally:
         calls.discard(task)
         _stop_cancelled.discard(task)
+        _gave_way.discard(task)
 
 
 async def _model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model: str, priority: int,
@@ -298,8 +318,8 @@ async def _model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model:
     try:
         await gate.acquire(priority, wait_limit)
     except TimeoutError:
-        raise ModelBusy(f"{model} was busy with other calls for more than the {wait_limit:g} s this call may wait "
-                        f"({gate.capacity} at a time, operators' first): the rules decide instead") from None
+        raise ModelBusy(f"{model} was busy with other calls for more than the {seconds(wait_limit)} s this call may "
+                        f"wait ({gate.capacity} at a time, operators' first)" + busy_then(priority)) from None
     lease = ""
     try:
         if shared_slots(gate.capacity):
@@ -307,19 +327,38 @@ async def _model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model:
                 lease = await lease_take(model, gate.capacity, operator=priority == OPERATOR, until=until,
                                          aborted=lambda: plan_calls_aborted(plan_id))
             except ModelBusy:
-                raise ModelBusy(f"{model} was busy in other processes for more than the {wait_limit:g} s this call "
-                                "may wait: the rules decide instead") from None
-        if plan_id is None:
-            return await call(model=model, **kwargs)
-        return await call_abortable(call(model=model, **kwargs), plan_id)
+                raise ModelBusy(f"{model} was busy in other processes for more than the {seconds(wait_limit)} s this "
+                                "call may wait" + busy_then(priority)) from None
+        holder = asyncio.current_task() if priority == BACKGROUND else None
+        if holder is not None:
+            gate.background.add(holder)  # gives way to an operator's call in this process (ModelGate.give_way)
+        try:
+            if plan_id is None and not (lease and holder is not None):
+                return await call(model=model, **kwargs)
+            operator_mark = f"llm-lease:{_server_key(model)}:operator" if lease and holder is not None else ""
+            return await call_watched(call(model=model, **kwargs), plan_id, operator_mark)
+        finally:
+            if holder is not None:
+                gate.background.discard(holder)
     finally:
         if lease:
             lease_give_back(lease)
         gate.release()
 
 
-async def call_abortable[T](work: Awaitable[T], plan_id: int) -> T:
-    """`await work`, stopped (its request closed) once the plan is cancelled."""
+def seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}".removesuffix(".0")
+
+
+def busy_then(priority: int) -> str:
+    """What follows a call that waited too long: a persona's rules decide; an operator's plan is retried."""
+    return ": the rules decide instead" if priority == BACKGROUND else " (the time left of its plan's deadline)"
+
+
+async def call_watched[T](work: Awaitable[T], plan_id: int | None, operator_mark: str = "") -> T:
+    """`await work`, stopped (its request closed) once the plan `plan_id` is cancelled (CallAborted), or, given the
+    cache key `operator_mark`, once an operator's call in another process waits for the model (ModelBusy: this
+    background call gives way)."""
     task = asyncio.ensure_future(work)
     poll = float(getattr(settings, "LLM_ABORT_POLL_SECONDS", 0.5))
     try:
@@ -327,11 +366,24 @@ async def call_abortable[T](work: Awaitable[T], plan_id: int) -> T:
             done, _pending = await asyncio.wait({task}, timeout=poll)
             if done:
                 return task.result()
+            stop: Exception | None = None
             if plan_calls_aborted(plan_id):
+                stop = CallAborted("the plan was cancelled while its model call ran: the call was stopped")
+            elif operator_mark and operator_marked(operator_mark):
+                stop = ModelBusy("the model was needed for an operator's call in another process: this background "
+                                 "call gave way and the rules decide instead")
+            if stop is not None:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-                raise CallAborted("the plan was cancelled while its model call ran: the call was stopped")
+                raise stop
     finally:
         if not task.done():
             task.cancel()
+
+
+def operator_marked(key: str) -> bool:
+    try:
+        return bool(cache.get(key))
+    except Exception:
+        return False

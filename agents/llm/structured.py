@@ -328,6 +328,7 @@ class CallOptions:
     name: str = "answer"
     extra: dict[str, Any] = field(default_factory=dict)
     plan_id: int | None = None  # the plan the call is for: its cancel stops the call (agents/llm/limits.py)
+    stream: bool = False  # the answer streamed: a call stopped early stops the server computing it (limits.py)
 
 
 def call_options(purpose: str, model: str, messages: Sequence[Mapping[str, str]],

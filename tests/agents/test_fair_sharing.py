@@ -57,31 +57,44 @@ def test_calls_from_many_threads_reach_a_one_slot_server_one_at_a_time(one_slot:
     assert one_slot.max_in_flight == 1
 
 
-def test_an_operators_call_goes_before_the_persona_calls_already_waiting(one_slot: LLMTestServer) -> None:
-    one_slot.script("smol", *[answer("ok", delay=0.5)] + [answer("ok", delay=0.05) for _ in range(3)])
+def test_an_operators_call_goes_before_the_persona_calls_and_the_one_holding_the_slot_gives_way(
+        one_slot: LLMTestServer) -> None:
+    """A persona's long answer holds the one slot and two more wait: the operator's call that comes next does not
+    wait for any of them. The persona in flight stops (its streamed answer cut, so the server stops computing it)
+    and its rules decide; the operator's call is the next the server answers."""
+    one_slot.script("smol", answer("a long persona answer " * 20, delay=4),
+                    *[answer("ok", delay=0.05) for _ in range(3)])
     order: list[str] = []
     lock = threading.Lock()
 
     def call(who: str, *, operator: bool) -> None:
-        with calls_for(operator=operator):
-            openai_complete(model="smol", messages=said(who))
+        try:
+            with calls_for(operator=operator):
+                openai_complete(model="smol", messages=said(who))
+            outcome = who
+        except ModelBusy as exc:
+            outcome = f"{who} gave way" if "operator's call" in str(exc) else f"{who}: {exc}"
         with lock:
-            order.append(who)
+            order.append(outcome)
 
     threads = [threading.Thread(target=call, args=("persona 1",), kwargs={"operator": False})]
     threads[0].start()
-    time.sleep(0.15)  # persona 1 holds the one slot
+    time.sleep(0.3)  # persona 1 holds the one slot
     for who in ("persona 2", "persona 3"):
         threads.append(threading.Thread(target=call, args=(who,), kwargs={"operator": False}))
         threads[-1].start()
-    time.sleep(0.15)  # both wait
+    time.sleep(0.3)  # both wait
     threads.append(threading.Thread(target=call, args=("operator",), kwargs={"operator": True}))
     threads[-1].start()
     for thread in threads:
         thread.join(timeout=10)
     served = [r.messages[0]["content"] for r in one_slot.requests]
     assert served[:2] == ["persona 1", "operator"], served
-    assert order[1] == "operator"
+    assert order[:2] == ["persona 1 gave way", "operator"], order
+    assert sorted(order[2:]) == ["persona 2", "persona 3"]
+    assert one_slot.streams_cut == 1  # the server stopped computing the answer nobody waited for
+    assert one_slot.requests[0].body.get("stream") is True  # a persona's call is streamed...
+    assert not one_slot.requests[1].body.get("stream")  # ...an operator's is not (nothing stops it)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -195,3 +208,33 @@ def test_a_stopping_runner_stops_its_cycles_model_calls_instead_of_waiting_its_g
     for plan in Plan.objects.all():  # failed with the reason, retried by the agent's policy when a runner is back
         assert plan.status == Plan.Status.FAILED and plan.retry_at is not None
         assert "planning stopped" in plan.failure_reason
+
+
+def test_on_one_event_loop_a_persona_call_in_flight_gives_way_to_an_operators_at_once(one_slot: LLMTestServer) -> None:
+    """The runner's cycles share one event loop: the operator's call takes the slot from the persona's call there
+    without waiting for a poll."""
+    import asyncio
+
+    from agents.llm.limits import BACKGROUND, OPERATOR, model_call_bounded
+    from agents.llm.openai_provider import openai_acomplete
+    from agents.llm.structured import CallOptions
+
+    one_slot.script("smol", answer("a long persona answer " * 20, delay=4), answer("the plan", delay=0.05))
+
+    async def both() -> tuple[BaseException | None, str, float]:
+        persona = asyncio.ensure_future(model_call_bounded(
+            openai_acomplete, model="smol", messages=said("persona"), options=CallOptions(stream=True),
+            priority=BACKGROUND))
+        while not one_slot.requests:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        operator = await model_call_bounded(openai_acomplete, model="smol", messages=said("operator"),
+                                            priority=OPERATOR)
+        gave_way = await asyncio.gather(persona, return_exceptions=True)
+        error = gave_way[0] if isinstance(gave_way[0], BaseException) else None
+        return error, operator.text, 0.0
+
+    error, text, _ = asyncio.run(both())
+    assert text == "the plan"
+    assert isinstance(error, ModelBusy) and "needed for an operator's call" in str(error)
+    assert one_slot.streams_cut == 1
