@@ -446,10 +446,10 @@ UNREFLECTABLE = (NO_JSON_PLAN, TRUNCATED)
 
 
 def reflection_helps(model: str, problems: Sequence[str]) -> bool:
-    """A reflection call is skipped where it cannot help: a small model (its hints are no better than the
-    reasons themselves), an answer with no JSON plan at all, or one cut off at the token limit."""
-    if model_profile(model).small:
-        return False
+    """A reflection call is skipped where it cannot help: a small model planning or reflecting (its hints are no
+    better than the reasons themselves), an answer with no JSON plan at all, or one cut off at the token limit."""
+    if model_profile(model).small or model_profile(model_chain("reflect")[0]).small:
+        return False  # the planner is small, or the reflecting model is (the demo's Intern plans offline)
     return not any(marker in problem for problem in problems for marker in UNREFLECTABLE)
 
 
