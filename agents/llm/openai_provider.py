@@ -396,9 +396,10 @@ def openai_complete(
     if ends_at is not None:  # the turn is waited for within the caller's deadline too
         left = max(ends_at - time.monotonic(), 0.001)
         wait_limit = left if wait_limit is None else min(wait_limit, left)
-    if not who.operator and model_concurrency(model) <= SHARED_LIMIT_MAX:
-        # A background call to a model of few slots gives way to an operator's (limits.py): streamed, so that the
-        # server stops computing an answer nobody waits for any more.
+    if model_concurrency(model) <= SHARED_LIMIT_MAX:
+        # A model of few slots (a local server): the answer is streamed, so that a call that stops early (a persona's
+        # giving way to an operator's, a cancelled plan, a deadline passed, the runner stopping) stops the server
+        # computing an answer nobody waits for any more, instead of holding its one slot until max_tokens.
         options = options if options is not None else CallOptions()
         options.stream = True
     return async_to_sync(functools.partial(model_call_bounded, openai_acomplete))(

@@ -93,8 +93,7 @@ def test_an_operators_call_goes_before_the_persona_calls_and_the_one_holding_the
     assert order[:2] == ["persona 1 gave way", "operator"], order
     assert sorted(order[2:]) == ["persona 2", "persona 3"]
     assert one_slot.streams_cut == 1  # the server stopped computing the answer nobody waited for
-    assert one_slot.requests[0].body.get("stream") is True  # a persona's call is streamed...
-    assert not one_slot.requests[1].body.get("stream")  # ...an operator's is not (nothing stops it)
+    assert all(r.body.get("stream") is True for r in one_slot.requests)  # a local server's calls are streamed
 
 
 @pytest.mark.django_db(transaction=True)
@@ -237,4 +236,16 @@ def test_on_one_event_loop_a_persona_call_in_flight_gives_way_to_an_operators_at
     error, text, _ = asyncio.run(both())
     assert text == "the plan"
     assert isinstance(error, ModelBusy) and "needed for an operator's call" in str(error)
+    assert one_slot.streams_cut == 1
+
+
+def test_a_call_past_its_deadline_stops_the_server_computing_its_answer(one_slot: LLMTestServer) -> None:
+    """A plan whose deadline passes hangs up on the local server, which stops computing the answer (streamed) instead
+    of holding its one slot for nobody until max_tokens."""
+    from agents.llm.openai_provider import ProviderTimeout
+
+    one_slot.script("smol", answer("a long plan " * 40, delay=4), answer("next", delay=0.05))
+    with pytest.raises(ProviderTimeout):
+        openai_complete(model="smol", messages=said("plan it"), ends_at=time.monotonic() + 0.5)
+    assert openai_complete(model="smol", messages=said("next")).text == "next"
     assert one_slot.streams_cut == 1
