@@ -181,6 +181,7 @@ def test_llm_check_says_what_the_server_takes_and_what_to_set(llama_cpp: LLMTest
     call_command("llm_check", stdout=out)
     text = out.getvalue()
     assert "lists 1 model(s): /models/SmolLM2-135M-Instruct.Q4_1.gguf" in text
+    assert "small True (135M in its name)" in text  # known small with nothing set
     lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ") and len(line.split()) > 2}
     assert lines["json_schema"].split()[1] == "refused" and "Input should be" in lines["json_schema"]
     assert lines["json_object"].split()[1] == "json"
