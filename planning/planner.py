@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -440,6 +441,8 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
     return False
 
 
+MIN_WORDS_SAID = 2  # a question or reason for the operator has at least this many words
+
 TRUNCATED = ("the answer was cut off at the token limit (finish_reason \"length\"), so it is incomplete; "
              "give fewer, shorter steps")
 UNREFLECTABLE = (NO_JSON_PLAN, TRUNCATED)
@@ -674,6 +677,10 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
         if placeholder_or_example(said, goal=goal_text):
             return Check([f"the answer's {'question' if result.clarification else 'reason'} is a placeholder "
                           f"({said[:80]!r}): give a real one, or the plan"])
+        if len(re.findall(r"[^\W\d_]{2,}", said)) < MIN_WORDS_SAID:
+            # SmolLM2 asked "10": no operator can answer that, and the inbox must not show it as a question.
+            return Check([f"the answer's {'question' if result.clarification else 'reason'} says nothing "
+                          f"({said[:80]!r}): ask in words, or give the plan"])
         if result.cannot:
             return Check(result.problems, cannot=result.cannot)
         return Check(result.problems, question=result.clarification)

@@ -149,3 +149,17 @@ def test_a_large_planner_with_a_small_reflecting_model_asks_no_reflection(
     assert plan.status == "awaiting_approval", plan.failure_reason
     assert not [r for r in small_model.requests_for("SmolLM2-135M-Instruct")
                 if "hints" in json.dumps(r.body.get("response_format", {}))]
+
+
+@pytest.mark.parametrize("said", ['{"ask": "10"}', '{"ask": "3 + 4"}', '{"cannot": "x 2"}'])
+def test_a_question_or_reason_without_words_never_reaches_the_operator(small_model: LLMTestServer, said: str) -> None:
+    """SmolLM2 asked "10" of "how many fruit rows does data.csv have?": refused with the reason, never put in the
+    inbox as a question nobody can answer; the model's next answer (a plan) is taken."""
+    plan_json = {"goal": "Read notes.txt", "steps": [{"id": "1", "tool": "file.read", "intent": "Read the notes",
+                                                        "input": {"path": "notes.txt"}, "requiresPermission": False}]}
+    small_model.script("tiny", answer(said), answer(json.dumps(plan_json)))
+    plan = plan_generate(agent=tool_agent(), goal_text="Read notes.txt")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL, plan.failure_reason
+    assert plan.clarification_question == ""
+    rejected = PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.ATTEMPT_REJECTED).first()
+    assert rejected is not None and "says nothing" in rejected.reason + json.dumps(rejected.detail)
