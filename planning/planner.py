@@ -38,6 +38,7 @@ from agents.llm.gateway import (
     calls_recorded_together,
     llm_complete,
     model_chain,
+    provider_name,
 )
 from agents.llm.placeholders import placeholder_or_example
 from agents.llm.schemas import PathChoices, plan_or_say_schema, plan_schema, reflect_schema, restate_schema
@@ -88,6 +89,7 @@ class RetryContext:
     answered_by: str = ""  # the last model that answered at all
     unreached: list[str] = field(default_factory=list)  # the last rejection's reasons, when the plan missed its goal
     stopped: bool = False  # a call was stopped (the plan cancelled, the runner stopping): ask nothing more
+    busy: bool = False  # a model was busy past the time a (persona's) call may wait for it
 
 
 @dataclass
@@ -298,6 +300,15 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
             # the last model of the chain has nobody to hand over to and uses all its attempts.
             if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK and index < len(chain) - 1:
                 break  # seed 002: after repeated rejections, the next model in the chain
+    if memory.busy and agent.kind == Agent.Kind.PERSONA and BUSY_RULES_MODEL not in chain and provider_name(
+            BUSY_RULES_MODEL):
+        # A persona's model was busy with an operator's work past its cycle: its rules plan instead, and the plan
+        # says so (its model is the rules model's name).
+        outcome = plan_attempt(agent=agent, plan=plan, model=BUSY_RULES_MODEL, purpose=purpose, goal_text=goal_text,
+                               restatement=restatement, previous=base, kept=kept, reason=reason, feedback=feedback,
+                               memory=memory, deadline=deadline, actor_label=actor_label, declined=declined)
+        if isinstance(outcome, Plan):
+            return outcome
     if memory.cannot and not memory.rejected:
         # Every model that answered said why it cannot: the operator decides, no automatic retry asks again.
         why = memory.cannot[-1].split(": ", 1)[-1]
@@ -411,6 +422,7 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
             return None  # nothing was asked: the time was up before
         memory.errors += 1
         memory.stopped = memory.stopped or exc.aborted
+        memory.busy = memory.busy or any(error.startswith("ModelBusy:") for _model, error in exc.failures)
         attempt_reject(plan=plan, model=model, reasons=[f"model error: {exc.reason}"], output="", hints=[],
                        actor_label=actor_label)
         return None
@@ -441,6 +453,7 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
     return False
 
 
+BUSY_RULES_MODEL = "offline-rules"  # plans a persona's goal when its model is busy (agents/offline_model.py)
 MIN_WORDS_SAID = 2  # a question or reason for the operator has at least this many words
 
 TRUNCATED = ("the answer was cut off at the token limit (finish_reason \"length\"), so it is incomplete; "

@@ -249,3 +249,34 @@ def test_a_call_past_its_deadline_stops_the_server_computing_its_answer(one_slot
         openai_complete(model="smol", messages=said("plan it"), ends_at=time.monotonic() + 0.5)
     assert openai_complete(model="smol", messages=said("next")).text == "next"
     assert one_slot.streams_cut == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_personas_plan_whose_model_stays_busy_is_made_by_its_rules_and_says_so(
+        one_slot: LLMTestServer, settings: Any) -> None:
+    """An operator's plan holds the one slot past the persona's cycle: the persona's plan is not failed, its rules
+    plan it (the plan's model says "offline-rules"), and the call log says the model was busy."""
+    from agents.models import Agent
+    from planning.models import Plan
+    from planning.planner import plan_generate
+    from tests.factories import AgentFactory
+
+    settings.LLM_MODELS = {"planner": ["smol"], "fast": ["smol"]}
+    settings.LLM_PURPOSE_MODELS = {}
+    persona = AgentFactory(name="Jo", kind=Agent.Kind.PERSONA)
+    one_slot.script("smol", answer("the operator's long plan", delay=2))
+    def operators_plan() -> None:
+        with calls_for(operator=True):
+            openai_complete(model="smol", messages=said("operator's plan"))
+
+    busy = threading.Thread(target=operators_plan)
+    busy.start()
+    while not one_slot.requests:
+        time.sleep(0.02)
+    with calls_for(wait_limit=0.3):
+        plan = plan_generate(agent=persona, goal_text="Get something to eat")
+    busy.join(timeout=5)
+    assert plan.status != Plan.Status.FAILED, plan.failure_reason
+    assert plan.model == "offline-rules"
+    assert LLMCall.objects.filter(agent=persona, model="smol", error__startswith="ModelBusy:").exists()
+    assert [r.messages[0]["content"] for r in one_slot.requests] == ["operator's plan"]  # the persona's never went
