@@ -247,7 +247,7 @@ _stop_cancelled: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()  # cance
 _gave_way: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()  # background calls an operator's call stopped
 GAVE_WAY = ("{model} was needed for an operator's call ({capacity} at a time): this background call gave way and the "
             "rules decide instead")
-STOPPED = "the runner is stopping: the model call was stopped (the plan is planned again when a runner is back)"
+STOPPED = "the runner is stopping: the model call was stopped"
 
 
 def model_calls_stop(loop: asyncio.AbstractEventLoop) -> None:
