@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from agents.llm.gateway import (
     calls_recorded_together,
     llm_complete,
     model_chain,
+    provider_name,
 )
 from agents.llm.placeholders import placeholder_or_example
 from agents.llm.schemas import PathChoices, plan_or_say_schema, plan_schema, reflect_schema, restate_schema
@@ -86,6 +88,8 @@ class RetryContext:
     errors: int = 0  # models that did not answer
     answered_by: str = ""  # the last model that answered at all
     unreached: list[str] = field(default_factory=list)  # the last rejection's reasons, when the plan missed its goal
+    stopped: bool = False  # a call was stopped (the plan cancelled, the runner stopping): ask nothing more
+    busy: bool = False  # a model was busy past the time a (persona's) call may wait for it
 
 
 @dataclass
@@ -284,6 +288,10 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
                                    and index == 0 and attempt == 1 else None)
             if outcome is None and deadline.expired:
                 return plan_fail(plan=plan, headline=deadline_headline(deadline, memory), actor_label=actor_label)
+            if memory.stopped:
+                # The plan was cancelled, or the runner stops (its calls were stopped): no other model is asked.
+                return plan_fail(plan=plan, headline="planning stopped before a model answered",
+                                 actor_label=actor_label)
             if outcome is None:
                 break  # an error (or "cannot") hands over to the next model at once
             if isinstance(outcome, Plan):
@@ -292,6 +300,15 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
             # the last model of the chain has nobody to hand over to and uses all its attempts.
             if attempt >= settings.PLAN_REJECTIONS_BEFORE_FALLBACK and index < len(chain) - 1:
                 break  # seed 002: after repeated rejections, the next model in the chain
+    if memory.busy and agent.kind == Agent.Kind.PERSONA and BUSY_RULES_MODEL not in chain and provider_name(
+            BUSY_RULES_MODEL):
+        # A persona's model was busy with an operator's work past its cycle: its rules plan instead, and the plan
+        # says so (its model is the rules model's name).
+        outcome = plan_attempt(agent=agent, plan=plan, model=BUSY_RULES_MODEL, purpose=purpose, goal_text=goal_text,
+                               restatement=restatement, previous=base, kept=kept, reason=reason, feedback=feedback,
+                               memory=memory, deadline=deadline, actor_label=actor_label, declined=declined)
+        if isinstance(outcome, Plan):
+            return outcome
     if memory.cannot and not memory.rejected:
         # Every model that answered said why it cannot: the operator decides, no automatic retry asks again.
         why = memory.cannot[-1].split(": ", 1)[-1]
@@ -376,6 +393,8 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
         if isinstance(exc, LLMDeadlineError) and not exc.failures:
             return None  # nothing was asked: the time was up before
         memory.errors += 1
+        memory.stopped = memory.stopped or exc.aborted
+        memory.busy = memory.busy or any(error.startswith("ModelBusy:") for _model, error in exc.failures)
         attempt_reject(plan=plan, model=model, reasons=[f"model error: {exc.reason}"], output="", hints=[],
                        actor_label=actor_label)
         return None
@@ -406,16 +425,19 @@ def plan_attempt(*, agent: Agent, plan: Plan, model: str, purpose: str, goal_tex
     return False
 
 
+BUSY_RULES_MODEL = "offline-rules"  # plans a persona's goal when its model is busy (agents/offline_model.py)
+MIN_WORDS_SAID = 2  # a question or reason for the operator has at least this many words
+
 TRUNCATED = ("the answer was cut off at the token limit (finish_reason \"length\"), so it is incomplete; "
              "give fewer, shorter steps")
 UNREFLECTABLE = (NO_JSON_PLAN, TRUNCATED)
 
 
 def reflection_helps(model: str, problems: Sequence[str]) -> bool:
-    """A reflection call is skipped where it cannot help: a small model (its hints are no better than the
-    reasons themselves), an answer with no JSON plan at all, or one cut off at the token limit."""
-    if model_profile(model).small:
-        return False
+    """A reflection call is skipped where it cannot help: a small model planning or reflecting (its hints are no
+    better than the reasons themselves), an answer with no JSON plan at all, or one cut off at the token limit."""
+    if model_profile(model).small or model_profile(model_chain("reflect")[0]).small:
+        return False  # the planner is small, or the reflecting model is (the demo's Intern plans offline)
     return not any(marker in problem for problem in problems for marker in UNREFLECTABLE)
 
 
@@ -640,6 +662,10 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
         if placeholder_or_example(said, goal=goal_text):
             return Check([f"the answer's {'question' if result.clarification else 'reason'} is a placeholder "
                           f"({said[:80]!r}): give a real one, or the plan"])
+        if len(re.findall(r"[^\W\d_]{2,}", said)) < MIN_WORDS_SAID:
+            # SmolLM2 asked "10": no operator can answer that, and the inbox must not show it as a question.
+            return Check([f"the answer's {'question' if result.clarification else 'reason'} says nothing "
+                          f"({said[:80]!r}): ask in words, or give the plan"])
         if result.cannot:
             return Check(result.problems, cannot=result.cannot)
         return Check(result.problems, question=result.clarification)

@@ -28,6 +28,7 @@ from django.db.models import F, Min
 from django.utils import timezone
 
 from agents.connections import CONNECTION_ERRORS, connection_scope, error_brief
+from agents.llm.limits import model_calls_resume, model_calls_stop
 from agents.models import Agent
 from agents.services import agent_cycle_soon
 from agents.signals import operator_acted
@@ -108,8 +109,12 @@ class Scheduler:
         self.db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="scheduler-db")
 
     def stop(self) -> None:
+        """No new cycle starts; the cycles under way finish within the grace, their model calls stopped at once
+        (a cycle waiting on a busy model would otherwise hold the stop for its whole grace)."""
         self.stopping.set()
         self.wake.set()
+        if self.loop is not None:
+            model_calls_stop(self.loop)
 
     def operator_acted(self, sender: object, agent_id: int, **kwargs: Any) -> None:
         """agents/signals.py, in the thread whose write committed (a page's, the API's, the admin's), after the
@@ -261,6 +266,7 @@ class Scheduler:
         global current
         current = self
         self.loop = asyncio.get_running_loop()
+        model_calls_resume(self.loop)
         operator_acted.connect(self.operator_acted, dispatch_uid=f"embedded.operator_acted.{id(self)}")
         # The threads' entry points, wrapped once for the run rather than once a cycle.
         self.cycle = sync_to_async(cycle_run, thread_sensitive=False, executor=self.cycle_threads)

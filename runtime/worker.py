@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agents.connections import CONNECTION_ERRORS, connection_scope, error_brief
+from agents.llm.limits import model_calls_resume, model_calls_stop
 from runtime.cycles import agents_driven
 from runtime.notify_tasks import QUEUE as NOTIFICATIONS_QUEUE
 from runtime.tasks import (
@@ -132,6 +133,10 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
         exceptions.ConnectorException, *CONNECTION_ERRORS, OSError, WorkerStopped)
     reached = asyncio.create_task(cycles_reached(cycles)) if cycles is not None else None
     stopped = asyncio.create_task(stop.wait())
+    loop = asyncio.get_running_loop()
+    model_calls_resume(loop)
+    # A stop ends the model calls of the cycles under way at once (they finish within the grace, not on a busy model).
+    stopped.add_done_callback(lambda task: None if task.cancelled() else model_calls_stop(loop))
     failures, outage_since = 0, 0.0
     try:
         while not stopped.done() and not (reached and reached.done()):

@@ -128,6 +128,9 @@ def json_schema_500() -> Reply:
     return Reply(status=500, body=json.dumps(body).encode())
 
 
+STREAM_PIECES = 20  # a streamed answer is sent in about this many pieces
+
+
 class _Handler(BaseHTTPRequestHandler):
     # HTTP/1.1 keeps connections open, as real servers do, so the SDK's connection pool is exercised.
     protocol_version = "HTTP/1.1"
@@ -159,12 +162,44 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.llm.slots.acquire()  # a one-at-a-time server: the others queue, as llama.cpp's do
         try:
             with self.server.llm.in_flight():
+                if body.get("stream") and reply.status == 200:
+                    self._stream(reply, model=model)  # computed while sent: a client that hangs up stops it
+                    return
                 if reply.delay:
                     self.server.llm.released.wait(reply.delay)
         finally:
             if self.server.llm.slots:
                 self.server.llm.slots.release()
         self._send(reply, model=model)
+
+    def _stream(self, reply: Reply, *, model: str) -> None:
+        """The answer as server-sent events, a piece at a time over its delay, as llama-cpp-python streams: when the
+        client hangs up, the rest is not computed (the server's `streams_cut` counts it)."""
+        completion = json.loads(reply.body.replace(b'"{model}"', json.dumps(model).encode()))
+        choice = completion["choices"][0]
+        text = str(choice["message"]["content"] or "")
+        size = max(1, len(text) // STREAM_PIECES)
+        pieces = [text[i:i + size] for i in range(0, len(text), size)]
+        self.close_connection = True
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for piece in [*pieces, None]:
+                if reply.delay:
+                    self.server.llm.released.wait(reply.delay / (len(pieces) + 1))  # close() sends the rest at once
+                delta = {"content": piece} if piece is not None else {}
+                chunk = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": completion["created"],
+                         "model": model, "choices": [{"index": 0, "delta": delta,
+                                                      "finish_reason": None if piece is not None else choice["finish_reason"]}]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            with self.server.llm._lock:
+                self.server.llm.streams_cut += 1
 
 
     def _send(self, reply: Reply, *, model: str = "") -> None:
@@ -208,6 +243,7 @@ class LLMTestServer:
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._in_flight = 0
         self.max_in_flight = 0
+        self.streams_cut = 0  # streamed answers whose client hung up before the end (their rest never computed)
         self.requests: list[ReceivedRequest] = []
         # Set by close(): scripted hangs end at once, so shutting down never waits for them.
         self.released = threading.Event()

@@ -40,9 +40,10 @@ RESPONSE_STORED_BYTES = 64 * 1024  # one long-winded model must not fill the dat
 class LLMError(Exception):
     """Every model in the chain failed; the message lists each model's error."""
 
-    def __init__(self, message: str, errors: Sequence[tuple[str, str]] = ()) -> None:
+    def __init__(self, message: str, errors: Sequence[tuple[str, str]] = (), *, aborted: bool = False) -> None:
         super().__init__(message)
         self.failures = list(errors)  # (model, error), one per model tried
+        self.aborted = aborted  # the call was stopped (its plan cancelled, its runner stopping): ask no other model
 
     @property
     def errors(self) -> list[str]:
@@ -271,6 +272,7 @@ def llm_complete(
     """
     chain = list(models) if models else model_chain(purpose)
     failures: list[tuple[str, str]] = []
+    aborted = False
     prompt = [dict(m) for m in messages]
     for model in chain:
         if deadline is not None and deadline.expired:
@@ -289,7 +291,8 @@ def llm_complete(
                                    agent_id=agent_id, plan_id=plan_id, error=error[:ERROR_CHARS],
                                    latency_ms=int((time.perf_counter() - started) * 1000)))
             if isinstance(exc, CallAborted):
-                break  # the plan was cancelled: no other model is asked for it
+                aborted = True
+                break  # the plan was cancelled or the runner stops: no other model is asked for it
             continue
         latency = int((time.perf_counter() - started) * 1000)
         call_id = call_record(CallRecord(
@@ -305,7 +308,7 @@ def llm_complete(
     if deadline is not None and deadline.expired:
         message = f"no model answered within {deadline.seconds:g} s"
         raise LLMDeadlineError("; ".join([message, *(f"{m}: {e}" for m, e in failures)]), failures)
-    raise LLMError("; ".join(f"{m}: {e}" for m, e in failures) or "no model configured", failures)
+    raise LLMError("; ".join(f"{m}: {e}" for m, e in failures) or "no model configured", failures, aborted=aborted)
 
 
 def call_cost(model: str, tokens_in: int, tokens_out: int) -> Decimal | None:

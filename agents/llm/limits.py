@@ -15,6 +15,9 @@ may wait for its turn.
   call log says so).
 - **Cancelled plans abort their calls**: `plan_calls_abort(plan_id)` (planning's cancel) marks the plan in the
   cache; a call of that plan, waiting or in flight, stops within LLM_ABORT_POLL_SECONDS.
+- **A stopping runner aborts its calls**: `model_calls_stop(loop)` (the runner's stop, SIGTERM) stops every call
+  made on the runner's event loop, waiting or in flight, at once with CallAborted, and no new one starts there: the
+  cycles under way end within the grace instead of waiting for a busy model.
 """
 
 from __future__ import annotations
@@ -117,16 +120,27 @@ def shared_slots(capacity: int) -> bool:
 
 
 class ModelGate:
-    """One model's calls in one process: at most `capacity` at once, operators' before the others."""
+    """One model's calls in one process: at most `capacity` at once, operators' before the others; a background
+    call holding a slot gives it up to an operator's call that would wait (`give_way`)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.in_use = 0
         self.waiting: list[tuple[int, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
+        self.background: set[asyncio.Task[Any]] = set()  # the background calls holding a slot
 
     def operators_waiting(self) -> bool:
         return any(priority == OPERATOR and not future.done() for priority, _n, future in self.waiting)
+
+    def give_way(self) -> None:
+        """An operator's call waits: one background call holding a slot stops (ModelBusy, its rules decide), and
+        its slot goes to the first in line, the operator's."""
+        for task in self.background:
+            if task not in _gave_way and not task.done():
+                _gave_way.add(task)
+                task.cancel()
+                return
 
     async def acquire(self, priority: int, wait_limit: float | None) -> None:
         if self.in_use < self.capacity and not any(not f.done() for _p, _n, f in self.waiting):
@@ -134,6 +148,8 @@ class ModelGate:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self.waiting, (priority, next(self._order), future))
+        if priority == OPERATOR and self.capacity <= SHARED_LIMIT_MAX:
+            self.give_way()
         try:
             async with asyncio.timeout(wait_limit):
                 await future
@@ -223,10 +239,77 @@ def plan_calls_aborted(plan_id: int | None) -> bool:
         return False
 
 
+# The runner's loops that are stopping (no model call starts there), and each loop's calls under way.
+_stopped_loops: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+_loop_calls: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Task[Any]]] = (
+    weakref.WeakKeyDictionary())
+_stop_cancelled: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()  # cancelled by model_calls_stop
+_gave_way: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()  # background calls an operator's call stopped
+GAVE_WAY = ("{model} was needed for an operator's call ({capacity} at a time): this background call gave way and the "
+            "rules decide instead")
+STOPPED = "the runner is stopping: the model call was stopped"
+
+
+def model_calls_stop(loop: asyncio.AbstractEventLoop) -> None:
+    """The runner on `loop` stops: its model calls, waiting for their turn or in flight, end now with CallAborted
+    (their requests closed, their slots freed) and none starts there any more. Safe from any thread."""
+    def stop() -> None:
+        _stopped_loops.add(loop)
+        for task in list(_loop_calls.get(loop, ())):
+            if not task.done():
+                _stop_cancelled.add(task)
+                task.cancel()
+
+    if loop.is_closed():
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        stop()
+    else:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing left to stop
+            loop.call_soon_threadsafe(stop)
+
+
+def model_calls_resume(loop: asyncio.AbstractEventLoop) -> None:
+    """A runner starts on `loop`: model calls may start there again (after a stop, in the same process)."""
+    _stopped_loops.discard(loop)
+
+
 async def model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model: str, priority: int = BACKGROUND,
                                 wait_limit: float | None = None, plan_id: int | None = None, **kwargs: Any) -> T:
     """`await call(model=model, **kwargs)` in its turn (see the module's docstring): ModelBusy when a wait limit
-    passes first, CallAborted when the plan `plan_id` is cancelled meanwhile."""
+    passes first, CallAborted when the plan `plan_id` is cancelled meanwhile or the runner stops."""
+    loop = asyncio.get_running_loop()
+    if loop in _stopped_loops:
+        raise CallAborted(STOPPED)
+    task = asyncio.current_task()
+    if task is None:  # not in a task (never the case under asyncio.run or async_to_sync): nothing to register
+        return await _model_call_bounded(call, model=model, priority=priority, wait_limit=wait_limit,
+                                         plan_id=plan_id, **kwargs)
+    calls = _loop_calls.setdefault(loop, set())
+    calls.add(task)
+    try:
+        return await _model_call_bounded(call, model=model, priority=priority, wait_limit=wait_limit,
+                                         plan_id=plan_id, **kwargs)
+    except asyncio.CancelledError:
+        if task in _stop_cancelled:
+            task.uncancel()
+            raise CallAborted(STOPPED) from None
+        if task in _gave_way:
+            task.uncancel()
+            raise ModelBusy(GAVE_WAY.format(model=model, capacity=model_gate(model).capacity)) from None
+        raise
+    finally:
+        calls.discard(task)
+        _stop_cancelled.discard(task)
+        _gave_way.discard(task)
+
+
+async def _model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model: str, priority: int,
+                                 wait_limit: float | None, plan_id: int | None, **kwargs: Any) -> T:
     gate = model_gate(model)
     started = time.monotonic()
     until = None if wait_limit is None else started + wait_limit
@@ -235,8 +318,8 @@ async def model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model: 
     try:
         await gate.acquire(priority, wait_limit)
     except TimeoutError:
-        raise ModelBusy(f"{model} was busy with other calls for more than the {wait_limit:g} s this call may wait "
-                        f"({gate.capacity} at a time, operators' first): the rules decide instead") from None
+        raise ModelBusy(f"{model} was busy with other calls for more than the {seconds(wait_limit)} s this call may "
+                        f"wait ({gate.capacity} at a time, operators' first)" + busy_then(priority)) from None
     lease = ""
     try:
         if shared_slots(gate.capacity):
@@ -244,19 +327,38 @@ async def model_call_bounded[T](call: Callable[..., Awaitable[T]], /, *, model: 
                 lease = await lease_take(model, gate.capacity, operator=priority == OPERATOR, until=until,
                                          aborted=lambda: plan_calls_aborted(plan_id))
             except ModelBusy:
-                raise ModelBusy(f"{model} was busy in other processes for more than the {wait_limit:g} s this call "
-                                "may wait: the rules decide instead") from None
-        if plan_id is None:
-            return await call(model=model, **kwargs)
-        return await call_abortable(call(model=model, **kwargs), plan_id)
+                raise ModelBusy(f"{model} was busy in other processes for more than the {seconds(wait_limit)} s this "
+                                "call may wait" + busy_then(priority)) from None
+        holder = asyncio.current_task() if priority == BACKGROUND else None
+        if holder is not None:
+            gate.background.add(holder)  # gives way to an operator's call in this process (ModelGate.give_way)
+        try:
+            if plan_id is None and not (lease and holder is not None):
+                return await call(model=model, **kwargs)
+            operator_mark = f"llm-lease:{_server_key(model)}:operator" if lease and holder is not None else ""
+            return await call_watched(call(model=model, **kwargs), plan_id, operator_mark)
+        finally:
+            if holder is not None:
+                gate.background.discard(holder)
     finally:
         if lease:
             lease_give_back(lease)
         gate.release()
 
 
-async def call_abortable[T](work: Awaitable[T], plan_id: int) -> T:
-    """`await work`, stopped (its request closed) once the plan is cancelled."""
+def seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}".removesuffix(".0")
+
+
+def busy_then(priority: int) -> str:
+    """What follows a call that waited too long: a persona's rules decide; an operator's plan is retried."""
+    return ": the rules decide instead" if priority == BACKGROUND else " (the time left of its plan's deadline)"
+
+
+async def call_watched[T](work: Awaitable[T], plan_id: int | None, operator_mark: str = "") -> T:
+    """`await work`, stopped (its request closed) once the plan `plan_id` is cancelled (CallAborted), or, given the
+    cache key `operator_mark`, once an operator's call in another process waits for the model (ModelBusy: this
+    background call gives way)."""
     task = asyncio.ensure_future(work)
     poll = float(getattr(settings, "LLM_ABORT_POLL_SECONDS", 0.5))
     try:
@@ -264,11 +366,24 @@ async def call_abortable[T](work: Awaitable[T], plan_id: int) -> T:
             done, _pending = await asyncio.wait({task}, timeout=poll)
             if done:
                 return task.result()
+            stop: Exception | None = None
             if plan_calls_aborted(plan_id):
+                stop = CallAborted("the plan was cancelled while its model call ran: the call was stopped")
+            elif operator_mark and operator_marked(operator_mark):
+                stop = ModelBusy("the model was needed for an operator's call in another process: this background "
+                                 "call gave way and the rules decide instead")
+            if stop is not None:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
-                raise CallAborted("the plan was cancelled while its model call ran: the call was stopped")
+                raise stop
     finally:
         if not task.done():
             task.cancel()
+
+
+def operator_marked(key: str) -> bool:
+    try:
+        return bool(cache.get(key))
+    except Exception:
+        return False

@@ -37,7 +37,14 @@ from openai.types.chat import ChatCompletion
 
 from agents.connections import connection_release
 from agents.llm.gateway import Provider, ProviderAnswer
-from agents.llm.limits import BACKGROUND, OPERATOR, call_class, model_call_bounded
+from agents.llm.limits import (
+    BACKGROUND,
+    OPERATOR,
+    SHARED_LIMIT_MAX,
+    call_class,
+    model_call_bounded,
+    model_concurrency,
+)
 from agents.llm.structured import (
     CallOptions,
     format_confirmed,
@@ -294,8 +301,13 @@ async def openai_acomplete(
                 kwargs, extra = request_fields(options, fmt or "off")
                 caller = client.with_options(max_retries=0) if probing and extra else client
                 try:
-                    completion: Any = await caller.chat.completions.create(
-                        model=model, messages=chat, timeout=attempt_timeout, extra_body=extra or None, **kwargs)
+                    if options is not None and options.stream:
+                        completion: Any = await streamed_completion(
+                            caller, model=model, messages=chat, timeout=attempt_timeout, extra_body=extra or None,
+                            **kwargs)
+                    else:
+                        completion = await caller.chat.completions.create(
+                            model=model, messages=chat, timeout=attempt_timeout, extra_body=extra or None, **kwargs)
                 except openai.APIConnectionError as exc:
                     if probing and extra and client.max_retries:
                         probing = False  # not about the format: asked again with the SDK's retries
@@ -333,6 +345,34 @@ async def openai_acomplete(
     return answer
 
 
+async def streamed_completion(client: openai.AsyncOpenAI, **kwargs: Any) -> ChatCompletion:
+    """One chat completion asked with `stream=True` and put together as the SDK's ChatCompletion. A call stopped
+    while its answer streams (cancelled: an operator's call needs the model, the runner stops) closes the
+    connection, and a streaming server (llama-cpp-python, llama.cpp, Ollama) stops computing the rest; without
+    streaming it would compute the whole answer for nobody, holding its one slot."""
+    parts: list[str] = []
+    finish_reason: str | None = None
+    usage: Any = None
+    pieces = 0
+    stream = await client.chat.completions.create(stream=True, **kwargs)
+    async with stream:  # closed however the loop ends: a cancel hangs up on the server
+        async for chunk in stream:
+            usage = chunk.usage or usage
+            for choice in chunk.choices:
+                if choice.delta is not None and choice.delta.content:
+                    parts.append(choice.delta.content)
+                    pieces += 1
+                finish_reason = choice.finish_reason or finish_reason
+    counts = ({"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+               "total_tokens": usage.total_tokens} if usage is not None
+              else {"prompt_tokens": 0, "completion_tokens": pieces, "total_tokens": pieces})  # a piece is a token
+    return ChatCompletion.model_validate({
+        "id": "streamed", "object": "chat.completion", "created": int(time.time()), "model": str(kwargs["model"]),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(parts)},
+                     "finish_reason": finish_reason or "stop"}],
+        "usage": counts})
+
+
 def status_message(exc: openai.APIStatusError) -> str:
     """The server's own message, without the SDK's "Error code: 500 - " before it."""
     return re.sub(r"^Error code: \d+ - ", "", exc.message)
@@ -356,6 +396,12 @@ def openai_complete(
     if ends_at is not None:  # the turn is waited for within the caller's deadline too
         left = max(ends_at - time.monotonic(), 0.001)
         wait_limit = left if wait_limit is None else min(wait_limit, left)
+    if model_concurrency(model) <= SHARED_LIMIT_MAX:
+        # A model of few slots (a local server): the answer is streamed, so that a call that stops early (a persona's
+        # giving way to an operator's, a cancelled plan, a deadline passed, the runner stopping) stops the server
+        # computing an answer nobody waits for any more, instead of holding its one slot until max_tokens.
+        options = options if options is not None else CallOptions()
+        options.stream = True
     return async_to_sync(functools.partial(model_call_bounded, openai_acomplete))(
         model=model, messages=messages, ends_at=ends_at, options=options,
         priority=OPERATOR if who.operator else BACKGROUND, wait_limit=wait_limit,

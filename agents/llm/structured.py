@@ -9,7 +9,8 @@ defaults for models not listed):
   `ollama`: Ollama's own `format` field holding the schema; `off`: the prompt alone asks for JSON.
 - `context`: the model's context size in tokens (0: unknown); prompts are trimmed and `max_tokens` lowered
   so that prompt and answer fit.
-- `small`: a small model (<= ~3B): no reflection calls (their hints do not help it), the shortest prompts.
+- `small`: a small model (<= ~3B): no reflection calls (their hints do not help it), the shortest prompts. Unset, it
+  follows the parameter count in the model's name or its server's id for it ("135M", "1.5B": small; "7b": not).
 
 A model's settings are found by the name the server reports for it: the key matches the model's name with any
 case, and also any name `/v1/models` lists for it (a server serving one model answers to any name, so its one id is
@@ -76,6 +77,7 @@ class ModelProfile:
     format: str = "json_schema"
     context: int = 0
     small: bool = False
+    small_from: str = ""  # why `small` holds: "settings", or the size read from the model's name ("135M")
 
 
 QUANTIZATION = re.compile(r"[.\-_](q\d[\w]*|iq\d[\w]*|f16|f32|bf16|fp16)$", re.IGNORECASE)
@@ -130,14 +132,42 @@ def model_settings(model: str) -> dict[str, Any]:
     return {} if key is None else dict(settings.LLM_MODEL_SETTINGS[key] or {})
 
 
+# A parameter count in a model's name: "SmolLM2-135M-Instruct", "qwen2.5:7b", "Qwen2.5-1.5B-Instruct". Not a digit
+# or letter just before it ("8x7b" is a mixture of eight, "A3B" the active part of a larger one) or after it.
+NAME_SIZE = re.compile(r"(?<![a-z0-9.])(\d+(?:\.\d+)?)([mb])(?![a-z0-9])", re.IGNORECASE)
+SMALL_MAX_BILLIONS = 3.0  # up to ~3B parameters, a model is small (docs/models.md)
+
+
+def name_size(name: str) -> tuple[float, str] | None:
+    """The parameter count a model's name gives, in billions, and as written ("135M"); None when it gives none.
+    The largest count wins when there are several."""
+    found = [(float(number) / (1000.0 if unit.lower() == "m" else 1.0), f"{number}{unit.upper()}")
+             for number, unit in NAME_SIZE.findall(name.rsplit("/", 1)[-1])]
+    return max(found) if found else None
+
+
+def model_size(model: str) -> tuple[float, str] | None:
+    """`model`'s parameter count from its name, else from a name its server reports for it (a llama.cpp server's
+    file name, `SmolLM2-135M-Instruct.Q4_1.gguf`, for `LLM_MODEL=local`)."""
+    return name_size(model) or next(filter(None, (name_size(alias) for alias in model_aliases(model))), None)
+
+
 def model_profile(model: str) -> ModelProfile:
-    """The settings for `model`: its own entry in LLM_MODEL_SETTINGS over the defaults."""
+    """The settings for `model`: its own entry in LLM_MODEL_SETTINGS over the defaults. `small`, when not set,
+    follows the size in the model's name (up to SMALL_MAX_BILLIONS): a new user of a 135M model need set nothing."""
     own = model_settings(model)
     fmt = str(own.get("format", getattr(settings, "LLM_FORMAT", "json_schema")))
+    if "small" in own:
+        small, small_from = bool(own["small"]), "settings"
+    else:
+        size = model_size(model)
+        small = size is not None and size[0] <= SMALL_MAX_BILLIONS
+        small_from = f"{size[1]} in its name" if size else ""
     return ModelProfile(
         format=fmt if fmt in FORMATS else "off",
         context=int(own.get("context", getattr(settings, "LLM_CONTEXT_TOKENS", 0)) or 0),
-        small=bool(own.get("small", False)),
+        small=small,
+        small_from=small_from,
     )
 
 
@@ -298,6 +328,7 @@ class CallOptions:
     name: str = "answer"
     extra: dict[str, Any] = field(default_factory=dict)
     plan_id: int | None = None  # the plan the call is for: its cancel stops the call (agents/llm/limits.py)
+    stream: bool = False  # the answer streamed: a call stopped early stops the server computing it (limits.py)
 
 
 def call_options(purpose: str, model: str, messages: Sequence[Mapping[str, str]],

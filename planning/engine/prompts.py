@@ -287,15 +287,16 @@ def _prompt_compact(*, kind: str, goal: str, agent_name: str, tools: Sequence[To
                     last_rejected_output: str, feedback: Sequence[str], max_steps: int,
                     workspace_files: Sequence[str]) -> Messages:
     """What stays the same from goal to goal comes first (a server's prompt cache then reuses it): the rules,
-    the files, the tools; the goal and what went wrong last come at the end. No CONTEXT line: a small model
+    the tools, the files; the goal and what went wrong last come at the end. No CONTEXT line: a small model
     is a real one, and every token of its prompt costs time."""
     if kind == "tool":
         system = COMPACT_TOOL_SYSTEM
-        parts = [COMPACT_TOOL_RULES]
+        # Every tool, one short line each: a goal's words do not say which tools it needs. The tools are the same
+        # for every tool agent, the files its own: the tools first, so one agent's prompt shares the longest start
+        # with another's (llama.cpp then evaluates only the rest: most of a small model's time on a CPU).
+        parts = [COMPACT_TOOL_RULES, "TOOLS:\n" + compact_tool_lines(tools or ())]
         if workspace_files:
             parts.append("FILES: " + ", ".join(workspace_files[:30]))
-        # Every tool, one short line each: a goal's words do not say which tools it needs.
-        parts.append("TOOLS:\n" + compact_tool_lines(tools or ()))
     else:
         system = f"You are {agent_name}. You plan 2-6 steps towards a goal as JSON. You never act while planning."
         parts = ["Answer with the JSON plan for the GOAL: goal is the GOAL word for word; 2-6 steps, each a short "

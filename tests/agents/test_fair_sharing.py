@@ -57,31 +57,43 @@ def test_calls_from_many_threads_reach_a_one_slot_server_one_at_a_time(one_slot:
     assert one_slot.max_in_flight == 1
 
 
-def test_an_operators_call_goes_before_the_persona_calls_already_waiting(one_slot: LLMTestServer) -> None:
-    one_slot.script("smol", *[answer("ok", delay=0.5)] + [answer("ok", delay=0.05) for _ in range(3)])
+def test_an_operators_call_goes_before_the_persona_calls_and_the_one_holding_the_slot_gives_way(
+        one_slot: LLMTestServer) -> None:
+    """A persona's long answer holds the one slot and two more wait: the operator's call that comes next does not
+    wait for any of them. The persona in flight stops (its streamed answer cut, so the server stops computing it)
+    and its rules decide; the operator's call is the next the server answers."""
+    one_slot.script("smol", answer("a long persona answer " * 20, delay=4),
+                    *[answer("ok", delay=0.05) for _ in range(3)])
     order: list[str] = []
     lock = threading.Lock()
 
     def call(who: str, *, operator: bool) -> None:
-        with calls_for(operator=operator):
-            openai_complete(model="smol", messages=said(who))
+        try:
+            with calls_for(operator=operator):
+                openai_complete(model="smol", messages=said(who))
+            outcome = who
+        except ModelBusy as exc:
+            outcome = f"{who} gave way" if "operator's call" in str(exc) else f"{who}: {exc}"
         with lock:
-            order.append(who)
+            order.append(outcome)
 
     threads = [threading.Thread(target=call, args=("persona 1",), kwargs={"operator": False})]
     threads[0].start()
-    time.sleep(0.15)  # persona 1 holds the one slot
+    time.sleep(0.3)  # persona 1 holds the one slot
     for who in ("persona 2", "persona 3"):
         threads.append(threading.Thread(target=call, args=(who,), kwargs={"operator": False}))
         threads[-1].start()
-    time.sleep(0.15)  # both wait
+    time.sleep(0.3)  # both wait
     threads.append(threading.Thread(target=call, args=("operator",), kwargs={"operator": True}))
     threads[-1].start()
     for thread in threads:
         thread.join(timeout=10)
     served = [r.messages[0]["content"] for r in one_slot.requests]
     assert served[:2] == ["persona 1", "operator"], served
-    assert order[1] == "operator"
+    assert order[:2] == ["persona 1 gave way", "operator"], order
+    assert sorted(order[2:]) == ["persona 2", "persona 3"]
+    assert one_slot.streams_cut == 1  # the server stopped computing the answer nobody waited for
+    assert all(r.body.get("stream") is True for r in one_slot.requests)  # a local server's calls are streamed
 
 
 @pytest.mark.django_db(transaction=True)
@@ -147,3 +159,125 @@ def test_cancelling_a_plan_while_it_is_planned_marks_its_calls_to_stop() -> None
     assert not plan_calls_aborted(plan.pk)
     plan_cancel(plan=plan, user=None, actor_label="operator olga")
     assert plan_calls_aborted(plan.pk)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stopping_runner_stops_its_cycles_model_calls_instead_of_waiting_its_grace(
+        one_slot: LLMTestServer, settings: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """SIGTERM while a plan's call waits on a busy one-at-a-time server: the call (and the one waiting behind it)
+    stops at once with the reason, the runner ends without spending its grace, and no other model is asked."""
+    import asyncio
+    import logging
+
+    from runtime.embedded import Scheduler
+
+    from agents.models import Agent
+    from planning.models import Plan
+    from tests.factories import AgentFactory, GoalFactory
+
+    settings.LLM_MODELS = {"planner": ["smol", "other-model"], "fast": ["smol"]}
+    settings.LLM_PURPOSE_MODELS = {}
+    settings.RUNNER_SHUTDOWN_GRACE_SECONDS = 60
+    settings.LLM_TIMEOUT_SECONDS = 120
+    settings.PLAN_DEADLINE_SECONDS = 120
+    for name in ("Anna", "Ben"):
+        agent = AgentFactory(name=name, kind=Agent.Kind.TOOL, cycle_interval=0, rules_planner=False)
+        GoalFactory(agent=agent, description="Write a haiku about tea into tea.txt", source_needs=[])
+    one_slot.script("smol", answer("a plan that takes long", delay=90), answer("never sent", delay=90))
+
+    async def run_and_stop() -> float:
+        scheduler = Scheduler(runner_id="stopping", tick=0.01)
+        running = asyncio.ensure_future(scheduler.run())
+        while not one_slot.requests:  # the first call reached the server; the second waits for the slot
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        scheduler.stop()  # what SIGTERM does
+        stopped_at = asyncio.get_running_loop().time()
+        await asyncio.wait_for(running, timeout=50)  # before the grace (60 s) and the server's answer (90 s)
+        return asyncio.get_running_loop().time() - stopped_at
+
+    with caplog.at_level(logging.WARNING, logger="planner.runner"):
+        asyncio.run(run_and_stop())
+    one_slot.released.set()
+    assert not [r for r in caplog.records if "still under way" in r.getMessage()]
+    calls = list(LLMCall.objects.values_list("model", "error"))
+    # Each plan's restatement stopped, its plan call refused before it went out; no other model asked.
+    assert len(calls) == 4 and all(model == "smol" for model, _error in calls)
+    assert all("CallAborted" in error and "runner is stopping" in error for _model, error in calls)
+    assert len(one_slot.requests_for("smol")) == 1  # the call waiting for the slot never went out
+    for plan in Plan.objects.all():  # failed with the reason, retried by the agent's policy when a runner is back
+        assert plan.status == Plan.Status.FAILED and plan.retry_at is not None
+        assert "planning stopped" in plan.failure_reason
+
+
+def test_on_one_event_loop_a_persona_call_in_flight_gives_way_to_an_operators_at_once(one_slot: LLMTestServer) -> None:
+    """The runner's cycles share one event loop: the operator's call takes the slot from the persona's call there
+    without waiting for a poll."""
+    import asyncio
+
+    from agents.llm.limits import BACKGROUND, OPERATOR, model_call_bounded
+    from agents.llm.openai_provider import openai_acomplete
+    from agents.llm.structured import CallOptions
+
+    one_slot.script("smol", answer("a long persona answer " * 20, delay=4), answer("the plan", delay=0.05))
+
+    async def both() -> tuple[BaseException | None, str, float]:
+        persona = asyncio.ensure_future(model_call_bounded(
+            openai_acomplete, model="smol", messages=said("persona"), options=CallOptions(stream=True),
+            priority=BACKGROUND))
+        while not one_slot.requests:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        operator = await model_call_bounded(openai_acomplete, model="smol", messages=said("operator"),
+                                            priority=OPERATOR)
+        gave_way = await asyncio.gather(persona, return_exceptions=True)
+        error = gave_way[0] if isinstance(gave_way[0], BaseException) else None
+        return error, operator.text, 0.0
+
+    error, text, _ = asyncio.run(both())
+    assert text == "the plan"
+    assert isinstance(error, ModelBusy) and "needed for an operator's call" in str(error)
+    assert one_slot.streams_cut == 1
+
+
+def test_a_call_past_its_deadline_stops_the_server_computing_its_answer(one_slot: LLMTestServer) -> None:
+    """A plan whose deadline passes hangs up on the local server, which stops computing the answer (streamed) instead
+    of holding its one slot for nobody until max_tokens."""
+    from agents.llm.openai_provider import ProviderTimeout
+
+    one_slot.script("smol", answer("a long plan " * 40, delay=4), answer("next", delay=0.05))
+    with pytest.raises(ProviderTimeout):
+        openai_complete(model="smol", messages=said("plan it"), ends_at=time.monotonic() + 0.5)
+    assert openai_complete(model="smol", messages=said("next")).text == "next"
+    assert one_slot.streams_cut == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_personas_plan_whose_model_stays_busy_is_made_by_its_rules_and_says_so(
+        one_slot: LLMTestServer, settings: Any) -> None:
+    """An operator's plan holds the one slot past the persona's cycle: the persona's plan is not failed, its rules
+    plan it (the plan's model says "offline-rules"), and the call log says the model was busy."""
+    from agents.models import Agent
+    from planning.models import Plan
+    from planning.planner import plan_generate
+    from tests.factories import AgentFactory
+
+    settings.LLM_MODELS = {"planner": ["smol"], "fast": ["smol"]}
+    settings.LLM_PURPOSE_MODELS = {}
+    persona = AgentFactory(name="Jo", kind=Agent.Kind.PERSONA)
+    one_slot.script("smol", answer("the operator's long plan", delay=2))
+    def operators_plan() -> None:
+        with calls_for(operator=True):
+            openai_complete(model="smol", messages=said("operator's plan"))
+
+    busy = threading.Thread(target=operators_plan)
+    busy.start()
+    while not one_slot.requests:
+        time.sleep(0.02)
+    with calls_for(wait_limit=0.3):
+        plan = plan_generate(agent=persona, goal_text="Get something to eat")
+    busy.join(timeout=5)
+    assert plan.status != Plan.Status.FAILED, plan.failure_reason
+    assert plan.model == "offline-rules"
+    assert LLMCall.objects.filter(agent=persona, model="smol", error__startswith="ModelBusy:").exists()
+    assert [r.messages[0]["content"] for r in one_slot.requests] == ["operator's plan"]  # the persona's never went

@@ -181,6 +181,7 @@ def test_llm_check_says_what_the_server_takes_and_what_to_set(llama_cpp: LLMTest
     call_command("llm_check", stdout=out)
     text = out.getvalue()
     assert "lists 1 model(s): /models/SmolLM2-135M-Instruct.Q4_1.gguf" in text
+    assert "small True (135M in its name)" in text  # known small with nothing set
     lines = {line.split()[0]: line for line in text.splitlines() if line.startswith("  ") and len(line.split()) > 2}
     assert lines["json_schema"].split()[1] == "refused" and "Input should be" in lines["json_schema"]
     assert lines["json_object"].split()[1] == "json"
@@ -200,3 +201,60 @@ def test_llm_check_fails_clearly_when_the_server_is_not_there(settings: Any) -> 
     settings.LLM_TIMEOUT_SECONDS = 1
     with pytest.raises(CommandError, match="No answer from gone-model. Nothing was changed."):
         call_command("llm_check", "--model", "gone-model", stdout=__import__("io").StringIO())
+
+
+# -- a small model known by its name -------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("model", "small"), [
+    ("SmolLM2-135M-Instruct", True), ("Qwen2.5-1.5B-Instruct", True), ("llama3.2:3b", True),
+    ("qwen2.5:7b", False), ("mixtral:8x7b", False), ("Qwen3-30B-A3B", False), ("gpt-4o-mini", False),
+])
+def test_a_model_whose_name_gives_its_size_is_small_without_settings(settings: Any, model: str, small: bool) -> None:
+    settings.LLM_MODEL_SETTINGS = {}
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:9/v1"  # nothing listens: the name alone decides
+    assert model_profile(model).small is small
+
+
+@pytest.mark.django_db
+def test_a_one_model_servers_file_name_tells_the_size_of_any_name_it_is_asked_by(llama_cpp: LLMTestServer) -> None:
+    """LLM_MODEL=local against llama-cpp-python serving SmolLM2's file: small, with nothing set."""
+    profile = model_profile("local")
+    assert profile.small and profile.small_from == "135M in its name"
+
+
+@pytest.mark.django_db
+def test_small_in_the_settings_wins_over_the_name(settings: Any) -> None:
+    settings.LLM_MODEL_SETTINGS = {"SmolLM2-135M-Instruct": {"small": False}, "my-7b-finetune": {"small": True}}
+    assert not model_profile("SmolLM2-135M-Instruct").small
+    assert model_profile("my-7b-finetune").small
+
+
+@pytest.mark.django_db
+def test_with_only_the_three_settings_a_smollm2_plan_asks_one_short_call(llama_cpp: LLMTestServer, settings: Any,
+) -> None:
+    """OPENAI_BASE_URL, OPENAI_API_KEY and LLM_MODEL alone, against llama-cpp-python as it answers: the first plan
+    call finds the format (one refused request, never shown) and is a small model's: the compact prompt, a short
+    answer, no restatement or reflection calls."""
+    from agents.models import Agent, LLMCall
+    from planning.models import Plan
+    from planning.planner import plan_generate
+    from tests.factories import AgentFactory
+
+    settings.LLM_MODELS = {"planner": ["SmolLM2-135M-Instruct"], "fast": ["SmolLM2-135M-Instruct"]}
+    settings.LLM_PURPOSE_MODELS = {}
+    agent = AgentFactory(kind=Agent.Kind.TOOL, rules_planner=False)
+    (agent.workspace / "notes.txt").parent.mkdir(parents=True, exist_ok=True)
+    (agent.workspace / "notes.txt").write_text("Buy milk.\nCall Ann.\n")
+    goal = "Write a report of notes.txt to report.md"
+    step = {"id": "1", "tool": "report.write", "intent": "Write the report",
+            "input": {"paths": ["notes.txt"], "output": "report.md"}, "requiresPermission": True}
+    llama_cpp.script("SmolLM2-135M-Instruct", answer(json.dumps({"goal": goal, "steps": [step]})))
+    plan = plan_generate(agent=agent, goal_text=goal)
+    assert plan.status == Plan.Status.AWAITING_APPROVAL, plan.failure_reason
+    calls = list(LLMCall.objects.filter(plan=plan))
+    assert [(c.purpose, c.error, c.response_format) for c in calls] == [("plan", "", "json_object")]
+    sent = llama_cpp.requests_for("SmolLM2-135M-Instruct")
+    assert [r.body["response_format"]["type"] for r in sent] == ["json_schema", "json_object"]
+    assert sent[-1].body["max_tokens"] <= 300

@@ -8,6 +8,7 @@ says why, and the plan fails with that reason and no automatic retry."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -113,3 +114,52 @@ def test_a_placeholder_reason_is_no_answer(small_model: LLMTestServer) -> None:
     assert plan.status == Plan.Status.FAILED
     assert "cannot be done" not in plan.failure_reason.splitlines()[0]
     assert "placeholder" in plan.failure_reason
+
+
+def test_two_agents_prompts_share_everything_up_to_their_files(small_model: LLMTestServer) -> None:
+    """A one-slot llama.cpp server evaluates only what a prompt does not share with the one before it: the rules
+    and every tool come before an agent's own files and goal, so a second agent's plan costs only its tail."""
+    small_model.script("tiny", answer('{"ask": "Which part?"}'), answer('{"ask": "Which part?"}'))
+    plan_generate(agent=tool_agent(), goal_text="sum up notes.txt for me")
+    other = AgentFactory(name="Filer", kind=Agent.Kind.TOOL)
+    other.workspace.mkdir(parents=True, exist_ok=True)
+    (other.workspace / "budget.csv").write_text("item,cost\ntea,3\n")
+    plan_generate(agent=other, goal_text="how much did we spend (budget.csv)")
+    first, second = (r.messages[-1]["content"] for r in small_model.requests_for("tiny"))
+    shared = len(os.path.commonprefix([first, second]))
+    assert first.index("FILES:") == second.index("FILES:") <= shared  # the files are the first thing that differs
+    assert all(f"- {name} " in first[:shared] for name in TOOLS)
+
+
+def test_a_large_planner_with_a_small_reflecting_model_asks_no_reflection(
+        small_model: LLMTestServer, settings: Any) -> None:
+    """The demo's Intern plans with its own (large, offline) chain; the fast model is SmolLM2: a rejected answer is
+    not sent to the small model for hints (they do not help, and cost a busy one-slot server a minute)."""
+    settings.LLM_MODELS = {"planner": ["big-planner"], "fast": ["SmolLM2-135M-Instruct"]}
+    settings.LLM_MODEL_SETTINGS = {"big-planner": {"format": "json_object"}}
+    agent = tool_agent()
+    good = {"goal": "Read notes.txt", "steps": [{"id": "1", "tool": "file.read", "intent": "Read the notes",
+                                                   "input": {"path": "notes.txt"}, "requiresPermission": False}]}
+    bad = {"goal": "Read notes.txt", "steps": [{"id": "1", "tool": "file.open", "intent": "Open the notes",
+                                                  "input": {"path": "notes.txt"}, "requiresPermission": False}]}
+    small_model.script("big-planner", answer(json.dumps(bad)), answer(json.dumps(good)))
+    small_model.script("SmolLM2-135M-Instruct", answer('{"who": "a", "what": "b", "when": "c", "where": "d", '
+                                                       '"why": "e"}'))
+    plan = plan_generate(agent=agent, goal_text="Read notes.txt")
+    assert plan.status == "awaiting_approval", plan.failure_reason
+    assert not [r for r in small_model.requests_for("SmolLM2-135M-Instruct")
+                if "hints" in json.dumps(r.body.get("response_format", {}))]
+
+
+@pytest.mark.parametrize("said", ['{"ask": "10"}', '{"ask": "3 + 4"}', '{"cannot": "x 2"}'])
+def test_a_question_or_reason_without_words_never_reaches_the_operator(small_model: LLMTestServer, said: str) -> None:
+    """SmolLM2 asked "10" of "how many fruit rows does data.csv have?": refused with the reason, never put in the
+    inbox as a question nobody can answer; the model's next answer (a plan) is taken."""
+    plan_json = {"goal": "Read notes.txt", "steps": [{"id": "1", "tool": "file.read", "intent": "Read the notes",
+                                                        "input": {"path": "notes.txt"}, "requiresPermission": False}]}
+    small_model.script("tiny", answer(said), answer(json.dumps(plan_json)))
+    plan = plan_generate(agent=tool_agent(), goal_text="Read notes.txt")
+    assert plan.status == Plan.Status.AWAITING_APPROVAL, plan.failure_reason
+    assert plan.clarification_question == ""
+    rejected = PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.ATTEMPT_REJECTED).first()
+    assert rejected is not None and "says nothing" in rejected.reason + json.dumps(rejected.detail)

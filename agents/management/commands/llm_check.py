@@ -60,7 +60,8 @@ class Command(BaseCommand):
             profile = model_profile(model)
             source = f"LLM_MODEL_SETTINGS[{json.dumps(key)}]" if key else "defaults (no LLM_MODEL_SETTINGS entry matches)"
             self.stdout.write(f"{model}: settings from {source}: format {profile.format}, "
-                              f"context {profile.context or 'unknown'}, small {profile.small}")
+                              f"context {profile.context or 'unknown'}, small {profile.small}"
+                              + (f" ({profile.small_from})" if profile.small_from not in ("", "settings") else ""))
             probes = [format_probe(model, fmt) for fmt in FORMATS]
             for probe in probes:
                 self.stdout.write(f"  {probe.format:<12} {probe.outcome:<9} {probe.seconds:5.1f} s  {probe.detail}")
