@@ -169,10 +169,9 @@ def test_a_stopping_runner_stops_its_cycles_model_calls_instead_of_waiting_its_g
     import asyncio
     import logging
 
-    from runtime.embedded import Scheduler
-
     from agents.models import Agent
     from planning.models import Plan
+    from runtime.embedded import Scheduler
     from tests.factories import AgentFactory, GoalFactory
 
     settings.LLM_MODELS = {"planner": ["smol", "other-model"], "fast": ["smol"]}

@@ -1,7 +1,7 @@
 """A model server shared fairly (issue 52): with the demo's personas running, an operator's goal is planned within 2x
 the time it takes with the personas paused.
 
-The demo (seed_demo) runs under the embedded runner (agents/runtime/embedded.py Scheduler, as `manage.py serve` runs
+The demo (seed_demo) runs under the embedded runner (runtime/embedded.py Scheduler, as `manage.py serve` runs
 it). The Reporter (rules planner off: its plan is the model's) is given its goal once a persona's call is under way,
 and the time from then to its plan awaiting approval is measured; the baseline is the same with the personas paused,
 in the same run. Two servers:
@@ -89,8 +89,9 @@ def timed_plan(*, personas: bool, persona_busy: Callable[[], bool], limit: float
                ) -> tuple[float, str]:
     """Seconds from the goal given (once a persona's call is under way, when personas run: `persona_busy`, after
     `warm` seconds) to its plan leaving planning, and the plan's status; run by the embedded runner."""
-    from runtime.embedded import Scheduler
     from asgiref.sync import sync_to_async
+
+    from runtime.embedded import Scheduler
 
     reporter_id = demo_seed(personas=personas)
 
