@@ -97,6 +97,12 @@ _VAGUE_OBJECT = re.compile(r"\b(?:it|this|that|these|those|them|things?|stuff|ev
 _PLACE_WORDS = re.compile(r"\b(?:workspace|folder|directory|files?|documents?|notes|data|reports?)\b", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z]+")
 VAGUE_MAX_WORDS = 6
+# "turn data.csv into json": the format a convert goal asks for when it names no output file (file names are taken
+# out first, so "into data.json" is a named output, not this).
+_FORMAT_WANTED = re.compile(r"\b(?:into|to|as|in)\s+(?:a\s+|an\s+)?(?P<format>json|csv|markdown|md|html|txt|text)\b",
+                            re.IGNORECASE)
+FORMAT_EXTENSIONS = {"json": "json", "csv": "csv", "markdown": "md", "md": "md", "html": "html", "txt": "txt",
+                     "text": "txt"}
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,8 @@ def goal_needs(goal: str) -> GoalNeeds:
     files = goal_files(goal)
     actions = tuple(dict.fromkeys(goal_actions(goal)))
     inputs, outputs = files.inputs, files.outputs  # "a markdown version of x.csv in x.md": x.md is made
+    if "convert" in actions and not outputs and len(inputs) == 1:
+        outputs = implied_output(goal, inputs[0])
     outside = ""
     for match in _OUTSIDE.finditer(_URL.sub(" ", goal)):
         outside = match.group("path").rstrip(".!?")
@@ -150,6 +158,17 @@ def goal_needs(goal: str) -> GoalNeeds:
              and (bool(_VAGUE_OBJECT.search(goal)) or len(words) <= 2) and len(words) <= VAGUE_MAX_WORDS)
     return GoalNeeds(actions=actions, inputs=inputs, outputs=outputs, outside=outside, vague=vague,
                      email=bool(_EMAIL.search(_without_names(goal))))
+
+
+def implied_output(goal: str, source: str) -> tuple[str, ...]:
+    """"can u turn data.csv into json pls" names no output, yet asks for one: data.json beside its source (as
+    file.convert and the offline planner name it), so the plan must write it and the outcome check reads it."""
+    wanted = _FORMAT_WANTED.search(_without_names(goal))
+    if wanted is None:
+        return ()
+    ext = FORMAT_EXTENSIONS[wanted.group("format").lower()]
+    path = PurePosixPath(source)
+    return () if path.suffix.lower() == f".{ext}" else (path.with_suffix(f".{ext}").as_posix(),)
 
 
 def tool_verbs(name: str, verbs: Iterable[str], description: str = "") -> frozenset[str]:

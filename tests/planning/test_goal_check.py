@@ -88,6 +88,27 @@ def test_the_file_a_convert_or_copy_goal_makes_is_its_output() -> None:
     assert both.inputs == ("data.csv", "people.json") and both.outputs == ()
 
 
+@pytest.mark.parametrize(("goal", "output"), [
+    ("can u turn data.csv into json pls", "data.json"),
+    ("Convert reports/q3.csv to JSON", "reports/q3.json"),
+    ("people.json -> make it into a csv", "people.csv"),
+    ("I'd like notes.csv as markdown, thanks", "notes.md"),
+    ("export sales.csv to html", "sales.html"),
+])
+def test_a_convert_goal_naming_only_a_format_asks_for_the_file_beside_its_source(goal: str, output: str) -> None:
+    """No plan can pass, and no outcome be verified, without the converted file: "into json" asks for one."""
+    assert goal_needs(goal).outputs == (output,)
+    wrote_elsewhere = [StepView(1, "file.write", {"path": "data.csv'}, ", "content": "json"})]
+    assert f"the goal asks for {output}, but no step writes it" in plan_goal_problems(goal, wrote_elsewhere, BUILT_IN)
+    assert outcome_problems(goal, [OutputFile(output, None)], []) == [f"{output} was not written"]
+
+
+def test_a_convert_goal_that_names_its_output_or_many_sources_asks_for_nothing_more() -> None:
+    assert goal_needs("turn data.csv into json as out/table.json").outputs == ("out/table.json",)
+    assert goal_needs("Convert data.csv and people.json to JSON").outputs == ()
+    assert goal_needs("Check data.csv is valid csv").outputs == ()
+
+
 def test_remove_rows_is_a_change_of_content_not_a_delete() -> None:
     needs = goal_needs("Remove duplicate rows from data.csv into clean.csv")
     assert "delete" not in needs.actions and "transform" in needs.actions and needs.outputs == ("clean.csv",)
