@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
@@ -63,13 +63,13 @@ def app_for(base: str) -> Starlette:
 
 
 @contextmanager
-def served() -> Iterator[str]:
-    """The agent on a free loopback port: yields its base address."""
+def served(make: Callable[[str], Starlette] = app_for) -> Iterator[str]:
+    """The agent (`make`'s app for its base address) on a free loopback port: yields its base address."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    server = uvicorn.Server(uvicorn.Config(app_for(base), host="127.0.0.1", port=port, log_level="warning",
+    server = uvicorn.Server(uvicorn.Config(make(base), host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
