@@ -38,6 +38,13 @@ def token_active(token_id: int) -> bool:
     return AgentToken.objects.active().filter(pk=token_id).exists()
 
 
+def answer_read(*, agent: Agent, plan_id: int, token_id: int | None) -> dict[str, Any] | None:
+    """The plan's next answer for its agent; None when `token_id` is given and no longer active."""
+    if token_id is not None and not token_active(token_id):
+        return None
+    return plan_next_read(agent=agent, plan_id=plan_id)
+
+
 def tokens_active(token_ids: set[int]) -> set[int]:
     return set(AgentToken.objects.active().filter(pk__in=token_ids).values_list("pk", flat=True))
 
@@ -140,10 +147,10 @@ class PlanNextConsumer(AsyncJsonWebsocketConsumer):
                     else:
                         await changed.wait()
                         changed.clear()
-                    if revoked.is_set() or not await database_sync_to_async(token_active)(self.token_id):
+                    if revoked.is_set():
                         await self.close(code=4401)
                         return
-                    await self.state_changed({})
+                    await self.state_changed({}, token_checked=True)
 
     async def disconnect(self, code: int) -> None:
         follower = getattr(self, "follower", None)
@@ -155,11 +162,17 @@ class PlanNextConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         """The agent acts over HTTP; what it sends here changes nothing."""
 
-    async def state_changed(self, event: dict[str, Any]) -> None:
+    async def state_changed(self, event: dict[str, Any], *, token_checked: bool = False) -> None:
+        """Send the answer if it changed; with `token_checked`, the token is checked first, in the same hop to
+        the database thread (one hop a change, not two: thousands of sockets share that thread)."""
         try:
-            answer = await database_sync_to_async(plan_next_read)(agent=self.agent, plan_id=self.plan_id)
+            answer = await database_sync_to_async(answer_read)(
+                agent=self.agent, plan_id=self.plan_id, token_id=self.token_id if token_checked else None)
         except NotFound:
             await self.close(code=4404)
+            return
+        if answer is None:
+            await self.close(code=4401)
             return
         if answer != self.last:
             self.last = answer
