@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -66,7 +67,8 @@ class TokenWatch:
     def add(self, token_id: int, notify: Callable[[], None]) -> None:
         self.watchers.setdefault(token_id, set()).add(notify)
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self.run())
+            # A context of its own: not the request's that started it (whose executor ends with the request).
+            self.task = asyncio.get_running_loop().create_task(self.run(), context=contextvars.Context())
 
     def discard(self, token_id: int, notify: Callable[[], None]) -> None:
         watchers = self.watchers.get(token_id, set())
@@ -81,7 +83,7 @@ class TokenWatch:
             if not ids:
                 continue
             try:
-                active = await database_sync_to_async(tokens_active)(ids)
+                active = await database_sync_to_async(tokens_active, thread_sensitive=False)(ids)
             except Exception:  # the database is away: the next round checks again
                 logger.warning("the open API sockets' tokens could not be checked", exc_info=True)
                 continue

@@ -303,3 +303,31 @@ async def test_open_websockets_tokens_are_checked_in_one_query_and_a_revoked_one
     finally:
         for ws in sockets:
             await ws.disconnect()
+
+
+async def test_a_long_poll_reads_nothing_while_nothing_changes_and_a_token_that_expires_ends_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With live updates up, a waiting long poll reads only when pushed (2,000 waiters re-reading every few seconds
+    kept the server's database thread busy); an expiry, which nothing pushes, is found by the process's check of
+    every waiter's token in one query, and ends the wait with 401."""
+    from planning import api_ws
+
+    monkeypatch.setattr(api_ws, "TOKEN_CHECK_SECONDS", 0.3)
+    reads: list[int] = []
+    checked = api_module.plan_next_checked
+
+    def counted(**kwargs: Any) -> dict[str, Any]:
+        reads.append(kwargs["plan_id"])
+        return checked(**kwargs)
+
+    monkeypatch.setattr(api_module, "plan_next_checked", counted)
+    raw, plan_id, _ = await database_sync_to_async(setup_plan)()
+    response = await AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=1.5",
+                                       headers={"Authorization": f"Bearer {raw}"})
+    assert json.loads(response.content)["action"] == "wait" and reads == []
+    poll = asyncio.create_task(AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=60",
+                                                 headers={"Authorization": f"Bearer {raw}"}))
+    await asyncio.sleep(0.5)
+    await sync_to_async(expire_soon, thread_sensitive=False)(raw, 0)
+    response = await asyncio.wait_for(poll, timeout=10)
+    assert response.status_code == 401 and reads == []
