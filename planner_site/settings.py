@@ -284,6 +284,9 @@ SLACK_CONNECT_CODE_MAX_AGE_SECONDS = int(os.environ.get("SLACK_CONNECT_CODE_MAX_
 # a streaming agent's task before it leaves the stream (the next cycle subscribes again).
 A2A_TIMEOUT_SECONDS = float(os.environ.get("A2A_TIMEOUT_SECONDS", "10"))
 A2A_STREAM_MAX_SECONDS = float(os.environ.get("A2A_STREAM_MAX_SECONDS", "30"))
+# While a remote A2A agent works on its task (submitted, working), the task is read again after this many
+# seconds when the agent's cycle interval is longer: its question reaches the inbox within about this long.
+A2A_FOLLOW_SECONDS = float(os.environ.get("A2A_FOLLOW_SECONDS", "0.5"))
 # Each user has at most NOTIFY_MAX_CHANNELS_PER_USER channels; a Slack channel's URL must be on one of
 # SLACK_WEBHOOK_HOSTS (an Enterprise Grid may add its own).
 NOTIFY_MAX_CHANNELS_PER_USER = int(os.environ.get("NOTIFY_MAX_CHANNELS_PER_USER", "5"))

@@ -40,6 +40,7 @@ from agents.tools import MAX_LOOP_RUNS
 from planner_site import tracing
 from planner_site.bearer import bearer_token
 from planner_site.validators import json_problem
+from planning.api_ws import token_watched
 from planning.live.hub import changes_watched
 from planning.services import external
 from planning.services.external import ExternalError
@@ -48,7 +49,10 @@ from planning.services.external import ExternalError
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes
 API_RATE_LIMIT = os.environ.get("API_RATE_LIMIT", "600/m")  # requests per token: N/s, N/m, N/h or N/d
 LONG_POLL_MAX_SECONDS = int(os.environ.get("API_LONG_POLL_MAX_SECONDS", "60"))  # the longest ?wait= allowed
-POLL_SECONDS = 5.0  # the long poll re-reads this often even when no push arrives (e.g. a missed message)
+# While live updates are down (no push can come), the long poll re-reads this often. While they are up it reads
+# only when pushed: the hub tells every waiter to look again after a gap (a lost message, a Redis outage), and
+# the process's TokenWatch (planning/api_ws.py) checks every waiter's token in one query.
+POLL_SECONDS = 5.0
 # A long poll with nothing to say ends up to this fraction of its wait sooner, at random: agents that began waiting
 # together (a fleet started at once, a server restarted under them) would otherwise come back at the same instant,
 # wait after wait (their re-reads within a wait follow its start, so they spread as the waits do), and their
@@ -496,10 +500,12 @@ def plan_next_checked(*, agent: Agent, plan_id: int, token_id: int | None, via: 
 
 async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: int | None = None,
                          via: str = external.VIA_API) -> dict[str, Any]:
-    """Answer at once unless it is "wait"; then wait for a push about the plan or agent (or a short poll),
-    holding no database connection in between, until the wait ends (spread: LONG_POLL_SPREAD). A token revoked
-    meanwhile ends the wait with a 401 (its revocation is pushed as a change of the agent; the poll catches a lost
-    push)."""
+    """Answer at once unless it is "wait"; then wait for a push about the plan or agent, holding no database
+    connection in between, until the wait ends (spread: LONG_POLL_SPREAD). A token revoked meanwhile ends the
+    wait with a 401 (its revocation is pushed as a change of the agent; an expiry, which nothing pushes, is found
+    by the process's TokenWatch, with every other waiter's and socket's token in one query). With live updates
+    down, the wait re-reads every POLL_SECONDS instead. 2,000 waiters each re-reading every few seconds kept the
+    server's database thread busy, and an operator's decision waited behind them (docs/performance.md)."""
     read = sync_to_async(partial(external.plan_next_read, via=via))
     checked = sync_to_async(partial(plan_next_checked, via=via))
     loop = asyncio.get_running_loop()
@@ -507,24 +513,34 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: i
     answer = await read(agent=agent, plan_id=plan_id)
     if answer["action"] != "wait" or wait <= 0:
         return answer
+    revoked = asyncio.Event()
     async with changes_watched(agents={agent.pk}, plans={plan_id}) as changed:
-        answer = await read(agent=agent, plan_id=plan_id)  # a change before the watch began is not missed
-        if answer["action"] != "wait":
-            return answer
-        while True:
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return answer
-            pause = min(remaining, POLL_SECONDS)
-            if changed is None:
-                await asyncio.sleep(pause)
-            else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), timeout=pause)
-                changed.clear()
-            answer = await checked(agent=agent, plan_id=plan_id, token_id=token_id)
+        def on_revoked() -> None:
+            revoked.set()
+            if changed is not None:
+                changed.set()
+
+        with token_watched(token_id, on_revoked) if token_id is not None else contextlib.nullcontext():
+            answer = await read(agent=agent, plan_id=plan_id)  # a change before the watch began is not missed
             if answer["action"] != "wait":
                 return answer
+            while True:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return answer
+                if changed is None:
+                    await asyncio.sleep(min(remaining, POLL_SECONDS))
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(changed.wait(), timeout=remaining)
+                    if not changed.is_set():
+                        return answer  # the wait is over and nothing changed
+                    changed.clear()
+                if revoked.is_set():
+                    raise TokenRevoked
+                answer = await checked(agent=agent, plan_id=plan_id, token_id=token_id)
+                if answer["action"] != "wait":
+                    return answer
 
 
 @v1.post("/plans/{plan_id}/versions", response={201: PlanCreated, **ERRORS},

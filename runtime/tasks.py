@@ -518,6 +518,17 @@ def agents_with_cycles(*statuses: str) -> set[int]:
     return {int(lock.removeprefix(LOCK_PREFIX)) for lock in jobs_locked(LOCK_PREFIX, *statuses)}
 
 
+def chains_start() -> int:
+    """Start the chain of every chain-driven agent without one: a start pass of its shard for a tool agent (it
+    plans the first goals of the agents starting together), a remote A2A agent's next cycle itself (no start pass
+    takes one: it plans nothing here). Returns how many were deferred."""
+    unscheduled = agents_unscheduled()
+    remote = set(Agent.objects.filter(pk__in=unscheduled, kind=Agent.Kind.A2A).values_list("pk", flat=True))
+    started = sum(cycle_defer(pk, kind=Agent.Kind.A2A) for pk in sorted(remote))
+    return started + sum(start_defer(*shard) for shard in sorted({start_shard(pk) for pk in unscheduled
+                                                                  if pk not in remote}))
+
+
 def agents_unscheduled() -> list[int]:
     """Chain-driven agents with no cycle waiting or under way, overdue by more than a sweep (a chain between two
     jobs is not one of them)."""
@@ -545,7 +556,7 @@ def agents_schedule(context: JobContext, timestamp: int) -> int:
     for every persona shard without one; fail planning left by dead cycles (or start passes) of agents nothing
     drives any more (a paused agent's, or a persona's whose own cycle died)."""
     try:
-        started = sum(start_defer(*shard) for shard in sorted({start_shard(pk) for pk in agents_unscheduled()}))
+        started = chains_start()
         shards, unscheduled = shards_unscheduled()
         started += sum(pass_defer(shard, shards) for shard in unscheduled)
         plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing") | agents_starting())
@@ -595,7 +606,8 @@ if settings.RETENTION_PRUNE_SECONDS > 0:
 
 def chain_start_on_save(sender: type[Agent], instance: Agent, created: bool = False,
                         update_fields: frozenset[str] | None = None, raw: bool = False, **kwargs: Any) -> None:
-    """A tool agent created running, or saved with its status running (resumed: `agent_set_status`, the
+    """A tool agent (a remote A2A agent: its first cycle deferred at once) created running, or saved with its
+    status running (resumed: `agent_set_status`, the
     admin's edits, which save the fields changed), has its chain of cycles started once the write commits, so
     its first cycle need not wait for the next sweep (up to RUNNER_SWEEP_SECONDS). Its queueing lock keeps it
     at one waiting cycle; should the defer fail, the sweep starts the chain as before. Personas are driven by
@@ -605,7 +617,19 @@ def chain_start_on_save(sender: type[Agent], instance: Agent, created: bool = Fa
     if instance.status != Agent.Status.RUNNING or instance.kind in (Agent.Kind.PERSONA, Agent.Kind.EXTERNAL):
         return
     agent_id = instance.pk
+    if instance.kind == Agent.Kind.A2A:  # a remote agent's chain is its cycles: no start pass plans it
+        transaction.on_commit(lambda: chain_resume(agent_id, Agent.Kind.A2A), robust=True)
+        return
     transaction.on_commit(lambda: chain_start(agent_id), robust=True)
+
+
+def chain_resume(agent_id: int, kind: str) -> None:
+    """An agent whose chain no start pass begins (a remote A2A agent) has its next cycle deferred now."""
+    try:
+        cycle_defer(agent_id, kind=kind)
+    except CHAIN_ERRORS as exc:
+        logger.info("first cycle of agent %s not deferred (%s); the sweep starts its chain", agent_id,
+                    error_brief(exc))
 
 
 def chain_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None:

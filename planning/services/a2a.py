@@ -17,8 +17,12 @@ The network calls are made outside any transaction; what they return is written 
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from agents import a2a_remote
 from agents.a2a_remote import ASKING, TERMINAL, Remote, RemoteError, TaskView
@@ -114,7 +118,18 @@ def a2a_cycle(*, agent: Agent, runner: str) -> str:
         agent_waiting_set(agent_id=agent.pk, reason=f"the A2A agent did not answer: {exc}")
         return f"unreachable: {exc}"
     task_apply(task_id=task.pk, view=view, agent=agent)
+    task_follow_soon(agent=agent, view=view)
     return f"task {view.state}"
+
+
+def task_follow_soon(*, agent: Agent, view: TaskView) -> None:
+    """While the agent works on its task (neither asking nor ended), its next cycle reads the task again after
+    A2A_FOLLOW_SECONDS when its cycle interval is longer (the runtime defers the next cycle at the agent's
+    `next_cycle_at`): a question it comes to reaches the inbox within about that long, not a whole interval."""
+    follow = settings.A2A_FOLLOW_SECONDS
+    if view.state in TERMINAL or view.state in ASKING or not 0 < follow < agent.cycle_interval:
+        return
+    Agent.objects.filter(pk=agent.pk).update(next_cycle_at=timezone.now() + timedelta(seconds=follow))
 
 
 def task_stream(*, agent: Agent, task: A2ATask, answer: str, remote: Remote) -> str:
@@ -168,6 +183,7 @@ def goal_send(*, agent: Agent, goal: Goal, remote: Remote) -> str:
         return f"send failed: {exc}"
     task = A2ATask.objects.create(plan=plan, task_id=view.task_id, context_id=view.context_id)
     task_apply(task_id=task.pk, view=view, agent=agent)
+    task_follow_soon(agent=agent, view=view)
     return f"task {view.state}"
 
 

@@ -11,7 +11,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -128,13 +128,16 @@ def app_for(base: str, *, streaming: bool = False, token: str = "") -> Starlette
 
 
 @contextmanager
-def served(*, streaming: bool = False, token: str = "") -> Iterator[str]:
-    """The agent on a free loopback port: yields its base address."""
+def served(make: Callable[[str], Starlette] | None = None, *, streaming: bool = False,
+           token: str = "") -> Iterator[str]:
+    """The agent (`make`'s app for its base address, else the test agent's) on a free loopback port: yields its base
+    address."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    server = uvicorn.Server(uvicorn.Config(app_for(base, streaming=streaming, token=token), host="127.0.0.1", port=port, log_level="warning",
+    app = make(base) if make is not None else app_for(base, streaming=streaming, token=token)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -212,3 +212,29 @@ def test_auth_required_is_a_question_too(operator_client: Client) -> None:
     assert plan.status == Plan.Status.CLARIFYING
     assert plan.clarification_question == "Sign in to the bank first, then say done"
     assert "Sign in to the bank first" in operator_client.get(reverse("inbox")).content.decode()
+
+
+def test_a_task_the_agent_works_on_is_read_again_sooner_than_its_interval(settings: Any) -> None:
+    """While the remote agent works (submitted, working), its next cycle comes A2A_FOLLOW_SECONDS later, not a whole
+    cycle interval: its question reaches the inbox that much sooner. Asking, ended, or an interval already as short:
+    the interval stands."""
+    from django.utils import timezone
+
+    from agents.a2a_remote import TaskView
+    from planning.services.a2a import task_follow_soon
+
+    settings.A2A_FOLLOW_SECONDS = 0.5
+    agent = Agent.objects.create(name="Remote", kind=Agent.Kind.A2A, cycle_interval=2.0)
+    for state in ("input-required", "completed", "failed"):
+        task_follow_soon(agent=agent, view=TaskView(task_id="t", context_id="c", state=state, status_text=""))
+        agent.refresh_from_db()
+        assert agent.next_cycle_at is None, state
+    before = timezone.now()
+    task_follow_soon(agent=agent, view=TaskView(task_id="t", context_id="c", state="working", status_text=""))
+    agent.refresh_from_db()
+    assert agent.next_cycle_at is not None
+    assert 0.4 <= (agent.next_cycle_at - before).total_seconds() <= 0.6
+    fast = Agent.objects.create(name="Fast", kind=Agent.Kind.A2A, cycle_interval=0.2)
+    task_follow_soon(agent=fast, view=TaskView(task_id="t", context_id="c", state="working", status_text=""))
+    fast.refresh_from_db()
+    assert fast.next_cycle_at is None

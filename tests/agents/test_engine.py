@@ -441,3 +441,33 @@ def test_a_goal_given_to_an_idle_tool_agent_is_planned_by_its_start_pass() -> No
     assert [(job.status, job.scheduled_at is None or job.scheduled_at <= timezone.now()) for job in jobs] == [
         ("todo", True)]
     assert cycle_jobs("starts:") == []
+
+
+async def test_a_remote_a2a_agent_created_resumed_or_unchained_has_its_own_cycle_deferred() -> None:
+    """No start pass takes a remote A2A agent (start passes plan tool agents): the write that makes one driven
+    defers its next cycle itself, and so does the sweep for one left without a chain, where a start pass of its
+    shard would take nothing, every sweep, and the agent would never cycle again."""
+    from procrastinate.contrib.django.models import ProcrastinateJob
+
+    from runtime.tasks import chains_start
+    from tests.factories import AgentFactory
+
+    def check() -> None:
+        remote = AgentFactory(kind=Agent.Kind.A2A)
+        assert cycle_jobs() == [(f"agent:{remote.pk}", "todo")]
+        assert cycle_jobs("starts:") == []
+
+        ProcrastinateJob.objects.all().delete()  # type: ignore[misc]
+        remote.status = Agent.Status.PAUSED
+        remote.save(update_fields=["status"])
+        assert cycle_jobs("") == []
+        remote.status = Agent.Status.RUNNING  # resumed
+        remote.save(update_fields=["status"])
+        assert cycle_jobs() == [(f"agent:{remote.pk}", "todo")]
+
+        ProcrastinateJob.objects.all().delete()  # type: ignore[misc]  # its chain lost: the sweep's turn
+        assert chains_start() == 1
+        assert cycle_jobs("") == [(f"agent:{remote.pk}", "todo")]
+        assert chains_start() == 0  # chained: not deferred twice
+
+    await sync_to_async(check)()

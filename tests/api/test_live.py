@@ -257,3 +257,77 @@ async def test_long_poll_ends_with_401_when_its_token_expires() -> None:
     assert response.status_code == 401 and "expired" in json.loads(response.content)["detail"]
     again = await AsyncClient().get(f"/api/v1/plans/{plan_id}/next", headers={"Authorization": f"Bearer {raw}"})
     assert again.status_code == 401  # and it stays refused
+
+
+async def test_open_websockets_tokens_are_checked_in_one_query_and_a_revoked_one_closes_only_its_socket(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With thousands of agents connected, a query a socket every TOKEN_CHECK_SECONDS kept the server's database
+    thread busy: the process checks every open socket's token in one query; the socket of a token found expired
+    closes (4401), the others stay open and still get their answers."""
+    from planning import api_ws
+
+    monkeypatch.setattr(api_ws, "TOKEN_CHECK_SECONDS", 0.3)
+    checks: list[set[int]] = []
+    tokens_active = api_ws.tokens_active
+
+    def counted(token_ids: set[int]) -> set[int]:
+        checks.append(set(token_ids))
+        return tokens_active(token_ids)
+
+    monkeypatch.setattr(api_ws, "tokens_active", counted)
+
+    def agents() -> list[tuple[str, int, int]]:
+        out = []
+        for i in range(3):
+            agent = Agent.objects.create(name=f"Socket {i}", kind=Agent.Kind.EXTERNAL, declared_tools=TOOLS)
+            token, raw = AgentToken.issue(agent=agent)
+            out.append((raw, external.plan_submit(agent=agent, data=PLAN).pk, token.pk))
+        return out
+
+    fleet = await database_sync_to_async(agents)()
+    sockets = [WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
+                                     headers=[(b"authorization", f"Bearer {raw}".encode())]) for raw, plan_id, _ in fleet]
+    try:
+        for ws in sockets:
+            assert (await ws.connect())[0]
+            assert (await ws.receive_json_from(timeout=5))["action"] == "wait"
+        await asyncio.sleep(0.8)
+        assert checks and all(ids == {pk for _, _, pk in fleet} for ids in checks)  # one query for all three
+        await sync_to_async(expire_soon, thread_sensitive=False)(fleet[0][0], 0)  # no push: the watch finds it
+        message = await sockets[0].receive_output(timeout=10)
+        assert (message["type"], message.get("code")) == ("websocket.close", 4401)
+        assert await sockets[1].receive_nothing(timeout=0.5)
+        operator = await database_sync_to_async(UserFactory)(username="omar", role="operators")
+        await database_sync_to_async(approve)(fleet[1][1], operator)
+        assert (await sockets[1].receive_json_from(timeout=10))["action"] == "run"
+    finally:
+        for ws in sockets:
+            await ws.disconnect()
+
+
+async def test_a_long_poll_reads_nothing_while_nothing_changes_and_a_token_that_expires_ends_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With live updates up, a waiting long poll reads only when pushed (2,000 waiters re-reading every few seconds
+    kept the server's database thread busy); an expiry, which nothing pushes, is found by the process's check of
+    every waiter's token in one query, and ends the wait with 401."""
+    from planning import api_ws
+
+    monkeypatch.setattr(api_ws, "TOKEN_CHECK_SECONDS", 0.3)
+    reads: list[int] = []
+    checked = api_module.plan_next_checked
+
+    def counted(**kwargs: Any) -> dict[str, Any]:
+        reads.append(kwargs["plan_id"])
+        return checked(**kwargs)
+
+    monkeypatch.setattr(api_module, "plan_next_checked", counted)
+    raw, plan_id, _ = await database_sync_to_async(setup_plan)()
+    response = await AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=1.5",
+                                       headers={"Authorization": f"Bearer {raw}"})
+    assert json.loads(response.content)["action"] == "wait" and reads == []
+    poll = asyncio.create_task(AsyncClient().get(f"/api/v1/plans/{plan_id}/next?wait=60",
+                                                 headers={"Authorization": f"Bearer {raw}"}))
+    await asyncio.sleep(0.5)
+    await sync_to_async(expire_soon, thread_sensitive=False)(raw, 0)
+    response = await asyncio.wait_for(poll, timeout=10)
+    assert response.status_code == 401 and reads == []
