@@ -161,6 +161,8 @@ def test_step_stuck_beyond_twice_its_estimate_schedules_a_replan() -> None:
     assert "stuck: 3 cycles, estimate 1; last: could not eat: not enough money" in plan.replan_reason
     cycle(agent)
     assert Plan.objects.get(previous=plan).times_replanned == 1
+    # the timeline says which runner replanned it
+    assert plan.events.get(kind=PlanEvent.Kind.REPLANNED).actor_label == "runner-test"
 
 
 def test_plan_completion_advances_its_goal_by_the_bonus() -> None:

@@ -104,6 +104,15 @@ def test_tool_single_step_leaves_everything_else_to_the_model(goal: str) -> None
     assert tool_single_step(goal) is None
 
 
+def test_plan_diff_matches_steps_without_key_or_id_by_position() -> None:
+    old = [{"description": "Read data.csv"}, {"description": "Write a report"}]
+    new = [{"description": "Read data.csv"}, {"description": "Write a short report"}]
+    assert plan_diff(old, new) == {
+        "added": [], "removed": [], "kept": ["1"],
+        "changed": [{"key": "2", "fields": {"description": ["Write a report", "Write a short report"]}}],
+    }
+
+
 def test_plan_diff_matches_a_renumbered_step_to_itself() -> None:
     old = [
         {"key": "1", "description": "Go to the store", "action_hint": "go to the store", "depends_on": []},
