@@ -246,6 +246,15 @@ def test_plan_prompt_carries_the_persons_emotions_and_lessons() -> None:
     assert "worry 80%" in prompt and "To eat I need money at 10% or more." in prompt
 
 
+def test_a_cycle_moves_the_persons_moods_that_the_next_plan_prompt_quotes() -> None:
+    agent = person(emotions={"worry": 0.8, "hope": 0.5})
+    experience = cycle(agent)  # calm needs, no goal: the person idles, and worry eases toward calm
+    agent.refresh_from_db()
+    lowest = min(experience.needs_after.values())
+    assert agent.emotions["worry"] == round(0.8 + (1.0 - lowest - 0.8) * 0.25, 3) < 0.8
+    assert agent.emotions["hope"] == 0.45  # no plan step was followed
+
+
 def test_goals_are_re_evaluated_every_fifth_experience_and_only_with_room() -> None:
     agent = person({**CALM, "social": 0.9})
     for _ in range(10):

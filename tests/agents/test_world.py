@@ -109,3 +109,5 @@ def test_emotions_move_a_quarter_of_the_way_toward_what_needs_and_the_outcome_sa
     assert content["contentment"] == 0.613 and content["hope"] == 0.45
     failed = emotions_update(calm, needs={"hunger": 0.5}, succeeded=False, followed_plan=True)
     assert failed["frustration"] == 0.575 and failed["hope"] == 0.45
+    nobody = emotions_update(calm, needs={}, succeeded=True, followed_plan=False)  # no needs: nothing to worry about
+    assert nobody["worry"] == 0.375 and nobody["contentment"] == 0.625
