@@ -37,6 +37,7 @@ def test_should_plan_threshold_is_respected() -> None:
 
 @pytest.mark.parametrize(("goal", "expected"), [
     (" ".join(["lorem"] * 40), 0.25),  # length alone, saturated: 25%
+    (" ".join(["lorem"] * 80), 0.25),  # twice as long weighs no more: length is saturated at 40 words
     ("read write sort count", 0.25 * 4 / 40 + 0.30),  # four action verbs: 30% (and a little length)
     ("x and then after", 0.25 * 4 / 40 + 0.30),  # three sequencing words: 30%
     ("x, y, z, w, v", 0.25 * 5 / 40 + 0.15),  # four commas of structure: 15%
