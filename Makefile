@@ -70,12 +70,23 @@ eval: $(STAMP)
 # Mutation testing of the seeds' rule modules (docs/mutation.md), not part of `make test`: mutmut changes the code one
 # small break at a time and runs the guarding tests against each; tests/mutation_report.py writes
 # var/mutation-report.md, row by row of docs/seeds.md, and fails on a survivor nobody explained.
-# MUTATE picks the modules (mutmut's mutant names: module path with dots, then *); the default is the fast ones.
-MUTATE ?= goals.system* agents.persona* agents.world*
+# MUTATE picks mutants by mutmut's names: `module.path*` for a whole module, `module.x_<function>__mutmut_*` for
+# one function. The default: every module or function a row of docs/seeds.md cites as a seed rule's code, within
+# about an hour on two shared cores (docs/mutation.md says which, and how long the last run took).
+MUTATE ?= goals.system* agents.persona* agents.world* \
+	$(foreach f,persona_cycle persona_record persona_prepare persona_state persona_step_choose plan_replan \
+	  plans_waiting persona_milestones_check,runtime.cycle.x_$(f)__mutmut_*) \
+	$(foreach f,plan_attempts reflection_helps,planning.planner.x_$(f)__mutmut_*) \
+	$(foreach f,_check_loops _loop _check_dependencies,planning.engine.validate.x_$(f)__mutmut_*) \
+	$(foreach f,steps_runnable steps_blocked,planning.engine.schedule.x_$(f)__mutmut_*) \
+	planning.engine.parse.x_plan_parse__mutmut_* \
+	$(foreach f,goal_complexity should_plan,planning.engine.complexity.x_$(f)__mutmut_*) \
+	planning.engine.diff.x_plan_diff__mutmut_*
 mutate: $(STAMP)
 	rm -rf mutants
+	@mkdir -p var && date +%s > var/mutate-started
 	nice -n 19 $(VENV)/bin/mutmut run $(foreach m,$(MUTATE),'$(m)')
-	$(PY) tests/mutation_report.py --command "make mutate MUTATE='$(MUTATE)'"
+	$(PY) tests/mutation_report.py --started "$$(cat var/mutate-started)" --command "make mutate$(if $(filter command line environment,$(origin MUTATE)), MUTATE='$(MUTATE)')"
 
 clean:
 	rm -rf $(VENV) var mutants

@@ -90,7 +90,7 @@ def cites(row: Row, module: str, name: str) -> bool:
     return any((cited == path or path.endswith("/" + cited)) and fn == name for cited, fn in row.cited)
 
 
-def report(command: str) -> tuple[str, list[str]]:
+def report(command: str, started: float | None = None) -> tuple[str, list[str]]:
     rows = rows_read()
     verdicts = results()
     why = explanations()
@@ -110,10 +110,15 @@ def report(command: str) -> tuple[str, list[str]]:
                 outside_survivors.append(name)
 
     totals = Counter(verdicts.values())
+    now = datetime.datetime.now(datetime.UTC)
+    took = ""
+    if started is not None:
+        minutes, seconds = divmod(round(now.timestamp() - started), 60)
+        took = f" ({minutes} min {seconds} s from `mutmut run`'s start to this report)"
     lines = [
         "# Mutation report: the seeds' rules",
         "",
-        f"Date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. Command: `{command}`.",
+        f"Date: {now:%Y-%m-%d %H:%M} UTC{took}. Command: `{command}`.",
         f"Mutants checked: {len(verdicts)} (killed {totals[KILLED]}, timed out {totals[TIMEOUT]}, "
         f"survived {totals[SURVIVED]}, no test reached {totals[NO_TESTS]}).",
         "",
@@ -149,11 +154,12 @@ def report(command: str) -> tuple[str, list[str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--command", default="make mutate", help="what was run, for the report's header")
+    parser.add_argument("--started", type=float, help="when the run started (seconds since the epoch)")
     args = parser.parse_args()
     if not MUTANTS.exists():
         print("No mutants/ folder: run `make mutate` (mutmut run) first.", file=sys.stderr)
         return 2
-    text, unexplained = report(args.command)
+    text, unexplained = report(args.command, args.started)
     REPORT.parent.mkdir(parents=True, exist_ok=True)
     REPORT.write_text(text)
     print(text)

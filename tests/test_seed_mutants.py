@@ -173,6 +173,17 @@ def test_a_for_each_written_without_depends_on_waits_for_its_listing() -> None:
     assert steps_blocked([(listing.key, "failed", listing.depends_on), (loop.key, "pending", loop.depends_on)]) == ["2"]
 
 
+@pytest.mark.parametrize("each", ['["1"]', '""', '"   "', "true", "{}"])
+def test_a_for_each_that_is_not_a_step_id_is_refused_as_such(each: str) -> None:
+    answer_text = ('<json>{"steps": [{"id": "1", "tool": "file.list", "intent": "List the notes", '
+                   '"input": {"path": "notes"}, "requiresPermission": false}, {"id": "2", "tool": "text.summarize", '
+                   '"intent": "Summarize each note", "input": {"path": "{item}"}, "requiresPermission": false, '
+                   f'"forEach": {each}}}]}}</json>')
+    result = plan_validate(plan_parse(answer_text).data, kind="tool")
+    assert not result.ok
+    assert "step 2: 'forEach' must be the id of an earlier step that produces a list" in result.problems
+
+
 # -- seed 004: a persona's numbered-list answer still names its actions ----------------------------------------
 
 

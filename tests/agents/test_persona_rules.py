@@ -161,6 +161,8 @@ def test_step_stuck_beyond_twice_its_estimate_schedules_a_replan() -> None:
     assert "stuck: 3 cycles, estimate 1; last: could not eat: not enough money" in plan.replan_reason
     cycle(agent)
     assert Plan.objects.get(previous=plan).times_replanned == 1
+    # the timeline says which runner replanned it
+    assert plan.events.get(kind=PlanEvent.Kind.REPLANNED).actor_label == "runner-test"
 
 
 def test_plan_completion_advances_its_goal_by_the_bonus() -> None:
@@ -242,6 +244,15 @@ def test_plan_prompt_carries_the_persons_emotions_and_lessons() -> None:
     call = LLMCall.objects.get(purpose="plan")
     prompt = json.dumps(call.prompt)
     assert "worry 80%" in prompt and "To eat I need money at 10% or more." in prompt
+
+
+def test_a_cycle_moves_the_persons_moods_that_the_next_plan_prompt_quotes() -> None:
+    agent = person(emotions={"worry": 0.8, "hope": 0.5})
+    experience = cycle(agent)  # calm needs, no goal: the person idles, and worry eases toward calm
+    agent.refresh_from_db()
+    lowest = min(experience.needs_after.values())
+    assert agent.emotions["worry"] == round(0.8 + (1.0 - lowest - 0.8) * 0.25, 3) < 0.8
+    assert agent.emotions["hope"] == 0.45  # no plan step was followed
 
 
 def test_goals_are_re_evaluated_every_fifth_experience_and_only_with_room() -> None:

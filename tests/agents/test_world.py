@@ -12,6 +12,7 @@ from agents.world import (
     action_choose,
     action_hours,
     action_lesson,
+    emotions_update,
     needs_changes,
     persona_situation,
     urgent_need,
@@ -96,3 +97,17 @@ def test_idle_lasts_until_the_first_need_decays_to_half_within_one_to_eight_hour
     assert idle_hours(needs={"hunger": 0.4}, rates={"hunger": 0.03}) == 1.0  # at least an hour
     assert idle_hours(needs={"hunger": 1.0}, rates={"hunger": 0.01}) == MAX_IDLE_HOURS == 8.0
     assert idle_hours(needs={"hunger": 0.9}, rates={}) == MAX_IDLE_HOURS  # nothing decays: wait the longest
+
+
+def test_emotions_move_a_quarter_of_the_way_toward_what_needs_and_the_outcome_say() -> None:
+    # The plan prompt quotes these moods (persona_situation): contentment follows the needs' mean, worry the
+    # lowest need, hope rises only when a followed step worked, frustration when the action failed.
+    calm = {"worry": 0.5, "contentment": 0.5, "frustration": 0.5, "hope": 0.5}
+    worked = emotions_update(calm, needs={"hunger": 0.9, "energy": 0.1}, succeeded=True, followed_plan=True)
+    assert worked == {"worry": 0.6, "contentment": 0.5, "frustration": 0.425, "hope": 0.55}
+    content = emotions_update(calm, needs={"hunger": 1.0, "energy": 0.9}, succeeded=True, followed_plan=False)
+    assert content["contentment"] == 0.613 and content["hope"] == 0.45
+    failed = emotions_update(calm, needs={"hunger": 0.5}, succeeded=False, followed_plan=True)
+    assert failed["frustration"] == 0.575 and failed["hope"] == 0.45
+    nobody = emotions_update(calm, needs={}, succeeded=True, followed_plan=False)  # no needs: nothing to worry about
+    assert nobody["worry"] == 0.375 and nobody["contentment"] == 0.625

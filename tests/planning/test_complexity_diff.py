@@ -37,6 +37,7 @@ def test_should_plan_threshold_is_respected() -> None:
 
 @pytest.mark.parametrize(("goal", "expected"), [
     (" ".join(["lorem"] * 40), 0.25),  # length alone, saturated: 25%
+    (" ".join(["lorem"] * 80), 0.25),  # twice as long weighs no more: length is saturated at 40 words
     ("read write sort count", 0.25 * 4 / 40 + 0.30),  # four action verbs: 30% (and a little length)
     ("x and then after", 0.25 * 4 / 40 + 0.30),  # three sequencing words: 30%
     ("x, y, z, w, v", 0.25 * 5 / 40 + 0.15),  # four commas of structure: 15%
@@ -102,6 +103,15 @@ def test_tool_single_step_for_one_read_on_a_named_file(goal: str, step: tuple[st
 @pytest.mark.parametrize("goal", ["List the workspace", "Read the notes", "Write notes.txt", "Read a.txt and b.txt"])
 def test_tool_single_step_leaves_everything_else_to_the_model(goal: str) -> None:
     assert tool_single_step(goal) is None
+
+
+def test_plan_diff_matches_steps_without_key_or_id_by_position() -> None:
+    old = [{"description": "Read data.csv"}, {"description": "Write a report"}]
+    new = [{"description": "Read data.csv"}, {"description": "Write a short report"}]
+    assert plan_diff(old, new) == {
+        "added": [], "removed": [], "kept": ["1"],
+        "changed": [{"key": "2", "fields": {"description": ["Write a report", "Write a short report"]}}],
+    }
 
 
 def test_plan_diff_matches_a_renumbered_step_to_itself() -> None:

@@ -345,6 +345,18 @@ def test_after_every_rejection_a_simpler_request_is_tried(chain: LLMTestServer, 
     assert "accepted from a simpler request after rejected answers" in flags
 
 
+def test_a_simpler_request_cut_by_the_deadline_fails_the_plan_saying_so(chain: LLMTestServer, settings: Any) -> None:
+    settings.LLM_MODELS = {"planner": ["big-model"], "fast": ["fast-model"]}
+    settings.LLM_TIMEOUT_SECONDS = 30
+    settings.PLAN_DEADLINE_SECONDS = 5
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", answer(UNKNOWN_TOOL), answer(UNKNOWN_TOOL), answer(UNKNOWN_TOOL), answer(GOOD, delay=10))
+    plan = plan_generate(agent=tool_agent(), goal_text="List the workspace")
+    assert "SIMPLER REQUEST" in chain.requests_for("big-model")[3].messages[-1]["content"]  # asked, too slow
+    assert plan.status == Plan.Status.FAILED
+    assert plan.failure_reason.startswith("no acceptable plan within 5 s: 3 answers rejected")
+
+
 # -- seed 004: a simple tool goal is one step without a planning call --------------------------------
 
 
