@@ -37,14 +37,12 @@ from agents.models import Agent, Need
 from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
 from agents.selectors import lessons_recent, plan_waits_for_a_person
 from agents.services import (
-    CycleAlreadyDone,
     CycleRecord,
     Routine,
     StepChange,
     agent_cycle_count,
     agents_cycle_count,
     goals_plans_close,
-    persona_cycle_record,
     persona_cycles_record,
     plan_repeat,
     routines_start,
@@ -521,9 +519,7 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     chosen = persona_action(state, plan, step)
     assert chosen is not None  # asking, the model or the rules always decide
     record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=expected, runner=runner)
-    try:
-        persona_cycle_record(record)
-    except CycleAlreadyDone:
+    if record.agent.pk not in persona_cycles_record([record]):  # recorded already, by another runner
         return "cycle already done"
     persona_milestones_check([record], runner=runner)
     return f"{record.action}: {record.outcome}"

@@ -21,7 +21,7 @@ from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
-from planning.engine.schedule import step_transition_check
+from planning.engine.schedule import steps_transitions_refused
 from planning.engine.shown import PLAN_CHANGED
 from planning.engine.validate import plan_validate_edit
 from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
@@ -197,8 +197,11 @@ def step_rollback(*, step: PlanStep, user: User) -> PlanEvent:
 
 
 def step_move(*, step: PlanStep, status: str) -> None:
-    """Guarded transition (no completed -> running); raises IllegalTransition."""
-    step_transition_check(step.status, status)
+    """Guarded transition (no completed -> running), a list of one for the state machine that checks a pass's
+    moves too (steps_transitions_refused); raises IllegalTransition."""
+    (refused,) = steps_transitions_refused([(step.status, [status])])
+    if refused is not None:
+        raise refused
     step.status = status
 
 
