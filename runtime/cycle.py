@@ -100,7 +100,6 @@ from planning.services import (
     plan_replan_schedule,
     step_finish,
     step_outcome_unknown,
-    step_request_approval,
     step_start,
     steps_request_approval,
 )
@@ -477,7 +476,7 @@ def persona_step_choose(state: PersonaState, runner: str,
             continue
         if step.status == PlanStep.Status.PENDING and step.needs_approval(plan):
             if approvals is None:
-                step_request_approval(step=step, runner=runner)
+                steps_request_approval([step], runner=runner)
             else:
                 approvals.append(step)
             step.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
@@ -1054,9 +1053,10 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bo
     agent.workspace.mkdir(parents=True, exist_ok=True)
     started: list[PlanStep] = []
     now = timezone.now()
+    asking = [s for s in steps if s.key in keys and s.needs_approval(plan)]
+    steps_request_approval(asking, runner=runner)
     for step in (s for s in steps if s.key in keys):
-        if step.needs_approval(plan):
-            step_request_approval(step=step, runner=runner)
+        if step in asking:
             done.append(f"{step.key} awaits approval")
             continue
         if step.start_after is not None and step.start_after > now:

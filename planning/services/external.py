@@ -26,7 +26,7 @@ from planning.selectors import plan_feedback
 from planning.services.errors import DecisionError, PlanAlreadyReplanned
 from planning.services.events import event_agent_record, event_record
 from planning.services.plans import plan_cancel
-from planning.services.steps import step_finish, step_move, step_request_approval
+from planning.services.steps import step_finish, step_move, steps_request_approval
 from planning.services.versions import plan_accept, plan_start, plan_start_by_policy
 
 RESULT_MAX_CHARS = 20000
@@ -158,7 +158,7 @@ def plan_next(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[str, An
     if keys:
         step = next(s for s in steps if s.key == keys[0])
         if step.needs_approval(plan):
-            step_request_approval(step=step, runner=agent_actor(agent, via))
+            steps_request_approval([step], runner=agent_actor(agent, via))
             step.refresh_from_db()
             if step.status != PlanStep.Status.AWAITING_APPROVAL:  # a policy decided it at once: what now
                 return plan_next(agent=agent, plan_id=plan_id, via=via)

@@ -17,6 +17,7 @@ from agents.declared_tools import agent_plan_terms
 from agents.fencing import fence_hold
 from agents.models import Agent
 from agents.services import rows_write
+from agents.signals import events_may_notify_on_commit
 from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
 from planner_site.events import publish_changed_on_commit
@@ -215,29 +216,17 @@ def step_awaiting(step: PlanStep) -> str:
 
 
 @atomic_retried
-def step_request_approval(*, step: PlanStep, runner: str) -> None:
-    step = step_lock(step.pk)
-    if step.status != PlanStep.Status.PENDING:
-        return
-    reason = step_awaiting(step)
-    step.save(update_fields=["status", "precheck", "updated_at"])
-    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason=f"step {step.key} awaits approval")
-    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason)
-    from policies.services import policies_step_waiting  # noqa: PLC0415 (policies decide through these services)
-
-    policies_step_waiting(step=step)
-
-
-@atomic_retried
 def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
-    """step_request_approval for many steps at once (a runner's pass): their plans, then the steps, locked in id
-    order; those still pending put up for approval by the same rule (step_awaiting), written in one statement
-    with one INSERT of their events, pushed after commit; each agent's row says which step waits; then the
-    policies decide each, as for one."""
+    """Pending steps put up for an operator's approval (a runner's pass, or one step as a list of one): their
+    plans (with their agents, whose workspace a tool's precheck reads), then the steps, locked in id order; those
+    still pending put up for approval by the one rule (step_awaiting), written in one statement with one INSERT
+    of their events, pushed after commit, the notifications' dispatch woken (bulk events send no post_save);
+    each agent's row says which step waits; then the policies decide each. A step no longer pending (decided
+    meanwhile) is left as it is."""
     if not steps:
         return
-    plans = {plan.pk: plan for plan in Plan.objects.select_for_update(no_key=True)
-             .filter(pk__in={step.plan_id for step in steps}).order_by("pk")}
+    plans = {plan.pk: plan for plan in Plan.objects.select_for_update(no_key=True, of=("self",))
+             .select_related("agent").filter(pk__in={step.plan_id for step in steps}).order_by("pk")}
     locked = list(PlanStep.objects.select_for_update(no_key=True)
                   .filter(pk__in=[step.pk for step in steps], status=PlanStep.Status.PENDING).order_by("pk"))
     now = timezone.now()
@@ -259,6 +248,8 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
     for text, agent_ids in sorted(by_text.items()):
         Agent.objects.filter(pk__in=agent_ids).update(waiting_reason=text)
     events_traced(PlanEvent.objects.bulk_create(events))
+    if events:
+        events_may_notify_on_commit()
     for step in locked:
         publish_changed_on_commit(agent_id=step.plan.agent_id, plan_id=step.plan_id, kind=PlanEvent.Kind.STEP_AWAITING)
     from policies.services import policies_step_waiting, rules_enabled  # noqa: PLC0415 (as above)
