@@ -87,6 +87,7 @@ from planning.services.transactions import (
 from planning.services.versions import (
     EDITABLE_PLAN_STATUSES,
     REJECTED_OUTPUT_SHOWN,
+    Acceptance,
     attempt_reject,
     failure_reasons,
     plan_accept,
@@ -101,12 +102,13 @@ from planning.services.versions import (
     plan_start,
     plan_start_by_policy,
     plan_steps_build,
-    plans_first_accept,
+    plans_accept,
     plans_first_start,
     steps_permission_raise,
 )
 
 __all__ = [
+    "Acceptance",
     "CONFLICT_ATTEMPTS",
     "DecisionError",
     "GoalAlreadyPlanned",
@@ -159,7 +161,7 @@ __all__ = [
     "plan_start",
     "plan_start_by_policy",
     "plan_steps_build",
-    "plans_first_accept",
+    "plans_accept",
     "plans_first_start",
     "reason_clean",
     "step_approve",

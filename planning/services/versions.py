@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -165,25 +165,28 @@ def plan_steps_build(*, plan: Plan, spec: PlanSpec, kept: Sequence[PlanStep]) ->
     return rows
 
 
-@transaction.atomic
+@dataclass
+class Acceptance:
+    """A validated plan to accept: its spec, flags and model, the steps an earlier version completed (kept as
+    they are), and the restatement to store with it (None: the one stored already stays)."""
+
+    plan: Plan
+    spec: PlanSpec
+    flags: list[str]
+    model: str
+    kept: Sequence[PlanStep] = ()
+    restatement: Mapping[str, str] | None = None
+
+
 def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kept: list[PlanStep],
                 actor_label: str) -> Plan:
-    """Store the validated steps (one INSERT); tool plans wait for the operator, persona plans start at once."""
-    plan = plan_locked_validating(plan)
-    persona = plan.agent.kind == Agent.Kind.PERSONA
-    steps, detail = plan_accepted(plan=plan, spec=spec, flags=flags, model=model, kept=kept)
-    PlanStep.objects.bulk_create(steps)  # one INSERT
-    plan.save(update_fields=ACCEPTED_FIELDS)
-    if not persona:  # a persona's plan starts at once: nothing new waits (plan_start said what still does)
-        agent_waiting_set(agent_id=plan.agent_id, reason=f"plan v{plan.version} awaits approval")
-    event_record(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label=actor_label, reason="; ".join(flags)[:4000],
-                 detail=detail)
-    if not persona:
-        from policies.services import policies_plan_waiting  # noqa: PLC0415 (policies decide through the services)
-
-        if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
-            plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
-    return plan
+    """plans_accept for one plan; PlanNoLongerValidating (nothing written) when someone ended its planning
+    meanwhile. The plan as it is now (a policy may have decided it at once)."""
+    accepted = plans_accept([Acceptance(plan=plan, spec=spec, flags=flags, model=model, kept=kept)],
+                            actor_label=actor_label)
+    if plan.pk not in accepted:
+        raise PlanNoLongerValidating(plan)
+    return accepted[plan.pk][0]
 
 
 ACCEPTED_FIELDS = ["status", "approval_mode", "thinking_summary", "confidence", "risks", "model", "updated_at"]
@@ -240,46 +243,58 @@ def plans_first_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
 
 
 @transaction.atomic
-def plans_first_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]], *,
-                       actor_label: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
-    """plan_accept for many agents' first versions at once (a runner's pass), by plan_accepted's rules: the
-    plans still "validating" locked, one INSERT of their steps, one statement writing the plans (their
-    restatements with them), one INSERT of their VALIDATED events, pushed after commit. A persona's plan starts
-    at once; a tool agent's awaits approval, its row says so (one UPDATE), the approval policies decide it
-    (policies_plan_waiting, plan by plan, as plan_accept) and the notifications' dispatch is woken (bulk events
-    send no post_save). A plan someone ended meanwhile is left as it is. The plans accepted with their steps as
-    stored, by plan id."""
-    validating = set(Plan.objects.select_for_update().filter(
-        pk__in=[plan.pk for plan, _, _, _ in accepted], status=Plan.Status.VALIDATING).order_by("pk")
-        .values_list("pk", flat=True))
+def plans_accept(acceptances: Sequence[Acceptance], *, actor_label: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
+    """Validated plans accepted (a runner's pass, or one plan as a list of one), by plan_accepted's rules: the
+    plans still "validating" locked and read again (with their agents, and their previous versions when any has
+    one: a first version has no previous one to join, round_100_agents), one INSERT of their steps, one
+    statement writing the plans (their restatements with them), one INSERT of their VALIDATED events, pushed
+    after commit, the notifications' dispatch woken (bulk events send no post_save). A persona's plan starts
+    at once; another agent's awaits approval, its row says so (one UPDATE for each version number), and the
+    approval policies decide it (policies_plan_waiting, plan by plan). A plan someone ended meanwhile is left
+    as it is and left out. The plans accepted, as they are now, with their steps as stored, by plan id."""
+    if not acceptances:
+        return {}
+    related = ("agent", "previous") if any(a.plan.previous_id is not None for a in acceptances) else ("agent",)
+    locked = {plan.pk: plan for plan in Plan.objects.select_for_update(of=("self",)).select_related(*related).filter(
+        pk__in=[a.plan.pk for a in acceptances], status=Plan.Status.VALIDATING).order_by("pk")}
     plans: list[Plan] = []
     steps: list[PlanStep] = []
     events: list[PlanEvent] = []
     done: dict[int, tuple[Plan, list[PlanStep]]] = {}
-    for plan, spec, flags, model in accepted:
-        if plan.pk not in validating or plan.agent.kind == Agent.Kind.EXTERNAL or plan.previous_id is not None:
+    for acceptance in acceptances:
+        plan = locked.get(acceptance.plan.pk)
+        if plan is None or plan.pk in done:
             continue
-        plan_steps, detail = plan_accepted(plan=plan, spec=spec, flags=flags, model=model, kept=[])
+        if acceptance.restatement is not None:
+            for key in RESTATE_KEYS:
+                setattr(plan, key, acceptance.restatement.get(key, ""))
+        plan_steps, detail = plan_accepted(plan=plan, spec=acceptance.spec, flags=acceptance.flags,
+                                           model=acceptance.model, kept=acceptance.kept)
         plans.append(plan)
         steps += plan_steps
         done[plan.pk] = (plan, plan_steps)
         events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.VALIDATED,
-                                actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
+                                actor_label=actor_label, reason="; ".join(acceptance.flags)[:4000], detail=detail))
+    if not plans:
+        return {}
     PlanStep.objects.bulk_create(steps)
     rows_write(Plan, plans, [*ACCEPTED_FIELDS, *RESTATE_KEYS])  # locked and checked above (bulk_update builds a CASE WHEN per row and field)
     events_traced(PlanEvent.objects.bulk_create(events))
+    events_may_notify_on_commit()
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
     waiting = [plan for plan in plans if plan.status == Plan.Status.AWAITING_APPROVAL]
     if waiting:
         from policies.services import policies_plan_waiting  # noqa: PLC0415 (policies decide through the services)
 
-        Agent.objects.filter(pk__in=[plan.agent_id for plan in waiting]).update(
-            waiting_reason="plan v1 awaits approval")  # first versions: plan_accept's reason, the same for all
+        by_text: dict[str, list[int]] = {}
+        for plan in waiting:
+            by_text.setdefault(f"plan v{plan.version} awaits approval", []).append(plan.agent_id)
+        for text, agent_ids in sorted(by_text.items()):  # a row that says so already is not written
+            Agent.objects.filter(pk__in=agent_ids).exclude(waiting_reason=text).update(waiting_reason=text)
         for plan in waiting:
             if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
                 plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
-        events_may_notify_on_commit()
     return done
 
 
