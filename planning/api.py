@@ -41,8 +41,8 @@ from planner_site import tracing
 from planner_site.bearer import bearer_token
 from planner_site.validators import json_problem
 from planning.live.hub import changes_watched
-from planning.services import external
-from planning.services.external import ExternalError
+from planning.services import reported as external
+from planning.services.reported import ExternalError
 
 # From the environment; a Django setting of the same name overrides (tests do).
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes

@@ -33,8 +33,8 @@ from ninja.errors import HttpError
 from agents.models import AgentToken
 from planning import api
 from planning.models import PlanStep
-from planning.services import external
-from planning.services.external import ExternalError
+from planning.services import reported as external
+from planning.services.reported import ExternalError
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_SALT = "planning.mcp_tasks.plan"

@@ -4,6 +4,7 @@ commit."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -269,11 +270,18 @@ def step_start(*, step: PlanStep, runner: str) -> PlanStep | None:
     step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
     if step.status != PlanStep.Status.PENDING:
         return None
+    return step_started(step=step, actor_label=runner)
+
+
+def step_started(*, step: PlanStep, actor_label: str) -> PlanStep:
+    """A pending step, locked by the caller with its plan, starts running: a cycle more counted, its event says
+    which tool with which input. The one start of a step, the runner's (step_start) and an agent's that runs
+    its steps itself (planning/services/reported.py step_start)."""
     step_move(step=step, status=PlanStep.Status.RUNNING)
     step.actual_cycles += 1
     step.save(update_fields=["status", "actual_cycles", "updated_at"])
-    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner,
-                 reason=f"{step.tool} {step.tool_input}"[:500])
+    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=actor_label,
+                 reason=f"{step.tool} {json.dumps(step.tool_input, ensure_ascii=False)}"[:500])
     return step
 
 
