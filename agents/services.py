@@ -25,9 +25,8 @@ from django.utils import timezone
 
 from agents.fencing import fence_current, fence_hold
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
-from agents.persona import StepVerdict, routine_keeps
+from agents.persona import StepVerdict
 from agents.signals import operator_acted_on_commit
-from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import GoalState, clamp_unit
 from planner_site.events import publish_changed_on_commit
@@ -36,10 +35,6 @@ from planning.models import Plan, PlanEvent, PlanStep
 from planning.trace_spans import events_traced
 
 logger = logging.getLogger(__name__)
-
-# A routine repeats a step that serves another need only while that need is below this (work while money is short).
-ROUTINE_FINE_ABOVE = 0.8
-
 
 @dataclass
 class StepChange:
@@ -695,64 +690,6 @@ def admin_row_create(*, user: Any, obj: Any, what: str,
     agent_id, plan_id = audit(obj)
     return admin_event_record(user=user, agent_id=agent_id, plan_id=plan_id, what=what,
                               diff={"created": ["", str(obj)]})
-
-
-@dataclass
-class Routine:
-    """A goal's routine to start: the completed plan it repeats, that plan's steps, the needs now."""
-
-    goal: Goal
-    source: Plan
-    steps: Sequence[PlanStep]
-    needs: Mapping[str, float]
-
-
-def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float],
-                runner: str) -> tuple[Plan, list[PlanStep]] | None:
-    """A goal whose plan (or a plan for the same goal in the same words) completed does the same again: a
-    new plan with the completed plan's steps, made without a model call (the person's routine). Steps
-    that only served needs that are fine now are left out; none left: None, the caller asks the model.
-    Steps that spend money wait for an operator's yes again. Returns the plan and its steps, as created."""
-    started = routines_start([Routine(goal=goal, source=source, steps=list(source.steps.all()), needs=needs)],
-                             runner=runner)
-    return started.get(goal.pk)
-
-
-@transaction.atomic
-def routines_start(routines: Sequence[Routine], *, runner: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
-    """plan_repeat for many goals at once (a batch of persona cycles): one INSERT for the plans, one for their
-    steps, one for their events, pushed after commit. By goal; a goal none of whose steps is kept is left out."""
-    kept: list[tuple[Routine, list[PlanStep]]] = []
-    for routine in routines:
-        steps = [s for s in routine.steps if s.status == PlanStep.Status.COMPLETED and routine_keeps(
-            effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {},
-            source_needs=routine.goal.source_needs, needs=routine.needs, fine_above=ROUTINE_FINE_ABOVE)]
-        if steps:
-            kept.append((routine, steps))
-    if not kept:
-        return {}
-    plans = Plan.objects.bulk_create([
-        Plan(agent_id=r.goal.agent_id, goal=r.goal, goal_text=r.source.goal_text, status=Plan.Status.ACTIVE,
-             approval_mode=Plan.ApprovalMode.ALL, thinking_summary=r.source.thinking_summary,
-             confidence=r.source.confidence, risks=list(r.source.risks), model=r.source.model)
-        for r, _ in kept])
-    made = PlanStep.objects.bulk_create([
-        PlanStep(plan=plan, key=s.key, position=position, description=s.description, action_hint=s.action_hint,
-                 expected_outcome=s.expected_outcome, estimated_cycles=s.estimated_cycles,
-                 depends_on=[d for d in s.depends_on if d in {t.key for t in steps}],
-                 requires_permission=s.requires_permission, risk=s.risk)
-        for plan, (_, steps) in zip(plans, kept, strict=True) for position, s in enumerate(steps, start=1)])
-    PlanEvent.objects.bulk_create([
-        PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=runner,
-                  reason=f"repeats plan #{r.source.pk}, which completed; no model call",
-                  detail={"repeats": r.source.pk, "version": plan.version})
-        for plan, (r, _) in zip(plans, kept, strict=True)])
-    by_plan: dict[int, list[PlanStep]] = {}
-    for step in made:
-        by_plan.setdefault(step.plan_id, []).append(step)
-    for plan in plans:
-        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_created")
-    return {routine.goal.pk: (plan, by_plan[plan.pk]) for plan, (routine, _) in zip(plans, kept, strict=True)}
 
 
 @transaction.atomic

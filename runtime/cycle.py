@@ -38,14 +38,11 @@ from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
 from agents.selectors import lessons_recent, plan_waits_for_a_person
 from agents.services import (
     CycleRecord,
-    Routine,
     StepChange,
     agent_cycle_count,
     agents_cycle_count,
     goals_plans_close,
     persona_cycles_record,
-    plan_repeat,
-    routines_start,
 )
 from agents.tools import (
     ToolError,
@@ -96,8 +93,11 @@ from planning.selectors import plan_feedback
 from planning.services import (
     GoalAlreadyPlanned,
     PlanAlreadyReplanned,
+    Routine,
     plan_abandon,
+    plan_repeat,
     plan_replan_schedule,
+    routines_start,
     step_finish,
     step_outcome_unknown,
     step_start,
