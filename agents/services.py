@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,22 +25,16 @@ from django.utils import timezone
 
 from agents.fencing import fence_current, fence_hold
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
-from agents.persona import StepVerdict, routine_keeps
+from agents.persona import StepVerdict
 from agents.signals import operator_acted_on_commit
-from agents.world import ACTIONS
 from goals.models import Goal
 from goals.system import GoalState, clamp_unit
 from planner_site.events import publish_changed_on_commit
+from planning.engine.schedule import steps_transitions_refused
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.trace_spans import events_traced
 
-# A routine repeats a step that serves another need only while that need is below this (work while money is short).
-ROUTINE_FINE_ABOVE = 0.8
-
-
-class CycleAlreadyDone(Exception):
-    """Another runner (or an earlier run of this one) already recorded this cycle; nothing was changed."""
-
+logger = logging.getLogger(__name__)
 
 @dataclass
 class StepChange:
@@ -146,47 +141,6 @@ def cycle_soon_on_decision(sender: object, agent_id: int, **kwargs: Any) -> None
     agent_cycle_soon(agent_id=agent_id)
 
 
-@transaction.atomic
-def persona_cycle_record(record: CycleRecord) -> Experience:
-    """Record one persona cycle in one transaction; raises CycleAlreadyDone (and nothing is written) when the
-    cycle was already recorded."""
-    fence_hold()  # a runner's: only while it holds the job covering this agent (agents/fencing.py)
-    agent = record.agent
-    now = timezone.now()
-    cycle = record.expected_cycle + 1
-    change, plan_written, plans_to_close = cycle_plans_claim(record, now)
-    # First write after the plans', so PostgreSQL locks the agent row at once: a second runner on this agent
-    # waits here and then finds cycle_count moved on.
-    updated = Agent.objects.filter(pk=agent.pk, cycle_count=record.expected_cycle).update(
-        cycle_count=cycle, emotions=record.emotions, next_cycle_at=cycle_next_at(agent, now))
-    if not updated:
-        raise CycleAlreadyDone(f"{agent} cycle {cycle} was already recorded")
-    needs_move([record], now)
-    experience = experience_of(record, step=change.step if change else None)
-    experience.save()
-    events: list[PlanEvent] = []
-    pushed: set[int] = set()
-    if change is not None:
-        events += step_apply(change=change, runner=record.runner, experience_id=experience.pk, now=now,
-                             plan_written=plan_written)
-        pushed.add(change.plan.pk)
-    goals = goals_after(record, plan_completed=any(e.kind == PlanEvent.Kind.PLAN_COMPLETED for e in events))
-    abandoned = goals_write(goals=goals, now=now)
-    events += [goal_abandoned_event(goal, state, runner=record.runner, experience_id=experience.pk)
-               for goal, state in goals if goal.pk in abandoned]
-    events += plans_closed_steps(plans_to_close, runner=record.runner, now=now)
-    pushed |= {plan.pk for plan, _ in plans_to_close}
-    lessons_learn([(agent, record.lesson, experience)])  # a failed action's lesson, learned once
-    if events:
-        events_traced(PlanEvent.objects.bulk_create(events))
-    # One push for the cycle (the agent, and the plan of its step); a closed plan's page hears of it too.
-    current = change.plan.pk if change is not None else None
-    publish_changed_on_commit(agent_id=agent.pk, plan_id=current, kind="experience")
-    for plan_id in sorted(pushed - {current}):
-        publish_changed_on_commit(agent_id=agent.pk, plan_id=plan_id, kind="plan_closed")
-    return experience
-
-
 def experience_of(record: CycleRecord, *, step: PlanStep | None) -> Experience:
     """The cycle's experience row (unsaved): what the person did, on which step, and where needs and goals
     stood after it."""
@@ -213,39 +167,15 @@ def goal_abandoned_event(goal: Goal, state: GoalState, *, runner: str, experienc
                      detail={"goal": goal.pk, "horizon": goal.horizon, "experience": experience_id})
 
 
-def cycle_plans_claim(record: CycleRecord, now: Any) -> tuple[StepChange | None, dict[str, Any], list[tuple[Plan, str]]]:
-    """The cycle's plan changes, written first and each only over the status the cycle read, so that what an
-    operator decided since (a plan cancelled, or completed by a skip) stands: a plan whose UPDATE finds another
-    status keeps it, and the cycle's change to it (its step's too) is dropped. Plan before steps, the services'
-    lock order: on PostgreSQL each UPDATE locks its plan row, in id order. The common cycle changes only its
-    step, which step_apply writes only if its status is still the one read (no plan write, no extra query).
-
-    Returns the step change still to write (None if dropped), the values its plan had before this cycle wrote
-    it for the step (completed, or a replan asked for; for step_apply to put back should the step have
-    changed meanwhile), and the plans to close whose row is now closed (their steps remain to skip)."""
-    change = record.step_change
-    writes: dict[int, tuple[Plan, dict[str, Any]]] = {p.pk: (p, dict(PLAN_CLOSED)) for p, _ in record.plans_to_close}
-    for_step: dict[str, Any] = {}
-    if change is not None and change.plan.pk not in writes:
-        for_step = step_plan_values(change)
-        if for_step:
-            writes[change.plan.pk] = (change.plan, for_step)
-    claimed = {pk for pk, (plan, values) in sorted(writes.items())
-               if Plan.objects.filter(pk=pk, status=plan.status).update(**values, updated_at=now)}
-    if change is not None and change.plan.pk in writes and change.plan.pk not in claimed:
-        change, for_step = None, {}
-    before = {name: getattr(change.plan, name) for name in for_step} if change is not None else {}
-    return change, before, [(p, why) for p, why in record.plans_to_close if p.pk in claimed]
-
-
 # The columns a cycle writes of each goal its experience moved.
 GOAL_WRITTEN = ["progress", "confidence", "times_advanced", "times_regressed", "status", "last_progressed"]
 
 
 def step_written(*, change: StepChange, runner: str, experience_id: int,
-                 now: Any) -> tuple[dict[str, Any], list[PlanEvent]]:
-    """The current step's new values after the experience, and the events that say so (unsaved; the plan's
-    own event apart)."""
+                 now: Any) -> tuple[dict[str, Any], list[PlanEvent], list[str]]:
+    """The current step's new values after the experience, the events that say so (unsaved; the plan's own
+    event apart), and the statuses it goes through on the way, in order (steps_moved checks them by the one
+    state machine and writes the last)."""
     step, plan, verdict = change.step, change.plan, change.verdict
     detail = {"experience": experience_id}
     events: list[PlanEvent] = []
@@ -256,66 +186,45 @@ def step_written(*, change: StepChange, runner: str, experience_id: int,
 
     fields: dict[str, Any] = {"actual_cycles": verdict.actual_cycles, "overrides": verdict.overrides,
                               "updated_at": now}
+    path: list[str] = []
     if step.status == PlanStep.Status.PENDING:
         event(PlanEvent.Kind.STEP_STARTED, step.description)
-        fields["status"] = PlanStep.Status.RUNNING
+        path.append(PlanStep.Status.RUNNING)
     if not change.followed:
         event(PlanEvent.Kind.STEP_OVERRIDDEN, change.override_reason, {"overrides": verdict.overrides})
     if verdict.completed:
-        fields |= {"status": PlanStep.Status.COMPLETED, "result": change.result[:20000], "error": ""}
+        path.append(PlanStep.Status.COMPLETED)
+        fields |= {"result": change.result[:20000], "error": ""}
         event(PlanEvent.Kind.STEP_COMPLETED, change.result)
     elif verdict.replan:
-        fields |= {"status": PlanStep.Status.FAILED, "failure_reason": verdict.failure}
+        path.append(PlanStep.Status.FAILED)
+        fields["failure_reason"] = verdict.failure
         event(PlanEvent.Kind.STEP_FAILED, verdict.failure, {"replan_scheduled": True})
-    return fields, events
-
-
-def step_apply(*, change: StepChange, runner: str, experience_id: int, now: Any,
-               plan_written: Mapping[str, Any]) -> list[PlanEvent]:
-    """The current step's counters and status after the experience; the events that say so (unsaved).
-    `plan_written`: the plan's values before cycle_plans_claim wrote it for this step (completed, replan)."""
-    step, plan, verdict = change.step, change.plan, change.verdict
-    fields, events = step_written(change=change, runner=runner, experience_id=experience_id, now=now)
-    # Only over the status this cycle read: a step an operator skipped or declined meanwhile stays so, and
-    # so does its plan (written first for this step, it gets its values back).
-    if not PlanStep.objects.filter(pk=step.pk, status=step.status).update(**fields):
-        if plan_written:
-            Plan.objects.filter(pk=plan.pk).update(**plan_written, updated_at=now)
-        return []
-    for name, value in fields.items():
-        setattr(step, name, value)
-    if verdict.replan and not verdict.completed:
-        plan.replan_reason = verdict.failure
-    if change.plan_completed:
-        plan.status = Plan.Status.COMPLETED
-        events.append(plan_completed_event(plan, runner=runner, experience_id=experience_id))
-    return events
+    return fields, events, path
 
 
 @transaction.atomic
 def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experience]:
-    """Record many persona cycles in one transaction (the scale-out runtime's pass), with what
-    persona_cycle_record writes for each, in a fixed number of statements whatever their number. A cycle
-    already recorded (its agent's count moved on) is left out and nothing of it is written. What an operator
-    decided meanwhile stands, as in a single cycle: a plan whose status changed keeps it and the cycle's change
-    to it and its step is dropped; a step whose status changed keeps it (the experience is recorded, the step
-    and its plan stay as the operator left them, and a plan that did not complete gives its goal no bonus). A
-    cycle that closes plans (a goal abandoned) is recorded on its own, by persona_cycle_record (uncommon).
+    """Record persona cycles in one transaction, in a fixed number of statements whatever their number: the
+    scale-out runtime's pass, and a persona's own cycle as a list of one. A cycle is numbered: one already
+    recorded (its agent's count moved on, by another runner or an earlier run) is left out and nothing of it is
+    written, so a cycle re-run changes nothing twice. What an operator decided meanwhile stands: a plan whose
+    status changed keeps it and the cycle's change to it and its step is dropped; a step whose status changed
+    keeps it (the experience is recorded, the step and its plan stay as the operator left them, and a plan that
+    did not complete gives its goal no bonus). A step moves only as the one state machine allows (steps_moved).
+    A goal the cycle finished closes its open plans (plans_to_close), their unfinished steps skipped.
     Returns the experiences recorded, by agent."""
-    fence_hold()  # a runner's pass: only while it holds the shard's job (agents/fencing.py)
-    done: dict[int, Experience] = {}
-    for record in (r for r in records if r.plans_to_close):
-        try:
-            with transaction.atomic():
-                done[record.agent.pk] = persona_cycle_record(record)
-        except CycleAlreadyDone:
-            pass
+    fence_hold()  # a runner's: only while it holds the job covering these agents (agents/fencing.py)
     now = timezone.now()
-    batch = [r for r in records if not r.plans_to_close]
-    # The services' lock order: plans, agents, steps. First the plans the cycles complete (marked completed now,
-    # each only if its status is still the one read: plans_claimed) or ask to replan (locked, with their status
-    # now); a cycle whose plan's status moved on drops its change (cycle_plans_claim's rule).
-    plan_values = {r.agent.pk: step_plan_values(r.step_change) for r in batch if r.step_change is not None}
+    batch = list(records)
+    # The services' lock order: plans, agents, steps. First the plans the cycles close (a goal finished), then
+    # those they complete (each marked now, only if its status is still the one read: rows_written_if_unchanged),
+    # then those they ask to replan (locked, with their status now); a cycle whose plan's status moved on drops
+    # its change to it and its step. A plan the cycle closes takes no other change.
+    closing = [plan for r in batch for plan, _ in r.plans_to_close]
+    closed = rows_written_if_unchanged(Plan, closing, PLAN_CLOSED, now=now)
+    plan_values = {r.agent.pk: {} if r.step_change.plan.pk in {p.pk for p, _ in r.plans_to_close}
+                   else step_plan_values(r.step_change) for r in batch if r.step_change is not None}
     completing = [r.step_change.plan for r in batch
                   if r.step_change is not None and "status" in plan_values[r.agent.pk]]
     claimed = plans_claimed(completing, now=now)
@@ -328,15 +237,19 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     counts = dict(Agent.objects.select_for_update().filter(pk__in=[r.agent.pk for r in batch]).order_by("pk")
                   .values_list("pk", "cycle_count"))
     batch = [r for r in batch if counts.get(r.agent.pk) == r.expected_cycle]
+    recorded = {r.agent.pk for r in batch}
+    plans_unclaimed([p for r in records if r.agent.pk not in recorded for p, _ in r.plans_to_close if p.pk in closed],
+                    now=now)
     if not batch:
         plans_unclaimed([p for p in completing if p.pk in claimed], now=now)
-        return done
+        return {}
     changes: dict[int, StepChange] = {}
     for record in batch:
         change = record.step_change
         values = plan_values.get(record.agent.pk)
-        if change is not None and (not values or (change.plan.pk in claimed if "status" in values
-                                                  else plan_status.get(change.plan.pk) == change.plan.status)):
+        if change is not None and (change.plan.pk in closed if not values and change.plan.pk in closing
+                                   else not values or (change.plan.pk in claimed if "status" in values
+                                                       else plan_status.get(change.plan.pk) == change.plan.status)):
             changes[record.agent.pk] = change
         agent = record.agent
         agent.cycle_count, agent.emotions = record.expected_cycle + 1, record.emotions
@@ -350,14 +263,17 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
     moved = [(record, change, *step_written(change=change, runner=record.runner,
                                             experience_id=by_agent[record.agent.pk].pk, now=now))
              for record in batch if (change := changes.get(record.agent.pk)) is not None]
-    kept = steps_moved([(change.step, fields) for _, change, fields, _ in moved], now=now)
+    kept = steps_moved([(change.step, fields, path) for _, change, fields, _, path in moved], now=now)
     completed: list[Plan] = []
     replans: list[Plan] = []
-    for record, change, fields, step_events in moved:
+    rewarded: set[int] = set()
+    for record, change, fields, step_events, path in moved:
         if change.step.pk not in kept:
             continue  # an operator's decision meanwhile stands
         for name, value in fields.items():
             setattr(change.step, name, value)
+        if path:
+            change.step.status = path[-1]
         events += step_events
         plan, values = change.plan, plan_values[record.agent.pk]
         if values:
@@ -366,23 +282,31 @@ def persona_cycles_record(records: Sequence[CycleRecord]) -> dict[int, Experienc
             plan.updated_at = now
             (completed if "status" in values else replans).append(plan)
         if change.plan_completed:
+            rewarded.add(plan.pk)
+            plan.status = Plan.Status.COMPLETED
             events.append(plan_completed_event(plan, runner=record.runner, experience_id=by_agent[record.agent.pk].pk))
-    rewarded = {p.pk for p in completed}
-    plans_unclaimed([p for p in completing if p.pk in claimed and p.pk not in rewarded], now=now)
+    plans_unclaimed([p for p in completing if p.pk in claimed and p.pk not in {c.pk for c in completed}], now=now)
     rows_write(Plan, replans, ["replan_reason", "updated_at"])
     goals = [pair for r in batch for pair in goals_after(
         r, plan_completed=r.step_change is not None and r.step_change.plan.pk in rewarded)]
     abandoned = goals_write(goals=goals, now=now)
     events += [goal_abandoned_event(goal, state, runner=r.runner, experience_id=by_agent[goal.agent_id].pk)
                for r in batch for goal, state in r.goals if goal.pk in abandoned]
+    by_runner: dict[str, list[tuple[Plan, str]]] = {}
+    for record in batch:
+        by_runner.setdefault(record.runner, []).extend((p, why) for p, why in record.plans_to_close if p.pk in closed)
+    for runner, plans in by_runner.items():
+        if plans:
+            events += plans_closed_steps(plans, runner=runner, now=now)
     lessons_learn([(r.agent, r.lesson, by_agent[r.agent.pk]) for r in batch if r.lesson])
     if events:
         events_traced(PlanEvent.objects.bulk_create(events))
     for record in batch:  # the runner publishes the pass's changes together (published_together)
-        change = record.step_change
-        publish_changed_on_commit(agent_id=record.agent.pk, plan_id=change.plan.pk if change else None,
-                                  kind="experience")
-    return done | by_agent
+        current = record.step_change.plan.pk if record.step_change is not None else None
+        publish_changed_on_commit(agent_id=record.agent.pk, plan_id=current, kind="experience")
+        for plan_id in sorted({p.pk for p, _ in record.plans_to_close if p.pk in closed} - {current}):
+            publish_changed_on_commit(agent_id=record.agent.pk, plan_id=plan_id, kind="plan_closed")
+    return by_agent
 
 
 def plans_claimed(plans: Sequence[Plan], *, now: Any) -> set[int]:
@@ -410,44 +334,53 @@ def rows_written_if_unchanged(model: Any, rows: Sequence[Any], values: Mapping[s
 
 
 def plans_unclaimed(plans: Sequence[Plan], *, now: Any) -> None:
-    """Plans plans_claimed marked whose cycle was not recorded after all (another runner recorded it, or its
-    step's status moved on meanwhile): each gets back the status its cycle read (uncommon)."""
-    read: dict[str, list[int]] = {}
+    """Plans a pass marked (completed, or closed) whose cycle was not recorded after all (another runner recorded
+    it, or its step's status moved on meanwhile): each gets back the status and the replan reason its cycle read
+    (uncommon)."""
+    read: dict[tuple[str, str], list[int]] = {}
     for plan in plans:
-        read.setdefault(plan.status, []).append(plan.pk)
-    for status, pks in read.items():
-        Plan.objects.filter(pk__in=pks).update(status=status, updated_at=now)
+        read.setdefault((plan.status, plan.replan_reason), []).append(plan.pk)
+    for (status, replan_reason), pks in read.items():
+        Plan.objects.filter(pk__in=pks).update(status=status, replan_reason=replan_reason, updated_at=now)
 
 
 # The step columns a cycle sets to a value of its own (step_written), beside its counters and updated_at.
 STEP_SET = ["status", "result", "error", "failure_reason"]
 
 
-def steps_moved(moves: Sequence[tuple[PlanStep, Mapping[str, Any]]], *, now: Any) -> set[int]:
-    """The pass's steps moved by their cycles (step_written's fields), each only if its status is still the one
-    the cycle read: what an operator decided meanwhile (a step skipped, declined, approved) stands. One UPDATE
-    for all: its counters moved from their values now, each column's change a CASE over the steps that make it
-    (most steps of a pass make the same one, a cycle more on their running step), its WHERE the status each
-    read (rows_written_if_unchanged). Returns the steps written (`make bench`, persona_cycle_queries and
-    scale_*_cpu_per_cycle: reading the steps FOR UPDATE first, to write them by an upsert of seven columns, cost
-    a statement more a pass)."""
+def steps_moved(moves: Sequence[tuple[PlanStep, Mapping[str, Any], Sequence[str]]], *, now: Any) -> set[int]:
+    """The pass's steps moved by their cycles (step_written's fields, and the statuses each goes through), each
+    only as the one state machine allows (steps_transitions_refused: a move it refuses is not made, the step is
+    left as it was, and its cycle's change to it and its plan is dropped, as for an operator's decision) and only
+    if its status is still the one the cycle read: what an operator decided meanwhile (a step skipped, declined,
+    approved) stands. One UPDATE for all: its counters moved from their values now, each column's change a CASE
+    over the steps that make it (most steps of a pass make the same one, a cycle more on their running step),
+    its WHERE the status each read (rows_written_if_unchanged). Returns the steps written (`make bench`,
+    persona_cycle_queries and scale_*_cpu_per_cycle: reading the steps FOR UPDATE first, to write them by an
+    upsert of seven columns, cost a statement more a pass)."""
+    refused = steps_transitions_refused([(step.status, path) for step, _, path in moves])
+    for (step, _, path), problem in zip(moves, refused, strict=True):
+        if problem is not None:
+            logger.warning("step %s not moved through %s: %s", step.pk, ", ".join(path), problem)
+    moves = [move for move, problem in zip(moves, refused, strict=True) if problem is None]
     if not moves:
         return set()
     cycles: dict[int, list[int]] = {}
     overrides: dict[int, list[int]] = {}
     columns: dict[str, dict[Any, list[int]]] = {name: {} for name in STEP_SET}
-    for step, fields in moves:
+    for step, fields, path in moves:
         cycles.setdefault(fields["actual_cycles"] - step.actual_cycles, []).append(step.pk)
         overrides.setdefault(fields["overrides"] - step.overrides, []).append(step.pk)
         for name, groups in columns.items():
-            groups.setdefault(fields.get(name, F(name)), []).append(step.pk)
+            value = path[-1] if name == "status" and path else fields.get(name, F(name))
+            groups.setdefault(value, []).append(step.pk)
     values: dict[str, Any] = {"actual_cycles": F("actual_cycles") + change_of(cycles.items())}
     if set(overrides) != {0}:
         values["overrides"] = F("overrides") + change_of(overrides.items())
     for name, groups in columns.items():
         if set(groups) != {F(name)}:
             values[name] = change_of(groups.items(), output_field=PlanStep._meta.get_field(name))
-    return rows_written_if_unchanged(PlanStep, [step for step, _ in moves], values, now=now)
+    return rows_written_if_unchanged(PlanStep, [step for step, _, _ in moves], values, now=now)
 
 
 def step_plan_values(change: StepChange | None) -> dict[str, Any]:
@@ -757,64 +690,6 @@ def admin_row_create(*, user: Any, obj: Any, what: str,
     agent_id, plan_id = audit(obj)
     return admin_event_record(user=user, agent_id=agent_id, plan_id=plan_id, what=what,
                               diff={"created": ["", str(obj)]})
-
-
-@dataclass
-class Routine:
-    """A goal's routine to start: the completed plan it repeats, that plan's steps, the needs now."""
-
-    goal: Goal
-    source: Plan
-    steps: Sequence[PlanStep]
-    needs: Mapping[str, float]
-
-
-def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float],
-                runner: str) -> tuple[Plan, list[PlanStep]] | None:
-    """A goal whose plan (or a plan for the same goal in the same words) completed does the same again: a
-    new plan with the completed plan's steps, made without a model call (the person's routine). Steps
-    that only served needs that are fine now are left out; none left: None, the caller asks the model.
-    Steps that spend money wait for an operator's yes again. Returns the plan and its steps, as created."""
-    started = routines_start([Routine(goal=goal, source=source, steps=list(source.steps.all()), needs=needs)],
-                             runner=runner)
-    return started.get(goal.pk)
-
-
-@transaction.atomic
-def routines_start(routines: Sequence[Routine], *, runner: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
-    """plan_repeat for many goals at once (a batch of persona cycles): one INSERT for the plans, one for their
-    steps, one for their events, pushed after commit. By goal; a goal none of whose steps is kept is left out."""
-    kept: list[tuple[Routine, list[PlanStep]]] = []
-    for routine in routines:
-        steps = [s for s in routine.steps if s.status == PlanStep.Status.COMPLETED and routine_keeps(
-            effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {},
-            source_needs=routine.goal.source_needs, needs=routine.needs, fine_above=ROUTINE_FINE_ABOVE)]
-        if steps:
-            kept.append((routine, steps))
-    if not kept:
-        return {}
-    plans = Plan.objects.bulk_create([
-        Plan(agent_id=r.goal.agent_id, goal=r.goal, goal_text=r.source.goal_text, status=Plan.Status.ACTIVE,
-             approval_mode=Plan.ApprovalMode.ALL, thinking_summary=r.source.thinking_summary,
-             confidence=r.source.confidence, risks=list(r.source.risks), model=r.source.model)
-        for r, _ in kept])
-    made = PlanStep.objects.bulk_create([
-        PlanStep(plan=plan, key=s.key, position=position, description=s.description, action_hint=s.action_hint,
-                 expected_outcome=s.expected_outcome, estimated_cycles=s.estimated_cycles,
-                 depends_on=[d for d in s.depends_on if d in {t.key for t in steps}],
-                 requires_permission=s.requires_permission, risk=s.risk)
-        for plan, (_, steps) in zip(plans, kept, strict=True) for position, s in enumerate(steps, start=1)])
-    PlanEvent.objects.bulk_create([
-        PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=runner,
-                  reason=f"repeats plan #{r.source.pk}, which completed; no model call",
-                  detail={"repeats": r.source.pk, "version": plan.version})
-        for plan, (r, _) in zip(plans, kept, strict=True)])
-    by_plan: dict[int, list[PlanStep]] = {}
-    for step in made:
-        by_plan.setdefault(step.plan_id, []).append(step)
-    for plan in plans:
-        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_created")
-    return {routine.goal.pk: (plan, by_plan[plan.pk]) for plan, (routine, _) in zip(plans, kept, strict=True)}
 
 
 @transaction.atomic

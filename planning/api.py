@@ -42,8 +42,8 @@ from planner_site.bearer import bearer_token
 from planner_site.validators import json_problem
 from planning.api_ws import token_watched
 from planning.live.hub import changes_watched
-from planning.services import external
-from planning.services.external import ExternalError
+from planning.services import reported
+from planning.services.reported import ExternalError
 
 # From the environment; a Django setting of the same name overrides (tests do).
 API_MAX_BODY_BYTES = int(os.environ.get("API_MAX_BODY_BYTES", 256 * 1024))  # a 20-step plan is a few kilobytes
@@ -430,7 +430,7 @@ def agent_get(request: HttpRequest) -> dict[str, Any]:
 
 @v1.put("/agent/tools", response={200: ToolsOut, **ERRORS}, summary="Declare the agent's tools")
 def tools_put(request: HttpRequest, payload: ToolsIn) -> dict[str, Any]:
-    tools = external.agent_tools_declare(agent=agent_of(request),
+    tools = reported.agent_tools_declare(agent=agent_of(request),
                                          tools=[t.model_dump(exclude_unset=True) for t in payload.tools])
     return {"tools": tools}
 
@@ -438,25 +438,25 @@ def tools_put(request: HttpRequest, payload: ToolsIn) -> dict[str, Any]:
 @v1.post("/plans", response={201: PlanCreated, **ERRORS}, summary="Submit a plan")
 def plan_post(request: HttpRequest, payload: PlanIn) -> Status[dict[str, Any]]:
     with tracing.joined(request.headers.get("traceparent")):  # the caller's trace holds the plan's (docs/tracing.md)
-        plan = external.plan_submit(agent=agent_of(request), data=body_data(payload))
+        plan = reported.plan_submit(agent=agent_of(request), data=body_data(payload))
     return Status(201, created(plan))
 
 
 @v1.post("/goals", response={201: PlanCreated, **ERRORS}, summary="Let the built-in planner plan a goal")
 def goal_post(request: HttpRequest, payload: GoalIn) -> Status[dict[str, Any]]:
     with tracing.joined(request.headers.get("traceparent")):
-        plan = external.goal_plan(agent=agent_of(request), goal=payload.goal)
+        plan = reported.goal_plan(agent=agent_of(request), goal=payload.goal)
     return Status(201, created(plan))
 
 
 @v1.get("/plans", response={200: list[PlanSummary], **ERRORS}, summary="The agent's plans, newest first")
 def plans_get(request: HttpRequest) -> list[dict[str, Any]]:
-    return external.agent_plans(agent=agent_of(request))
+    return reported.agent_plans(agent=agent_of(request))
 
 
 @v1.get("/plans/{plan_id}", response={200: PlanOut, **ERRORS}, summary="A plan and its steps")
 def plan_get(request: HttpRequest, plan_id: ObjectId) -> dict[str, Any]:
-    return external.plan_data(external.agent_plan_get(agent=agent_of(request), plan_id=plan_id))
+    return reported.plan_data(reported.agent_plan_get(agent=agent_of(request), plan_id=plan_id))
 
 
 class NextQuery(Schema):
@@ -485,7 +485,7 @@ def token_active(token_id: int) -> bool:
     return AgentToken.objects.active().filter(pk=token_id).exists()
 
 
-def plan_next_checked(*, agent: Agent, plan_id: int, token_id: int | None, via: str = external.VIA_API) -> dict[str, Any]:
+def plan_next_checked(*, agent: Agent, plan_id: int, token_id: int | None, via: str = reported.VIA_API) -> dict[str, Any]:
     """While a long poll waits: the token still active, then `plan_next_read`, in one hop to a thread and one
     connection taken from the pool and given back (200 waiting agents wake every POLL_SECONDS)."""
     try:
@@ -495,18 +495,18 @@ def plan_next_checked(*, agent: Agent, plan_id: int, token_id: int | None, via: 
         if not in_transaction():
             connection.close()
         raise
-    return external.plan_next_read(agent=agent, plan_id=plan_id, via=via)
+    return reported.plan_next_read(agent=agent, plan_id=plan_id, via=via)
 
 
 async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: int | None = None,
-                         via: str = external.VIA_API) -> dict[str, Any]:
+                         via: str = reported.VIA_API) -> dict[str, Any]:
     """Answer at once unless it is "wait"; then wait for a push about the plan or agent, holding no database
     connection in between, until the wait ends (spread: LONG_POLL_SPREAD). A token revoked meanwhile ends the
     wait with a 401 (its revocation is pushed as a change of the agent; an expiry, which nothing pushes, is found
     by the process's TokenWatch, with every other waiter's and socket's token in one query). With live updates
     down, the wait re-reads every POLL_SECONDS instead. 2,000 waiters each re-reading every few seconds kept the
     server's database thread busy, and an operator's decision waited behind them (docs/performance.md)."""
-    read = sync_to_async(partial(external.plan_next_read, via=via))
+    read = sync_to_async(partial(reported.plan_next_read, via=via))
     checked = sync_to_async(partial(plan_next_checked, via=via))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait * (1 - random.uniform(0, LONG_POLL_SPREAD))
@@ -547,8 +547,8 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: i
          summary="Submit the next version after feedback (completed steps stay kept)")
 def version_post(request: HttpRequest, plan_id: ObjectId, payload: VersionIn) -> Status[dict[str, Any]]:
     agent = agent_of(request)
-    plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
-    new = external.plan_version_submit(agent=agent, plan=plan, data=body_data(payload))
+    plan = reported.agent_plan_get(agent=agent, plan_id=plan_id)
+    new = reported.plan_version_submit(agent=agent, plan=plan, data=body_data(payload))
     return Status(201, created(new))
 
 
@@ -559,7 +559,7 @@ class WithdrawIn(StrictSchema):
 @v1.post("/plans/{plan_id}/cancel", response={200: PlanCreated, **ERRORS},
          summary="Withdraw the agent's own open plan (cancelled, with the agent as the actor)")
 def plan_cancel_post(request: HttpRequest, plan_id: ObjectId, payload: WithdrawIn) -> dict[str, Any]:
-    return created(external.plan_withdraw(agent=agent_of(request), plan_id=plan_id, reason=payload.reason))
+    return created(reported.plan_withdraw(agent=agent_of(request), plan_id=plan_id, reason=payload.reason))
 
 
 def replayed(response: HttpResponse, again: bool) -> HttpResponse:
@@ -569,7 +569,7 @@ def replayed(response: HttpResponse, again: bool) -> HttpResponse:
 
 @v1.post("/steps/{step_id}/start", response={200: StepOut, **ERRORS}, summary="Start a step (idempotent)")
 def step_start_post(request: HttpRequest, step_id: ObjectId, payload: StartIn, response: HttpResponse) -> dict[str, Any]:
-    answer, again = external.step_start(agent=agent_of(request), step_id=step_id, request_id=payload.request_id)
+    answer, again = reported.step_start(agent=agent_of(request), step_id=step_id, request_id=payload.request_id)
     replayed(response, again)
     return answer
 
@@ -577,7 +577,7 @@ def step_start_post(request: HttpRequest, step_id: ObjectId, payload: StartIn, r
 @v1.post("/steps/{step_id}/result", response={200: ResultOut, **ERRORS},
          summary="Report a step's result (idempotent)")
 def step_result_post(request: HttpRequest, step_id: ObjectId, payload: ResultIn, response: HttpResponse) -> dict[str, Any]:
-    answer, again = external.step_result(agent=agent_of(request), step_id=step_id, request_id=payload.request_id,
+    answer, again = reported.step_result(agent=agent_of(request), step_id=step_id, request_id=payload.request_id,
                                          succeeded=payload.succeeded, output=payload.output, error=payload.error)
     replayed(response, again)
     return answer

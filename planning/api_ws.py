@@ -27,7 +27,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from agents.models import Agent, AgentToken
 from planner_site.bearer import bearer_token
 from planning.live.hub import changes_watched
-from planning.services.external import NotFound, plan_next_read
+from planning.services.reported import NotFound, plan_next_read
 
 
 def authorization_token(headers: list[tuple[bytes, bytes]]) -> str:

@@ -2,7 +2,7 @@
 
 An MCP client (an editor, a desktop assistant, an agent runtime) connects with an agent's API token
 (`Authorization: Bearer <token>`, from `manage.py agent_token NAME`) and acts only on that agent, as over
-/api/v1/. Its tools call the very services the API calls (planning.services.external): plans are checked by the
+/api/v1/. Its tools call the very services the API calls (planning.services.reported): plans are checked by the
 planner's validator against the tools the agent declared, each write records its PlanEvent with the
 agent as the actor and pushes after commit, so the dashboard shows an MCP agent like any other.
 
@@ -40,8 +40,8 @@ from planner_site.bearer import bearer_token
 from planning import api, mcp_tasks
 from planning.api import PLAN_MAX_STEPS_DOC, PlanIn, StepIn, ToolIn, VersionIn
 from planning.mcp_tasks import PlanTasks
-from planning.services import external
-from planning.services.external import ExternalError
+from planning.services import reported
+from planning.services.reported import ExternalError
 
 MCP_PATHS = ("/mcp", "/mcp/")
 WAIT_MAX_SECONDS = api.LONG_POLL_MAX_SECONDS  # as the API's ?wait= (API_LONG_POLL_MAX_SECONDS)
@@ -133,7 +133,7 @@ def body(model: type[PlanIn] | type[VersionIn], fields: dict[str, Any]) -> dict[
 PlanId = Annotated[int, Field(ge=1, le=api.ID_MAX, description="The plan's id, as submit_plan returned it")]
 StepId = Annotated[int, Field(ge=1, le=api.ID_MAX, description="The step's id (not its key), as wait_for_decision "
                                                                "returned it in step.id")]
-RequestId = Annotated[str, Field(min_length=1, max_length=external.REQUEST_ID_MAX,
+RequestId = Annotated[str, Field(min_length=1, max_length=reported.REQUEST_ID_MAX,
                                  description="Your id for this call; send the same id when you retry it")]
 Steps = Annotated[list[StepIn], Field(min_length=1, max_length=PLAN_MAX_STEPS_DOC,
                                       description="The steps, in order; each calls one of your declared tools")]
@@ -157,7 +157,7 @@ def server_build() -> MCPServer:
         an operator). Do this before submit_plan."""
         arguments_known(ctx, declare_tools)
         agent = token_of(ctx).agent
-        declared = await db_call(external.agent_tools_declare, agent=agent, via=external.VIA_MCP,
+        declared = await db_call(reported.agent_tools_declare, agent=agent, via=reported.VIA_MCP,
                                  tools=[t.model_dump(exclude_unset=True) for t in tools])
         return {"tools": declared}
 
@@ -181,7 +181,7 @@ def server_build() -> MCPServer:
         except ValidationError as exc:
             raise tool_error(exc) from exc
         with tracing.joined(traceparent_of(ctx)):
-            plan = await db_call(external.plan_submit, agent=agent, data=data, via=external.VIA_MCP)
+            plan = await db_call(reported.plan_submit, agent=agent, data=data, via=reported.VIA_MCP)
         return api.created(plan)
 
     @app.tool()
@@ -201,7 +201,7 @@ def server_build() -> MCPServer:
         token = token_of(ctx)
         try:
             return await api.plan_next_wait(agent=token.agent, plan_id=plan_id, wait=timeout_seconds,
-                                             token_id=token.pk, via=external.VIA_MCP)
+                                             token_id=token.pk, via=reported.VIA_MCP)
         except (ExternalError, HttpError) as exc:
             raise tool_error(exc) from exc
 
@@ -211,8 +211,8 @@ def server_build() -> MCPServer:
         request_id changes nothing and returns the first answer ("replayed": true)."""
         arguments_known(ctx, report_step_start)
         agent = token_of(ctx).agent
-        answer, again = await db_call(external.step_start, agent=agent, step_id=step_id, request_id=request_id,
-                                      via=external.VIA_MCP)
+        answer, again = await db_call(reported.step_start, agent=agent, step_id=step_id, request_id=request_id,
+                                      via=reported.VIA_MCP)
         return {**answer, "replayed": again}
 
     @app.tool()
@@ -229,8 +229,8 @@ def server_build() -> MCPServer:
         retry with the same request_id changes nothing and returns the first answer ("replayed": true)."""
         arguments_known(ctx, report_step_result)
         agent = token_of(ctx).agent
-        answer, again = await db_call(external.step_result, agent=agent, step_id=step_id, request_id=request_id,
-                                      succeeded=succeeded, output=output, error=error, via=external.VIA_MCP)
+        answer, again = await db_call(reported.step_result, agent=agent, step_id=step_id, request_id=request_id,
+                                      succeeded=succeeded, output=output, error=error, via=reported.VIA_MCP)
         return {**answer, "replayed": again}
 
     @app.tool()
@@ -258,8 +258,8 @@ def server_build() -> MCPServer:
             raise tool_error(exc) from exc
 
         def version_submit() -> Any:
-            plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
-            return external.plan_version_submit(agent=agent, plan=plan, data=data, via=external.VIA_MCP)
+            plan = reported.agent_plan_get(agent=agent, plan_id=plan_id)
+            return reported.plan_version_submit(agent=agent, plan=plan, data=data, via=reported.VIA_MCP)
 
         return api.created(await db_call(version_submit))
 
@@ -270,7 +270,7 @@ def server_build() -> MCPServer:
         agent = token_of(ctx).agent
 
         def read() -> dict[str, Any]:
-            return external.plan_data(external.agent_plan_get(agent=agent, plan_id=plan_id))
+            return reported.plan_data(reported.agent_plan_get(agent=agent, plan_id=plan_id))
 
         return await db_call(read)
 

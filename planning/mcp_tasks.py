@@ -45,8 +45,8 @@ from ninja.errors import HttpError
 from agents.models import AgentToken
 from planning import api
 from planning.models import Plan, PlanStep
-from planning.services import external
-from planning.services.external import ExternalError
+from planning.services import reported
+from planning.services.reported import ExternalError
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_SALT = "planning.mcp_tasks.plan"
@@ -104,7 +104,7 @@ def arguments_valid(arguments: dict[str, Any]) -> bool:
     timeout = arguments.get("timeout_seconds", 0)
     request_id = arguments.get("request_id", "-")
     return (type(timeout) in (int, float) and 0 <= timeout <= api.LONG_POLL_MAX_SECONDS
-            and isinstance(request_id, str) and 1 <= len(request_id) <= external.REQUEST_ID_MAX)
+            and isinstance(request_id, str) and 1 <= len(request_id) <= reported.REQUEST_ID_MAX)
 
 
 def plan_waited_on(*, token: AgentToken, tool: str, arguments: dict[str, Any]) -> int | None:
@@ -120,7 +120,7 @@ def plan_waited_on(*, token: AgentToken, tool: str, arguments: dict[str, Any]) -
             if type(plan_id) is not int:
                 return None
             try:
-                plan = external.agent_plan_get(agent=token.agent, plan_id=plan_id)
+                plan = reported.agent_plan_get(agent=token.agent, plan_id=plan_id)
             except (ExternalError, HttpError):
                 return None
             return plan.pk
@@ -142,8 +142,8 @@ def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any
     close_old_connections()
     try:
         agent = token.agent
-        plan = external.agent_plan_get(agent=agent, plan_id=plan_id)
-        answer = external.plan_next(agent=agent, plan_id=plan_id, via=external.VIA_MCP)
+        plan = reported.agent_plan_get(agent=agent, plan_id=plan_id)
+        answer = reported.plan_next(agent=agent, plan_id=plan_id, via=reported.VIA_MCP)
         plan.refresh_from_db(fields=["status", "updated_at", "clarification_question"])
     finally:
         close_old_connections()
@@ -239,7 +239,7 @@ class PlanTasks(Extension):
         def answered() -> dict[str, Any]:
             close_old_connections()
             try:
-                external.plan_answer(agent=token.agent, plan_id=plan_id, answer=answer, via=external.VIA_MCP)
+                reported.plan_answer(agent=token.agent, plan_id=plan_id, answer=answer, via=reported.VIA_MCP)
             finally:
                 close_old_connections()
             return task_read(token=token, plan_id=plan_id, task_id=task_id)

@@ -55,6 +55,7 @@ from planning.engine.validate import PlanSpec, plan_validate, step_plan_data, st
 from planning.goal_terms import goal_plan_check, goal_reach
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import (
+    Acceptance,
     PlanNoLongerValidating,
     attempt_reject,
     plan_accept,
@@ -63,7 +64,7 @@ from planning.services import (
     plan_restatement_save,
     plan_retry_start,
     plan_start,
-    plans_first_accept,
+    plans_accept,
     plans_first_start,
 )
 
@@ -170,7 +171,7 @@ def plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
     together (plans_first_start; `exclusive` for tool agents, whose goals another planner may have begun), each goal
     restated and asked of its chain's first model as plan_attempts asks it, the calls recorded in one INSERT, and
     the plans whose answer is a valid plan (or a simple goal's one step) accepted together with their
-    restatements (plans_first_accept). Models that answer at once (the offline rules) are asked one after
+    restatements (plans_accept). Models that answer at once (the offline rules) are asked one after
     another; any other's asks are made side by side (asks_together), so a hundred agents wait for their models
     once, not a hundred times (round_100_agents). `needs`: the needs each persona's prompt shows, by agent, when
     the caller has just read them (a pass); otherwise they are read. Returns the plans accepted with their steps,
@@ -210,8 +211,8 @@ def plans_first(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
         for key in RESTATE_KEYS:
             setattr(first.plan, key, first.restatement.get(key, ""))
     ready = [(first, first.accepted()) for first in firsts]
-    accepted = plans_first_accept([(first.plan, *plan) for first, plan in ready if plan is not None],
-                                  actor_label=actor_label)
+    accepted = plans_accept([Acceptance(first.plan, *plan, restatement=first.restatement)
+                             for first, plan in ready if plan is not None], actor_label=actor_label)
     rest = [first for first in firsts if first.plan.pk not in accepted]
     for first in rest:
         if any(first.restatement.values()):

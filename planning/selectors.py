@@ -352,7 +352,7 @@ def plan_status_shown(plan: Plan, following: Plan | None, accepted: PlanEvent | 
 def plan_feedback(plan: Plan) -> list[str]:
     """The operators' words on a plan and on every earlier version of it, oldest first, each once: each declined
     step's feedback and each replan an operator asked for. None is forgotten by a replan. The one reader for the
-    built-in planner (runtime/cycle.py) and for agents outside (planning/services/external.py)."""
+    built-in planner (runtime/cycle.py) and for agents outside (planning/services/reported.py)."""
     ids = [plan.pk]
     cursor = plan.previous_id
     while cursor is not None and cursor not in ids:

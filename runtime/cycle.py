@@ -37,17 +37,12 @@ from agents.models import Agent, Need
 from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
 from agents.selectors import lessons_recent, plan_waits_for_a_person
 from agents.services import (
-    CycleAlreadyDone,
     CycleRecord,
-    Routine,
     StepChange,
     agent_cycle_count,
     agents_cycle_count,
     goals_plans_close,
-    persona_cycle_record,
     persona_cycles_record,
-    plan_repeat,
-    routines_start,
 )
 from agents.tools import (
     ToolError,
@@ -98,11 +93,13 @@ from planning.selectors import plan_feedback
 from planning.services import (
     GoalAlreadyPlanned,
     PlanAlreadyReplanned,
+    Routine,
     plan_abandon,
+    plan_repeat,
     plan_replan_schedule,
+    routines_start,
     step_finish,
     step_outcome_unknown,
-    step_request_approval,
     step_start,
     steps_request_approval,
 )
@@ -482,7 +479,7 @@ def persona_step_choose(state: PersonaState, runner: str,
             continue
         if step.status == PlanStep.Status.PENDING and step.needs_approval(plan):
             if approvals is None:
-                step_request_approval(step=step, runner=runner)
+                steps_request_approval([step], runner=runner)
             else:
                 approvals.append(step)
             step.status = PlanStep.Status.AWAITING_APPROVAL  # as stored now: its goal waits from this cycle on
@@ -524,9 +521,7 @@ def persona_cycle(*, agent: Agent, rows: PersonaRows, runner: str) -> str:
     chosen = persona_action(state, plan, step)
     assert chosen is not None  # asking, the model or the rules always decide
     record = persona_record(state=state, plan=plan, step=step, chosen=chosen, expected=expected, runner=runner)
-    try:
-        persona_cycle_record(record)
-    except CycleAlreadyDone:
+    if record.agent.pk not in persona_cycles_record([record]):  # recorded already, by another runner
         return "cycle already done"
     persona_milestones_check([record], runner=runner)
     return f"{record.action}: {record.outcome}"
@@ -1061,9 +1056,10 @@ def tool_cycle(*, agent: Agent, plan: Plan | None, runner: str) -> tuple[str, bo
     agent.workspace.mkdir(parents=True, exist_ok=True)
     started: list[PlanStep] = []
     now = timezone.now()
+    asking = [s for s in steps if s.key in keys and s.needs_approval(plan)]
+    steps_request_approval(asking, runner=runner)
     for step in (s for s in steps if s.key in keys):
-        if step.needs_approval(plan):
-            step_request_approval(step=step, runner=runner)
+        if step in asking:
             done.append(f"{step.key} awaits approval")
             continue
         if step.start_after is not None and step.start_after > now:

@@ -45,6 +45,25 @@ def step_transition_check(old: str, new: str) -> None:
         raise IllegalTransition(f"a step cannot go from {old} to {new}")
 
 
+def steps_transitions_refused(moves: Sequence[tuple[str, Sequence[str]]]) -> list[IllegalTransition | None]:
+    """The one state machine for many steps at once (a pass's writes): each move is a step's status and the
+    statuses it goes through in order (a pending step a cycle completes starts on the way: running, then
+    completed), each checked by step_transition_check. For each move, in order, why it is refused (None: it may
+    be made); a refused move is not made at all, its step left as it was."""
+    refused: list[IllegalTransition | None] = []
+    for old, path in moves:
+        problem = None
+        for new in path:
+            try:
+                step_transition_check(old, new)
+            except IllegalTransition as exc:
+                problem = exc
+                break
+            old = new
+        refused.append(problem)
+    return refused
+
+
 def steps_runnable(steps: Sequence[StepState], *, limit: int = 1) -> list[str]:
     """Keys of pending steps whose dependencies are all completed or skipped, in plan order.
 

@@ -141,7 +141,7 @@ _PLACEHOLDERS: list[re.Pattern[str]] = [
 class StepSpec:
     """A plan step, in the names of the PlanStep model: THE step type inside the product, from the validated
     model answer to the stored row (`from_step`) to diffs, prompts and the editor. Its outside renderings are
-    `step_plan_data` (the shape a model writes) and planning/services/external.py `step_data` (the API's)."""
+    `step_plan_data` (the shape a model writes) and planning/services/reported.py `step_data` (the API's)."""
 
     key: str
     description: str

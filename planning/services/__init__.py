@@ -10,8 +10,9 @@ One module per noun it writes:
     agents.py        a tool agent created and files put into its workspace; an agent's status, a goal given to
                      it, what it waits for and its next automatic retry
     events.py        the PlanEvent each write records, pushed after commit
-    external.py      external agents' plans and steps over the API and MCP (import it as a module: its
-                     `step_start` is the agent's, not the runner's)
+    reported.py      plans and steps an agent reports itself over the API and MCP (import it as a module: its
+                     `step_start` is the agent's request, idempotent by its id; the start itself is
+                     steps.py `step_started`, the runner's too)
     errors.py        why a service refused
     transactions.py  the one transaction (retried on conflict) and the locks, in one order
 
@@ -72,7 +73,6 @@ from planning.services.steps import (
     step_finish,
     step_move,
     step_outcome_unknown,
-    step_request_approval,
     step_rollback,
     step_skip,
     step_start,
@@ -89,6 +89,9 @@ from planning.services.transactions import (
 from planning.services.versions import (
     EDITABLE_PLAN_STATUSES,
     REJECTED_OUTPUT_SHOWN,
+    ROUTINE_FINE_ABOVE,
+    Acceptance,
+    Routine,
     attempt_reject,
     failure_reasons,
     plan_accept,
@@ -98,17 +101,21 @@ from planning.services.versions import (
     plan_fail,
     plan_latest,
     plan_locked_validating,
+    plan_repeat,
     plan_restatement_save,
     plan_retry_start,
     plan_start,
     plan_start_by_policy,
     plan_steps_build,
-    plans_first_accept,
+    plans_accept,
+    plans_create,
     plans_first_start,
+    routines_start,
     steps_permission_raise,
 )
 
 __all__ = [
+    "Acceptance",
     "CONFLICT_ATTEMPTS",
     "DecisionError",
     "GoalAlreadyPlanned",
@@ -162,8 +169,13 @@ __all__ = [
     "plan_start",
     "plan_start_by_policy",
     "plan_steps_build",
-    "plans_first_accept",
+    "plans_accept",
+    "plans_create",
     "plans_first_start",
+    "plan_repeat",
+    "routines_start",
+    "Routine",
+    "ROUTINE_FINE_ABOVE",
     "reason_clean",
     "step_approve",
     "step_changes_problems",
@@ -174,7 +186,6 @@ __all__ = [
     "step_outcome_unknown",
     "step_lock",
     "step_move",
-    "step_request_approval",
     "steps_request_approval",
     "step_rollback",
     "step_skip",

@@ -4,6 +4,7 @@ commit."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,11 +18,12 @@ from agents.declared_tools import agent_plan_terms
 from agents.fencing import fence_hold
 from agents.models import Agent
 from agents.services import rows_write
+from agents.signals import events_may_notify_on_commit
 from agents.tools import ToolError, tool_precheck, tool_rollback, undo_dir_for
 from agents.world import ACTIONS
 from planner_site.events import publish_changed_on_commit
 from planner_site.validators import json_problem, text_problem
-from planning.engine.schedule import step_transition_check
+from planning.engine.schedule import steps_transitions_refused
 from planning.engine.shown import PLAN_CHANGED
 from planning.engine.validate import plan_validate_edit
 from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
@@ -197,8 +199,11 @@ def step_rollback(*, step: PlanStep, user: User) -> PlanEvent:
 
 
 def step_move(*, step: PlanStep, status: str) -> None:
-    """Guarded transition (no completed -> running); raises IllegalTransition."""
-    step_transition_check(step.status, status)
+    """Guarded transition (no completed -> running), a list of one for the state machine that checks a pass's
+    moves too (steps_transitions_refused); raises IllegalTransition."""
+    (refused,) = steps_transitions_refused([(step.status, [status])])
+    if refused is not None:
+        raise refused
     step.status = status
 
 
@@ -212,29 +217,17 @@ def step_awaiting(step: PlanStep) -> str:
 
 
 @atomic_retried
-def step_request_approval(*, step: PlanStep, runner: str) -> None:
-    step = step_lock(step.pk)
-    if step.status != PlanStep.Status.PENDING:
-        return
-    reason = step_awaiting(step)
-    step.save(update_fields=["status", "precheck", "updated_at"])
-    Agent.objects.filter(pk=step.plan.agent_id).update(waiting_reason=f"step {step.key} awaits approval")
-    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=runner, reason=reason)
-    from policies.services import policies_step_waiting  # noqa: PLC0415 (policies decide through these services)
-
-    policies_step_waiting(step=step)
-
-
-@atomic_retried
 def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
-    """step_request_approval for many steps at once (a runner's pass): their plans, then the steps, locked in id
-    order; those still pending put up for approval by the same rule (step_awaiting), written in one statement
-    with one INSERT of their events, pushed after commit; each agent's row says which step waits; then the
-    policies decide each, as for one."""
+    """Pending steps put up for an operator's approval (a runner's pass, or one step as a list of one): their
+    plans (with their agents, whose workspace a tool's precheck reads), then the steps, locked in id order; those
+    still pending put up for approval by the one rule (step_awaiting), written in one statement with one INSERT
+    of their events, pushed after commit, the notifications' dispatch woken (bulk events send no post_save);
+    each agent's row says which step waits; then the policies decide each. A step no longer pending (decided
+    meanwhile) is left as it is."""
     if not steps:
         return
-    plans = {plan.pk: plan for plan in Plan.objects.select_for_update(no_key=True)
-             .filter(pk__in={step.plan_id for step in steps}).order_by("pk")}
+    plans = {plan.pk: plan for plan in Plan.objects.select_for_update(no_key=True, of=("self",))
+             .select_related("agent").filter(pk__in={step.plan_id for step in steps}).order_by("pk")}
     locked = list(PlanStep.objects.select_for_update(no_key=True)
                   .filter(pk__in=[step.pk for step in steps], status=PlanStep.Status.PENDING).order_by("pk"))
     now = timezone.now()
@@ -256,6 +249,8 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
     for text, agent_ids in sorted(by_text.items()):
         Agent.objects.filter(pk__in=agent_ids).update(waiting_reason=text)
     events_traced(PlanEvent.objects.bulk_create(events))
+    if events:
+        events_may_notify_on_commit()
     for step in locked:
         publish_changed_on_commit(agent_id=step.plan.agent_id, plan_id=step.plan_id, kind=PlanEvent.Kind.STEP_AWAITING)
     from policies.services import policies_step_waiting, rules_enabled  # noqa: PLC0415 (as above)
@@ -275,11 +270,18 @@ def step_start(*, step: PlanStep, runner: str) -> PlanStep | None:
     step = step_lock(step.pk)  # the plan first, then the step: the services' lock order
     if step.status != PlanStep.Status.PENDING:
         return None
+    return step_started(step=step, actor_label=runner)
+
+
+def step_started(*, step: PlanStep, actor_label: str) -> PlanStep:
+    """A pending step, locked by the caller with its plan, starts running: a cycle more counted, its event says
+    which tool with which input. The one start of a step, the runner's (step_start) and an agent's that runs
+    its steps itself (planning/services/reported.py step_start)."""
     step_move(step=step, status=PlanStep.Status.RUNNING)
     step.actual_cycles += 1
     step.save(update_fields=["status", "actual_cycles", "updated_at"])
-    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=runner,
-                 reason=f"{step.tool} {step.tool_input}"[:500])
+    event_record(plan=step.plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=actor_label,
+                 reason=f"{step.tool} {json.dumps(step.tool_input, ensure_ascii=False)}"[:500])
     return step
 
 

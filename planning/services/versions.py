@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from agents.declared_tools import agent_plan_terms
 from agents.models import Agent
+from agents.persona import routine_keeps
 from agents.services import rows_write
 from agents.signals import events_may_notify_on_commit
 from agents.world import ACTIONS, action_needs_permission
@@ -88,17 +89,16 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
         # an answered question is neither (nothing failed).
         planned = previous.steps.exists()
         retry = 0 if planned else previous.planning_retry + (0 if previous.clarification_answer else 1)
-    try:
-        # Only a next version can collide (`previous` is one-to-one): a first version needs no savepoint.
-        with transaction.atomic() if previous is not None else contextlib.nullcontext():
-            plan = Plan.objects.create(
-                agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
+    plan = Plan(agent=agent, goal=goal, goal_text=goal_text[:500], status=Plan.Status.VALIDATING,
                 version=previous.version + 1 if previous else 1, previous=previous,
                 times_replanned=previous.times_replanned + (1 if planned else 0) if previous else 0,
                 planning_retry=retry, **(previous.trace_ids() if previous is not None else {}),
                 # The restatement is the goal's, not the version's: a replan keeps it (and its call).
-                **({k: getattr(previous, k) for k in RESTATE_KEYS} if previous is not None else {}),
-            )
+                **({k: getattr(previous, k) for k in RESTATE_KEYS} if previous is not None else {}))
+    try:
+        # Only a next version can collide (`previous` is one-to-one): a first version needs no savepoint.
+        with transaction.atomic() if previous is not None else contextlib.nullcontext():
+            (plan,) = plans_create([(plan, reason)], actor_label=actor_label)
     except IntegrityError as exc:
         raise PlanAlreadyReplanned(previous) from exc
     if previous is not None:
@@ -110,9 +110,24 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
                      detail={"next_plan": plan.pk, "next_version": plan.version})
     # A first version leaves the agent's failed plans as they were, and so its earliest retry.
     agent_waiting_set(agent_id=agent.pk, reason="", retry_sync=previous is not None)
-    event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=actor_label, reason=reason,
-                 detail={"version": plan.version, "previous": previous.pk if previous else None})
     return plan
+
+
+def plans_create(created: Sequence[tuple[Plan, str]], *, actor_label: str,
+                 details: Sequence[Mapping[str, Any]] | None = None) -> list[Plan]:
+    """New plans (unsaved rows, each with the reason its event gives: first versions, a next version, routines
+    repeated) in one INSERT, with their CREATED events in one INSERT (each naming its version and the version
+    before, with `details` added), pushed after commit. The one place a plan is created; the caller holds the
+    transaction and has checked what it must (a goal not planned twice, a version not replanned twice)."""
+    plans = Plan.objects.bulk_create([plan for plan, _ in created])
+    events_traced(PlanEvent.objects.bulk_create([
+        PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=actor_label,
+                  reason=reason, detail={"version": plan.version, "previous": plan.previous_id} | dict(extra))
+        for (plan, (_, reason)), extra in zip(zip(plans, created, strict=True), details or [{}] * len(plans),
+                                              strict=True)]))
+    for plan in plans:
+        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.CREATED)
+    return plans
 
 
 def plan_restatement_save(*, plan: Plan, restatement: Mapping[str, str]) -> None:
@@ -120,7 +135,10 @@ def plan_restatement_save(*, plan: Plan, restatement: Mapping[str, str]) -> None
 
     No event of its own: the restatement is part of the planning that the next event (an attempt, the
     plan validated or failed) records. One statement, atomic on its own: no transaction around it."""
-    Plan.objects.filter(pk=plan.pk).update(**{k: restatement.get(k, "") for k in RESTATE_KEYS})
+    values = {k: restatement.get(k, "") for k in RESTATE_KEYS}
+    Plan.objects.filter(pk=plan.pk).update(**values)
+    for key, value in values.items():  # the caller's plan says so too (plan_accept writes no restatement)
+        setattr(plan, key, value)
     publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="restated")
 
 
@@ -166,25 +184,28 @@ def plan_steps_build(*, plan: Plan, spec: PlanSpec, kept: Sequence[PlanStep]) ->
     return rows
 
 
-@transaction.atomic
+@dataclass
+class Acceptance:
+    """A validated plan to accept: its spec, flags and model, the steps an earlier version completed (kept as
+    they are), and the restatement to store with it (None: the one stored already stays)."""
+
+    plan: Plan
+    spec: PlanSpec
+    flags: list[str]
+    model: str
+    kept: Sequence[PlanStep] = ()
+    restatement: Mapping[str, str] | None = None
+
+
 def plan_accept(*, plan: Plan, spec: PlanSpec, flags: list[str], model: str, kept: list[PlanStep],
                 actor_label: str) -> Plan:
-    """Store the validated steps (one INSERT); tool plans wait for the operator, persona plans start at once."""
-    plan = plan_locked_validating(plan)
-    persona = plan.agent.kind == Agent.Kind.PERSONA
-    steps, detail = plan_accepted(plan=plan, spec=spec, flags=flags, model=model, kept=kept)
-    PlanStep.objects.bulk_create(steps)  # one INSERT
-    plan.save(update_fields=ACCEPTED_FIELDS)
-    if not persona:  # a persona's plan starts at once: nothing new waits (plan_start said what still does)
-        agent_waiting_set(agent_id=plan.agent_id, reason=f"plan v{plan.version} awaits approval")
-    event_record(plan=plan, kind=PlanEvent.Kind.VALIDATED, actor_label=actor_label, reason="; ".join(flags)[:4000],
-                 detail=detail)
-    if not persona:
-        from policies.services import policies_plan_waiting  # noqa: PLC0415 (policies decide through the services)
-
-        if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
-            plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
-    return plan
+    """plans_accept for one plan; PlanNoLongerValidating (nothing written) when someone ended its planning
+    meanwhile. The plan as it is now (a policy may have decided it at once)."""
+    accepted = plans_accept([Acceptance(plan=plan, spec=spec, flags=flags, model=model, kept=kept)],
+                            actor_label=actor_label)
+    if plan.pk not in accepted:
+        raise PlanNoLongerValidating(plan)
+    return accepted[plan.pk][0]
 
 
 ACCEPTED_FIELDS = ["status", "approval_mode", "thinking_summary", "confidence", "risks", "model", "updated_at"]
@@ -227,61 +248,127 @@ def plans_first_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
              .values_list("pk", flat=True))
         held = set(Plan.objects.filter(goal_id__in=[g.pk for _, g in wanted]).held().values_list("goal_id", flat=True))
     starting = [(agent, goal) for agent, goal in wanted if goal.pk not in held]
-    plans = Plan.objects.bulk_create([
-        Plan(agent=agent, goal=goal, goal_text=goal.description[:500], status=Plan.Status.VALIDATING, version=1)
-        for agent, goal in starting])
+    plans = plans_create([(Plan(agent=agent, goal=goal, goal_text=goal.description[:500],
+                                status=Plan.Status.VALIDATING, version=1), "") for agent, goal in starting],
+                         actor_label=actor_label)
     agents_waiting_refresh(sorted({agent.pk for agent, _ in starting if agent.waiting_reason}))
-    PlanEvent.objects.bulk_create([
-        PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=actor_label,
-                  detail={"version": 1, "previous": None}) for plan in plans])
-    for plan in plans:
-        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.CREATED)
     started = iter(plans)
     return [None if goal.pk in held else next(started) for _, goal in wanted]
 
 
 @transaction.atomic
-def plans_first_accept(accepted: Sequence[tuple[Plan, PlanSpec, list[str], str]], *,
-                       actor_label: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
-    """plan_accept for many agents' first versions at once (a runner's pass), by plan_accepted's rules: the
-    plans still "validating" locked, one INSERT of their steps, one statement writing the plans (their
-    restatements with them), one INSERT of their VALIDATED events, pushed after commit. A persona's plan starts
-    at once; a tool agent's awaits approval, its row says so (one UPDATE), the approval policies decide it
-    (policies_plan_waiting, plan by plan, as plan_accept) and the notifications' dispatch is woken (bulk events
-    send no post_save). A plan someone ended meanwhile is left as it is. The plans accepted with their steps as
-    stored, by plan id."""
+def plans_accept(acceptances: Sequence[Acceptance], *, actor_label: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
+    """Validated plans accepted (a runner's pass, or one plan as a list of one), by plan_accepted's rules: the
+    plans still "validating" locked, one INSERT of their steps, one statement writing the plans (with the
+    restatements that came with them), one INSERT of their VALIDATED events, pushed after commit, the
+    notifications' dispatch woken (bulk events send no post_save). A persona's plan starts at once; another
+    agent's awaits approval, its row says so (one UPDATE for each version number), and the approval policies
+    decide it (policies_plan_waiting, plan by plan). A plan someone ended meanwhile is left as it is and left
+    out. The plans accepted, as they are now, with their steps as stored, by plan id."""
     validating = set(Plan.objects.select_for_update().filter(
-        pk__in=[plan.pk for plan, _, _, _ in accepted], status=Plan.Status.VALIDATING).order_by("pk")
-        .values_list("pk", flat=True))
+        pk__in=[a.plan.pk for a in acceptances], status=Plan.Status.VALIDATING).order_by("pk")
+        .values_list("pk", flat=True)) if acceptances else set()
     plans: list[Plan] = []
+    restated: list[Plan] = []
     steps: list[PlanStep] = []
     events: list[PlanEvent] = []
     done: dict[int, tuple[Plan, list[PlanStep]]] = {}
-    for plan, spec, flags, model in accepted:
-        if plan.pk not in validating or plan.agent.kind == Agent.Kind.EXTERNAL or plan.previous_id is not None:
+    for acceptance in acceptances:
+        plan = acceptance.plan
+        if plan.pk not in validating or plan.pk in done:
             continue
-        plan_steps, detail = plan_accepted(plan=plan, spec=spec, flags=flags, model=model, kept=[])
+        if acceptance.restatement is not None:
+            for key in RESTATE_KEYS:
+                setattr(plan, key, acceptance.restatement.get(key, ""))
+            restated.append(plan)
+        plan_steps, detail = plan_accepted(plan=plan, spec=acceptance.spec, flags=acceptance.flags,
+                                           model=acceptance.model, kept=acceptance.kept)
         plans.append(plan)
         steps += plan_steps
         done[plan.pk] = (plan, plan_steps)
         events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.VALIDATED,
-                                actor_label=actor_label, reason="; ".join(flags)[:4000], detail=detail))
+                                actor_label=actor_label, reason="; ".join(acceptance.flags)[:4000], detail=detail))
+    if not plans:
+        return {}
     PlanStep.objects.bulk_create(steps)
-    rows_write(Plan, plans, [*ACCEPTED_FIELDS, *RESTATE_KEYS])  # locked and checked above (bulk_update builds a CASE WHEN per row and field)
+    # Locked and checked above (bulk_update builds a CASE WHEN per row and field).
+    rows_write(Plan, restated, [*ACCEPTED_FIELDS, *RESTATE_KEYS])
+    restated_ids = {plan.pk for plan in restated}
+    rows_write(Plan, [plan for plan in plans if plan.pk not in restated_ids], ACCEPTED_FIELDS)
     events_traced(PlanEvent.objects.bulk_create(events))
+    events_may_notify_on_commit()
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
     waiting = [plan for plan in plans if plan.status == Plan.Status.AWAITING_APPROVAL]
     if waiting:
         from policies.services import policies_plan_waiting  # noqa: PLC0415 (policies decide through the services)
 
-        Agent.objects.filter(pk__in=[plan.agent_id for plan in waiting]).update(
-            waiting_reason="plan v1 awaits approval")  # first versions: plan_accept's reason, the same for all
+        by_text: dict[str, list[int]] = {}
+        for plan in waiting:
+            by_text.setdefault(f"plan v{plan.version} awaits approval", []).append(plan.agent_id)
+        for text, agent_ids in sorted(by_text.items()):  # a row that says so already is not written
+            Agent.objects.filter(pk__in=agent_ids).exclude(waiting_reason=text).update(waiting_reason=text)
         for plan in waiting:
             if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
                 plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
-        events_may_notify_on_commit()
     return done
+
+
+# A routine repeats a step that serves another need only while that need is below this (work while money is short).
+ROUTINE_FINE_ABOVE = 0.8
+
+
+@dataclass
+class Routine:
+    """A goal's routine to start: the completed plan it repeats, that plan's steps, the needs now."""
+
+    goal: Goal
+    source: Plan
+    steps: Sequence[PlanStep]
+    needs: Mapping[str, float]
+
+
+def plan_repeat(*, goal: Goal, source: Plan, needs: Mapping[str, float],
+                runner: str) -> tuple[Plan, list[PlanStep]] | None:
+    """A goal whose plan (or a plan for the same goal in the same words) completed does the same again: a
+    new plan with the completed plan's steps, made without a model call (the person's routine). Steps
+    that only served needs that are fine now are left out; none left: None, the caller asks the model.
+    Steps that spend money wait for an operator's yes again. Returns the plan and its steps, as created."""
+    started = routines_start([Routine(goal=goal, source=source, steps=list(source.steps.all()), needs=needs)],
+                             runner=runner)
+    return started.get(goal.pk)
+
+
+@transaction.atomic
+def routines_start(routines: Sequence[Routine], *, runner: str) -> dict[int, tuple[Plan, list[PlanStep]]]:
+    """plan_repeat for many goals at once (a batch of persona cycles): one INSERT for the plans and one for their
+    events (plans_create), one for their steps, pushed after commit. By goal; a goal none of whose steps is kept
+    is left out."""
+    kept: list[tuple[Routine, list[PlanStep]]] = []
+    for routine in routines:
+        steps = [s for s in routine.steps if s.status == PlanStep.Status.COMPLETED and routine_keeps(
+            effects=ACTIONS[s.action_hint].effects if s.action_hint in ACTIONS else {},
+            source_needs=routine.goal.source_needs, needs=routine.needs, fine_above=ROUTINE_FINE_ABOVE)]
+        if steps:
+            kept.append((routine, steps))
+    if not kept:
+        return {}
+    plans = plans_create([
+        (Plan(agent_id=r.goal.agent_id, goal=r.goal, goal_text=r.source.goal_text, status=Plan.Status.ACTIVE,
+              approval_mode=Plan.ApprovalMode.ALL, thinking_summary=r.source.thinking_summary,
+              confidence=r.source.confidence, risks=list(r.source.risks), model=r.source.model),
+         f"repeats plan #{r.source.pk}, which completed; no model call") for r, _ in kept],
+        actor_label=runner, details=[{"repeats": r.source.pk} for r, _ in kept])
+    made = PlanStep.objects.bulk_create([
+        PlanStep(plan=plan, key=s.key, position=position, description=s.description, action_hint=s.action_hint,
+                 expected_outcome=s.expected_outcome, estimated_cycles=s.estimated_cycles,
+                 depends_on=[d for d in s.depends_on if d in {t.key for t in steps}],
+                 requires_permission=s.requires_permission, risk=s.risk)
+        for plan, (_, steps) in zip(plans, kept, strict=True) for position, s in enumerate(steps, start=1)])
+    by_plan: dict[int, list[PlanStep]] = {}
+    for step in made:
+        by_plan.setdefault(step.plan_id, []).append(step)
+    return {routine.goal.pk: (plan, by_plan[plan.pk]) for plan, (routine, _) in zip(plans, kept, strict=True)}
 
 
 @transaction.atomic

@@ -133,11 +133,14 @@ def test_an_operators_edit_of_needs_and_goals_made_meanwhile_is_moved_not_overwr
 
 
 def records_then(meanwhile: Any) -> Any:
-    """persona_cycles_record, with something happening between the batch's read and its write."""
+    """persona_cycles_record, with something happening between the batch's read and its write (once: a persona's
+    own cycle happening meanwhile records through the same service)."""
     real = cycle_module.persona_cycles_record
+    pending = [meanwhile]
 
     def record(records: Any) -> Any:
-        meanwhile()
+        while pending:
+            pending.pop()()
         return real(records)
 
     return mock.patch.object(cycle_module, "persona_cycles_record", record)
@@ -652,3 +655,33 @@ def test_the_waiting_reasons_of_a_passs_steps_put_up_for_approval_cost_one_state
             assert PlanStep.objects.get(plan__agent=agent, key=key).status == PlanStep.Status.AWAITING_APPROVAL
     told = [q for q in queries if q["sql"].startswith('UPDATE "agents_agent" SET "waiting_reason"')]
     assert len(told) == 2
+
+
+def test_a_pass_never_moves_a_step_the_state_machine_forbids() -> None:
+    """A pass's step moves go through the one state machine (planning/engine/schedule.py), each step's in order:
+    a move it refuses (a completed step started again) is not written, its step left as it was, while the rest
+    of the pass is written in the same statement."""
+    from django.utils import timezone
+
+    from agents.services import steps_moved
+
+    done_step = PlanStepFactory(status=PlanStep.Status.COMPLETED, actual_cycles=3, result="ate")
+    fresh_step = PlanStepFactory(status=PlanStep.Status.PENDING)
+    now = timezone.now()
+    moves = [(step, {"actual_cycles": step.actual_cycles + 1, "overrides": 0}, [PlanStep.Status.RUNNING])
+             for step in (done_step, fresh_step)]
+    with CaptureQueriesContext(connection) as queries:
+        written = steps_moved(moves, now=now)
+    assert written == {fresh_step.pk}
+    assert sum(q["sql"].startswith('UPDATE "planning_planstep"') for q in queries.captured_queries) == 1
+    done_step.refresh_from_db()
+    fresh_step.refresh_from_db()
+    assert (done_step.status, done_step.actual_cycles, done_step.result) == (PlanStep.Status.COMPLETED, 3, "ate")
+    assert (fresh_step.status, fresh_step.actual_cycles) == (PlanStep.Status.RUNNING, 1)
+    # A running step a cycle gives up on fails; a failed step is final.
+    assert steps_moved([(fresh_step, {"actual_cycles": 2, "overrides": 0}, [PlanStep.Status.FAILED])],
+                       now=timezone.now()) == {fresh_step.pk}
+    fresh_step.refresh_from_db()
+    assert fresh_step.status == PlanStep.Status.FAILED
+    assert steps_moved([(fresh_step, {"actual_cycles": 3, "overrides": 0}, [PlanStep.Status.PENDING])],
+                       now=timezone.now()) == set()  # failed is final

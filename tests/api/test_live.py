@@ -20,7 +20,7 @@ from planner_site.asgi import application
 from planning import api as api_module
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.services import external
+from planning.services import reported
 from tests.api.conftest import PLAN, TOOLS
 from tests.factories import UserFactory
 
@@ -43,7 +43,7 @@ def setup_plan() -> tuple[str, int, Any]:
     """An external agent with tools and a submitted plan (awaiting approval), a token, an operator."""
     agent = Agent.objects.create(name="Poller", kind=Agent.Kind.EXTERNAL, declared_tools=TOOLS)
     raw = AgentToken.issue(agent=agent)[1]
-    plan = external.plan_submit(agent=agent, data=PLAN)
+    plan = reported.plan_submit(agent=agent, data=PLAN)
     return raw, plan.pk, UserFactory(username="olga", role="operators")
 
 
@@ -96,7 +96,7 @@ def test_long_poll_releases_its_database_connection_between_reads() -> None:
     raw, plan_id, _ = setup_plan()
     agent = Agent.objects.get(name="Poller")
     assert connection.connection is not None
-    external.plan_next_read(agent=agent, plan_id=plan_id)
+    reported.plan_next_read(agent=agent, plan_id=plan_id)
     assert connection.connection is None
 
 
@@ -105,7 +105,7 @@ def test_racing_retries_of_one_result_are_recorded_once() -> None:
     agent = Agent.objects.get(name="Poller")
     services.plan_approve(plan=Plan.objects.get(pk=plan_id), user=operator, mode=Plan.ApprovalMode.ALL)
     first = PlanStep.objects.get(plan_id=plan_id, key="1")
-    external.step_start(agent=agent, step_id=first.pk, request_id="start")
+    reported.step_start(agent=agent, step_id=first.pk, request_id="start")
     barrier = threading.Barrier(4)
     answers: list[Any] = []
     errors: list[BaseException] = []
@@ -113,7 +113,7 @@ def test_racing_retries_of_one_result_are_recorded_once() -> None:
     def report() -> None:
         try:
             barrier.wait()
-            answers.append(external.step_result(agent=agent, step_id=first.pk, request_id="same", succeeded=True,
+            answers.append(reported.step_result(agent=agent, step_id=first.pk, request_id="same", succeeded=True,
                                                 output="done"))
         except BaseException as exc:  # the assertion below names it
             errors.append(exc)
@@ -281,7 +281,7 @@ async def test_open_websockets_tokens_are_checked_in_one_query_and_a_revoked_one
         for i in range(3):
             agent = Agent.objects.create(name=f"Socket {i}", kind=Agent.Kind.EXTERNAL, declared_tools=TOOLS)
             token, raw = AgentToken.issue(agent=agent)
-            out.append((raw, external.plan_submit(agent=agent, data=PLAN).pk, token.pk))
+            out.append((raw, reported.plan_submit(agent=agent, data=PLAN).pk, token.pk))
         return out
 
     fleet = await database_sync_to_async(agents)()

@@ -28,12 +28,12 @@ def setup(name: str, steps: int) -> tuple[Any, str, Any, Any]:
     from agents.models import Agent, AgentToken
     from planning import services
     from planning.models import Plan
-    from planning.services import external
+    from planning.services import reported
 
     tools = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
     agent = Agent.objects.create(name=name, kind=Agent.Kind.EXTERNAL, declared_tools=tools)
     raw = AgentToken.issue(agent=agent)[1]
-    plan = external.plan_submit(agent=agent, data={"goal": name, "steps": [
+    plan = reported.plan_submit(agent=agent, data={"goal": name, "steps": [
         {"id": str(n), "tool": "search", "intent": f"look up {n}", "input": {"q": str(n)}, "requiresPermission": False}
         for n in range(1, steps + 1)]})
     user = User.objects.get_or_create(username=f"bench-operator-{name}")[0]
@@ -52,7 +52,7 @@ def bench_steps() -> list[dict[str, Any]]:
     from django.core.cache import cache
     from django.test import Client, override_settings
 
-    from planning.services import external
+    from planning.services import reported
 
     agent, raw, plan, _ = setup("bench api steps", STEPS)
     client = Client(headers={"Authorization": f"Bearer {raw}"})
@@ -68,8 +68,8 @@ def bench_steps() -> list[dict[str, Any]]:
     base_agent, _, base_plan, _ = setup("bench service steps", STEPS)
 
     def direct(step: Any) -> None:
-        external.step_start(agent=base_agent, step_id=step.pk, request_id=f"s{step.pk}")
-        external.step_result(agent=base_agent, step_id=step.pk, request_id=f"r{step.pk}", succeeded=True)
+        reported.step_start(agent=base_agent, step_id=step.pk, request_id=f"s{step.pk}")
+        reported.step_result(agent=base_agent, step_id=step.pk, request_id=f"r{step.pk}", succeeded=True)
 
     service_ms = per_step_ms(direct, list(base_plan.steps.all()))
     return [figure("API: step start + result over HTTP", api_ms, "ms/step", baseline=service_ms,

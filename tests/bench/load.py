@@ -35,12 +35,12 @@ GOAL_MS = 300.0
 AGENTS = r"""
 import json
 from agents.models import Agent, AgentToken
-from planning.services import external
+from planning.services import reported
 tools = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 def make(name, policy, steps):
     agent = Agent.objects.create(name=name, kind=Agent.Kind.EXTERNAL, declared_tools=tools, approval_policy=policy)
     raw = AgentToken.issue(agent=agent)[1]
-    plan = external.plan_submit(agent=agent, data={"goal": name, "steps": [
+    plan = reported.plan_submit(agent=agent, data={"goal": name, "steps": [
         {"id": str(n), "tool": "search", "intent": f"look up {n}", "input": {"q": str(n)}, "requiresPermission": False}
         for n in range(1, steps + 1)]})
     return {"token": raw, "plan": plan.pk}

@@ -63,14 +63,14 @@ TASKS = "io.modelcontextprotocol/tasks"
 AGENTS_SETUP = r"""
 import json
 from agents.models import Agent, AgentToken
-from planning.services import external
+from planning.services import reported
 tools = [{"name": "search", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}]
 out = []
 for i in range(COUNT):
     agent = Agent.objects.create(name=f"PREFIX {i:04d}", kind=Agent.Kind.EXTERNAL, declared_tools=tools,
                                  approval_policy="plan")
     raw = AgentToken.issue(agent=agent)[1]
-    plan = external.plan_submit(agent=agent, data={"goal": f"Look up {i}", "steps": [
+    plan = reported.plan_submit(agent=agent, data={"goal": f"Look up {i}", "steps": [
         {"id": "1", "tool": "search", "intent": "look it up", "input": {"q": str(i)}, "requiresPermission": False}]})
     out.append({"token": raw, "plan": plan.pk})
 print(json.dumps(out))

@@ -15,7 +15,7 @@ from mcp_types import GetTaskRequest, GetTaskRequestParams, Request, RequestPara
 from agents.models import AgentToken, token_hash
 from planning import services
 from planning.models import Plan, PlanEvent
-from planning.services import external
+from planning.services import reported
 from tests.factories import UserFactory
 from tests.mcp.test_server import db, ok, rate_counters_cleared, setup
 from tests.mcp.test_tasks import TaskHandle, TaskState, legacy_session, modern_session, task_get
@@ -54,7 +54,7 @@ async def task_asking(session: ClientSession, task_id: str) -> AskingState:
 def planner_asks(raw: str, goal: str) -> int:
     """The agent lets the built-in planner plan a vague goal (POST /api/v1/goals does this): it asks instead."""
     token = AgentToken.objects.select_related("agent").get(key_hash=token_hash(raw))
-    plan = external.goal_plan(agent=token.agent, goal=goal)
+    plan = reported.goal_plan(agent=token.agent, goal=goal)
     assert plan.status == Plan.Status.CLARIFYING, (plan.status, plan.failure_reason)
     return plan.pk
 

@@ -154,7 +154,7 @@ def test_an_agent_still_waiting_on_one_step_says_so_after_it_plans_anew_or_anoth
     agent = AgentFactory(kind=Agent.Kind.PERSONA)
     first = PlanStepFactory(plan__agent=agent, plan__status=Plan.Status.ACTIVE, key="2", status=PlanStep.Status.PENDING,
                             requires_permission=True)
-    services.step_request_approval(step=first, runner="runner-test")
+    services.steps_request_approval([first], runner="runner-test")
     goal = GoalFactory(agent=agent, description="Visit the library")
     services.plan_start(agent=agent, goal=goal, goal_text=goal.description, previous=None, reason="",
                         actor_label="runner-test")
@@ -162,7 +162,7 @@ def test_an_agent_still_waiting_on_one_step_says_so_after_it_plans_anew_or_anoth
     assert agent.waiting_reason == "step 2 awaits approval"
 
     second = PlanStepFactory(plan__agent=agent, plan__status=Plan.Status.ACTIVE, key="5", status=PlanStep.Status.PENDING)
-    services.step_request_approval(step=second, runner="runner-test")
+    services.steps_request_approval([second], runner="runner-test")
     services.step_approve(step=second, user=operator)
     agent.refresh_from_db()
     assert agent.waiting_reason == "step 2 awaits approval"

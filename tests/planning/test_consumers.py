@@ -115,7 +115,7 @@ async def viewer_on_plan(steps: int, username: str) -> tuple[Any, list[Any], Web
 
 async def test_push_carries_only_the_changed_step_and_the_new_entry() -> None:
     plan, steps, comm, _ = await viewer_on_plan(5, "victor")
-    await database_sync_to_async(services.step_request_approval)(step=steps[2], runner="runner-x")
+    await database_sync_to_async(services.steps_request_approval)([steps[2]], runner="runner-x")
     pushed = await comm.receive_from(timeout=5)
     assert 'id="step-3"' in pushed and "Awaiting approval" in pushed
     for other in ("1", "2", "4", "5"):
@@ -331,7 +331,7 @@ async def step_change_in_another_process(step: PlanStep, var_dir: Path) -> None:
     else:
         env["SQLITE_PATH"] = str(connection.settings_dict["NAME"])
     code = (f"from planning import services; from planning.models import PlanStep; "
-            f"services.step_request_approval(step=PlanStep.objects.get(pk={step.pk}), runner='other-process')")
+            f"services.steps_request_approval([PlanStep.objects.get(pk={step.pk})], runner='other-process')")
     result = await asyncio.to_thread(subprocess.run, [sys.executable, "manage.py", "shell", "-c", code], cwd=ROOT,
                                      env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -377,7 +377,7 @@ async def test_embedded_change_made_by_another_process_shows_at_the_next_page_lo
 async def test_the_graph_follows_a_step_status_change_and_stays_put_otherwise() -> None:
     plan, steps, comm, first = await viewer_on_plan(3, "vera")
     assert 'id="plan-graph"' in first  # the whole page state, graph included
-    await database_sync_to_async(services.step_request_approval)(step=steps[1], runner="runner-x")
+    await database_sync_to_async(services.steps_request_approval)([steps[1]], runner="runner-x")
     pushed = await comm.receive_from(timeout=5)
     assert 'id="plan-graph"' in pushed
     graph = pushed[pushed.index('id="plan-graph"'):]
@@ -415,7 +415,7 @@ async def test_pages_keep_updating_after_the_long_poll_that_started_the_hub_ends
     if events.layer_is_shared():
         await step_change_in_another_process(step, tmp_path)
     else:
-        await database_sync_to_async(services.step_request_approval)(step=step, runner="other-process")
+        await database_sync_to_async(services.steps_request_approval)([step], runner="other-process")
     pushed = await comm.receive_from(timeout=10)
     assert f'id="step-{step.key}"' in pushed and "Awaiting approval" in pushed and "by other-process" in pushed
     await comm.disconnect()

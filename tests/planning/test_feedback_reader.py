@@ -7,7 +7,7 @@ import pytest
 
 from planning.models import Plan, PlanEvent
 from planning.selectors import plan_feedback
-from planning.services.external import replan_feedback
+from planning.services.reported import replan_feedback
 from tests.factories import PlanEventFactory, PlanFactory
 
 pytestmark = pytest.mark.django_db

@@ -290,7 +290,7 @@ def test_written_content_is_previewed_escaped_and_cut(operator_client: Client) -
 
 
 def test_an_external_agents_plan_is_checked_as_far_as_its_declared_tools_tell() -> None:
-    from planning.services.external import PlanInvalid, plan_submit
+    from planning.services.reported import PlanInvalid, plan_submit
     from tests.api.conftest import PLAN, TOOLS, step
 
     agent = Agent.objects.create(name="Mailer", kind=Agent.Kind.EXTERNAL, declared_tools=TOOLS)

@@ -130,3 +130,13 @@ def test_steps_runnable_never_releases_a_step_early(steps: list[tuple[str, str, 
             assert state == "pending"
             assert all(status.get(dep) in ("completed", "skipped") for dep in depends_on)
             assert key not in blocked
+
+
+def test_a_list_of_moves_is_checked_step_by_step_along_each_path() -> None:
+    from planning.engine.schedule import steps_transitions_refused
+
+    refused = steps_transitions_refused([("pending", ["running", "completed"]), ("pending", ["completed"]),
+                                         ("completed", ["running"]), ("running", []), ("awaiting_approval", ["pending"])])
+    assert [str(r) if r else None for r in refused] == [
+        None, "a step cannot go from pending to completed", "a completed step cannot become running: completed is final",
+        None, None]

@@ -172,7 +172,7 @@ def test_automatic_decisions_show_on_the_timeline_the_inbox_history_and_the_audi
 
 
 def test_an_external_agent_is_told_to_run_a_step_a_policy_approved(operator: Any) -> None:
-    from planning.services.external import plan_next
+    from planning.services.reported import plan_next
 
     agent = AgentFactory(name="Notes", kind=Agent.Kind.EXTERNAL)
     # A declared tool is matched only by a rule scoped to its agent, and its items count as risky
@@ -186,7 +186,7 @@ def test_an_external_agent_is_told_to_run_a_step_a_policy_approved(operator: Any
 
 
 def test_an_api_agent_submitting_a_routine_plan_is_told_it_is_active(operator: Any) -> None:
-    from planning.services.external import agent_tools_declare, plan_submit
+    from planning.services.reported import agent_tools_declare, plan_submit
 
     agent = AgentFactory(name="Notes", kind=Agent.Kind.EXTERNAL)
     policy_with(operator, {"action": "approve", "applies_to": "plans", "tools": "search", "agent": agent,

@@ -1,4 +1,5 @@
-"""External agents: plans and steps changed over the API, through the same services as everyone else.
+"""Plans and steps an agent reports itself (an agent outside, over the REST API or the MCP server): its tools
+declared, its plans submitted, its steps started and their results, through the same services as everyone else.
 
 Each write is one transaction that records its PlanEvent with the token's agent as the actor and pushes
 after commit, so the dashboard, the timeline and the audit show an external agent exactly like a
@@ -25,9 +26,9 @@ from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import plan_generate
 from planning.selectors import plan_feedback
 from planning.services.errors import DecisionError, PlanAlreadyReplanned
-from planning.services.events import event_agent_record, event_record
+from planning.services.events import event_agent_record
 from planning.services.plans import plan_cancel, plan_clarify
-from planning.services.steps import step_finish, step_move, step_request_approval
+from planning.services.steps import step_finish, step_started, steps_request_approval
 from planning.services.versions import plan_accept, plan_start, plan_start_by_policy
 
 RESULT_MAX_CHARS = 20000
@@ -159,7 +160,7 @@ def plan_next(*, agent: Agent, plan_id: int, via: str = VIA_API) -> dict[str, An
     if keys:
         step = next(s for s in steps if s.key == keys[0])
         if step.needs_approval(plan):
-            step_request_approval(step=step, runner=agent_actor(agent, via))
+            steps_request_approval([step], runner=agent_actor(agent, via))
             step.refresh_from_db()
             if step.status != PlanStep.Status.AWAITING_APPROVAL:  # a policy decided it at once: what now
                 return plan_next(agent=agent, plan_id=plan_id, via=via)
@@ -373,12 +374,7 @@ def step_start(*, agent: Agent, step_id: int, request_id: str, via: str = VIA_AP
         if step.key not in steps_runnable(table, limit=1):
             raise ExternalError(f"Step {step.key} cannot start yet: its dependencies are not done or another step "
                                 "is running. Nothing was changed.")
-        step_move(step=step, status=PlanStep.Status.RUNNING)
-        step.actual_cycles += 1
-        step.save(update_fields=["status", "actual_cycles", "updated_at"])
-        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=agent_actor(agent, via),
-                     reason=f"{step.tool} {json.dumps(step.tool_input, ensure_ascii=False)}"[:500])
-        return step_data(step)
+        return step_data(step_started(step=step, actor_label=agent_actor(agent, via)))
 
     return request_once(agent=agent, request_id=request_id, operation=f"start of step {step_id}", step_id=step_id,
                         apply=apply)
