@@ -483,10 +483,14 @@ PLAN_REJECTIONS_BEFORE_FALLBACK = 2
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"quiet_forbidden": {"()": "planner_site.error_pages.QuietForbidden"}},
+    # outage_lines: in a runner, what fails for want of the database is one line per outage, said when it ends
+    # (agents/runtime/outage.py); elsewhere it lets everything through.
+    "filters": {"quiet_forbidden": {"()": "planner_site.error_pages.QuietForbidden"},
+                "outage_lines": {"()": "agents.runtime.outage.OutageLines"}},
     # Each line with its time and source: a runner's log is read after the fact, beside the jobs table.
     "formatters": {"timed": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["quiet_forbidden"], "formatter": "timed"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["quiet_forbidden", "outage_lines"],
+                            "formatter": "timed"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"planner": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False}},
 }

@@ -68,6 +68,7 @@ from agents.runtime.cycles import (
     plans_orphaned_fail,
     tools_start_run,
 )
+from agents.runtime.outage import OUTAGE, OUTAGE_LINE, REFUSED_LINE, STRAGGLER_LINE
 from agents.signals import operator_acted
 from planning.models import Plan
 
@@ -106,6 +107,7 @@ class Lease:
     def renew(self, sent_at: float) -> None:
         with self._lock:
             self.renewed_at = sent_at if self.renewed_at is None else max(self.renewed_at, sent_at)
+        OUTAGE.answered(sent_at)  # the database answers: an outage under way is over, said in one line
 
     def valid(self) -> bool:
         renewed = self.renewed_at
@@ -121,6 +123,12 @@ def job_fence(context: JobContext) -> Fence | None:
     if job is None or job.id is None:
         return None
     return Fence(job_id=job.id, worker_id=job.worker_id, lease_valid=LEASE.valid)
+
+
+def fence_line(exc: FenceLost) -> dict[str, object]:
+    """The log line's `extra` for a refusal (agents/runtime/outage.py): during an outage (the lease ran out), or
+    a straggler of one (taken over meanwhile)."""
+    return REFUSED_LINE if exc.lease_ran_out else STRAGGLER_LINE
 
 
 def job_returned(context: JobContext) -> None:
@@ -178,12 +186,13 @@ def agent_cycle_run(context: JobContext, agent_id: int, kind: str = "") -> str:
         return cycle_run(agent_id, runner_name(context), kind, release=False)
     except FenceLost as exc:
         chained = False
-        logger.warning("cycle of agent %s not recorded: %s", agent_id, exc)
+        logger.warning("cycle of agent %s not recorded: %s", agent_id, exc, extra=fence_line(exc))
         return "fenced off"
     except Agent.DoesNotExist:
         return "agent deleted"  # its chain ends here: it is driven no more
     except CONNECTION_ERRORS as exc:  # not a cycle that happened: the next one comes all the same
-        logger.warning("cycle of agent %s cut off by the database (%s)", agent_id, error_brief(exc))
+        logger.warning("cycle of agent %s cut off by the database (%s)", agent_id, error_brief(exc),
+                       extra=OUTAGE_LINE)
         return "cut off by the database"
     except Exception:  # one agent's broken cycle must not end its chain: it is logged and the next one comes
         logger.exception("cycle of agent %s failed", agent_id)
@@ -278,10 +287,11 @@ def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
         return f"{done} cycles, {alone} on their own"
     except FenceLost as exc:  # taken over (or this runner's lease ran out): the shard's holder goes on with it
         chained = False
-        logger.warning("pass of personas %s not recorded: %s", pass_lock(shard, shards), exc)
+        logger.warning("pass of personas %s not recorded: %s", pass_lock(shard, shards), exc, extra=fence_line(exc))
         return "fenced off"
     except CONNECTION_ERRORS as exc:  # not cycles that happened: the next pass tries again
-        logger.warning("pass of personas %s cut off by the database (%s)", pass_lock(shard, shards), error_brief(exc))
+        logger.warning("pass of personas %s cut off by the database (%s)", pass_lock(shard, shards), error_brief(exc),
+                       extra=OUTAGE_LINE)
         return "cut off by the database"
     except Exception:  # a broken pass must not end the shard's chain: it is logged and the next one comes
         logger.exception("pass of personas %s failed", pass_lock(shard, shards))
@@ -314,7 +324,7 @@ def pass_next(shard: int, shards: int, *, backlog: bool, elapsed: float = 0.0) -
             connection_recover()
             if attempt == 2:
                 logger.warning("next pass of personas %s not deferred (%s); the sweep starts it again",
-                               pass_lock(shard, shards), error_brief(exc))
+                               pass_lock(shard, shards), error_brief(exc), extra=OUTAGE_LINE)
 
 
 # A lost connection as Django raises it (the driven read) or as the engine wraps it (the defer).
@@ -338,7 +348,7 @@ def chain_next(agent_id: int) -> None:
             connection_recover()
             if attempt == 2:
                 logger.warning("next cycle of agent %s not deferred (%s); the sweep starts its chain again",
-                               agent_id, error_brief(exc))
+                               agent_id, error_brief(exc), extra=OUTAGE_LINE)
 
 
 def cycle_after(next_at: Any, interval: float) -> float:
@@ -404,10 +414,11 @@ def tools_start_job(context: JobContext, shard: int, shards: int) -> str:
             planned, alone, backlog = tools_start_pass(shard, shards, runner_name(context))
         return f"{planned} planned, {alone} on their own"
     except FenceLost as exc:  # taken over: the sweep starts the chains it left
-        logger.warning("start pass %s not recorded: %s", start_lock(shard, shards), exc)
+        logger.warning("start pass %s not recorded: %s", start_lock(shard, shards), exc, extra=fence_line(exc))
         return "fenced off"
     except CONNECTION_ERRORS as exc:  # not cycles that happened: the sweep starts the chains again
-        logger.warning("start pass %s cut off by the database (%s)", start_lock(shard, shards), error_brief(exc))
+        logger.warning("start pass %s cut off by the database (%s)", start_lock(shard, shards), error_brief(exc),
+                       extra=OUTAGE_LINE)
         return "cut off by the database"
     except Exception:  # logged; the sweep defers the shard's next start pass for the agents left without a chain
         logger.exception("start pass %s failed", start_lock(shard, shards))
@@ -418,7 +429,7 @@ def tools_start_job(context: JobContext, shard: int, shards: int) -> str:
                 start_defer(shard, shards)
         except CHAIN_ERRORS as exc:
             logger.warning("next start pass %s not deferred (%s); the sweep defers it", start_lock(shard, shards),
-                           error_brief(exc))
+                           error_brief(exc), extra=OUTAGE_LINE)
         finally:
             connection_release()
             job_returned(context)
@@ -464,7 +475,8 @@ async def jobs_unfinished_settle(app: Any) -> int:
         for job_id in settled:
             _returned.pop(job_id, None)
     if finished:
-        logger.warning("finished %d cycle jobs whose end was lost to the database", finished)
+        logger.warning("finished %d cycle jobs whose end was lost to the database", finished,
+                       extra={"outage": "straggler"})
     return finished
 
 
@@ -551,7 +563,7 @@ def agents_schedule(context: JobContext, timestamp: int) -> int:
         plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing") | agents_starting())
         return started
     except CHAIN_ERRORS as exc:  # the next sweep does it all again
-        logger.warning("sweep cut off by the database (%s)", error_brief(exc))
+        logger.warning("sweep cut off by the database (%s)", error_brief(exc), extra=OUTAGE_LINE)
         connection_recover()
         return 0
     finally:
