@@ -96,7 +96,11 @@ class Outage:
         fenced = (f"fenced after {lease:.0f} s (lease ran out: {refused} cycles or passes not recorded, no tool "
                   "started; its jobs were left to the other runners)" if lost_for >= lease else
                   "within its lease, nothing fenced")
-        logger.warning("%s: lost the database for %.0f s; %s; resuming", self.runner, lost_for, fenced)
+        if heartbeat_lost or errors > refused:
+            logger.warning("%s: lost the database for %.0f s; %s; resuming", self.runner, lost_for, fenced)
+        else:  # nothing failed for want of the database: the heartbeats were late (a busy or paused process)
+            logger.warning("%s: no heartbeat for %.0f s (the runner was too busy or paused); %s; resuming",
+                           self.runner, lost_for, fenced)
 
     def late_seconds(self) -> float:
         """How long after an outage its stragglers still come: a thread cut off mid-statement learns of it when
@@ -118,14 +122,14 @@ STRAGGLER_LINE: dict[str, object] = {"outage": "straggler", "refused": True}
 
 class OutageLines(logging.Filter):
     """The log filter of settings.LOGGING: in a runner, a record of a lost database connection (a connection
-    error, or one of the pools' warnings, or a runner's own line marked `extra={"outage": True}`) is folded into
+    error, or one of the driver's or its pools' warnings, or a runner's own line marked `extra={"outage": True}`) is folded into
     the outage (`Outage.lost`) instead of logged. Elsewhere, or any other record, passes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not OUTAGE.watching or record.levelno >= logging.CRITICAL:
             return True
         marked = getattr(record, "outage", False)
-        if not (marked or (record.name.startswith("psycopg.pool") and record.levelno == logging.WARNING)
+        if not (marked or (record.name.split(".")[0] == "psycopg" and record.levelno == logging.WARNING)
                 or (record.exc_info is not None and connection_error(record.exc_info[1]))
                 or (record.name.startswith("procrastinate") and "ConnectorException" in record.getMessage())):
             return True

@@ -180,12 +180,14 @@ def agent_cycle_run(context: JobContext, agent_id: int, kind: str = "") -> str:
     """The cycle, then its successor deferred on the same connection (one pool checkout, and its check, fewer a
     cycle; a connection the cycle found cut was dropped, and the next is checked out afresh), then given back.
     A runner that no longer holds the job (agents/fencing.py) records nothing and chains nothing: the runner
-    that took the job over does."""
+    that took the job over does. One whose lease ran out records nothing but chains as after any cycle that
+    failed: a runner whose heartbeats were only late (a busy host) keeps the agent going, and the successor's
+    queueing lock keeps it at one, whoever takes the job over."""
     chained = True
     try:
         return cycle_run(agent_id, runner_name(context), kind, release=False)
     except FenceLost as exc:
-        chained = False
+        chained = exc.lease_ran_out
         logger.warning("cycle of agent %s not recorded: %s", agent_id, exc, extra=fence_line(exc))
         return "fenced off"
     except Agent.DoesNotExist:
@@ -285,8 +287,11 @@ def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
         with fenced(job_fence(context)):
             done, alone, backlog = personas_pass(shard, shards, runner_name(context))
         return f"{done} cycles, {alone} on their own"
-    except FenceLost as exc:  # taken over (or this runner's lease ran out): the shard's holder goes on with it
-        chained = False
+    except FenceLost as exc:
+        # Taken over: the shard's holder goes on with it. This runner's lease ran out: the next pass comes as
+        # after any failed pass (a busy host's late heartbeats must not stop the shard until the sweep); should
+        # the job be taken over meanwhile, the successor's queueing lock keeps one, and its lock one pass at once.
+        chained = exc.lease_ran_out
         logger.warning("pass of personas %s not recorded: %s", pass_lock(shard, shards), exc, extra=fence_line(exc))
         return "fenced off"
     except CONNECTION_ERRORS as exc:  # not cycles that happened: the next pass tries again
