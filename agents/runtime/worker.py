@@ -129,6 +129,7 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
     connection under its listener, a restart, an outage), it is logged, waited out with a growing backoff
     (at most RUNNER_DB_RETRY_MAX_SECONDS), and the worker starts again once the database answers; the cycles
     it had under way are retried as any dead worker's are."""
+    import psycopg
     from procrastinate import exceptions
     from procrastinate.contrib.django import app
 
@@ -138,8 +139,11 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
         ThreadPoolExecutor(max_workers=concurrency + EXECUTOR_SPARE_THREADS, thread_name_prefix="cycle"))
     worker_app = app.with_connector(worker_connector())  # the Django connector cannot LISTEN
     worker_app.job_manager = fenced_job_manager(worker_app)
+    # The driver's own errors too: opening the worker's pool raises psycopg_pool's PoolTimeout (a psycopg
+    # OperationalError, not Django's) when the database stays away longer than the pool's 30 s; it must not end
+    # the runner.
     database_errors: tuple[type[Exception], ...] = (
-        exceptions.ConnectorException, *CONNECTION_ERRORS, OSError, WorkerStopped)
+        exceptions.ConnectorException, *CONNECTION_ERRORS, psycopg.OperationalError, OSError, WorkerStopped)
     reached = asyncio.create_task(cycles_reached(cycles)) if cycles is not None else None
     stopped = asyncio.create_task(stop.wait())
     failures, outage_since = 0, 0.0
