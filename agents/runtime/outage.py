@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 logger = logging.getLogger("planner.runner")
 
@@ -46,10 +47,12 @@ def connection_error(exc: BaseException | None) -> bool:
 class Outage:
     """This runner's view of the database: since when it has been lost, and what was folded meanwhile."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock  # the runner's monotonic time (the heartbeats' sent times are of it)
         self.runner = ""
         self.watching = False
         self.contact: float | None = None  # when the last heartbeat (or registration) the database took was sent
+        self.answer: float | None = None  # and when its answer came (time.monotonic())
         self.began: float | None = None  # the first error of the outage under way (time.monotonic())
         self.heartbeat_lost = False  # the database stopped taking heartbeats: the runner lost it, not a connection
         self.errors = 0
@@ -63,7 +66,7 @@ class Outage:
 
     def lost(self, *, refused: bool = False, heartbeat: bool = False) -> None:
         """Something failed for want of the database (`refused`: a cycle or pass not recorded by a fence)."""
-        now = time.monotonic()
+        now = self.clock()
         began = False
         with self._lock:
             if self.began is None:
@@ -77,24 +80,28 @@ class Outage:
             logger.info("%s: the database fails (an outage, or a connection cut); waiting for it", self.runner)
 
     def answered(self, sent_at: float) -> None:
-        """The database took a heartbeat (or a registration) sent at `sent_at`: an outage under way is over."""
+        """The database took a heartbeat (or a registration) sent at `sent_at`: an outage under way is over. It
+        was lost from the answer before to this one; the lease ran out if that was sent long enough ago."""
         from django.conf import settings
 
+        now = self.clock()
         with self._lock:
-            began, last = self.began, self.contact
+            began, last, last_answer = self.began, self.contact, self.answer
             self.contact = sent_at if last is None else max(last, sent_at)
-            if began is None or sent_at < began:
+            self.answer = now
+            if began is None:
                 return
             errors, refused, heartbeat_lost = self.errors, self.refused, self.heartbeat_lost
-            self.began, self.ended = None, time.monotonic()
-        lost_for = sent_at - (last if last is not None else began)
+            self.began, self.ended = None, now
+        lost_for = now - (last_answer if last_answer is not None else began)
+        unleased = now - (last if last is not None else began)
         if not heartbeat_lost and lost_for < 2 * settings.RUNNER_HEARTBEAT_SECONDS:
             logger.info("%s: %d database errors (connections cut); the database took every heartbeat meanwhile",
                         self.runner, errors)
             return
         lease = settings.RUNNER_LEASE_SECONDS
         fenced = (f"fenced after {lease:.0f} s (lease ran out: {refused} cycles or passes not recorded, no tool "
-                  "started; its jobs were left to the other runners)" if lost_for >= lease else
+                  "started; its jobs were left to the other runners)" if unleased >= lease else
                   "within its lease, nothing fenced")
         if heartbeat_lost or errors > refused:
             logger.warning("%s: lost the database for %.0f s; %s; resuming", self.runner, lost_for, fenced)
@@ -128,13 +135,21 @@ class OutageLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not OUTAGE.watching or record.levelno >= logging.CRITICAL:
             return True
+        try:
+            return self.passes(record)
+        except Exception:  # a log filter never breaks what logs (the engine logs inside its job handling)
+            return True
+
+    def passes(self, record: logging.LogRecord) -> bool:
+        """`filter` in a runner: whether the record is logged (False: it is folded into the outage)."""
         marked = getattr(record, "outage", False)
+        error = record.exc_info[1] if isinstance(record.exc_info, tuple) else None  # exc_info=False is allowed
         if not (marked or (record.name.split(".")[0] == "psycopg" and record.levelno == logging.WARNING)
-                or (record.exc_info is not None and connection_error(record.exc_info[1]))
+                or connection_error(error)
                 or (record.name.startswith("procrastinate") and "ConnectorException" in record.getMessage())):
             return True
         if marked == "straggler" and OUTAGE.began is None and \
-                time.monotonic() - OUTAGE.ended >= OUTAGE.late_seconds():
+                OUTAGE.clock() - OUTAGE.ended >= OUTAGE.late_seconds():
             return True  # a fence refusing with no outage near: the runner was found stalled, say it
         OUTAGE.lost(refused=bool(getattr(record, "refused", False)))
         return False
