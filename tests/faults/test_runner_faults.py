@@ -249,7 +249,7 @@ def test_terminated_connections_do_not_stop_a_runner(tmp_path: Path, runners: li
 def test_database_outage_is_waited_out(tmp_path: Path, runners: list[subprocess.Popen[str]]) -> None:
     agents = personas(6, cycle_interval=0.2)
     log = tmp_path / "runner.log"
-    proc = runagents(runner_env(tmp_path, RUNNER_DB_RETRY_MAX_SECONDS="1", LOG_LEVEL="INFO"),
+    proc = runagents(runner_env(tmp_path, RUNNER_DB_RETRY_MAX_SECONDS="1"),
                      "--runner-id", "outage", log=log)
     runners.append(proc)
     wait_until(lambda: all(n >= 2 for n in cycles_of(agents).values()), timeout=60, what="the first cycles")
