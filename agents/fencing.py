@@ -1,7 +1,7 @@
 """Fencing: a runner writes an agent's or a shard's rows only while it holds the job that covers them.
 
-The scale-out runtime (agents/runtime/tasks.py) runs each cycle or pass inside `fenced(...)`: the job's id, the
-engine's worker that took it, and the runner's lease (agents/runtime/worker.py: still within
+The scale-out runtime (runtime/tasks.py) runs each cycle or pass inside `fenced(...)`: the job's id, the
+engine's worker that took it, and the runner's lease (runtime/worker.py: still within
 RUNNER_LEASE_SECONDS of its last heartbeat the database took). The services that record a cycle, a pass, a
 step's start or its end call `fence_hold()` first, inside their own transaction: it refuses (FenceLost) once the
 lease ran out (the runner may be cut off: another may take its jobs soon) and, on PostgreSQL, unless the job's

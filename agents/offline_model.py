@@ -708,7 +708,7 @@ _TARGET_KEY = {
     "report.write": "output", "dir.create": "path", "file.count": "output",
 }
 
-# Plain redirections in an operator's feedback (issue 50, "feedback binds"). A file name, as _FILE_NAME finds it.
+# Plain redirections in an operator's feedback. A file name, as _FILE_NAME finds it.
 _F = r"((?:[\w-]+/)*[\w-]+\.[A-Za-z0-9]{1,8})"
 _GAP = r"[\s,;:]+(?:(?:the|a|file|to|into|in|it|them|of|and|but)\s+){0,3}"
 _INSTEAD_OF = re.compile(_F + r"\s+(?:instead\s+of|rather\s+than|in\s+place\s+of)" + _GAP + _F, re.IGNORECASE)

@@ -150,7 +150,7 @@ def ordinal(n: int) -> str:
 
 def plan_waits_for_a_person(plan: Plan, steps: list[PlanStep]) -> bool:
     """A plan that waits for a person: a step awaiting approval, or the plan itself awaiting approval or an
-    answer. A persona's plan that waits is parked: it keeps its goal, not its horizon (agents/cycle.py)."""
+    answer. A persona's plan that waits is parked: it keeps its goal, not its horizon (runtime/cycle.py)."""
     return plan.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING) or any(
         s.status == PlanStep.Status.AWAITING_APPROVAL for s in steps)
 

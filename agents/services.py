@@ -95,11 +95,11 @@ def agent_cycle_count(*, agent: Agent, waits: bool = False) -> None:
 
 
 def agents_cycle_count(*, agents: Sequence[Agent], waits: bool = False) -> None:
-    """Tool agents' cycles ended (a cycle's, or a start pass's: agents/cycle.py tools_start): each counted and its
+    """Tool agents' cycles ended (a cycle's, or a start pass's: runtime/cycle.py tools_start): each counted and its
     next cycle's time set, one UPDATE per cycle interval among them. No event: the cycle's work has its own, and
     an idle cycle is no news for the timeline.
 
-    Agents that `wait` for a person and nothing else (agents/cycle.py tool_cycle) come back after
+    Agents that `wait` for a person and nothing else (runtime/cycle.py tool_cycle) come back after
     RUNNER_WAITING_SECONDS when their interval is shorter: an operator's decision brings the next cycle forward
     (agents/signals.py), and 100 agents waiting at the default 2 s kept half a core of the runners busy finding
     nothing to do. A failed planning's automatic retry due sooner keeps its time (never before the interval).

@@ -811,7 +811,7 @@ TOOL_BEGAN = "began.json"
 
 
 def tool_began_mark(undo_dir: Path, attempt: int) -> None:
-    """Just before a step's tool runs (agents/cycle.py tool_call): which try of the step began it. An earlier
+    """Just before a step's tool runs (runtime/cycle.py tool_call): which try of the step began it. An earlier
     try's undo manifest goes (this try keeps its own, or changes nothing), so what is found there after an
     interruption belongs to this try."""
     undo_dir.mkdir(parents=True, exist_ok=True)

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from django.contrib.auth.models import User
 
-from agents.cycle import agent_cycle
 from agents.models import Agent, LLMCall
 from evals.eval_goals import FILES, EvalGoal
 from goals.models import Goal
 from planning import services
 from planning.models import Plan, PlanStep
 from planning.planner import plan_direct
+from runtime.cycle import agent_cycle
 
 RUN_CYCLES = 25  # cycles a plan may take to run its steps after approval
 CANNOT = "the planner says it cannot be done"

@@ -15,7 +15,7 @@ from agents.models import Agent
 from notifications.links import link_make
 from notifications.models import Channel, Delivery, Notification, Subscription, Trigger
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.steer_selectors import inbox_items
+from planning.operator_selectors import inbox_items
 
 # The events that may notify someone, and what each is about.
 EVENT_TRIGGERS: dict[str, str] = {
@@ -89,7 +89,7 @@ class Candidate:
 
 
 # The planner's notes on how it read a model's answer: for the plan page's validator flags, not for a message to
-# a person (issue 50: a webhook's event.reason read "repaired: closed 1 bracket").
+# a person (a webhook's event.reason read "repaired: closed 1 bracket").
 PLANNER_NOTES = ("repaired:", "parsed from", "structured output")
 
 

@@ -15,7 +15,7 @@ from django.db import DatabaseError
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from agents.runtime.selectors import runners_live
+from runtime.selectors import runners_live
 
 logger = logging.getLogger("planner.health")
 

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "planning",
     "notifications",
     "policies",
+    "runtime",  # above the domain: drives the cycles, the notifications' dispatch and retention
     "ninja",  # the external agents' API: its OpenAPI docs page
 ]
 
@@ -173,14 +174,14 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Scale-out runs agents' cycles as jobs of Procrastinate, a PostgreSQL job engine (agents/runtime/tasks.py);
+# Scale-out runs agents' cycles as jobs of Procrastinate, a PostgreSQL job engine (runtime/tasks.py);
 # its Django app brings its tables (migrations) and admin pages to watch the jobs. The embedded stack has no
 # use for it (SQLite, one process).
 SCALE_OUT = DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 if SCALE_OUT:
     INSTALLED_APPS.append("procrastinate.contrib.django")
 PROCRASTINATE_AUTODISCOVER_MODULE_NAME = ""
-PROCRASTINATE_ON_APP_READY = "agents.runtime.tasks.on_app_ready"
+PROCRASTINATE_ON_APP_READY = "runtime.tasks.on_app_ready"
 
 if os.environ.get("REDIS_URL"):
     CHANNEL_LAYERS = {
@@ -349,7 +350,7 @@ AGENT_WORKSPACES = Path(os.environ.get("AGENT_WORKSPACES", VAR_DIR / "workspaces
 # The most one upload of files into a workspace, from an agent's page, may hold (all its files together).
 WORKSPACE_UPLOAD_MAX_BYTES = int(os.environ.get("WORKSPACE_UPLOAD_MAX_BYTES", str(5 * 1024 * 1024)))
 
-# The runtime (agents/runtime/). Embedded: one process drives every agent, up to RUNNER_CONCURRENCY cycles at
+# The runtime (runtime/). Embedded: one process drives every agent, up to RUNNER_CONCURRENCY cycles at
 # once, looking for due agents every RUNNER_TICK_SECONDS at least. Scale-out: Procrastinate workers, each
 # running up to RUNNER_CONCURRENCY cycle jobs at once; a worker beats every RUNNER_HEARTBEAT_SECONDS, and one
 # silent for RUNNER_STALLED_SECONDS is dead: its jobs are retried by the others. RUNNER_SWEEP_SECONDS: how
@@ -370,7 +371,7 @@ RUNNER_SWEEP_SECONDS = int(os.environ.get("RUNNER_SWEEP_SECONDS", "2"))
 # awaiting approval) cycles this often at most: an operator's decision brings its next cycle forward at once
 # (agents/signals.py). 0 keeps every agent at its own interval.
 RUNNER_WAITING_SECONDS = float(os.environ.get("RUNNER_WAITING_SECONDS", "30"))
-# Scale-out: persona agents are driven in passes, one chain of passes per shard (agents/runtime/tasks.py): a shard
+# Scale-out: persona agents are driven in passes, one chain of passes per shard (runtime/tasks.py): a shard
 # per RUNNER_SHARD_CYCLES_PER_SECOND of the running personas' cycles (125: 250 personas at the default 2 s), at most
 # RUNNER_PERSONA_SHARDS (4: the most runners that share the personas' passes).
 RUNNER_PERSONA_SHARDS = int(os.environ.get("RUNNER_PERSONA_SHARDS", "4"))
@@ -382,7 +383,7 @@ if RUNNER_PERSONA_SHARDS < 1 or RUNNER_SHARD_CYCLES_PER_SECOND <= 0:
 # makes fewer, larger passes, each costing its job and its fixed statements once for more cycles; fewer shards than
 # runners leave a runner idle (docs/performance.md).
 RUNNER_PASS_GAP_SECONDS = float(os.environ.get("RUNNER_PASS_GAP_SECONDS", "1.0"))
-# Scale-out: a tool agent's chain of cycles starts with a start pass of its shard (agents/runtime/tasks.py), which
+# Scale-out: a tool agent's chain of cycles starts with a start pass of its shard (runtime/tasks.py), which
 # plans the first goals of all the shard's agents starting then together; RUNNER_START_SHARDS such passes may run
 # at once (the runners share them). The same value in every process.
 RUNNER_START_SHARDS = int(os.environ.get("RUNNER_START_SHARDS", "4"))
@@ -484,9 +485,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     # outage_lines: in a runner, what fails for want of the database is one line per outage, said when it ends
-    # (agents/runtime/outage.py); elsewhere it lets everything through.
+    # (runtime/outage.py); elsewhere it lets everything through.
     "filters": {"quiet_forbidden": {"()": "planner_site.error_pages.QuietForbidden"},
-                "outage_lines": {"()": "agents.runtime.outage.OutageLines"}},
+                "outage_lines": {"()": "runtime.outage.OutageLines"}},
     # Each line with its time and source: a runner's log is read after the fact, beside the jobs table.
     "formatters": {"timed": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["quiet_forbidden", "outage_lines"],

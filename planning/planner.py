@@ -258,7 +258,7 @@ def plan_attempts(*, agent: Agent, plan: Plan, goal_text: str, goal: Goal | None
 
     reach = goal_reach(agent, goal_text)
     if reach.cannot:
-        # Seed 003 / issue 50: a goal the agent's tools cannot reach ends before approval, said as such.
+        # Seed 003: a goal the agent's tools cannot reach ends before approval, said as such.
         return plan_fail(plan=plan, headline=reach.cannot, actor_label=actor_label, retry=False)
     if reach.question:
         return plan_ask(plan=plan, question=reach.question, model="", actor_label=actor_label)
@@ -521,7 +521,7 @@ def plan_direct(*, agent: Agent, goal: Goal | None, goal_text: str) -> tuple[Pla
     read-only call on a named file or folder) becomes one step without a planning call; off for an agent whose
     `rules_planner` is off, and for all with PLAN_ONE_STEP_SHORTCUT=off. Personas never get one: seed 000
     decomposes every goal into steps."""
-    # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (agents/cycle.py).
+    # Personas: seed 000 decomposes every goal into 2-6 steps; repeats of a plan cost no call (runtime/cycle.py).
     shortcut = settings.PLAN_ONE_STEP_SHORTCUT
     if agent.kind != Agent.Kind.TOOL or shortcut == "off" or not agent.rules_planner:
         return None

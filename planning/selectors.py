@@ -22,7 +22,7 @@ from agents.world import URGENT_BELOW
 from planning.charts import Series, bar_strip, sparkline
 from planning.charts import percent as charts_percent
 from planning.models import Plan, PlanEvent, PlanStep, step_current, steps_done, steps_done_q
-from planning.steer_selectors import plan_repeat_number, repeat_label
+from planning.operator_selectors import plan_repeat_number, repeat_label
 
 DASHBOARD_PAGE_SIZE = 50
 TIMELINE_PAGE_SIZE = 50
@@ -279,8 +279,8 @@ def dashboard_counts(*, failing: set[int] | None = None) -> dict[str, int]:
 def dashboard_totals(*, failing: set[int] | None = None) -> dict[str, int]:
     """What the dashboard counts: its agents (dashboard_counts), and the items in the inbox counted as the
     navigation's "Inbox N" counts them, so the two never disagree."""
-    from planning.steer_selectors import (
-        inbox_count,  # steer_selectors reads plans; it imports nothing from here
+    from planning.operator_selectors import (
+        inbox_count,  # operator_selectors reads plans; it imports nothing from here
     )
 
     return dashboard_counts(failing=failing) | {"inbox": inbox_count()}
@@ -341,7 +341,7 @@ def plan_versions(plan: Plan) -> list[Plan]:
 
 def plan_status_shown(plan: Plan, following: Plan | None) -> str:
     """A version's status in words: a version an operator rewrote in the plan editor reads "edited by olga", not
-    "Replanned" (no planner made the next version; issue 50)."""
+    "Replanned" (no planner made the next version)."""
     if plan.status == Plan.Status.REPLANNED and following is not None and following.edited_by:
         return f"Edited by {following.edited_by} (v{following.version})"
     return plan.get_status_display()
@@ -350,7 +350,7 @@ def plan_status_shown(plan: Plan, following: Plan | None) -> str:
 def plan_feedback(plan: Plan) -> list[str]:
     """The operators' words on a plan and on every earlier version of it, oldest first, each once: each declined
     step's feedback and each replan an operator asked for. None is forgotten by a replan. The one reader for the
-    built-in planner (agents/cycle.py) and for agents outside (planning/services/external.py)."""
+    built-in planner (runtime/cycle.py) and for agents outside (planning/services/external.py)."""
     ids = [plan.pk]
     cursor = plan.previous_id
     while cursor is not None and cursor not in ids:

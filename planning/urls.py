@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from planning import views
+from planning import views, views_audit, views_editor, views_inbox
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -27,9 +27,7 @@ urlpatterns = [
     path("steps/<int:pk>/undo-policy-approval/", views.step_policy_undo_view, name="step-policy-undo"),
 ]
 
-# --- steering: the inbox, the plan editor, versions, the graph, the audit log and usage (issue 10) ---
-from planning import views_inbox  # noqa: E402
-
+# The inbox, the plan editor, versions compared, the audit log and usage.
 urlpatterns += [
     path("inbox/", views_inbox.inbox, name="inbox"),
     path("inbox/count/", views_inbox.inbox_count_view, name="inbox-count"),
@@ -41,15 +39,11 @@ urlpatterns += [
     path("inbox/plans/<int:pk>/decline/", views_inbox.inbox_plan_decline, name="inbox-plan-decline"),
 ]
 
-from planning import views_editor  # noqa: E402
-
 urlpatterns += [
     path("plans/<int:pk>/editor/", views_editor.plan_editor, name="plan-editor"),
     path("plans/<int:pk>/versions/", views_editor.plan_versions, name="plan-versions"),
     path("plans/compare/", views_editor.plan_compare, name="plan-compare"),
 ]
-
-from planning import views_audit  # noqa: E402
 
 urlpatterns += [
     path("audit/", views_audit.audit, name="audit"),

@@ -36,6 +36,7 @@ from planning.forms import (
     agent_tool_names,
 )
 from planning.models import Plan, PlanEvent, PlanStep
+from planning.operator_selectors import goal_queue
 from planning.selectors import (
     DASHBOARD_PAGE_SIZE,
     DashboardFilter,
@@ -46,7 +47,6 @@ from planning.selectors import (
 )
 from planning.services import a2a as a2a_services
 from planning.services import agui
-from planning.steer_selectors import goal_queue
 from policies import services as policy_services
 
 

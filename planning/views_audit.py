@@ -21,7 +21,7 @@ from agents.models import Agent
 from planner_site.formfields import TextField
 from planner_site.validators import text_shown_plainly
 from planning.audit_selectors import AUDIT_EXPORT_FIELDS, KIND_LABELS, audit_entries, audit_rows, entries_of
-from planning.steer_selectors import USAGE_PERIODS, usage_context
+from planning.operator_selectors import USAGE_PERIODS, usage_context
 
 AUDIT_PAGE_SIZE = 50
 ID_MAX = 2**63 - 1  # the largest primary key either database stores; a larger one is refused, not a 500

@@ -23,13 +23,13 @@ from planning import services
 from planning.engine.validate import StepSpec
 from planning.forms import agent_tool_names
 from planning.models import Plan, PlanStep
+from planning.operator_selectors import plan_chain, plans_compare
 from planning.services import (
     EDITABLE_PLAN_STATUSES,
     PlanEditInvalid,
     StaleVersion,
     plan_edit_save,
 )
-from planning.steer_selectors import plan_chain, plans_compare
 from planning.views import operator
 
 INPUT_MAX = 20000

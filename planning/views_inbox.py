@@ -14,8 +14,8 @@ from planner_site.roles import DECIDE_PERMISSION
 from planning import services
 from planning.forms import ApproveplanForm, ClarifyForm, DeclineForm, ReasonForm, ReplanForm
 from planning.models import Plan, PlanStep
+from planning.operator_selectors import inbox_count, inbox_items
 from planning.services import StaleVersion, agui, plan_check_seen
-from planning.steer_selectors import inbox_count, inbox_items
 from planning.views import approval_note, operator, plan_named, seen_steps
 
 

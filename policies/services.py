@@ -70,7 +70,7 @@ def policy_user() -> User:
 # Redis on the scale-out stack (one GET), a small file beside the SQLite database on the embedded stack (one
 # stat, no SQL: a runner started apart with `runagents` shares it), the newest PolicyChange row on PostgreSQL
 # without Redis; with an in-memory database there is one process and the change itself drops the state. A policy
-# switched off therefore binds every process at once (issue 50); no time window, no query per model call.
+# switched off therefore binds every process at once; no time window, no query per model call.
 POLICY_VERSION_KEY = "policies:version"
 
 
@@ -226,7 +226,7 @@ def decided_safely(decide: Any, what: str) -> Match | None:
 
 def operator_chose_step_by_step(plan: Plan) -> bool:
     """The operator chose "Step by step" for this plan: each of its steps is theirs to decide, never a policy's
-    (issue 50). A policy's own approval of a plan is "all steps", so step-by-step is always a person's choice."""
+   . A policy's own approval of a plan is "all steps", so step-by-step is always a person's choice."""
     return plan.approval_mode == Plan.ApprovalMode.STEP
 
 

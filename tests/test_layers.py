@@ -3,7 +3,8 @@ below them. Read from the source of every app (every import, also those inside f
 TYPE_CHECKING), so a new upward import fails here before it becomes a ring.
 
     5 pages, API, MCP, consumers, admin, forms, template tags, URLs, ASGI, management commands   (top)
-    4 runtime: agents/runtime (cycles as jobs, the embedded scheduler), the notifications runtime and jobs
+    4 runtime: the runtime app (a cycle's orchestration, cycles as jobs, the embedded scheduler, the
+      notifications' dispatch and jobs, retention)
     3 domain: services, selectors, the planner, the persona and goal rules of every app
     2 models
     1 pure code: the LLM layer (agents/llm, agents/connections), the plan engine (planning/engine), the tool
@@ -24,14 +25,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = ("agents", "goals", "planning", "planner_site", "policies", "notifications")
+APPS = ("agents", "goals", "planning", "planner_site", "policies", "notifications", "runtime")
 
 TOP_PARTS = frozenset({
     "accounts", "admin", "admin_audit", "api", "api_ws", "apps", "asgi", "asgi_guards", "consumers", "error_pages",
-    "forms", "health", "live", "management", "mcp_server", "mcp_tasks", "routing", "steer_consumers", "templatetags", "urls",
+    "forms", "health", "live", "management", "mcp_server", "mcp_tasks", "routing", "templatetags", "urls",
     "views", "views_audit", "views_editor", "views_inbox", "views_slack", "views_confirm", "forms_slack",
 })
-RUNTIME = ("agents.runtime", "notifications.runtime", "notifications.tasks", "notifications.signals")
+RUNTIME = ("runtime",)
 PURE = ("agents.llm", "agents.connections", "agents.tools", "planning.engine", "planner_site.outbound",
         "planner_site.tracing")
 SETTINGS = ("planner_site.settings", "planner_site.db_pool")
@@ -165,7 +166,7 @@ def test_the_allowed_exceptions_still_exist() -> None:
 
 def test_the_layers_are_told_apart() -> None:
     """The classification itself: a page, a runtime module, a service, a model, the engine and the settings."""
-    assert [layer(m) for m in ("planning.views", "notifications.runtime", "agents.runtime.cycles",
+    assert [layer(m) for m in ("planning.views", "runtime.notify", "runtime.cycles",
                                "planning.services.steps", "policies.models", "planning.engine.validate",
                                "agents.llm.gateway", "planner_site.settings")] == [5, 4, 4, 3, 2, 1, 1, 0]
 
@@ -176,7 +177,7 @@ def test_settings_import_no_app_code() -> None:
 
 
 def test_models_import_no_services_runtime_or_pages() -> None:
-    upper = ("agents.runtime", "agents.services", "agents.cycle", "planning.services", "planning.planner",
+    upper = ("runtime", "agents.services", "planning.services", "planning.planner",
              "planning.views", "planning.api", "planning.live", "goals.services")
     assert offending(sources("*/models.py"), upper) == []
 
@@ -184,19 +185,20 @@ def test_models_import_no_services_runtime_or_pages() -> None:
 def test_only_the_top_imports_the_runtime() -> None:
     """The runtime drives the domain; the domain never reaches up into it (management commands, the health
     page and the ASGI app start or report it)."""
-    below = [p for p in sources("agents/**/*.py", "goals/**/*.py", "planning/**/*.py", "planner_site/**/*.py")
-             if "runtime" not in p.parts and "management" not in p.parts
+    below = [p for p in sources("agents/**/*.py", "goals/**/*.py", "planning/**/*.py", "planner_site/**/*.py",
+                                "policies/**/*.py", "notifications/**/*.py")
+             if "management" not in p.parts
              and p.relative_to(ROOT).as_posix() not in {"planner_site/health.py", "planner_site/asgi.py"}]
-    assert offending(below, ("agents.runtime",)) == []
+    assert offending(below, ("runtime",)) == []
 
 
 def test_the_domain_imports_no_pages_or_consumers() -> None:
     """Services, selectors and the engine never import a view, the API, a consumer or the admin."""
-    domain = sources("agents/services.py", "agents/selectors.py", "agents/cycle.py", "agents/tools.py", "agents/world.py",
+    domain = sources("agents/services.py", "agents/selectors.py", "runtime/cycle.py", "agents/tools.py", "agents/world.py",
                      "goals/services.py", "goals/selectors.py", "goals/system.py", "planning/services/*.py",
                      "planning/*selectors.py", "planning/planner.py", "planning/engine/*.py")
     pages = ("planning.views", "planning.views_audit", "planning.views_editor", "planning.views_inbox", "planning.api",
-             "planning.api_ws", "planning.live", "planning.steer_consumers", "agents.admin", "planning.admin",
+             "planning.api_ws", "planning.live", "planning.live.operator_consumers", "agents.admin", "planning.admin",
              "goals.admin")
     assert offending(domain, pages) == []
 
@@ -204,14 +206,14 @@ def test_the_domain_imports_no_pages_or_consumers() -> None:
 def test_live_page_renderers_import_no_hub_and_no_socket() -> None:
     """What a live page shows is rendered without knowing who listens: no hub, no consumer, no channels."""
     renderers = [ROOT / "planning" / "live" / "renderers.py"]
-    assert offending(renderers, ("planning.live.hub", "planning.live.consumers", "planning.steer_consumers",
+    assert offending(renderers, ("planning.live.hub", "planning.live.consumers", "planning.live.operator_consumers",
                                  "planning.api_ws", "channels")) == []
 
 
 def test_the_live_hub_imports_no_consumer() -> None:
     """The hub serves any client that can be pushed to and closed; the consumers join it, never the reverse."""
     hub = [ROOT / "planning" / "live" / "hub.py"]
-    assert offending(hub, ("planning.live.consumers", "planning.steer_consumers", "planning.api_ws",
+    assert offending(hub, ("planning.live.consumers", "planning.live.operator_consumers", "planning.api_ws",
                            "planning.routing", "channels.generic")) == []
 
 
@@ -234,6 +236,6 @@ def test_the_llm_layer_imports_no_runtime_and_no_planning(path: Path) -> None:
     found = [f"{path.relative_to(ROOT)}:{line} imports {module}" for line, module in imports_of(path)
              if outside_the_llm_layer(module)]
     assert found == []
-    named = ("agents.models", "agents.tools", "agents.world", "agents.services", "agents.cycle", "agents.runtime",
+    named = ("agents.models", "agents.tools", "agents.world", "agents.services", "runtime.cycle", "runtime",
              "agents.offline_model", "planning", "goals", "policies", "notifications")
     assert all(outside_the_llm_layer(module) for module in named)

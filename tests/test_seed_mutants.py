@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from agents.cycle import agent_cycle
 from agents.models import Agent, Experience, Need
 from agents.persona import PLAN_NEEDS_BELOW, goal_plan_waits_for, goal_plannable, routine_keeps
 from agents.world import (
@@ -37,6 +36,7 @@ from planning.engine.schedule import steps_blocked, steps_runnable
 from planning.engine.validate import plan_validate
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import plan_generate
+from runtime.cycle import agent_cycle
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 from tests.llm_server import LLMTestServer, answer
 

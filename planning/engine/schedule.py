@@ -16,7 +16,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "pending": frozenset({"awaiting_approval", "running", "skipped", "failed", "declined"}),
     "awaiting_approval": frozenset({"pending", "running", "declined", "skipped"}),
     # running -> pending is a retry; running -> awaiting_approval a step interrupted while its tool ran, whose
-    # outcome is unknown: a person decides whether it runs again (agents/cycle.py steps_interrupted)
+    # outcome is unknown: a person decides whether it runs again (runtime/cycle.py steps_interrupted)
     "running": frozenset({"completed", "failed", "pending", "awaiting_approval"}),
     "completed": frozenset({"rolled_back"}),  # an operator undid its changes (seed 003 rollback)
     "failed": frozenset(),

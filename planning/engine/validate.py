@@ -867,7 +867,7 @@ TOOL_TARGET_KEY = {
 
 def steps_repeating_declined(steps: Sequence[StepSpec], declined: Sequence[Mapping[str, Any]],
                              existing: Sequence[str] = ()) -> list[str]:
-    """Seed 002 and issue 50: a declined step never comes back unchanged. A proposed tool step with the tool and
+    """Seed 002: a declined step never comes back unchanged. A proposed tool step with the tool and
     input of a step the operator declined (in any earlier version) is a problem whatever its description says; a
     persona step, with the description and action of a declined one. A tool step that is the declined step moved
     onto a file that already exists (`existing`, the workspace's files) is one too, unless the operator named that

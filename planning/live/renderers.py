@@ -30,8 +30,8 @@ from planning.selectors import (
     policy_approvals_undoable,
     step_rollback_possible,
 )
+from planning.templatetags.operator_pages import GRAPH_FIELDS, plan_graph_svg
 from planning.templatetags.plan_rows import step_row_html
-from planning.templatetags.steer import GRAPH_FIELDS, plan_graph_svg
 
 OPERATOR, VIEWER = "operator", "viewer"
 

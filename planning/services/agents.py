@@ -110,7 +110,7 @@ def waiting_still(*, agent_id: int) -> str:
 def waiting_still_many(agent_ids: Sequence[int]) -> dict[int, str]:
     """What each agent still waits on, as the services word it: a step awaiting approval in an active plan (the
     one waiting longest), else a plan awaiting approval, else a plan's question, else "" (what the inbox counts:
-    steer_selectors.inbox_count). Two queries whatever the number of agents. (An expression computing this
+    operator_selectors.inbox_count). Two queries whatever the number of agents. (An expression computing this
     inside the UPDATE cost more CPU to build than these two queries.)"""
     still = dict.fromkeys(agent_ids, "")
     # The steps of their active plans, filtered here: a status in the query let PostgreSQL scan every waiting

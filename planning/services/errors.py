@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from planning.models import Plan, PlanEvent, PlanStep
 
-# What a decision did, as a refusal tells who decided first (issue 50: not "someone else may have decided it").
+# What a decision did, as a refusal tells who decided first (not "someone else may have decided it").
 DECIDED: dict[str, str] = {
     PlanEvent.Kind.STEP_APPROVED: "approved", PlanEvent.Kind.STEP_DECLINED: "declined",
     PlanEvent.Kind.STEP_SKIPPED: "skipped", PlanEvent.Kind.PLAN_APPROVED: "approved",

@@ -269,7 +269,7 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
 def step_start(*, step: PlanStep, runner: str) -> PlanStep | None:
     """A tool step starts running (the runner calls its tool next, outside the transaction); None when it is no
     longer pending (an operator skipped it, another runner started it). The start is the runner's claim: in a
-    runner's job only while it holds the job (agents/fencing.py), and the tool's own marker (agents/cycle.py
+    runner's job only while it holds the job (agents/fencing.py), and the tool's own marker (runtime/cycle.py
     tool_call) says whether its tool began, should the runner stop before the step ends."""
     fence_hold()
     step = step_lock(step.pk)  # the plan first, then the step: the services' lock order

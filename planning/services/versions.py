@@ -69,7 +69,7 @@ def plan_locked_validating(plan: Plan) -> Plan:
 def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Plan | None, reason: str,
                actor_label: str, exclusive: bool = False) -> Plan:
     """Create the new version in status "validating"; refuse a second next version of the same plan.
-    `exclusive` (a tool agent's first plan of a goal: its cycle and a start pass may meet, agents/runtime/tasks.py):
+    `exclusive` (a tool agent's first plan of a goal: its cycle and a start pass may meet, runtime/tasks.py):
     the agent's row is locked first, as plans_first_start locks it, and a goal some plan holds by then is refused
     (GoalAlreadyPlanned), nothing written."""
     retry = 0
@@ -217,7 +217,7 @@ def plans_first_start(wanted: Sequence[tuple[Agent, Goal]], *, actor_label: str,
     plans ("validating"), one of their CREATED events, pushed after commit. An agent whose row said something
     waits has it say what still waits (agents_waiting_refresh), as plan_start does. The plans, in order.
 
-    `exclusive` (tool agents, whose start pass may meet a cycle of the same agent, agents/runtime/tasks.py): the
+    `exclusive` (tool agents, whose start pass may meet a cycle of the same agent, runtime/tasks.py): the
     agents' rows are locked first, as plan_start(exclusive=True) locks its agent's, and a goal that some plan
     holds by then (GoalAlreadyPlanned) gets no plan: None in its place."""
     held: set[int] = set()

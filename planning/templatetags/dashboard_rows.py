@@ -1,4 +1,4 @@
-"""Helpers the Python-built parts of the plan page share (plan_rows.py, steer.py): a step status's label and
+"""Helpers the Python-built parts of the plan page share (plan_rows.py, operator_pages.py): a step status's label and
 text cut as the templates' `truncatechars` cuts it. The dashboard's rows are the template partial `row` of
 templates/planning/dashboard.html."""
 

@@ -12,11 +12,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents.cycle import agent_cycle
 from agents.models import Agent
 from goals.models import Goal
 from planner_site import outbound
 from planning.models import A2ATask, Plan, PlanEvent
+from runtime.cycle import agent_cycle
 from tests.a2a import a2a_agent
 from tests.a2a.a2a_agent import QUESTION
 

@@ -7,11 +7,11 @@ import os
 
 import pytest
 
-from agents.cycle import agent_cycle
 from agents.models import Agent, Experience, LLMCall
 from goals.models import Goal
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
+from runtime.cycle import agent_cycle
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
@@ -304,7 +304,7 @@ def test_tool_agent_planning_cycle_costs_a_bounded_number_of_queries(
     """One planning cycle (restatement, plan, accepted) through the real HTTP client: the statements do not
     grow with the plan's steps (they are stored together) and stay within the bound the runner's pace needs (one
     of them locks the agent's row and looks for a plan of the goal begun meanwhile: a start pass may meet this
-    cycle, agents/runtime/tasks.py)."""
+    cycle, runtime/tasks.py)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -328,7 +328,7 @@ def test_tool_agent_planning_cycle_as_the_runner_runs_it_costs_two_transactions(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from agents.runtime.cycles import cycle_run
+    from runtime.cycles import cycle_run
 
     agent = tool_agent_to_plan(settings, llm_server, monkeypatch, request)
     with CaptureQueriesContext(connection) as queries:

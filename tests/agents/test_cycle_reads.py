@@ -1,4 +1,4 @@
-"""The persona cycle's reads (agents/cycle.py): the agent, its needs, active goals with whether a plan holds
+"""The persona cycle's reads (runtime/cycle.py): the agent, its needs, active goals with whether a plan holds
 them, open plans with their goal, their steps with their plan, in four queries for one agent; each kind comes out whole whatever the
 others hold, and a tool agent's rows are not read for it."""
 
@@ -11,10 +11,10 @@ from django.db import connection
 from django.db.models import Exists, Model, OuterRef
 from django.test.utils import CaptureQueriesContext
 
-from agents.cycle import persona_rows, persona_state, persona_step_choose, plans_waiting
 from agents.models import Agent, Need
 from goals.models import Goal
 from planning.models import Plan, PlanStep
+from runtime.cycle import persona_rows, persona_state, persona_step_choose, plans_waiting
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
@@ -144,7 +144,7 @@ def test_a_tool_agents_goals_and_plans_are_not_read_for_it(persona: Agent) -> No
 
 def test_a_tool_agents_open_plans_read_is_the_queryset(persona: Agent) -> None:
     """The same rows serve a tool agent: open plans with and without a goal, closed ones left out."""
-    from agents.cycle import tool_open_plan
+    from runtime.cycle import tool_open_plan
 
     expected = {p.pk: p for p in Plan.objects.filter(agent=persona).open()
                 .select_related("goal")}
@@ -160,7 +160,7 @@ def test_a_tool_agents_open_plans_read_is_the_queryset(persona: Agent) -> None:
 
 
 def test_a_tool_agents_unplanned_goals_read_is_the_queryset() -> None:
-    from agents.cycle import unplanned_goals
+    from runtime.cycle import unplanned_goals
 
     agent = AgentFactory(kind=Agent.Kind.TOOL)
     free = GoalFactory(agent=agent, description="Free", source_needs=[], recommended_actions=["list"])
@@ -193,7 +193,7 @@ def test_a_tool_agents_waiting_cycle_reads_its_row_and_open_plans_once() -> None
     planning a dead cycle left "validating") and its active goals (a goal given while a plan waits is planned at
     once, docs/operator-decisions.md) and counts the cycle: four statements, no separate read for interrupted
     planning (round_100_agents)."""
-    from agents.runtime.cycles import cycle_run
+    from runtime.cycles import cycle_run
 
     agent = AgentFactory(kind=Agent.Kind.TOOL)
     PlanFactory(agent=agent, goal=GoalFactory(agent=agent, source_needs=[]), status=Plan.Status.AWAITING_APPROVAL)
@@ -205,7 +205,7 @@ def test_a_tool_agents_waiting_cycle_reads_its_row_and_open_plans_once() -> None
 
 
 def test_a_tool_agents_cycle_fails_the_planning_a_dead_cycle_left_then_plans_again() -> None:
-    from agents.runtime.cycles import cycle_run
+    from runtime.cycles import cycle_run
 
     agent = AgentFactory(kind=Agent.Kind.TOOL)
     goal = GoalFactory(agent=agent, description="List the workspace", source_needs=[])

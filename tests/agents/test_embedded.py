@@ -1,4 +1,4 @@
-"""The embedded runtime (agents/runtime/embedded.py): one process drives every agent as it falls due, one
+"""The embedded runtime (runtime/embedded.py): one process drives every agent as it falls due, one
 cycle at a time per agent; a slot is refilled as soon as it frees; database errors are waited out; planning
 cut off when the process last stopped fails with its reason; /healthz counts the process's scheduler."""
 
@@ -18,10 +18,10 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.models import Agent
-from agents.runtime import embedded
-from agents.runtime.cycles import plans_orphaned_fail
-from agents.runtime.embedded import Scheduler, agents_due
 from planning.models import Plan
+from runtime import embedded
+from runtime.cycles import plans_orphaned_fail
+from runtime.embedded import Scheduler, agents_due
 from tests.factories import AgentFactory, GoalFactory, PlanFactory
 
 pytestmark = pytest.mark.django_db

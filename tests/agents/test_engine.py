@@ -1,4 +1,4 @@
-"""The scale-out runtime on the job engine (agents/runtime/tasks.py, worker.py), in this process against the
+"""The scale-out runtime on the job engine (runtime/tasks.py, worker.py), in this process against the
 test database: personas are driven in passes, one chain of passes per shard; every other driven agent has one
 chain of cycles, started by a start pass of its shard (which plans the first goals of the agents starting
 together), runs them one at a time, and the chain stops for a paused agent and starts again when it runs;
@@ -30,7 +30,7 @@ def cycle_jobs(prefix: str = "agent:") -> list[tuple[str, str]]:
 
 
 async def run_worker(*, cycles: int, timeout: float = 60) -> None:
-    from agents.runtime.worker import worker_run
+    from runtime.worker import worker_run
 
     await asyncio.wait_for(worker_run(runner_id="test-worker", stop=asyncio.Event(), cycles=cycles), timeout)
 
@@ -61,7 +61,7 @@ async def test_each_agent_runs_its_cycles_once_each_with_one_chain() -> None:
 
 
 async def test_a_paused_agents_chain_ends_and_a_resumed_one_gets_a_new_chain() -> None:
-    from agents.runtime.tasks import agents_unscheduled, cycle_defer
+    from runtime.tasks import agents_unscheduled, cycle_defer
     from tests.factories import AgentFactory
 
     paused = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0, status=Agent.Status.PAUSED)
@@ -84,8 +84,8 @@ async def test_a_tool_agent_created_or_resumed_has_its_chain_started_at_once() -
     from django.contrib.auth.models import User
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    from agents.runtime.tasks import start_lock, start_shard, tools_start_pass
     from planning.services import agent_set_status
+    from runtime.tasks import start_lock, start_shard, tools_start_pass
     from tests.factories import AgentFactory
 
     def starts(*agents: Agent) -> list[tuple[str, str]]:
@@ -136,7 +136,7 @@ async def test_an_agent_whose_first_cycle_could_not_be_deferred_is_still_created
 
     from django.db import OperationalError
 
-    from agents.runtime import tasks
+    from runtime import tasks
     from tests.factories import AgentFactory
 
     with mock.patch.object(tasks, "start_defer", side_effect=OperationalError("the server closed the connection")):
@@ -154,7 +154,7 @@ def test_a_cycle_job_and_its_successors_defer_check_out_one_connection() -> None
     from psycopg_pool import ConnectionPool
 
     from agents.connections import connection_release
-    from agents.runtime import tasks
+    from runtime import tasks
     from tests.factories import AgentFactory
 
     agent = AgentFactory(kind="tool", cycle_interval=5)  # no goal: an idle cycle
@@ -169,7 +169,7 @@ def test_a_cycle_job_and_its_successors_defer_check_out_one_connection() -> None
 
 
 async def test_healthz_counts_the_engines_live_workers() -> None:
-    from agents.runtime.worker import worker_run
+    from runtime.worker import worker_run
 
     client = Client()
     assert (await sync_to_async(client.get)("/healthz")).json()["runners"] == 0
@@ -199,7 +199,7 @@ async def test_a_cycle_job_whose_end_was_lost_is_finished_and_frees_its_agent() 
     from procrastinate import exceptions
     from procrastinate.contrib.django import app
 
-    from agents.runtime import tasks
+    from runtime import tasks
     from tests.factories import AgentFactory
 
     agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=0)
@@ -248,7 +248,7 @@ async def test_a_connection_cut_while_the_next_cycle_is_deferred_is_tried_again(
     from django.db import OperationalError
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    from agents.runtime import tasks
+    from runtime import tasks
     from tests.factories import AgentFactory
 
     agent = await sync_to_async(AgentFactory)(kind="tool", cycle_interval=5)
@@ -281,7 +281,7 @@ def test_a_shards_next_pass_comes_the_gap_after_this_one_started_and_at_once_aft
     from django.utils import timezone
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    from agents.runtime.tasks import pass_lock, pass_next
+    from runtime.tasks import pass_lock, pass_next
     from tests.runners import personas
 
     settings.RUNNER_PASS_GAP_SECONDS, settings.RUNNER_SWEEP_SECONDS = 1.0, 2
@@ -306,7 +306,7 @@ def test_the_personas_make_as_many_shards_as_their_cycles_need(settings: Any) ->
     """One shard per RUNNER_SHARD_CYCLES_PER_SECOND of the running personas' cycles (a persona cycles at most once
     a pass), at most RUNNER_PERSONA_SHARDS, none without personas: a small fleet's passes are not split four
     ways (each pass costs its job and its fixed statements), and the sweep starts a chain for each shard."""
-    from agents.runtime.tasks import shards_unscheduled, shards_wanted
+    from runtime.tasks import shards_unscheduled, shards_wanted
     from tests.factories import AgentFactory
     from tests.runners import personas
 
@@ -332,7 +332,7 @@ def test_when_the_fleet_wants_other_shards_the_old_chains_end_before_the_new_sta
 
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    from agents.runtime import tasks
+    from runtime import tasks
     from tests.runners import personas
 
     settings.RUNNER_SHARD_CYCLES_PER_SECOND, settings.RUNNER_PERSONA_SHARDS = 1000.0, 4
@@ -355,7 +355,7 @@ async def test_the_workers_engine_queries_run_in_autocommit() -> None:
     the engine works on them: a job deferred there is fetched and finished."""
     from procrastinate.contrib.django import app
 
-    from agents.runtime.worker import worker_connector
+    from runtime.worker import worker_connector
 
     connector = worker_connector()
     worker_app = app.with_connector(connector)
@@ -380,9 +380,9 @@ def test_planning_a_start_pass_began_is_failed_only_once_no_start_pass_of_its_sh
     from django.db import connection
     from django.utils import timezone
 
-    from agents.runtime.cycles import plans_orphaned_fail
-    from agents.runtime.tasks import agents_starting, start_lock, start_shard
     from planning.models import Plan
+    from runtime.cycles import plans_orphaned_fail
+    from runtime.tasks import agents_starting, start_lock, start_shard
     from tests.factories import AgentFactory, PlanFactory
 
     agent = AgentFactory(kind="tool")  # its shard's start pass deferred on commit
@@ -415,9 +415,9 @@ def test_a_goal_given_to_an_idle_tool_agent_is_planned_by_its_start_pass() -> No
     from django.utils import timezone
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    from agents.runtime.tasks import cycle_defer, start_lock, start_shard, tools_start_pass
     from planning.models import Plan
     from planning.services import agent_give_goal
+    from runtime.tasks import cycle_defer, start_lock, start_shard, tools_start_pass
     from tests.factories import AgentFactory
 
     agent = AgentFactory(kind="tool", cycle_interval=60)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from agents.cycle import agent_cycle, tools_start
 from agents.models import Agent
 from planning.models import Plan
 from planning.services import agent_give_goal, plan_approve
+from runtime.cycle import agent_cycle, tools_start
 from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db

@@ -1,7 +1,7 @@
 """An operator's decision takes effect at once, not after the rest of the agent's cycle interval: every event with
 a user as its actor sends `operator_acted` once its write commits (agents/signals.py), and both runtimes bring
 the agent's next cycle forward (agents/services.py cycle_soon_on_decision in every process, then
-agents/runtime/embedded.py or agents/runtime/tasks.py chain_soon_on_decision).
+runtime/embedded.py or runtime/tasks.py chain_soon_on_decision).
 So a tool agent that waits for a person and nothing else cycles every RUNNER_WAITING_SECONDS at most, not every
 two seconds (agents/services.py agent_cycle_count)."""
 
@@ -23,12 +23,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.models import Agent
-from agents.runtime import embedded
-from agents.runtime.embedded import Scheduler
 from agents.services import agent_cycle_count, agent_cycle_soon
 from agents.signals import operator_acted
 from planning import services as planning
 from planning.models import Plan, PlanEvent, PlanStep
+from runtime import embedded
+from runtime.embedded import Scheduler
 from tests.factories import AgentFactory, PlanFactory, PlanStepFactory, UserFactory
 from tests.runners import runagents, runner_env
 
@@ -201,7 +201,7 @@ def test_a_runner_process_runs_an_approved_step_at_once(tmp_path: Path) -> None:
     the agent's chain goes on from there with one cycle waiting, not two."""
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    from agents.runtime.tasks import agent_lock, app_of_jobs, cycle_defer
+    from runtime.tasks import agent_lock, app_of_jobs, cycle_defer
 
     plan = waiting_plan()
     # Its chain as the cycle that planned left it: the first cycle its creation deferred is gone, the next waits.
@@ -236,7 +236,7 @@ def due_in(agent: Agent) -> float:
 
 
 def test_a_tool_agent_waiting_for_a_person_comes_back_after_the_waiting_time(settings: Any) -> None:
-    from agents.cycle import agent_cycle
+    from runtime.cycle import agent_cycle
 
     settings.RUNNER_WAITING_SECONDS = 30.0
     plan = waiting_plan(interval=2.0)
@@ -260,7 +260,7 @@ def test_a_tool_agent_waiting_for_a_person_comes_back_after_the_waiting_time(set
 
 
 def test_the_waiting_time_off_keeps_the_interval(settings: Any) -> None:
-    from agents.cycle import agent_cycle
+    from runtime.cycle import agent_cycle
 
     settings.RUNNER_WAITING_SECONDS = 0.0
     plan = waiting_plan(interval=2.0)
@@ -273,7 +273,7 @@ def test_the_waiting_time_off_keeps_the_interval(settings: Any) -> None:
 def test_a_chain_defers_the_next_cycle_of_an_agent_waiting_for_a_person_after_the_waiting_time() -> None:
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    from agents.runtime import tasks
+    from runtime import tasks
 
     plan = waiting_plan(interval=2.0)
     for job_id in ProcrastinateJob.objects.filter(lock=tasks.agent_lock(plan.agent_id)).values_list("id", flat=True):

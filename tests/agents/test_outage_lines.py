@@ -1,5 +1,5 @@
 """A runner cut off from the database logs one warning line per outage, when it ends, instead of an error (and a
-traceback) from everything that failed meanwhile (agents/runtime/outage.py)."""
+traceback) from everything that failed meanwhile (runtime/outage.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from django.db import OperationalError
 from django.test import override_settings
 
-from agents.runtime import outage
-from agents.runtime.outage import OUTAGE_LINE, REFUSED_LINE, STRAGGLER_LINE, Outage, OutageLines
+from runtime import outage
+from runtime.outage import OUTAGE_LINE, REFUSED_LINE, STRAGGLER_LINE, Outage, OutageLines
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Persona cycles in batches (agents/cycle.py persona_cycles, agents/services.py persona_cycles_record), as the
+"""Persona cycles in batches (runtime/cycle.py persona_cycles, agents/services.py persona_cycles_record), as the
 scale-out runtime drives personas: the same rules as one agent's cycle, every cycle of a batch recorded in one
 transaction in a fixed number of statements, an operator's decision or another runner's cycle made meanwhile
 standing, and the uncommon cycles (a model call, a plan to make) left to the agent's own cycle."""
@@ -17,8 +17,6 @@ from django.db import connection
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from agents import cycle as cycle_module
-from agents.cycle import agent_cycle, persona_cycles
 from agents.llm.context import needs_text
 from agents.models import Agent, Experience, LLMCall, Need
 from goals.models import Goal
@@ -27,6 +25,8 @@ from planning import planner as planner_module
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import step_skip
 from policies import services as policies
+from runtime import cycle as cycle_module
+from runtime.cycle import agent_cycle, persona_cycles
 from tests.factories import (
     AgentFactory,
     GoalFactory,
@@ -328,7 +328,7 @@ def test_routines_start_in_the_pass_and_are_followed_in_the_same_cycle() -> None
 def test_routines_of_two_goals_of_one_persona_each_repeat_their_own_plan() -> None:
     """Routines started together for two goals of the same persona (a pass plans one goal of each, so this is
     the other path): each goal repeats the plan that completed for it, not the other's."""
-    from agents.cycle import persona_routines_start, persona_rows_many, persona_state
+    from runtime.cycle import persona_routines_start, persona_rows_many, persona_state
 
     agent = person(steps=(("work", 1),))
     Plan.objects.filter(agent=agent).update(status=Plan.Status.COMPLETED)
@@ -420,8 +420,8 @@ def test_a_plan_whose_cycle_another_runner_took_meanwhile_is_left_as_it_was() ->
 def test_a_pass_is_one_push_to_the_open_pages_naming_every_persona_it_moved(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runner's pass (personas_run) commits its personas' cycles, then tells the open pages once, naming every
     agent and plan it changed: not once per transaction or per persona."""
-    from agents.runtime.cycles import personas_run
     from planner_site import events
+    from runtime.cycles import personas_run
 
     sent: list[tuple[set[int], set[int]]] = []
     monkeypatch.setattr(events.publisher, "publish", lambda *, agents, plans: sent.append((set(agents), set(plans))))

@@ -6,11 +6,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents.cycle import agent_cycle
 from agents.models import Agent
 from goals.models import Goal
 from planning.live.renderers import AgentLivePage, PlanLivePage
 from planning.models import Plan
+from runtime.cycle import agent_cycle
 from tests.factories import (
     AgentFactory,
     GoalFactory,

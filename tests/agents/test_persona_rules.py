@@ -11,7 +11,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents.cycle import agent_cycle, persona_cycle, persona_rows
 from agents.models import Agent, Experience, Lesson, LLMCall, Need
 from agents.persona import MAX_ACTIVE_PLANS
 from goals.models import Goal
@@ -25,6 +24,7 @@ from goals.system import (
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import MAX_REPLANS
+from runtime.cycle import agent_cycle, persona_cycle, persona_rows
 from tests.factories import (
     AgentFactory,
     GoalFactory,

@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import Experience, Lesson, LLMCall
-from agents.retention import retention_prune
 from planning.models import Plan, PlanEvent
+from runtime.retention import retention_prune
 from tests.factories import (
     AgentFactory,
     ExperienceFactory,

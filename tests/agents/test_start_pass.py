@@ -1,4 +1,4 @@
-"""Tool agents whose chains start (agents/cycle.py tools_start, run by a start pass of the scale-out runtime):
+"""Tool agents whose chains start (runtime/cycle.py tools_start, run by a start pass of the scale-out runtime):
 the first goals of the agents starting together are planned together, their models asked side by side, and
 every other agent is left to its own cycle; a goal is never planned twice when a start pass and a cycle meet."""
 
@@ -8,12 +8,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents.cycle import agent_cycle, tools_start
 from agents.models import Agent, LLMCall
 from goals.models import Goal
 from planning.models import Plan, PlanEvent
 from planning.planner import plan_generate, plans_first
 from planning.services import GoalAlreadyPlanned
+from runtime.cycle import agent_cycle, tools_start
 from tests.factories import AgentFactory, GoalFactory, PlanFactory
 from tests.llm_server import answer
 
@@ -151,7 +151,7 @@ def test_a_cycle_that_finds_its_goal_being_planned_says_so_and_plans_nothing(mod
     agent = starting(1)[0]
     goal = Goal.objects.get(agent=agent)
     # The start pass began this plan just after the cycle read the goal as unplanned.
-    from agents import cycle
+    from runtime import cycle
 
     real = cycle.unplanned_goals
 

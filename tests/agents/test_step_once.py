@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.cycle import agent_cycle
 from agents.fencing import Fence, FenceLost, fenced
 from agents.models import Agent
 from agents.tools import tool_began_mark, tool_run, undo_dir_for, undo_keep
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
+from runtime.cycle import agent_cycle
 from tests.factories import AgentFactory, GoalFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

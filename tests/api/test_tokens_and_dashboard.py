@@ -68,7 +68,7 @@ def test_admin_issues_a_token_once_and_revokes_it() -> None:
 
 @pytest.mark.django_db
 def test_the_runner_never_drives_an_external_agent() -> None:
-    from agents.runtime.embedded import agents_due
+    from runtime.embedded import agents_due
 
     external = Agent.objects.create(name="Outside", kind=Agent.Kind.EXTERNAL, cycle_interval=0)
     persona = AgentFactory()

@@ -67,11 +67,11 @@ def runtime_thread(stop: threading.Event) -> threading.Thread:
     async def run() -> None:
         stopped = asyncio.Event()
         if settings.SCALE_OUT:
-            from agents.runtime.worker import worker_run
+            from runtime.worker import worker_run
 
             task = asyncio.create_task(worker_run(runner_id="bench-notify", stop=stopped))
         else:
-            from agents.runtime.embedded import Scheduler
+            from runtime.embedded import Scheduler
 
             scheduler = Scheduler(runner_id="bench-notify", prune_seconds=0)
             task = asyncio.create_task(scheduler.run())

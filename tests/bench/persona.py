@@ -5,7 +5,7 @@ the offline model.
 Three runs of the demo (seed_demo), each counted over its second half (steady state), all purposes together:
 - an operator approves every step that waits for one at once (as a watching operator would): calls,
   plan-following, and the statements a cycle costs where the runtimes run it: in a pass of the personas due
-  together (agents/cycle.py persona_cycles; a persona's own cycle, which runs only when it must wait on a
+  together (runtime/cycle.py persona_cycles; a persona's own cycle, which runs only when it must wait on a
   model server or its planning retry is due, is given beside it). The time of one cycle against a one-row
   UPDATE transaction in-process on SQLite was a micro-ratio issue 17 retired: the CPU a cycle is measured
   end to end by tests/bench/scale.py, beside pgbench's transaction;
@@ -56,10 +56,10 @@ def demo_run(*, approve_after: int | None) -> DemoRun:
     from django.contrib.auth.models import User
     from django.core.management import call_command
 
-    from agents.cycle import agent_cycle
     from agents.models import Agent, Experience, LLMCall
     from planning import services
     from planning.models import PlanEvent, PlanStep
+    from runtime.cycle import agent_cycle
 
     Agent.objects.all().delete()
     with open(os.devnull, "w") as quiet:
@@ -98,10 +98,10 @@ def figures() -> list[dict]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from agents.cycle import agent_cycle, persona_cycles
     from agents.models import Agent, Experience, LLMCall
     from planning import services
     from planning.models import PlanStep
+    from runtime.cycle import agent_cycle, persona_cycles
 
     with open(os.devnull, "w") as quiet:
         call_command("seed_demo", no_users=True, interval=0, stdout=quiet)

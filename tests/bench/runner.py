@@ -103,11 +103,11 @@ def runner_processes(server: object) -> Iterator[list[subprocess.Popen[str]]]:
 
 def runners_round(runners: list[subprocess.Popen[str]], ids: list[int], prefix: str, server_pid: int) -> float:
     """The agents `ids` (created paused, with their goals) set running and their chains started, as resuming them
-    does (agents/runtime/tasks.py chain_start_on_save: a start pass of each one's shard); the seconds until the last
+    does (runtime/tasks.py chain_start_on_save: a start pass of each one's shard); the seconds until the last
     one's plan awaits approval (looked at every 20 ms), the runners' CPU meanwhile (ROUND_CPU) and the rest of the
     machine's (ROUND_MACHINE)."""
     from agents.models import Agent
-    from agents.runtime.tasks import chain_start
+    from runtime.tasks import chain_start
 
     cpu = sum(cpu_seconds(r.pid) for r in runners)
     postgres, server, own = postgres_cpu_seconds(), cpu_seconds(server_pid), time.process_time()
@@ -131,7 +131,7 @@ def jobs_drop(ids: list[int]) -> None:
     from procrastinate.contrib.django import app
     from procrastinate.contrib.django.models import ProcrastinateJob
 
-    from agents.runtime.tasks import agent_lock
+    from runtime.tasks import agent_lock
 
     waiting = ProcrastinateJob.objects.filter(  # type: ignore[misc]  # the engine's read-only model
         lock__in=[agent_lock(pk) for pk in ids], status="todo").values_list("id", flat=True)
@@ -144,7 +144,7 @@ def round_seconds(server: object, n: int, prefix: str, runners: list[subprocess.
     `runagents` processes, as the scale figures run them), on SQLite the embedded scheduler in this process
     (`--cycles 1`: the embedded stack is one process)."""
     from agents.models import Agent
-    from agents.runtime.embedded import Scheduler
+    from runtime.embedded import Scheduler
     from tests.llm_server import answer
 
     server.script("bench-fast", *[answer(RESTATE, delay=MODEL_DELAY) for _ in range(n)])  # type: ignore[attr-defined]
@@ -260,8 +260,8 @@ def table_rows() -> dict[str, int]:
 def rows_age_and_prune() -> dict[str, int]:
     """Move every row's time back past the longest RETAIN_* window, prune as a runner does, count what stays."""
     from agents.models import Experience, LLMCall
-    from agents.retention import retention_prune
     from planning.models import PlanEvent
+    from runtime.retention import retention_prune
 
     longest = max(settings.RETAIN_EXPERIENCES_HOURS, settings.RETAIN_LLM_BODIES_HOURS,
                   settings.RETAIN_LLM_CALLS_HOURS, settings.RETAIN_EVENTS_HOURS)
@@ -279,7 +279,7 @@ def bench_rows() -> list[dict]:
     without retention all of them stay (the baseline); with it, the growth over the floor is what the
     product keeps for good per agent-hour (an open plan's events go once it closes)."""
     from agents.models import Agent, Need
-    from agents.runtime.embedded import Scheduler
+    from runtime.embedded import Scheduler
 
     for i in range(PERSONA_AGENTS):
         agent = Agent.objects.create(name=f"rows-{i}", kind=Agent.Kind.PERSONA, cycle_interval=0)

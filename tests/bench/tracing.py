@@ -33,11 +33,11 @@ def tool_lineages(tag: str) -> int:
     """LINEAGES tool agents: each goal planned, approved, run to completion (offline model). Their cycles."""
     from django.contrib.auth.models import User
 
-    from agents.cycle import agent_cycle
     from agents.models import Agent
     from planning.models import Plan
     from planning.planner import plan_generate
     from planning.services import plan_approve
+    from runtime.cycle import agent_cycle
 
     operator = User.objects.get_or_create(username="bench-tracer")[0]
     cycles = 0
@@ -57,10 +57,10 @@ def tool_lineages(tag: str) -> int:
 
 
 def persona_batches(tag: str) -> int:
-    from agents.cycle import persona_cycles
     from agents.models import Agent, Need
     from goals.models import Goal
     from planning.models import Plan, PlanStep
+    from runtime.cycle import persona_cycles
 
     ids = []
     for i in range(PERSONAS):

@@ -115,8 +115,8 @@ def test_a_late_finish_ends_nothing_another_worker_holds(job_taken_over: tuple[i
     from procrastinate.contrib.django import app
     from procrastinate.jobs import Status
 
-    from agents.runtime.tasks import job_finish_held
-    from agents.runtime.worker import fenced_job_manager, worker_connector
+    from runtime.tasks import job_finish_held
+    from runtime.worker import fenced_job_manager, worker_connector
 
     job, b, a = job_taken_over
     take_over(job, by=a)
@@ -151,8 +151,8 @@ def test_the_settling_round_finishes_no_job_another_worker_took_over(job_taken_o
     from procrastinate.contrib.django import app
     from procrastinate.jobs import Status
 
-    from agents.runtime import tasks
-    from agents.runtime.worker import fenced_job_manager, worker_connector
+    from runtime import tasks
+    from runtime.worker import fenced_job_manager, worker_connector
 
     job, b, a = job_taken_over
 

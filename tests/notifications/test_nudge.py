@@ -10,7 +10,7 @@ import pytest
 
 from notifications import selectors
 from notifications.models import Subscription
-from notifications.runtime import nudge
+from runtime.notify import nudge
 from tests.notifications.conftest import subscribed
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def test_a_nudge_defers_a_dispatch_only_when_someone_listens(settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     settings.SCALE_OUT = True
     monkeypatch.setattr(selectors, "_listening", (float("-inf"), False))
-    with mock.patch("notifications.tasks.dispatch_defer") as defer:
+    with mock.patch("runtime.notify_tasks.dispatch_defer") as defer:
         nudge()
         assert defer.call_count == 0  # nobody subscribed: no job
         user = subscribed()
@@ -41,7 +41,7 @@ def test_events_written_in_bulk_wake_the_dispatch_after_commit(settings: Any, mo
     settings.SCALE_OUT = True
     subscribed()
     monkeypatch.setattr(selectors, "_listening", (float("-inf"), False))
-    with mock.patch("notifications.tasks.dispatch_defer") as defer:
+    with mock.patch("runtime.notify_tasks.dispatch_defer") as defer:
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
             events_may_notify_on_commit()
         assert defer.call_count == 0  # nothing before the commit

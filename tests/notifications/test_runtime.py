@@ -38,11 +38,11 @@ async def runtime_running() -> AsyncIterator[None]:
     """The stack's runtime in this process: the embedded scheduler, or a worker of the job engine."""
     stop = asyncio.Event()
     if settings.SCALE_OUT:
-        from agents.runtime.worker import worker_run
+        from runtime.worker import worker_run
 
         task = asyncio.create_task(worker_run(runner_id="notify-worker", stop=stop))
     else:
-        from agents.runtime.embedded import Scheduler
+        from runtime.embedded import Scheduler
 
         scheduler = Scheduler(runner_id="notify-runner", tick=0.05, prune_seconds=0)
         task = asyncio.create_task(scheduler.run())

@@ -12,13 +12,13 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.urls import reverse
 
-from agents.cycle import agent_cycle
 from agents.models import Agent
 from agents.tools import TOOLS
 from planner_site.asgi_guards import body_limit
 from planning import services
 from planning.models import Plan, PlanEvent
 from planning.services import DecisionError, Upload
+from runtime.cycle import agent_cycle
 from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db

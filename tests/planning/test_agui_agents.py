@@ -198,7 +198,7 @@ def test_resume_entry_carries_the_answer() -> None:
 
 @pytest.mark.django_db
 def test_no_runner_drives_an_agui_agent(operator_client: Any, settings: Any) -> None:
-    from agents.runtime.cycles import agents_driven
+    from runtime.cycles import agents_driven
 
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     agent = agui_added(operator_client, "http://127.0.0.1:9/agent", name="Remote one")

@@ -189,7 +189,7 @@ def test_deadline_covers_the_restatement_too(chain: LLMTestServer, settings: Any
 
 def test_no_model_answering_says_so_and_schedules_a_retry_that_plans_the_goal(chain: LLMTestServer, settings: Any,
                                                                               viewer_client: Any) -> None:
-    from agents.cycle import agent_cycle
+    from runtime.cycle import agent_cycle
     from tests.factories import GoalFactory
 
     chain.script("fast-model", answer(RESTATE))
@@ -286,7 +286,7 @@ def test_replan_uses_its_chain_reuses_the_restatement_and_labels_what_is_what(
 
 
 def test_unclear_goal_asks_the_operator_who_answers_on_the_plan_page(operator_client: Any) -> None:
-    from agents.cycle import agent_cycle
+    from runtime.cycle import agent_cycle
     from tests.factories import GoalFactory
 
     agent = tool_agent()
@@ -386,7 +386,7 @@ def test_answer_without_json_tags_is_used_and_flagged(chain: LLMTestServer) -> N
 
 
 def test_the_next_cycle_fails_a_validating_plan_left_by_a_dead_one() -> None:
-    from agents.runtime.cycles import cycle_run
+    from runtime.cycles import cycle_run
 
     agent = tool_agent()
     plan = plan_start_orphan(agent, runner="runner dead/1")
@@ -458,7 +458,7 @@ def test_runner_killed_while_planning_leaves_no_plan_validating(tmp_path: Any) -
 
 
 def run_cycles(agent: Agent, n: int = 6) -> None:
-    from agents.cycle import agent_cycle
+    from runtime.cycle import agent_cycle
 
     for _ in range(n):
         agent_cycle(agent_id=agent.pk, runner="r")

@@ -15,12 +15,12 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents.cycle import agent_cycle
 from agents.models import Agent
 from goals.models import Goal
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import plan_generate
+from runtime.cycle import agent_cycle
 from tests.factories import AgentFactory, GoalFactory
 from tests.llm_server import LLMTestServer, answer
 

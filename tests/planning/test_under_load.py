@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from planner_site.asgi import application
 from tests.factories import PlanEventFactory, PlanStepFactory
-from tests.steer.test_inbox import waiting_plan, waiting_step
+from tests.operator_pages.test_inbox import waiting_plan, waiting_step
 
 pytestmark = pytest.mark.django_db
 

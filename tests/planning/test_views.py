@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from agents.cycle import agent_cycle
 from planning.models import Plan, PlanEvent, PlanStep
+from runtime.cycle import agent_cycle
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agents.cycle import agent_cycle
 from agents.llm.gateway import calls_recorded_together, llm_complete
 from agents.models import Agent, LLMCall
 from agents.offline_model import OFFLINE_MODEL
 from planning import services as planning
 from planning.models import Plan, PlanEvent, PlanStep
 from policies import services
+from runtime.cycle import agent_cycle
 from tests.factories import AgentFactory, GoalFactory, LLMCallFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from agents.cycle import agent_cycle
 from agents.models import Agent, Experience, LLMCall
 from planning import services as planning
 from planning.live.renderers import PlanLivePage
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.steer_selectors import inbox_items
+from planning.operator_selectors import inbox_items
 from policies import services
 from policies.models import Policy
+from runtime.cycle import agent_cycle
 from tests.agents.test_cycle import cycles_until, hungry_persona
 from tests.factories import AgentFactory, GoalFactory, PlanFactory, PlanStepFactory
 

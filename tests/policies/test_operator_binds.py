@@ -13,13 +13,13 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from agents.cycle import agent_cycle
 from agents.models import Agent
 from notifications.selectors import event_candidate
 from planning import services as planning
 from planning.models import Plan, PlanEvent, PlanStep
 from policies import services
 from policies.models import Policy, PolicyChange
+from runtime.cycle import agent_cycle
 from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
 from tests.policies.test_decisions import policy_with
 

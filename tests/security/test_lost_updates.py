@@ -13,12 +13,12 @@ from django.contrib.admin.models import LogEntry
 from django.test import Client
 from django.urls import reverse
 
-import agents.cycle as cycle
-from agents.cycle import agent_cycle
+import runtime.cycle as cycle
 from agents.models import Agent, Need
 from goals.models import Goal
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
+from runtime.cycle import agent_cycle
 from tests.agents.test_cycle import hungry_persona
 from tests.factories import AgentFactory, GoalFactory, NeedFactory, PlanFactory, UserFactory
 

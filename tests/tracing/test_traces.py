@@ -212,7 +212,7 @@ def test_a_lineage_made_before_traces_still_has_its_timeline(operator: Any) -> N
 
 def test_a_persona_plan_run_in_a_runners_batch_is_traced_when_sampled(
         settings: Any, exported: InMemorySpanExporter, django_capture_on_commit_callbacks: Any) -> None:
-    from agents.cycle import persona_cycles
+    from runtime.cycle import persona_cycles
     from tests.agents.test_persona_batch import person
 
     settings.OTEL_PERSONA_SAMPLE_RATIO = 1.0

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.retention import retention_prune
+from runtime.retention import retention_prune
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """Drive the agents' cycles without a web server.
 
-Scale-out (PostgreSQL): a worker of the job engine (agents/runtime/worker.py); start as many as you like,
+Scale-out (PostgreSQL): a worker of the job engine (runtime/worker.py); start as many as you like,
 on any machines. Embedded (SQLite): the in-process scheduler, the only driver of the database's agents (run
 the web with `serve --no-runner` beside it, or nothing); its changes reach open pages when they are reloaded,
 since the embedded stack pushes only the serve process's own changes.
@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from agents.llm.gateway import providers_import
-from agents.runtime.cycles import runner_id_new
+from runtime.cycles import runner_id_new
 
 logger = logging.getLogger("planner.runner")
 
@@ -70,12 +70,12 @@ class Command(BaseCommand):
         self.stdout.flush()
         providers_import()  # the first cycle's model call does not pay the SDK's import
         if settings.SCALE_OUT:
-            from agents.runtime.worker import worker_run
+            from runtime.worker import worker_run
 
             await worker_run(runner_id=runner_id, stop=stop, cycles=options["cycles"],
                              concurrency=options["concurrency"])
         else:
-            from agents.runtime.embedded import Scheduler
+            from runtime.embedded import Scheduler
 
             self.stderr.write("note: SQLite: this process drives every agent; run no other runner beside it "
                               "(`serve --no-runner` for the pages). Several runners need PostgreSQL.")

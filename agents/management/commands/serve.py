@@ -54,15 +54,15 @@ class PlannerServer(uvicorn.Server):
         self.should_exit = True
 
     async def runner(self) -> None:
-        from agents.runtime.cycles import runner_id_new
+        from runtime.cycles import runner_id_new
 
         runner_id = runner_id_new()
         if settings.SCALE_OUT:
-            from agents.runtime.worker import worker_run
+            from runtime.worker import worker_run
 
             await worker_run(runner_id=runner_id, stop=self.runner_stop)
         else:
-            from agents.runtime.embedded import Scheduler
+            from runtime.embedded import Scheduler
 
             scheduler = Scheduler(runner_id=runner_id)
             stopper = asyncio.create_task(self.runner_stop.wait())
@@ -138,7 +138,7 @@ class Supervisor:
 
 
 def base_url_follow(host: str, port: int) -> str:
-    """Links in notifications point where this server listens when PLANNER_BASE_URL is not set (issue 50: they
+    """Links in notifications point where this server listens when PLANNER_BASE_URL is not set (they
     said port 8000 whatever --port said); the environment carries it to worker processes too."""
     if os.environ.get("PLANNER_BASE_URL"):
         return str(settings.PLANNER_BASE_URL)

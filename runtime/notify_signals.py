@@ -21,7 +21,7 @@ NUDGING_KINDS = frozenset({
 @receiver(post_save, sender=PlanEvent, dispatch_uid="notifications.event_nudge")
 def event_nudge(sender: type[PlanEvent], instance: PlanEvent, created: bool, **kwargs: Any) -> None:
     if created and instance.kind in NUDGING_KINDS:
-        from notifications.runtime import nudge
+        from runtime.notify import nudge
 
         transaction.on_commit(nudge)
 
@@ -36,8 +36,8 @@ def decision_closes_slack_messages(sender: type[PlanEvent], instance: PlanEvent,
         event_id = instance.pk
 
         def close() -> None:
-            from notifications.runtime import nudge
             from notifications.slack_app import outcomes_mark
+            from runtime.notify import nudge
 
             if outcomes_mark(event_id):
                 nudge(always=True)
@@ -48,6 +48,6 @@ def decision_closes_slack_messages(sender: type[PlanEvent], instance: PlanEvent,
 @receiver(events_may_notify, dispatch_uid="notifications.bulk_nudge")
 def bulk_nudge(sender: object, **kwargs: Any) -> None:
     """Events written in bulk (first versions awaiting approval) committed: dispatch now."""
-    from notifications.runtime import nudge
+    from runtime.notify import nudge
 
     nudge()

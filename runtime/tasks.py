@@ -3,7 +3,7 @@
 Persona agents are driven in passes: the driven personas are split into shards (by id), as many as their cycles
 need (one per RUNNER_SHARD_CYCLES_PER_SECOND of them, at most RUNNER_PERSONA_SHARDS, none without personas:
 shards_wanted), and each shard has one chain of `agents.personas` jobs. A pass runs one cycle of each of the
-shard's due personas at once (agents/cycle.py, persona_cycles: one read, one transaction), then defers the
+shard's due personas at once (runtime/cycle.py, persona_cycles: one read, one transaction), then defers the
 shard's next pass to when its next persona falls due. Its lock (`personas:<shard>/<shards>`) keeps one pass of a
 shard under way at a time. When the fleet wants another number of shards, the old chains end at their next pass
 and the sweep starts the new ones once none of the old is waiting or under way: two passes never take the same
@@ -13,7 +13,7 @@ gets a cycle job of its own, below; passes leave it alone while that job waits o
 Every other driven agent (tool agents) has one chain of `agents.cycle` jobs: each cycle, when it ends, defers
 the next one `cycle_interval` seconds later. A chain starts with a start pass (`agents.start`) of the agent's
 shard (its id modulo RUNNER_START_SHARDS): the pass takes the shard's driven tool agents that are due and have no
-cycle waiting or under way, plans together the first goals of those whose cycle would only plan one (agents/cycle.py
+cycle waiting or under way, plans together the first goals of those whose cycle would only plan one (runtime/cycle.py
 tools_start: a hundred agents given goals wait for their models side by side, in one pass, not in a hundred
 jobs), and defers each agent's cycle (the planned ones' next, at the time their cycle set; the others' first, at
 once). Its lock (`starts:<shard>/<shards>`) keeps one start pass of a shard under way at a time, and its queueing
@@ -26,10 +26,10 @@ seconds, defers a start pass for each shard with a driven agent that still has n
 began and a dead worker cut off is failed like a dead cycle's: by the agent's next cycle, or by the sweep once no
 start pass of its shard runs.
 
-Every cycle first fails the planning a dead cycle left "validating" (agents/runtime/cycles.py): thanks to
+Every cycle first fails the planning a dead cycle left "validating" (runtime/cycles.py): thanks to
 the lock, no other cycle of this agent runs meanwhile. A cycle job carries the agent's kind when its deferrer
 read it (its chain, its start): a tool agent's cycle then reads its row alone, and finds such planning in the
-read of its open plans (agents/cycle.py, tool_open_plan).
+read of its open plans (runtime/cycle.py, tool_open_plan).
 """
 
 from __future__ import annotations
@@ -60,17 +60,17 @@ from agents.connections import (
 )
 from agents.fencing import Fence, FenceLost, fenced
 from agents.models import Agent
-from agents.retention import retention_prune
-from agents.runtime.cycles import (
+from agents.signals import operator_acted
+from planning.models import Plan
+from runtime.cycles import (
     agents_driven,
     cycle_run,
     personas_run,
     plans_orphaned_fail,
     tools_start_run,
 )
-from agents.runtime.outage import OUTAGE, OUTAGE_LINE, REFUSED_LINE, STRAGGLER_LINE
-from agents.signals import operator_acted
-from planning.models import Plan
+from runtime.outage import OUTAGE, OUTAGE_LINE, REFUSED_LINE, STRAGGLER_LINE
+from runtime.retention import retention_prune
 
 logger = logging.getLogger("planner.runner")
 
@@ -126,7 +126,7 @@ def job_fence(context: JobContext) -> Fence | None:
 
 
 def fence_line(exc: FenceLost) -> dict[str, object]:
-    """The log line's `extra` for a refusal (agents/runtime/outage.py): during an outage (the lease ran out), or
+    """The log line's `extra` for a refusal (runtime/outage.py): during an outage (the lease ran out), or
     a straggler of one (taken over meanwhile)."""
     return REFUSED_LINE if exc.lease_ran_out else STRAGGLER_LINE
 
@@ -602,7 +602,7 @@ if settings.RETENTION_PRUNE_SECONDS > 0:
     @blueprint.periodic(cron="* * * * *")
     @blueprint.task(name="agents.prune", queue=CONTROL_QUEUE)
     def rows_prune(timestamp: int) -> int:
-        """Rows written at machine speed, kept as long as the RETAIN_* settings say (agents/retention.py)."""
+        """Rows written at machine speed, kept as long as the RETAIN_* settings say (runtime/retention.py)."""
         try:
             report = retention_prune(budget_seconds=PRUNE_BUDGET_SECONDS)
             return sum(report.counts.values())
@@ -683,7 +683,7 @@ def on_app_ready(app: object) -> None:
     app.add_tasks_from(blueprint, namespace="runtime")  # type: ignore[attr-defined]
     post_save.connect(chain_start_on_save, sender=Agent, dispatch_uid="runtime.chain_start_on_save")
     operator_acted.connect(chain_soon_on_decision, dispatch_uid="runtime.chain_soon_on_decision")
-    from notifications.tasks import on_app_ready as notifications_ready
+    from runtime.notify_tasks import on_app_ready as notifications_ready
 
     notifications_ready(app)
 

@@ -20,9 +20,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from agents.connections import CONNECTION_ERRORS, connection_scope, error_brief
-from agents.runtime.cycles import agents_driven
-from agents.runtime.outage import OUTAGE, OUTAGE_LINE
-from agents.runtime.tasks import (
+from runtime.cycles import agents_driven
+from runtime.notify_tasks import QUEUE as NOTIFICATIONS_QUEUE
+from runtime.outage import OUTAGE, OUTAGE_LINE
+from runtime.tasks import (
     CONTROL_QUEUE,
     CYCLES_QUEUE,
     LEASE,
@@ -30,7 +31,6 @@ from agents.runtime.tasks import (
     job_finish_later,
     jobs_unfinished_settle,
 )
-from notifications.tasks import QUEUE as NOTIFICATIONS_QUEUE
 
 logger = logging.getLogger("planner.runner")
 
@@ -134,7 +134,7 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
     from procrastinate.contrib.django import app
 
     concurrency = concurrency or settings.RUNNER_CONCURRENCY
-    OUTAGE.watch(runner_id)  # its outages of the database: one line each (agents/runtime/outage.py)
+    OUTAGE.watch(runner_id)  # its outages of the database: one line each (runtime/outage.py)
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=concurrency + EXECUTOR_SPARE_THREADS, thread_name_prefix="cycle"))
     worker_app = app.with_connector(worker_connector())  # the Django connector cannot LISTEN

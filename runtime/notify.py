@@ -1,4 +1,4 @@
-"""Notifications on the embedded runtime: the scheduler of `serve`/`runagents` (agents/runtime/embedded.py) runs
+"""Notifications on the embedded runtime: the scheduler of `serve`/`runagents` (runtime/embedded.py) runs
 `notifier_forever` beside its cycles. Every NOTIFY_SWEEP_SECONDS, or at once when an event that may notify
 someone commits in this process (`nudge`), it dispatches new events and sends what is due, in a thread of its
 own (a slow webhook never holds up the agents' cycles or the database thread)."""
@@ -30,7 +30,7 @@ def nudge(*, always: bool = False) -> None:
     if not always and not anyone_listening():
         return
     if settings.SCALE_OUT:
-        from notifications.tasks import dispatch_defer
+        from runtime.notify_tasks import dispatch_defer
 
         dispatch_defer()
         return

@@ -21,7 +21,7 @@ from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import plan_edit_save, step_approve, step_decline
 from policies import services as policies
 from tests.factories import AgentFactory, PlanEventFactory, PlanFactory, PlanStepFactory, UserFactory
-from tests.steer.test_editor import tool_plan
+from tests.operator_pages.test_editor import tool_plan
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from planning.models import Plan, PlanStep
-from planning.steer_selectors import inbox_items, repeat_label
+from planning.operator_selectors import inbox_items, repeat_label
 from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db

@@ -17,6 +17,6 @@ def runners_live() -> int:
         since = timezone.now() - timedelta(seconds=settings.RUNNER_STALLED_SECONDS)
         workers = ProcrastinateWorker.objects  # type: ignore[misc]  # the engine's read-only manager, typed loosely
         return int(workers.filter(last_heartbeat__gte=since).count())
-    from agents.runtime import embedded
+    from runtime import embedded
 
     return int(embedded.current is not None)

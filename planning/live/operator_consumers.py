@@ -18,7 +18,7 @@ from planning.live.consumers import LiveConsumer
 from planning.live.hub import CLOSE_NOT_FOUND, CLOSE_UNAUTHENTICATED
 from planning.live.renderers import LivePage, render_for
 from planning.models import Plan
-from planning.steer_selectors import InboxItem, inbox_count, inbox_items
+from planning.operator_selectors import InboxItem, inbox_count, inbox_items
 
 
 class InboxLivePage(LivePage):

@@ -1,5 +1,5 @@
 """Reads for the steering pages: the inbox, versions and their compare view, the plan graph, the audit log
-and usage. Each page costs a fixed number of queries whatever its size (query-count tests in tests/steer)."""
+and usage. Each page costs a fixed number of queries whatever its size (query-count tests in tests/operator_pages)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def ordinal(n: int) -> str:
 
 
 def repeat_label(n: int) -> str:
-    """"3rd time today" for a plan of a goal the person pursues again (issue 50); "" for a first."""
+    """"3rd time today" for a plan of a goal the person pursues again; "" for a first."""
     return f"{ordinal(n)} time today" if n >= 2 else ""
 
 
@@ -174,7 +174,7 @@ def plan_repeat_number(plan: Plan, now: datetime | None = None) -> int:
 
 def repeats_grouped(items: list[InboxItem], now: datetime) -> list[InboxItem]:
     """A persona's plans of a goal it pursues again say so ("3rd time today"), and the items of one agent's goal
-    stand together, where the first of them stands (issue 50: a repeat looked like an ignored decision). One
+    stand together, where the first of them stands (a repeat looked like an ignored decision). One
     query, none without a persona's item."""
     persona = [i for i in items if i.plan.agent.kind == Agent.Kind.PERSONA]
     if not persona:

@@ -11,8 +11,8 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 
 from planning.engine.diff import field_changes_shown
-from planning.steer_selectors import PlanGraph, plan_graph
-from planning.steer_selectors import inbox_count as inbox_count_query
+from planning.operator_selectors import PlanGraph, plan_graph
+from planning.operator_selectors import inbox_count as inbox_count_query
 from planning.templatetags.dashboard_rows import STEP_STATUS, label, short
 
 register = template.Library()
@@ -124,7 +124,7 @@ def answer_value_readable(value: Any) -> str:
 @register.filter
 def answer_readable(text: str) -> str:
     """A model's answer as the persona page shows it: its JSON read out in words, never the raw
-    `<json>{...}</json>` (issue 50); an answer with no JSON in it as it is."""
+    `<json>{...}</json>`; an answer with no JSON in it as it is."""
     from agents.llm.extract import ExtractError, json_extract
 
     try:

@@ -174,7 +174,7 @@ def tool_open_plan(agent: Agent, *, runner: str | None = None) -> Plan | None:
         plans = list(Plan.objects.filter(agent_id=agent.pk).open().select_related("goal").order_by())
     if not plans:
         return None
-    # A plan that can move on comes before one that waits for a person's approval or answer (issue 50: a tool
+    # A plan that can move on comes before one that waits for a person's approval or answer (a tool
     # agent may have several plans waiting for a person, and its other work goes on meanwhile).
     return min(plans, key=lambda p: (
         p.status in (Plan.Status.AWAITING_APPROVAL, Plan.Status.CLARIFYING) and not p.replan_reason,
@@ -952,7 +952,7 @@ def plan_for_next_goal(*, agent: Agent, runner: str) -> str:
 
 
 def tools_start(agent_ids: Sequence[int], *, runner: str) -> tuple[list[int], list[int]]:
-    """The first cycles of tool agents whose chains start (agents/runtime/tasks.py, a start pass), as agent_cycle
+    """The first cycles of tool agents whose chains start (runtime/tasks.py, a start pass), as agent_cycle
     would run them: each running agent whose cycle would only plan its most pressing goal (no open plan, no
     automatic retry due, a goal no plan holds: plan_for_next_goal) plans it here with the others (plans_first:
     their models asked side by side, the plans written together; a start pass and a cycle of the same agent that

@@ -12,7 +12,8 @@ from django.test import Client
 from django.urls import reverse
 
 from planner_site.asgi import application
-from planning import services, steer_consumers
+from planning import services
+from planning.live import operator_consumers
 from planning.live.hub import CLOSE_UNAUTHENTICATED
 from planning.models import Plan, PlanEvent, PlanStep
 from tests.factories import AgentFactory, PlanStepFactory, UserFactory
@@ -149,7 +150,7 @@ async def test_inbox_socket_pushes_the_list_without_buttons_to_viewers_and_with_
     operator = await database_sync_to_async(UserFactory)(username="olga", role="operators")
     seen = {}
     for name, user in (("viewer", viewer), ("operator", operator)):
-        comm = communicator(steer_consumers.InboxConsumer, "/ws/inbox/", user)
+        comm = communicator(operator_consumers.InboxConsumer, "/ws/inbox/", user)
         connected, _ = await comm.connect()
         assert connected
         seen[name] = await comm.receive_from(timeout=5)
@@ -163,7 +164,7 @@ async def test_inbox_socket_pushes_the_list_without_buttons_to_viewers_and_with_
 async def test_nav_count_socket_pushes_the_new_count_after_a_decision() -> None:
     step = await database_sync_to_async(PlanStepFactory)(status=PlanStep.Status.AWAITING_APPROVAL)
     operator = await database_sync_to_async(UserFactory)(username="olga", role="operators")
-    comm = communicator(steer_consumers.InboxCountConsumer, "/ws/inbox/count/", operator)
+    comm = communicator(operator_consumers.InboxCountConsumer, "/ws/inbox/count/", operator)
     connected, _ = await comm.connect()
     assert connected
     assert 'data-count="1"' in await comm.receive_from(timeout=5)
@@ -177,7 +178,7 @@ async def test_nav_count_socket_pushes_the_new_count_after_a_decision() -> None:
 async def test_nav_count_socket_counts_a_question_of_the_planner() -> None:
     await database_sync_to_async(PlanStepFactory)(status=PlanStep.Status.AWAITING_APPROVAL)
     operator = await database_sync_to_async(UserFactory)(username="olga", role="operators")
-    comm = communicator(steer_consumers.InboxCountConsumer, "/ws/inbox/count/", operator)
+    comm = communicator(operator_consumers.InboxCountConsumer, "/ws/inbox/count/", operator)
     connected, _ = await comm.connect()
     assert connected
     assert 'data-count="1"' in await comm.receive_from(timeout=5)
@@ -195,7 +196,7 @@ def asking(agent: Any) -> Plan:
 
 
 def presence_communicator(plan_id: int, user: Any) -> WebsocketCommunicator:
-    comm = WebsocketCommunicator(steer_consumers.PlanPresenceConsumer.as_asgi(), f"/ws/plans/{plan_id}/presence/")
+    comm = WebsocketCommunicator(operator_consumers.PlanPresenceConsumer.as_asgi(), f"/ws/plans/{plan_id}/presence/")
     comm.scope["user"] = user
     comm.scope["url_route"] = {"kwargs": {"plan_id": plan_id}}
     return comm

@@ -16,11 +16,11 @@ from django.utils import timezone
 
 from agents.connections import CONNECTION_ERRORS, connection_recover, connection_release
 from agents.connections import error_brief as error_brief  # its old home: still importable from here
-from agents.cycle import agent_cycle, persona_cycles, tools_start
 from agents.models import Agent
 from planner_site.events import published_together
 from planning.models import Plan
 from planning.planner import plans_interrupted_fail
+from runtime.cycle import agent_cycle, persona_cycles, tools_start
 
 logger = logging.getLogger("planner.runner")
 

@@ -205,7 +205,7 @@ def test_a_question_of_the_planner_is_in_the_inbox_ordered_and_counted(viewer_cl
 
 
 def test_answering_in_the_inbox_resumes_planning_and_the_question_leaves(operator_client: Client) -> None:
-    from agents.cycle import agent_cycle
+    from runtime.cycle import agent_cycle
 
     plan = asking_plan()
     html = operator_client.get(reverse("inbox")).content.decode()
@@ -251,8 +251,8 @@ def test_the_agent_page_shows_the_waiting_question_not_no_open_plans(operator: o
 
 
 def test_versions_page_lists_the_version_that_asked_then_the_plan(operator: object, operator_client: Client) -> None:
-    from agents.cycle import agent_cycle
     from planning.services import plan_clarify
+    from runtime.cycle import agent_cycle
 
     plan = asking_plan()
     plan_clarify(plan=plan, user=operator, answer="convert data.csv to JSON")  # type: ignore[arg-type]

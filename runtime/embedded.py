@@ -1,10 +1,10 @@
 """The embedded runtime: one process (`make run`, SQLite) drives every agent as it falls due.
 
 The simplest in-process scheduler: nothing is leased or claimed, because no other process drives agents on
-the embedded stack (several processes mean the scale-out stack, agents/runtime/tasks.py). An agent runs at
+the embedded stack (several processes mean the scale-out stack, runtime/tasks.py). An agent runs at
 most one cycle at a time; up to RUNNER_CONCURRENCY cycles run at once, each in a thread of its own whose
 model calls are awaited on this loop (the thread's database connection is given back meanwhile). The personas
-due together run as one pass, as on the scale-out stack (agents/cycle.py persona_cycles); those whose cycle
+due together run as one pass, as on the scale-out stack (runtime/cycle.py persona_cycles); those whose cycle
 may wait on a model server then run their own. The loop
 asks the database for due agents on its tick, when an agent it drives falls due again, or at once while
 agents wait for a free slot. Database errors are logged and waited out with a growing backoff.
@@ -29,16 +29,16 @@ from django.utils import timezone
 
 from agents.connections import CONNECTION_ERRORS, connection_scope, error_brief
 from agents.models import Agent
-from agents.retention import retention_prune
-from agents.runtime.cycles import (
+from agents.services import agent_cycle_soon
+from agents.signals import operator_acted
+from runtime.cycles import (
     agents_driven,
     cycle_run,
     personas_run,
     plans_orphaned_fail,
     runner_id_new,
 )
-from agents.services import agent_cycle_soon
-from agents.signals import operator_acted
+from runtime.retention import retention_prune
 
 logger = logging.getLogger("planner.runner")
 
@@ -86,7 +86,7 @@ class Scheduler:
     def __init__(self, *, runner_id: str | None = None, cycles: int | None = None, concurrency: int | None = None,
                  tick: float | None = None, prune_seconds: float | None = None, notify: bool = True) -> None:
         self.id = runner_id or runner_id_new()
-        self.notify = notify  # also dispatch and deliver notifications (notifications/runtime.py)
+        self.notify = notify  # also dispatch and deliver notifications (runtime/notify.py)
         self.cycles = cycles
         self.concurrency = concurrency or settings.RUNNER_CONCURRENCY
         self.tick = settings.RUNNER_TICK_SECONDS if tick is None else tick
@@ -269,7 +269,7 @@ class Scheduler:
         logger.info("%s started (up to %d agents at once)", self.id, self.concurrency)
         background = [asyncio.create_task(self.prune_forever())] if self.prune_seconds > 0 else []
         if self.notify:
-            from notifications.runtime import notifier_forever
+            from runtime.notify import notifier_forever
 
             background.append(asyncio.create_task(notifier_forever(self.stopping, runner=self.id)))
         try:

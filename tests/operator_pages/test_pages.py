@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from agents.models import LLMCall
 from planning.models import Plan, PlanEvent, PlanStep
-from planning.steer_selectors import plan_graph
+from planning.operator_selectors import plan_graph
 from tests.factories import AgentFactory, LLMCallFactory, PlanEventFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
