@@ -575,6 +575,9 @@ def agents_schedule(context: JobContext, timestamp: int) -> int:
         connection_release()
 
 
+RECOVER_SOON = "recover:soon"  # the queueing lock of a recovery deferred for when a silent worker is stalled
+
+
 @blueprint.periodic(cron=f"* * * * * */{settings.RUNNER_SWEEP_SECONDS}")
 # No lock: a worker killed while holding it would keep every later recovery waiting on the recovery of
 # its own job. Two overlapping runs may find the same stalled job; the second is told it ended meanwhile.
@@ -582,7 +585,8 @@ def agents_schedule(context: JobContext, timestamp: int) -> int:
 async def jobs_stalled_retry(context: JobContext, timestamp: int) -> int:
     """Retry the jobs of workers whose heartbeats stopped (killed, frozen, cut off), so their agents' locks are
     free again and their cycles run elsewhere (and recover what the dead cycle left). A dead cycle that had
-    already deferred its successor is ended instead: that next cycle is waiting, and does the same."""
+    already deferred its successor is ended instead: that next cycle is waiting, and does the same. A worker
+    silent but not stalled yet gets a recovery of its own at the moment it will be (recover_when_stalled)."""
     manager = context.app.job_manager
     stalled = list(await manager.get_stalled_jobs(seconds_since_heartbeat=settings.RUNNER_STALLED_SECONDS))
     for job in stalled:
@@ -595,7 +599,38 @@ async def jobs_stalled_retry(context: JobContext, timestamp: int) -> int:
             logger.info("stalled job %s ended meanwhile (%s)", job.id, error_brief(exc))
     if stalled:
         logger.warning("recovered %d jobs of workers whose heartbeat stopped", len(stalled))
+    await recover_when_stalled(context.app)
     return len(stalled)
+
+
+# Seconds until the first worker that has missed heartbeats (silent for more than two) but is not stalled yet will
+# be: NULL when none is.
+SILENT_WORKERS = """
+SELECT EXTRACT(EPOCH FROM min(last_heartbeat) + make_interval(secs => %(stalled)s) - now())::float AS wait
+FROM procrastinate_workers
+WHERE last_heartbeat < now() - make_interval(secs => %(silent)s)
+  AND last_heartbeat >= now() - make_interval(secs => %(stalled)s)
+"""
+RECOVER_MARGIN_SECONDS = 0.2  # after the threshold: the engine's own test is "older than", strictly
+
+
+async def recover_when_stalled(app: Any) -> bool:
+    """A worker that went silent is found stalled the moment its heartbeat is RUNNER_STALLED_SECONDS old, not up
+    to a sweep later: when one will be before the next periodic recovery, a recovery is deferred for that moment
+    (one waiting at most, by its queueing lock). Nothing is deferred while every worker beats. Returns whether
+    one was deferred."""
+    row = await app.connector.execute_query_one_async(
+        query=SILENT_WORKERS, stalled=settings.RUNNER_STALLED_SECONDS, silent=2 * settings.RUNNER_HEARTBEAT_SECONDS)
+    wait = row["wait"] if row else None
+    if wait is None or wait >= settings.RUNNER_SWEEP_SECONDS:
+        return False  # nobody silent, or the periodic recovery comes first
+    at = timezone.now() + timedelta(seconds=max(wait, 0.0) + RECOVER_MARGIN_SECONDS)
+    try:
+        await jobs_stalled_retry.configure(schedule_at=at, queueing_lock=RECOVER_SOON).defer_async(
+            timestamp=int(at.timestamp()))
+    except exceptions.AlreadyEnqueued:
+        return False
+    return True
 
 
 if settings.RETENTION_PRUNE_SECONDS > 0:

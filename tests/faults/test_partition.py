@@ -207,13 +207,13 @@ def longest_gaps(agents: list[Agent], since: float, until: float) -> dict[int, f
 def test_a_runner_cut_off_the_network_runs_no_step_twice_and_stalls_nobody(
     tmp_path: Path, link: Link, runners: list[subprocess.Popen[str]]
 ) -> None:
-    people = personas(24, cycle_interval=0.5)
+    people = personas(30, cycle_interval=0.5)
     writers = [appending_agent(60, f"Writer {i}") for i in range(4)]
     slow, slow_plan = appending_agent(1, "Slow writer")
     slow_plan.steps.update(tool_input={"path": "pipe", "content": "slow line\n"})
     env = runner_env(tmp_path, RUNNER_STALLED_SECONDS=str(STALLED), RUNNER_DB_RETRY_MAX_SECONDS="1",
                      DB_IDLE_IN_TRANSACTION_SECONDS="2", DB_TCP_USER_TIMEOUT_SECONDS="4",
-                     RUNNER_SHARD_CYCLES_PER_SECOND="15", RUNNER_PASS_GAP_SECONDS="0.5", LOG_LEVEL="WARNING", PLANNER_MODELS="offline-rules",
+                     RUNNER_SHARD_CYCLES_PER_SECOND="10", LOG_LEVEL="WARNING", PLANNER_MODELS="offline-rules",
                      FAST_MODELS="offline-rules", RESTATE_MODELS="offline-rules")
     workspaces = Path(env["AGENT_WORKSPACES"])  # the runners'
     pipe = workspaces / str(slow.pk) / "pipe"
@@ -262,10 +262,7 @@ def test_a_runner_cut_off_the_network_runs_no_step_twice_and_stalls_nobody(
     with contextlib.suppress(BlockingIOError):
         written += os.read(reader, 1000)
     os.close(reader)
-    for proc in (runner_a, runner_b):
-        proc.send_signal(signal.SIGTERM)
-    for proc, log in ((runner_a, log_a), (runner_b, log_b)):
-        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    runners_stopped((runner_a, log_a), (runner_b, log_b))
     sampler.stop.set()
     sampler.join(10)
     output = log_a.read_text() + log_b.read_text()
@@ -284,9 +281,7 @@ def test_a_runner_cut_off_the_network_runs_no_step_twice_and_stalls_nobody(
     gaps = longest_gaps(people, cut_at, healed_at + 4)
     assert max(gaps.values()) <= STALLED + 5, (sorted(gaps.values())[-5:], f"cut at {cut_at}, healed at {healed_at}",
                                                log_a.read_text()[-3000:], log_b.read_text()[-3000:])
-    for agent in Agent.objects.filter(pk__in=[p.pk for p in people]):
-        cycles = sorted(Experience.objects.filter(agent=agent).values_list("cycle", flat=True))
-        assert cycles == list(range(1, agent.cycle_count + 1)), (agent.pk, agent.cycle_count, cycles[-5:])
+    cycles_continuous(people)
     assert jobs_doing() == 0
     # No traceback from either runner: B says its outage in one line (how long, fenced, resuming), and nothing
     # of a stale finish, a refused commit or a cycle run twice.
@@ -388,6 +383,21 @@ def job_holder(lock: str) -> int | None:
     return ProcrastinateJob.objects.filter(lock=lock, status="doing").values_list("worker_id", flat=True).first()
 
 
+def runners_stopped(*runners: tuple[subprocess.Popen[str], Path]) -> None:
+    """Stop the runners as an operator does (SIGTERM): each ends cleanly."""
+    for proc, _ in runners:
+        proc.send_signal(signal.SIGTERM)
+    for proc, log in runners:
+        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+
+
+def cycles_continuous(people: list[Agent]) -> None:
+    """No persona's cycle was lost or recorded twice: its cycle numbers run from 1 to its count, without a gap."""
+    for agent in Agent.objects.filter(pk__in=[p.pk for p in people]):
+        cycles = sorted(Experience.objects.filter(agent=agent).values_list("cycle", flat=True))
+        assert cycles == list(range(1, agent.cycle_count + 1)), (agent.pk, agent.cycle_count, cycles[-5:])
+
+
 def passes_held(worker_id: int | None) -> list[str]:
     """The shards whose pass this worker is doing now."""
     with connection.cursor() as cursor:
@@ -458,10 +468,7 @@ def test_long_partitions_at_the_default_threshold_run_no_step_twice_and_stall_no
         print(f"partition: {figures[-1]}", flush=True)
         assert worst <= DEFAULT_STALLED + 5, (figures[-1], sorted(gaps.values())[-5:], log_a.read_text()[-3000:],
                                               log_b.read_text()[-3000:])
-    for proc in (runner_a, runner_b):
-        proc.send_signal(signal.SIGTERM)
-    for proc, log in ((runner_a, log_a), (runner_b, log_b)):
-        assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
+    runners_stopped((runner_a, log_a), (runner_b, log_b))
     sampler.stop.set()
     sampler.join(10)
 
@@ -476,9 +483,7 @@ def test_long_partitions_at_the_default_threshold_run_no_step_twice_and_stall_no
     assert completed >= 100, f"the writers barely moved: {completed} steps"
     # No shard had two passes under way at once; no cycle lost or recorded twice; nothing left under way.
     assert sampler.most and max(sampler.most.values()) == 1, sampler.most
-    for agent in Agent.objects.filter(pk__in=[p.pk for p in people]):
-        cycles = sorted(Experience.objects.filter(agent=agent).values_list("cycle", flat=True))
-        assert cycles == list(range(1, agent.cycle_count + 1)), (agent.pk, agent.cycle_count, cycles[-5:])
+    cycles_continuous(people)
     assert jobs_doing() == 0
     # One warning line per outage from B, no traceback from either runner.
     assert len(outage_lines(log_b)) == len(LONG_CUTS), outage_lines(log_b)
