@@ -68,6 +68,7 @@ class Link:
         net = next((n for n in (*range(tag % 250, 250), *range(tag % 250)) if f"10.253.{n}." not in used), 0)
         self.host_ip, self.ns_ip = f"10.253.{net}.1", f"10.253.{net}.2"  # a subnet no other run of this test uses
         self.relays: list[subprocess.Popen[bytes]] = []
+        self.batch: subprocess.Popen[str] | None = None  # one `ip` reading commands: a cut in a millisecond
 
     def make(self) -> str | None:
         """Build it; None, or why it cannot be built here."""
@@ -103,13 +104,29 @@ class Link:
             time.sleep(0.1)
         raise AssertionError(f"socat relay on {self.host_ip}:{port} never listened")
 
+    def ip_now(self, command: str) -> None:
+        """Run an `ip` command at once (no process to start: a cut lands while a pass is under way)."""
+        if self.batch is None:
+            self.batch = subprocess.Popen(["ip", "-force", "-batch", "-"], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        assert self.batch.stdin is not None and self.batch.stdout is not None
+        self.batch.stdin.write(f"{command}\nlink show {self.host_if}\n")  # the show answers once it has run
+        self.batch.stdin.flush()
+        said = [self.batch.stdout.readline()]
+        while not said[-1].startswith("    link/"):
+            said.append(self.batch.stdout.readline())
+        assert not any(word in line for line in said for word in ("rror", "RTNETLINK", "Cannot")), said
+
     def cut(self) -> None:
-        assert run("ip", "link", "set", self.host_if, "down").returncode == 0
+        self.ip_now(f"link set {self.host_if} down")
 
     def heal(self) -> None:
-        assert run("ip", "link", "set", self.host_if, "up").returncode == 0
+        self.ip_now(f"link set {self.host_if} up")
 
     def remove(self) -> None:
+        if self.batch is not None and self.batch.stdin is not None:
+            self.batch.stdin.close()
+            self.batch.wait(timeout=10)
         for relay in self.relays:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(relay.pid, signal.SIGKILL)
