@@ -57,6 +57,7 @@ class Outage:
         self.heartbeat_lost = False  # the database stopped taking heartbeats: the runner lost it, not a connection
         self.errors = 0
         self.refused = 0
+        self.first = ""  # what failed first, in a few words (the line says it: where to look)
         self.ended: float = float("-inf")
         self._lock = threading.Lock()
 
@@ -64,8 +65,9 @@ class Outage:
         """From now on this process is runner `runner`: fold its outages (`OutageLines`)."""
         self.runner, self.watching = runner, True
 
-    def lost(self, *, refused: bool = False, heartbeat: bool = False) -> None:
-        """Something failed for want of the database (`refused`: a cycle or pass not recorded by a fence)."""
+    def lost(self, *, refused: bool = False, heartbeat: bool = False, what: str = "") -> None:
+        """Something failed for want of the database (`refused`: a cycle or pass not recorded by a fence; `what`:
+        what failed, in a few words)."""
         now = self.clock()
         began = False
         with self._lock:
@@ -73,11 +75,13 @@ class Outage:
                 if now - self.ended < self.late_seconds() and not heartbeat:
                     return  # a straggler of the outage just ended (a thread cut off then): said with it
                 self.began, self.errors, self.refused, self.heartbeat_lost, began = now, 0, 0, False, True
+                self.first = " ".join(what.split())[:160]
             self.errors += 1
             self.refused += refused
             self.heartbeat_lost |= heartbeat
         if began:
-            logger.info("%s: the database fails (an outage, or a connection cut); waiting for it", self.runner)
+            logger.info("%s: the database fails (an outage, or a connection cut)%s; waiting for it", self.runner,
+                        f": {self.first}" if self.first else "")
 
     def answered(self, sent_at: float) -> None:
         """The database took a heartbeat (or a registration) sent at `sent_at`: an outage under way is over. It
@@ -91,23 +95,24 @@ class Outage:
             self.answer = now
             if began is None:
                 return
-            errors, refused, heartbeat_lost = self.errors, self.refused, self.heartbeat_lost
+            errors, refused, heartbeat_lost, first = self.errors, self.refused, self.heartbeat_lost, self.first
             self.began, self.ended = None, now
+        first = f" (first: {first})" if first else ""
         lost_for = now - (last_answer if last_answer is not None else began)
         unleased = now - (last if last is not None else began)
         if not heartbeat_lost and lost_for < 2 * settings.RUNNER_HEARTBEAT_SECONDS:
-            logger.info("%s: %d database errors (connections cut); the database took every heartbeat meanwhile",
-                        self.runner, errors)
+            logger.info("%s: %d database errors (connections cut)%s; the database took every heartbeat meanwhile",
+                        self.runner, errors, first)
             return
         lease = settings.RUNNER_LEASE_SECONDS
         fenced = (f"fenced after {lease:.0f} s (lease ran out: {refused} cycles or passes not recorded, no tool "
                   "started; its jobs were left to the other runners)" if unleased >= lease else
                   "within its lease, nothing fenced")
         if heartbeat_lost or errors > refused:
-            logger.warning("%s: lost the database for %.0f s; %s; resuming", self.runner, lost_for, fenced)
+            logger.warning("%s: lost the database for %.0f s; %s; resuming%s", self.runner, lost_for, fenced, first)
         else:  # nothing failed for want of the database: the heartbeats were late (a busy or paused process)
-            logger.warning("%s: no heartbeat for %.0f s (the runner was too busy or paused); %s; resuming",
-                           self.runner, lost_for, fenced)
+            logger.warning("%s: no heartbeat for %.0f s (the runner was too busy or paused); %s; resuming%s",
+                           self.runner, lost_for, fenced, first)
 
     def late_seconds(self) -> float:
         """How long after an outage its stragglers still come: a thread cut off mid-statement learns of it when
@@ -151,5 +156,6 @@ class OutageLines(logging.Filter):
         if marked == "straggler" and OUTAGE.began is None and \
                 OUTAGE.clock() - OUTAGE.ended >= OUTAGE.late_seconds():
             return True  # a fence refusing with no outage near: the runner was found stalled, say it
-        OUTAGE.lost(refused=bool(getattr(record, "refused", False)))
+        OUTAGE.lost(refused=bool(getattr(record, "refused", False)),
+                    what=f"{record.name}: {record.getMessage()}" + (f" ({type(error).__name__}: {error})" if error else ""))
         return False

@@ -91,8 +91,8 @@ def fenced_job_manager(worker_app: Any) -> Any:
             sent = time.monotonic()
             try:
                 await super().update_heartbeat(worker_id)
-            except Exception:
-                OUTAGE.lost(heartbeat=True)  # the engine stops the worker; worker_run waits the outage out
+            except Exception:  # the engine stops the worker; worker_run waits the outage out
+                OUTAGE.lost(heartbeat=True, what="the heartbeat failed")
                 raise
             LEASE.renew(sent)
 
@@ -101,7 +101,7 @@ def fenced_job_manager(worker_app: Any) -> Any:
             try:
                 worker_id = await super().register_worker()
             except Exception:
-                OUTAGE.lost(heartbeat=True)
+                OUTAGE.lost(heartbeat=True, what="the worker's registration failed")
                 raise
             LEASE.renew(sent)
             return worker_id

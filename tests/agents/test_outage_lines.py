@@ -82,7 +82,9 @@ def test_an_outage_is_one_warning_when_the_database_answers_again(runner: Outage
         runner.answered(runner.clock())  # the registration after the heal
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == ["B: lost the database for 31 s; fenced after 6 s (lease ran out: 1 cycles or passes not "
-                        "recorded, no tool started; its jobs were left to the other runners); resuming"]
+                        "recorded, no tool started; its jobs were left to the other runners); resuming (first: "
+                        "planner.cycle: plannings of a pass failed (OperationalError: consuming input failed: could "
+                        "not receive data from server))"]
     # Stale work refused in the seconds after (a job taken over meanwhile) belongs to that line.
     assert not lines.filter(record("planner.runner", logging.WARNING, "pass of personas 1/4 not recorded: taken over",
                                    extra=STRAGGLER_LINE))
