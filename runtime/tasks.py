@@ -589,18 +589,20 @@ async def jobs_stalled_retry(context: JobContext, timestamp: int) -> int:
     silent but not stalled yet gets a recovery of its own at the moment it will be (recover_when_stalled)."""
     manager = context.app.job_manager
     stalled = list(await manager.get_stalled_jobs(seconds_since_heartbeat=settings.RUNNER_STALLED_SECONDS))
+    recovered = 0
     for job in stalled:
         try:
             try:
                 await manager.retry_job(job)
             except exceptions.UniqueViolation:
                 await manager.finish_job(job, status=Status.ABORTED, delete_job=True)
-        except exceptions.ConnectorException as exc:  # it ended meanwhile (its worker was only slow)
-            logger.info("stalled job %s ended meanwhile (%s)", job.id, error_brief(exc))
-    if stalled:
-        logger.warning("recovered %d jobs of workers whose heartbeat stopped", len(stalled))
+            recovered += 1
+        except exceptions.ConnectorException as exc:  # it ended meanwhile (its worker was only slow, or another
+            logger.info("stalled job %s ended meanwhile (%s)", job.id, error_brief(exc))  # recovery took it)
+    if recovered:
+        logger.warning("recovered %d jobs of workers whose heartbeat stopped", recovered)
     await recover_when_stalled(context.app)
-    return len(stalled)
+    return recovered
 
 
 # Seconds until the first worker that has missed heartbeats (silent for more than two) but is not stalled yet will
