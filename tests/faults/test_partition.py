@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -374,16 +375,27 @@ def fifo_drain(pipe: Path, timeout: float = 5.0) -> bytes:
     return written
 
 
-def slow_step_on(runner: str, workspaces: Path, n: int) -> tuple[Agent, PlanStep, Path]:
+def slow_step_on(runner: str, workspaces: Path, n: int, other: subprocess.Popen[str]) -> tuple[Agent, PlanStep, Path]:
     """A tool step that blocks in its write (its file a FIFO nobody reads yet: a slow tool) begun by `runner`.
-    Either runner may take a new agent's cycle: one begun by the other is let finish, and another agent made."""
+    Either runner may take a new agent's cycle: one begun by the other is let finish, and another agent made;
+    after two, the `other` runner is paused (SIGSTOP, well within its lease) while the agent is made."""
     for attempt in range(12):
         agent, plan = appending_agent(1, f"Slow writer {n}.{attempt}")
         pipe = workspaces / str(agent.pk) / "pipe"
         pipe.parent.mkdir(parents=True)
         os.mkfifo(pipe)
-        plan.steps.update(tool_input={"path": "pipe", "content": "slow line\n"})
-        step = plan.steps.get()
+        paused = attempt >= 2
+        if paused:
+            other.send_signal(signal.SIGSTOP)
+        try:
+            plan.steps.update(tool_input={"path": "pipe", "content": "slow line\n"})
+            step = plan.steps.get()
+            deadline = time.monotonic() + (3 if paused else 60)
+            while PlanStep.objects.get(pk=step.pk).status != PlanStep.Status.RUNNING and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            if paused:
+                other.send_signal(signal.SIGCONT)
         wait_until(lambda step=step: PlanStep.objects.get(pk=step.pk).status == PlanStep.Status.RUNNING, timeout=60,
                    what="a runner to begin a slow step")
         began = PlanEvent.objects.get(step=step, kind=PlanEvent.Kind.STEP_STARTED).actor_label
@@ -455,7 +467,7 @@ def test_long_partitions_at_the_default_threshold_run_no_step_twice_and_stall_no
     figures: list[str] = []
     slow_steps: list[tuple[PlanStep, bytes]] = []
     for n, length in enumerate(LONG_CUTS):
-        slow, slow_step, pipe = slow_step_on("B", workspaces, n)
+        slow, slow_step, pipe = slow_step_on("B", workspaces, n, runner_a)
         b_worker = job_holder(f"agent:{slow.pk}")
         time.sleep(2)
         # Cut in the middle of one of B's passes, if B takes any within a minute: its personas then wait for the
@@ -476,11 +488,14 @@ def test_long_partitions_at_the_default_threshold_run_no_step_twice_and_stall_no
         wait_until(lambda n=n: len(outage_lines(log_b)) > n, timeout=60, what="runner B back", log=log_b)
         back = time.time() - healed_at
         time.sleep(10)
+        steps_b = PlanEvent.objects.filter(kind=PlanEvent.Kind.STEP_STARTED, actor_label__endswith=" B",
+                                           created_at__gt=datetime.fromtimestamp(healed_at, UTC)).count()
         gaps = gaps_across(people, cut_at, time.time())
         worst = max(gaps.values())
         slow_steps.append((slow_step, written))
         figures.append(f"{length:.0f} s cut: B held {len(shards_b)} shard(s) {shards_b}; slow step taken over "
-                       f"{taken:.1f} s in; B back {back:.1f} s after the heal; longest persona gap {worst:.1f} s "
+                       f"{taken:.1f} s in; B back {back:.1f} s after the heal, then began {steps_b} steps in 10 s; longest "
+                       f"persona gap {worst:.1f} s "
                        f"(bound {DEFAULT_STALLED + 5:.0f} s); B said: {outage_lines(log_b)[n].split(': ', 1)[-1]}")
         print(f"partition: {figures[-1]}", flush=True)
         assert worst <= DEFAULT_STALLED + 5, (figures[-1], sorted(gaps.values())[-5:], log_a.read_text()[-3000:],
