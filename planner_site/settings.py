@@ -201,6 +201,10 @@ if os.environ.get("REDIS_URL"):
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": os.environ["REDIS_URL"],
             "KEY_PREFIX": os.environ.get("CHANNELS_PREFIX", "planner"),
+            # Bounded stalls (docs/runtime-guarantees.md): a process cut off from Redis fails a cache call after
+            # these seconds instead of waiting until TCP gives up (a runner's pass reads the cache; minutes).
+            "OPTIONS": {"socket_timeout": float(os.environ.get("REDIS_TIMEOUT_SECONDS", "5")),
+                        "socket_connect_timeout": float(os.environ.get("REDIS_TIMEOUT_SECONDS", "5"))},
         }
     }
     # Sessions stay in the database alone: Django's cached_db sessions (one round trip fewer a page) fail every page

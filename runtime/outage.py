@@ -28,14 +28,16 @@ logger = logging.getLogger("planner.runner")
 
 def connection_error(exc: BaseException | None) -> bool:
     """Whether `exc` (or what caused it) is a lost database connection: the driver's, Django's or the engine's
-    wrapping of it, or the socket's own error."""
+    wrapping of it, Redis's (the cache, the channel layer: behind the same network), or the socket's own error."""
     from django.db import InterfaceError, OperationalError
     from procrastinate.exceptions import ConnectorException
     from psycopg import InterfaceError as DriverInterfaceError
     from psycopg import OperationalError as DriverOperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
 
     kinds = (OperationalError, InterfaceError, DriverOperationalError, DriverInterfaceError, ConnectorException,
-             ConnectionError, TimeoutError)
+             RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
     seen = 0
     while exc is not None and seen < 10:
         if isinstance(exc, kinds):
