@@ -141,6 +141,7 @@ if os.environ.get("DATABASE_URL"):
     DB_STATEMENT_TIMEOUT_SECONDS = float(os.environ.get("DB_STATEMENT_TIMEOUT_SECONDS", "30"))
     DB_TCP_USER_TIMEOUT_SECONDS = float(os.environ.get("DB_TCP_USER_TIMEOUT_SECONDS", "10"))
     DB_KEEPALIVES_IDLE_SECONDS = int(os.environ.get("DB_KEEPALIVES_IDLE_SECONDS", "5"))
+    DB_POOL_RECONNECT_SECONDS = float(os.environ.get("DB_POOL_RECONNECT_SECONDS", "5"))
     DATABASES["default"].setdefault("OPTIONS", {}).update(db_stall_bounds(
         idle_in_transaction=DB_IDLE_IN_TRANSACTION_SECONDS, statement=DB_STATEMENT_TIMEOUT_SECONDS,
         tcp_user_timeout=DB_TCP_USER_TIMEOUT_SECONDS, keepalives_idle=DB_KEEPALIVES_IDLE_SECONDS))
@@ -151,9 +152,13 @@ if os.environ.get("DATABASE_URL"):
         from planner_site.db_pool import pool_connection_check
 
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool requires it: "closing" returns to the pool
+        # A connection the pool failed to make is retried with a backoff that doubles (1, 2, 4 ... s) until
+        # `reconnect_timeout`, and the pool does not grow meanwhile: after an outage of minutes the next try could
+        # come a minute after the database is back, every thread failing for want of a connection. Given up after
+        # DB_POOL_RECONNECT_SECONDS, the next request for a connection tries again at once.
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1, "max_size": int(os.environ.get("DB_POOL_MAX_SIZE", "10")), "timeout": 10,
-            "check": pool_connection_check,
+            "check": pool_connection_check, "reconnect_timeout": DB_POOL_RECONNECT_SECONDS,
         }
 else:
     DATABASES = {

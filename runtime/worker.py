@@ -64,7 +64,10 @@ def worker_connector() -> Any:
         await connection.set_autocommit(True)
 
     alias = getattr(settings, "PROCRASTINATE_DATABASE_ALIAS", "default")
-    return PsycopgConnector(kwargs=connector_params(alias), configure=autocommit)
+    # Its pool gives up a failed reconnection after DB_POOL_RECONNECT_SECONDS, as the Django pool does
+    # (settings.py): after a long outage the next try comes at once, not up to minutes later.
+    return PsycopgConnector(kwargs=connector_params(alias), configure=autocommit,
+                            reconnect_timeout=settings.DB_POOL_RECONNECT_SECONDS)
 
 
 def fenced_job_manager(worker_app: Any) -> Any:
