@@ -24,7 +24,11 @@ from django.db import connection
 
 class FenceLost(Exception):
     """This runner no longer holds the job covering these rows (its lease ran out, or the job was taken over
-    after a stall): nothing of it is written."""
+    after a stall): nothing of it is written. `lease_ran_out`: the former (the database unreachable)."""
+
+    def __init__(self, message: str, *, lease_ran_out: bool = False) -> None:
+        super().__init__(message)
+        self.lease_ran_out = lease_ran_out
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,8 @@ def fence_lease_check() -> None:
     call), since another runner may take this job over soon."""
     fence = fence_current()
     if fence is not None and not fence.lease_valid():
-        raise FenceLost(f"job {fence.job_id}: this runner's lease ran out (the database unreachable)")
+        raise FenceLost(f"job {fence.job_id}: this runner's lease ran out (the database unreachable)",
+                        lease_ran_out=True)
 
 
 def fence_hold() -> None:

@@ -504,7 +504,8 @@ def to_markdown_table(text: str, source_format: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _run_convert(ws: Path, args: Mapping[str, Any]) -> str:
+def _converted(ws: Path, args: Mapping[str, Any]) -> tuple[Path, str, Path, str]:
+    """What a conversion writes: (its source, its output's path as given, the output, the converted text)."""
     source = workspace_resolve(ws, args["path"])
     target_format = args["to"]
     if target_format not in ("json", "csv", "md"):
@@ -519,8 +520,13 @@ def _run_convert(ws: Path, args: Mapping[str, Any]) -> str:
         converted = to_markdown_table(text, source_format)
     else:
         converted = csv_to_json(text) if target_format == "json" else json_to_csv(text)
+    return source, output_rel, output, converted
+
+
+def _run_convert(ws: Path, args: Mapping[str, Any]) -> str:
+    source, output_rel, output, converted = _converted(ws, args)
     _write_text(output, output_rel, converted)
-    return f"Converted {_display(ws, source)} to {target_format}: wrote {_display(ws, output)} ({len(converted)} characters)"
+    return f"Converted {_display(ws, source)} to {args['to']}: wrote {_display(ws, output)} ({len(converted)} characters)"
 
 
 def _run_copy(ws: Path, args: Mapping[str, Any]) -> str:
@@ -604,16 +610,23 @@ def _run_summarize(ws: Path, args: Mapping[str, Any]) -> str:
     return f"Summary of {_display(ws, path)}: {summary or '(the file is empty)'}"
 
 
-def _run_report(ws: Path, args: Mapping[str, Any]) -> str:
+def _report(ws: Path, args: Mapping[str, Any]) -> tuple[list[Path], Path, str, int]:
+    """What a report writes: (the files it reads, its output, the report, how many files it covers)."""
     output = workspace_resolve(ws, args["output"])
-    sections = []
+    sections, sources = [], []
     for rel in args["paths"]:
         path = workspace_resolve(ws, rel)
         summary = text_summary(_read_text(path, rel)) or "(empty file)"
         sections.append(f"## {_display(ws, path)}\n\n{summary}\n")
+        sources.append(path)
     report = f"# Report\n\nSummaries of {len(sections)} file(s).\n\n" + "\n".join(sections)
+    return sources, output, report, len(sections)
+
+
+def _run_report(ws: Path, args: Mapping[str, Any]) -> str:
+    _, output, report, covered = _report(ws, args)
     _write_text(output, args["output"], report)
-    return f"Wrote report {_display(ws, output)} covering {len(sections)} file(s)"
+    return f"Wrote report {_display(ws, output)} covering {covered} file(s)"
 
 
 def count_of(text: str, unit: str) -> int:
@@ -625,11 +638,16 @@ def count_of(text: str, unit: str) -> int:
     return max(len([row for row in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in row)]) - 1, 0)
 
 
-def _run_count(ws: Path, args: Mapping[str, Any]) -> str:
+def _counted(ws: Path, args: Mapping[str, Any]) -> tuple[Path, str, int, Path]:
+    """What a count writes: (its source, the unit, the count, its output)."""
     source = workspace_resolve(ws, args["path"])
     unit = args.get("unit") or ("rows" if source.suffix.lower() == ".csv" else "lines")
     count = count_of(_read_text(source, args["path"]), unit)
-    output = workspace_resolve(ws, args["output"])
+    return source, unit, count, workspace_resolve(ws, args["output"])
+
+
+def _run_count(ws: Path, args: Mapping[str, Any]) -> str:
+    source, unit, count, output = _counted(ws, args)
     _write_text(output, args["output"], f"{count}\n")
     return f"{_display(ws, source)} has {count} {unit}; wrote {count} to {_display(ws, output)}"
 
@@ -815,20 +833,66 @@ def tool_has_effects(name: str) -> bool:
     return spec is None or spec.risky
 
 
+# The tools whose whole effect a takeover can check in the workspace (docs/runtime-guarantees.md). A step of any
+# other tool that began and was cut off (web.fetch, an outside agent's declared tools), or of a loop, waits for an
+# operator: "outcome unknown".
+EFFECT_CHECKED = ("file.write", "file.append", "dir.create", "file.copy", "file.move", "file.convert", "report.write",
+                  "file.count")
+
+
 def tool_effect_found(name: str, tool_input: Mapping[str, Any], workspace: Path, undo_dir: Path) -> bool:
     """Whether the whole effect of a step's tool call is found in the workspace, checked against the undo copies
-    its call kept: a file holding the content written, a file holding what it held before plus the text
-    appended once, the folder created. False when it is not, or cannot be told (other tools, loops, no undo
-    manifest of this try)."""
+    its call kept (what each path held before): a file holding the content written; a file holding what it held
+    before plus the text appended, once; the folder created; a copy that did not exist before, holding what its
+    source holds; a move's source gone and its target holding what the source held; the output of a conversion,
+    a count or a report, which did not stand in for one of its own sources, holding what the call writes from
+    those sources now. False when it is not found, or cannot be told (other tools, no undo manifest of this try,
+    inputs the call would refuse)."""
     manifest = undo_dir / "manifest.json"
-    if name not in ("file.write", "file.append", "dir.create") or not manifest.is_file():
+    if name not in EFFECT_CHECKED or not manifest.is_file():
         return False
     try:
         entries = json.loads(manifest.read_text(encoding="utf-8"))["entries"]
+        kept = {entry["path"]: entry for entry in entries}
+        root = workspace.resolve()
+
+        def before(path: Path) -> dict[str, Any] | None:
+            """What the call's undo copies say `path` was before it (None: not one of its targets)."""
+            return kept.get(path.relative_to(root).as_posix())
+
+        if name == "file.move":
+            if len(entries) != 2 or not entries[0]["existed"] or entries[1]["existed"]:
+                return False
+            source, target = (workspace_resolve(workspace, entry["path"]) for entry in entries)
+            if source.exists() or not target.exists():
+                return False
+            copy = entries[0].get("copy")
+            return target.is_file() and target.read_bytes() == (undo_dir / copy).read_bytes() if copy else \
+                target.is_dir()
+        if name == "file.copy":
+            source = workspace_resolve(workspace, tool_input["path"])
+            target = workspace_resolve(workspace, tool_input["to"])
+            if target.is_dir() or str(tool_input["to"]).rstrip().endswith(("/", "\\")):
+                target = target / source.name
+            was = before(target)
+            return (was is not None and not was["existed"] and source.is_file() and target.is_file()
+                    and target.read_bytes() == source.read_bytes())
+        if name in ("file.convert", "report.write", "file.count"):
+            if name == "file.convert":
+                source, _, output, text = _converted(workspace, tool_input)
+                sources = [source]
+            elif name == "report.write":
+                sources, output, text, _ = _report(workspace, tool_input)
+            else:
+                source, _, count, output = _counted(workspace, tool_input)
+                sources, text = [source], f"{count}\n"
+            if output in sources or before(output) is None:
+                return False  # it wrote over its own source: what it read is gone
+            return output.is_file() and output.read_bytes() == text.encode("utf-8")
         path = workspace_resolve(workspace, tool_input["path"])
-        if len(entries) != 1:
+        was = before(path)
+        if was is None or len(entries) != 1:
             return False
-        entry = entries[0]
         if name == "dir.create":
             return path.is_dir()
         if not path.is_file():
@@ -837,9 +901,8 @@ def tool_effect_found(name: str, tool_input: Mapping[str, Any], workspace: Path,
         content = str(tool_input["content"]).encode("utf-8")
         if name == "file.write":
             return now == content
-        before = (undo_dir / entry["copy"]).read_bytes() if entry.get("copy") else b""
-        return now == before + content
-    except (OSError, ValueError, KeyError, TypeError, ToolError):
+        return now == ((undo_dir / was["copy"]).read_bytes() if was.get("copy") else b"") + content
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ToolError):
         return False
 
 

@@ -141,6 +141,7 @@ if os.environ.get("DATABASE_URL"):
     DB_STATEMENT_TIMEOUT_SECONDS = float(os.environ.get("DB_STATEMENT_TIMEOUT_SECONDS", "30"))
     DB_TCP_USER_TIMEOUT_SECONDS = float(os.environ.get("DB_TCP_USER_TIMEOUT_SECONDS", "10"))
     DB_KEEPALIVES_IDLE_SECONDS = int(os.environ.get("DB_KEEPALIVES_IDLE_SECONDS", "5"))
+    DB_POOL_RECONNECT_SECONDS = float(os.environ.get("DB_POOL_RECONNECT_SECONDS", "5"))
     DATABASES["default"].setdefault("OPTIONS", {}).update(db_stall_bounds(
         idle_in_transaction=DB_IDLE_IN_TRANSACTION_SECONDS, statement=DB_STATEMENT_TIMEOUT_SECONDS,
         tcp_user_timeout=DB_TCP_USER_TIMEOUT_SECONDS, keepalives_idle=DB_KEEPALIVES_IDLE_SECONDS))
@@ -151,9 +152,13 @@ if os.environ.get("DATABASE_URL"):
         from planner_site.db_pool import pool_connection_check
 
         DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool requires it: "closing" returns to the pool
+        # A connection the pool failed to make is retried with a backoff that doubles (1, 2, 4 ... s) until
+        # `reconnect_timeout`, and the pool does not grow meanwhile: after an outage of minutes the next try could
+        # come a minute after the database is back, every thread failing for want of a connection. Given up after
+        # DB_POOL_RECONNECT_SECONDS, the next request for a connection tries again at once.
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1, "max_size": int(os.environ.get("DB_POOL_MAX_SIZE", "10")), "timeout": 10,
-            "check": pool_connection_check,
+            "check": pool_connection_check, "reconnect_timeout": DB_POOL_RECONNECT_SECONDS,
         }
 else:
     DATABASES = {
@@ -201,6 +206,10 @@ if os.environ.get("REDIS_URL"):
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": os.environ["REDIS_URL"],
             "KEY_PREFIX": os.environ.get("CHANNELS_PREFIX", "planner"),
+            # Bounded stalls (docs/runtime-guarantees.md): a process cut off from Redis fails a cache call after
+            # these seconds instead of waiting until TCP gives up (a runner's pass reads the cache; minutes).
+            "OPTIONS": {"socket_timeout": float(os.environ.get("REDIS_TIMEOUT_SECONDS", "5")),
+                        "socket_connect_timeout": float(os.environ.get("REDIS_TIMEOUT_SECONDS", "5"))},
         }
     }
     # Sessions stay in the database alone: Django's cached_db sessions (one round trip fewer a page) fail every page
@@ -489,10 +498,14 @@ PLAN_REJECTIONS_BEFORE_FALLBACK = 2
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"quiet_forbidden": {"()": "planner_site.error_pages.QuietForbidden"}},
+    # outage_lines: in a runner, what fails for want of the database is one line per outage, said when it ends
+    # (runtime/outage.py); elsewhere it lets everything through.
+    "filters": {"quiet_forbidden": {"()": "planner_site.error_pages.QuietForbidden"},
+                "outage_lines": {"()": "runtime.outage.OutageLines"}},
     # Each line with its time and source: a runner's log is read after the fact, beside the jobs table.
     "formatters": {"timed": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["quiet_forbidden"], "formatter": "timed"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["quiet_forbidden", "outage_lines"],
+                            "formatter": "timed"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"planner": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO"), "propagate": False}},
 }

@@ -1016,7 +1016,7 @@ def steps_interrupted(*, plan: Plan, runner: str) -> None:
             step_finish(step=step, runner=runner, succeeded=False,
                         error=INTERRUPTED_BEFORE if tool_has_effects(step.tool) else
                         "interrupted: the runner driving this step stopped before it finished")
-        elif tool_effect_found(step.tool, step.tool_input, workspace, undo_dir):
+        elif not step.loop and tool_effect_found(step.tool, step.tool_input, workspace, undo_dir):
             step_finish(step=step, runner=runner, succeeded=True,
                         result=f"{step.tool}: its effect was found in the workspace after the runner driving it "
                                "stopped (not run again)")

@@ -101,7 +101,8 @@ def dispatch_job(timestamp: int) -> int:
             delivery_defer(delivery_id)
         return len(created)
     except CONNECTION_ERRORS as exc:  # the next dispatch (a second later) reads the same events again
-        logger.warning("notifications dispatch cut off by the database (%s)", error_brief(exc))
+        logger.warning("notifications dispatch cut off by the database (%s)", error_brief(exc),
+                       extra={"outage": True})  # a runner's outage says it (runtime/outage.py)
         return 0
     finally:
         connection_release()

@@ -69,6 +69,7 @@ from runtime.cycles import (
     plans_orphaned_fail,
     tools_start_run,
 )
+from runtime.outage import OUTAGE, OUTAGE_LINE, REFUSED_LINE, STRAGGLER_LINE
 from runtime.retention import retention_prune
 
 logger = logging.getLogger("planner.runner")
@@ -106,6 +107,7 @@ class Lease:
     def renew(self, sent_at: float) -> None:
         with self._lock:
             self.renewed_at = sent_at if self.renewed_at is None else max(self.renewed_at, sent_at)
+        OUTAGE.answered(sent_at)  # the database answers: an outage under way is over, said in one line
 
     def valid(self) -> bool:
         renewed = self.renewed_at
@@ -121,6 +123,12 @@ def job_fence(context: JobContext) -> Fence | None:
     if job is None or job.id is None:
         return None
     return Fence(job_id=job.id, worker_id=job.worker_id, lease_valid=LEASE.valid)
+
+
+def fence_line(exc: FenceLost) -> dict[str, object]:
+    """The log line's `extra` for a refusal (runtime/outage.py): during an outage (the lease ran out), or
+    a straggler of one (taken over meanwhile)."""
+    return REFUSED_LINE if exc.lease_ran_out else STRAGGLER_LINE
 
 
 def job_returned(context: JobContext) -> None:
@@ -172,18 +180,21 @@ def agent_cycle_run(context: JobContext, agent_id: int, kind: str = "") -> str:
     """The cycle, then its successor deferred on the same connection (one pool checkout, and its check, fewer a
     cycle; a connection the cycle found cut was dropped, and the next is checked out afresh), then given back.
     A runner that no longer holds the job (agents/fencing.py) records nothing and chains nothing: the runner
-    that took the job over does."""
+    that took the job over does. One whose lease ran out records nothing but chains as after any cycle that
+    failed: a runner whose heartbeats were only late (a busy host) keeps the agent going, and the successor's
+    queueing lock keeps it at one, whoever takes the job over."""
     chained = True
     try:
         return cycle_run(agent_id, runner_name(context), kind, release=False)
     except FenceLost as exc:
-        chained = False
-        logger.warning("cycle of agent %s not recorded: %s", agent_id, exc)
+        chained = exc.lease_ran_out
+        logger.warning("cycle of agent %s not recorded: %s", agent_id, exc, extra=fence_line(exc))
         return "fenced off"
     except Agent.DoesNotExist:
         return "agent deleted"  # its chain ends here: it is driven no more
     except CONNECTION_ERRORS as exc:  # not a cycle that happened: the next one comes all the same
-        logger.warning("cycle of agent %s cut off by the database (%s)", agent_id, error_brief(exc))
+        logger.warning("cycle of agent %s cut off by the database (%s)", agent_id, error_brief(exc),
+                       extra=OUTAGE_LINE)
         return "cut off by the database"
     except Exception:  # one agent's broken cycle must not end its chain: it is logged and the next one comes
         logger.exception("cycle of agent %s failed", agent_id)
@@ -276,12 +287,16 @@ def personas_pass_job(context: JobContext, shard: int, shards: int) -> str:
         with fenced(job_fence(context)):
             done, alone, backlog = personas_pass(shard, shards, runner_name(context))
         return f"{done} cycles, {alone} on their own"
-    except FenceLost as exc:  # taken over (or this runner's lease ran out): the shard's holder goes on with it
-        chained = False
-        logger.warning("pass of personas %s not recorded: %s", pass_lock(shard, shards), exc)
+    except FenceLost as exc:
+        # Taken over: the shard's holder goes on with it. This runner's lease ran out: the next pass comes as
+        # after any failed pass (a busy host's late heartbeats must not stop the shard until the sweep); should
+        # the job be taken over meanwhile, the successor's queueing lock keeps one, and its lock one pass at once.
+        chained = exc.lease_ran_out
+        logger.warning("pass of personas %s not recorded: %s", pass_lock(shard, shards), exc, extra=fence_line(exc))
         return "fenced off"
     except CONNECTION_ERRORS as exc:  # not cycles that happened: the next pass tries again
-        logger.warning("pass of personas %s cut off by the database (%s)", pass_lock(shard, shards), error_brief(exc))
+        logger.warning("pass of personas %s cut off by the database (%s)", pass_lock(shard, shards), error_brief(exc),
+                       extra=OUTAGE_LINE)
         return "cut off by the database"
     except Exception:  # a broken pass must not end the shard's chain: it is logged and the next one comes
         logger.exception("pass of personas %s failed", pass_lock(shard, shards))
@@ -314,7 +329,7 @@ def pass_next(shard: int, shards: int, *, backlog: bool, elapsed: float = 0.0) -
             connection_recover()
             if attempt == 2:
                 logger.warning("next pass of personas %s not deferred (%s); the sweep starts it again",
-                               pass_lock(shard, shards), error_brief(exc))
+                               pass_lock(shard, shards), error_brief(exc), extra=OUTAGE_LINE)
 
 
 # A lost connection as Django raises it (the driven read) or as the engine wraps it (the defer).
@@ -338,7 +353,7 @@ def chain_next(agent_id: int) -> None:
             connection_recover()
             if attempt == 2:
                 logger.warning("next cycle of agent %s not deferred (%s); the sweep starts its chain again",
-                               agent_id, error_brief(exc))
+                               agent_id, error_brief(exc), extra=OUTAGE_LINE)
 
 
 def cycle_after(next_at: Any, interval: float) -> float:
@@ -404,10 +419,11 @@ def tools_start_job(context: JobContext, shard: int, shards: int) -> str:
             planned, alone, backlog = tools_start_pass(shard, shards, runner_name(context))
         return f"{planned} planned, {alone} on their own"
     except FenceLost as exc:  # taken over: the sweep starts the chains it left
-        logger.warning("start pass %s not recorded: %s", start_lock(shard, shards), exc)
+        logger.warning("start pass %s not recorded: %s", start_lock(shard, shards), exc, extra=fence_line(exc))
         return "fenced off"
     except CONNECTION_ERRORS as exc:  # not cycles that happened: the sweep starts the chains again
-        logger.warning("start pass %s cut off by the database (%s)", start_lock(shard, shards), error_brief(exc))
+        logger.warning("start pass %s cut off by the database (%s)", start_lock(shard, shards), error_brief(exc),
+                       extra=OUTAGE_LINE)
         return "cut off by the database"
     except Exception:  # logged; the sweep defers the shard's next start pass for the agents left without a chain
         logger.exception("start pass %s failed", start_lock(shard, shards))
@@ -418,7 +434,7 @@ def tools_start_job(context: JobContext, shard: int, shards: int) -> str:
                 start_defer(shard, shards)
         except CHAIN_ERRORS as exc:
             logger.warning("next start pass %s not deferred (%s); the sweep defers it", start_lock(shard, shards),
-                           error_brief(exc))
+                           error_brief(exc), extra=OUTAGE_LINE)
         finally:
             connection_release()
             job_returned(context)
@@ -464,7 +480,8 @@ async def jobs_unfinished_settle(app: Any) -> int:
         for job_id in settled:
             _returned.pop(job_id, None)
     if finished:
-        logger.warning("finished %d cycle jobs whose end was lost to the database", finished)
+        logger.warning("finished %d cycle jobs whose end was lost to the database", finished,
+                       extra={"outage": "straggler"})
     return finished
 
 
@@ -562,11 +579,14 @@ def agents_schedule(context: JobContext, timestamp: int) -> int:
         plans_orphaned_fail(runner=runner_name(context), busy=agents_with_cycles("doing") | agents_starting())
         return started
     except CHAIN_ERRORS as exc:  # the next sweep does it all again
-        logger.warning("sweep cut off by the database (%s)", error_brief(exc))
+        logger.warning("sweep cut off by the database (%s)", error_brief(exc), extra=OUTAGE_LINE)
         connection_recover()
         return 0
     finally:
         connection_release()
+
+
+RECOVER_SOON = "recover:soon"  # the queueing lock of a recovery deferred for when a silent worker is stalled
 
 
 @blueprint.periodic(cron=f"* * * * * */{settings.RUNNER_SWEEP_SECONDS}")
@@ -576,20 +596,54 @@ def agents_schedule(context: JobContext, timestamp: int) -> int:
 async def jobs_stalled_retry(context: JobContext, timestamp: int) -> int:
     """Retry the jobs of workers whose heartbeats stopped (killed, frozen, cut off), so their agents' locks are
     free again and their cycles run elsewhere (and recover what the dead cycle left). A dead cycle that had
-    already deferred its successor is ended instead: that next cycle is waiting, and does the same."""
+    already deferred its successor is ended instead: that next cycle is waiting, and does the same. A worker
+    silent but not stalled yet gets a recovery of its own at the moment it will be (recover_when_stalled)."""
     manager = context.app.job_manager
     stalled = list(await manager.get_stalled_jobs(seconds_since_heartbeat=settings.RUNNER_STALLED_SECONDS))
+    recovered = 0
     for job in stalled:
         try:
             try:
                 await manager.retry_job(job)
             except exceptions.UniqueViolation:
                 await manager.finish_job(job, status=Status.ABORTED, delete_job=True)
-        except exceptions.ConnectorException as exc:  # it ended meanwhile (its worker was only slow)
-            logger.info("stalled job %s ended meanwhile (%s)", job.id, error_brief(exc))
-    if stalled:
-        logger.warning("recovered %d jobs of workers whose heartbeat stopped", len(stalled))
-    return len(stalled)
+            recovered += 1
+        except exceptions.ConnectorException as exc:  # it ended meanwhile (its worker was only slow, or another
+            logger.info("stalled job %s ended meanwhile (%s)", job.id, error_brief(exc))  # recovery took it)
+    if recovered:
+        logger.warning("recovered %d jobs of workers whose heartbeat stopped", recovered)
+    await recover_when_stalled(context.app)
+    return recovered
+
+
+# Seconds until the first worker that has missed heartbeats (silent for more than two) but is not stalled yet will
+# be: NULL when none is.
+SILENT_WORKERS = """
+SELECT EXTRACT(EPOCH FROM min(last_heartbeat) + make_interval(secs => %(stalled)s) - now())::float AS wait
+FROM procrastinate_workers
+WHERE last_heartbeat < now() - make_interval(secs => %(silent)s)
+  AND last_heartbeat >= now() - make_interval(secs => %(stalled)s)
+"""
+RECOVER_MARGIN_SECONDS = 0.2  # after the threshold: the engine's own test is "older than", strictly
+
+
+async def recover_when_stalled(app: Any) -> bool:
+    """A worker that went silent is found stalled the moment its heartbeat is RUNNER_STALLED_SECONDS old, not up
+    to a sweep later: when one will be before the next periodic recovery, a recovery is deferred for that moment
+    (one waiting at most, by its queueing lock). Nothing is deferred while every worker beats. Returns whether
+    one was deferred."""
+    row = await app.connector.execute_query_one_async(
+        query=SILENT_WORKERS, stalled=settings.RUNNER_STALLED_SECONDS, silent=2 * settings.RUNNER_HEARTBEAT_SECONDS)
+    wait = row["wait"] if row else None
+    if wait is None or wait >= settings.RUNNER_SWEEP_SECONDS:
+        return False  # nobody silent, or the periodic recovery comes first
+    at = timezone.now() + timedelta(seconds=max(wait, 0.0) + RECOVER_MARGIN_SECONDS)
+    try:
+        await jobs_stalled_retry.configure(schedule_at=at, queueing_lock=RECOVER_SOON).defer_async(
+            timestamp=int(at.timestamp()))
+    except exceptions.AlreadyEnqueued:
+        return False
+    return True
 
 
 if settings.RETENTION_PRUNE_SECONDS > 0:

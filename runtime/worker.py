@@ -23,6 +23,7 @@ from agents.connections import CONNECTION_ERRORS, connection_scope, error_brief
 from agents.llm.limits import model_calls_resume, model_calls_stop
 from runtime.cycles import agents_driven
 from runtime.notify_tasks import QUEUE as NOTIFICATIONS_QUEUE
+from runtime.outage import OUTAGE, OUTAGE_LINE
 from runtime.tasks import (
     CONTROL_QUEUE,
     CYCLES_QUEUE,
@@ -64,7 +65,10 @@ def worker_connector() -> Any:
         await connection.set_autocommit(True)
 
     alias = getattr(settings, "PROCRASTINATE_DATABASE_ALIAS", "default")
-    return PsycopgConnector(kwargs=connector_params(alias), configure=autocommit)
+    # Its pool gives up a failed reconnection after DB_POOL_RECONNECT_SECONDS, as the Django pool does
+    # (settings.py): after a long outage the next try comes at once, not up to minutes later.
+    return PsycopgConnector(kwargs=connector_params(alias), configure=autocommit,
+                            reconnect_timeout=settings.DB_POOL_RECONNECT_SECONDS)
 
 
 def fenced_job_manager(worker_app: Any) -> Any:
@@ -84,17 +88,25 @@ def fenced_job_manager(worker_app: Any) -> Any:
                 # database answers, if this worker still holds it (tasks.jobs_unfinished_settle); else its new
                 # holder does. One line, not the engine's "Task exception was never retrieved" traceback.
                 logger.warning("job %s: its finish was cut off by the database (%s); settled when it answers, "
-                               "if this worker still holds it", job.id, error_brief(exc))
+                               "if this worker still holds it", job.id, error_brief(exc), extra=OUTAGE_LINE)
                 job_finish_later(job.id, job.worker_id)
 
         async def update_heartbeat(self, worker_id: int) -> None:
             sent = time.monotonic()
-            await super().update_heartbeat(worker_id)
+            try:
+                await super().update_heartbeat(worker_id)
+            except Exception:  # the engine stops the worker; worker_run waits the outage out
+                OUTAGE.lost(heartbeat=True, what="the heartbeat failed")
+                raise
             LEASE.renew(sent)
 
         async def register_worker(self) -> int:
             sent = time.monotonic()
-            worker_id = await super().register_worker()
+            try:
+                worker_id = await super().register_worker()
+            except Exception:
+                OUTAGE.lost(heartbeat=True, what="the worker's registration failed")
+                raise
             LEASE.renew(sent)
             return worker_id
 
@@ -121,16 +133,21 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
     connection under its listener, a restart, an outage), it is logged, waited out with a growing backoff
     (at most RUNNER_DB_RETRY_MAX_SECONDS), and the worker starts again once the database answers; the cycles
     it had under way are retried as any dead worker's are."""
+    import psycopg
     from procrastinate import exceptions
     from procrastinate.contrib.django import app
 
     concurrency = concurrency or settings.RUNNER_CONCURRENCY
+    OUTAGE.watch(runner_id)  # its outages of the database: one line each (runtime/outage.py)
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=concurrency + EXECUTOR_SPARE_THREADS, thread_name_prefix="cycle"))
     worker_app = app.with_connector(worker_connector())  # the Django connector cannot LISTEN
     worker_app.job_manager = fenced_job_manager(worker_app)
+    # The driver's own errors too: opening the worker's pool raises psycopg_pool's PoolTimeout (a psycopg
+    # OperationalError, not Django's) when the database stays away longer than the pool's 30 s; it must not end
+    # the runner.
     database_errors: tuple[type[Exception], ...] = (
-        exceptions.ConnectorException, *CONNECTION_ERRORS, OSError, WorkerStopped)
+        exceptions.ConnectorException, *CONNECTION_ERRORS, psycopg.OperationalError, OSError, WorkerStopped)
     reached = asyncio.create_task(cycles_reached(cycles)) if cycles is not None else None
     stopped = asyncio.create_task(stop.wait())
     loop = asyncio.get_running_loop()
@@ -144,8 +161,8 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
                 async with worker_app.open_async():
                     if failures:
                         await worker_app.check_connection_async()
-                        logger.warning("%s: the database answers again after %.1f s; carrying on", runner_id,
-                                       time.monotonic() - outage_since)
+                        logger.info("%s: the database answers again after %.1f s of retries; carrying on",
+                                    runner_id, time.monotonic() - outage_since)
                         failures = 0
                     await worker_until(worker_app, runner_id, concurrency, [t for t in (stopped, reached) if t])
                 if not stopped.done() and not (reached and reached.done()):
@@ -157,7 +174,7 @@ async def worker_run(*, runner_id: str, stop: asyncio.Event, cycles: int | None 
                 outage_since = outage_since if failures > 1 else time.monotonic()
                 delay = min(settings.RUNNER_DB_RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (failures - 1))
                 logger.warning("%s: database unreachable (%s); try %d, next in %.2f s", runner_id,
-                               error_brief(exc), failures, delay)
+                               error_brief(exc), failures, delay, extra=OUTAGE_LINE)
                 await asyncio.wait([stopped], timeout=delay)
     finally:
         for task in (stopped, reached):
@@ -171,7 +188,8 @@ async def jobs_settle_forever(worker_app: Any) -> None:
         try:
             await jobs_unfinished_settle(worker_app)
         except Exception as exc:  # the database is away: the next round tries again, with the same jobs
-            logger.warning("settling unfinished jobs failed (%s); the next round tries again", error_brief(exc))
+            logger.warning("settling unfinished jobs failed (%s); the next round tries again", error_brief(exc),
+                           extra=OUTAGE_LINE)
 
 
 async def worker_until(worker_app: Any, runner_id: str, concurrency: int, until: list[asyncio.Task[Any]]) -> None:

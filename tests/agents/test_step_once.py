@@ -11,7 +11,7 @@ import pytest
 
 from agents.fencing import Fence, FenceLost, fenced
 from agents.models import Agent
-from agents.tools import tool_began_mark, tool_run, undo_dir_for
+from agents.tools import tool_began_mark, tool_run, undo_dir_for, undo_keep
 from planning import services
 from planning.models import Plan, PlanEvent, PlanStep
 from runtime.cycle import agent_cycle
@@ -116,3 +116,94 @@ def test_a_runner_whose_lease_ran_out_starts_no_tool_and_records_nothing(tmp_pat
     assert log_lines(agent) == []
     agent.refresh_from_db()
     assert agent.cycle_count == 0
+
+
+# Every side-effect tool's effect is checked the same way: found after a cut, the step completes; began but not
+# found, it waits for a person. (file.write / file.append above; web.fetch and loops: below.)
+EFFECTS = {
+    "write": ("file.write", {"path": "out/hello.txt", "content": "hello\n"}),
+    "mkdir": ("dir.create", {"path": "reports/2026"}),
+    "copy to a name": ("file.copy", {"path": "data.csv", "to": "copy.csv"}),
+    "copy into a folder": ("file.copy", {"path": "data.csv", "to": "backup/"}),
+    "move to a name": ("file.move", {"path": "data.csv", "to": "moved.csv"}),
+    "move into a folder": ("file.move", {"path": "data.csv", "to": "archive"}),
+    "move a folder": ("file.move", {"path": "archive", "to": "old"}),
+    "convert": ("file.convert", {"path": "data.csv", "to": "json"}),
+    "convert to a table": ("file.convert", {"path": "data.csv", "to": "md", "output": "table.md"}),
+    "count": ("file.count", {"path": "data.csv", "output": "count.txt"}),
+    "report": ("report.write", {"paths": ["notes.txt", "data.csv"], "output": "report.md"}),
+}
+
+
+def tool_plan(tool: str, tool_input: dict[str, object], *, loop: dict[str, object] | None = None
+              ) -> tuple[Agent, Plan, PlanStep]:
+    """A tool agent whose approved plan has one step of `tool`, in a workspace with a CSV, notes and a folder."""
+    agent = AgentFactory(kind=Agent.Kind.TOOL)
+    (agent.workspace / "archive").mkdir(parents=True)
+    (agent.workspace / "backup").mkdir()
+    (agent.workspace / "data.csv").write_text("name,qty\napples,3\npears,5\n")
+    (agent.workspace / "notes.txt").write_text("Pears sell well. Apples less so. Order more pears.\n")
+    goal = GoalFactory(agent=agent, description="Tidy the files", source_needs=[])
+    plan = Plan.objects.create(agent=agent, goal=goal, goal_text=goal.description, status=Plan.Status.ACTIVE,
+                               approval_mode=Plan.ApprovalMode.ALL)
+    step = PlanStep.objects.create(plan=plan, key="1", position=1, description=f"Run {tool}", tool=tool,
+                                   tool_input=tool_input, loop=loop or {})
+    return agent, plan, step
+
+
+def workspace_state(agent: Agent) -> dict[str, bytes | None]:
+    """Every file and folder of the workspace (a folder as None), by path."""
+    root = agent.workspace
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("case", EFFECTS)
+def test_a_takeover_completes_any_side_effect_step_whose_effect_is_found(case: str) -> None:
+    tool, tool_input = EFFECTS[case]
+    agent, plan, step = tool_plan(tool, tool_input)
+    started_by_a_runner_that_stopped(step, tool_ran=True)
+    after_one_run = workspace_state(agent)
+    agent_cycle(agent_id=agent.pk, runner="runner A")
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.COMPLETED, step.error
+    assert "not run again" in step.result
+    assert workspace_state(agent) == after_one_run
+    assert plan.events.filter(kind=PlanEvent.Kind.STEP_STARTED).count() == 1
+
+
+@pytest.mark.parametrize("case", EFFECTS)
+def test_a_takeover_never_reruns_any_side_effect_step_that_began_but_shows_no_effect(case: str) -> None:
+    """The runner cut off kept its undo copies and began, but its tool has not done its work (yet): whatever the
+    tool, the step waits for an operator, and the workspace is untouched by the takeover."""
+    tool, tool_input = EFFECTS[case]
+    agent, plan, step = tool_plan(tool, tool_input)
+    claimed = services.step_start(step=step, runner="runner B")
+    assert claimed is not None
+    undo_dir = undo_dir_for(agent.workspace, str(step.pk))
+    tool_began_mark(undo_dir, claimed.actual_cycles)
+    undo_keep(tool, [dict(tool_input)], agent.workspace, undo_dir)
+    before = workspace_state(agent)
+    agent_cycle(agent_id=agent.pk, runner="runner A")
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.AWAITING_APPROVAL
+    assert step.error.startswith("outcome unknown, interrupted")
+    assert workspace_state(agent) == before
+
+
+@pytest.mark.parametrize(("tool", "tool_input", "loop"), [
+    ("web.fetch", {"url": "https://example.com/prices"}, None),  # a network call leaves nothing to check
+    ("file.append", {"path": "log.txt", "content": "run {index}\n"}, {"repeat": 3}),  # a loop: each run's effect
+])
+def test_a_takeover_puts_a_step_it_cannot_check_to_the_operator(tool: str, tool_input: dict[str, object],
+                                                                 loop: dict[str, object] | None) -> None:
+    agent, plan, step = tool_plan(tool, tool_input, loop=loop)
+    claimed = services.step_start(step=step, runner="runner B")
+    assert claimed is not None
+    undo_dir = undo_dir_for(agent.workspace, str(step.pk))
+    tool_began_mark(undo_dir, claimed.actual_cycles)
+    if loop:
+        tool_run(tool, tool_input, workspace=agent.workspace, loop=loop, undo_dir=undo_dir)
+    agent_cycle(agent_id=agent.pk, runner="runner A")
+    step.refresh_from_db()
+    assert step.status == PlanStep.Status.AWAITING_APPROVAL
+    assert step.error.startswith("outcome unknown, interrupted")

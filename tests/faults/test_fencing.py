@@ -172,3 +172,29 @@ def test_the_settling_round_finishes_no_job_another_worker_took_over(job_taken_o
     assert asyncio.run(cut_finish_then_settle()) == 0
     assert sql("SELECT status, worker_id FROM procrastinate_jobs WHERE id = %s", job) == [("doing", a)]
     assert job not in tasks._returned
+
+
+def test_a_silent_worker_is_recovered_the_moment_it_is_stalled_not_a_sweep_later() -> None:
+    """A worker that stopped beating gets a recovery deferred for the moment its heartbeat is
+    RUNNER_STALLED_SECONDS old (one at most); none while every worker beats."""
+    from procrastinate.contrib.django import app
+
+    from runtime.tasks import RECOVER_SOON, recover_when_stalled
+    from runtime.worker import worker_connector
+
+    worker_new()  # beating now
+    silent = worker_new()
+
+    async def deferred() -> list[bool]:
+        worker_app = app.with_connector(worker_connector())
+        async with worker_app.open_async():
+            beating = await recover_when_stalled(worker_app)
+            await worker_app.connector.execute_query_async(  # its last heartbeat, a second short of stalled
+                query="UPDATE procrastinate_workers SET last_heartbeat = now() - make_interval(secs => %(age)s) "
+                      "WHERE id = %(id)s", age=settings.RUNNER_STALLED_SECONDS - 1, id=silent)
+            return [beating, await recover_when_stalled(worker_app), await recover_when_stalled(worker_app)]
+
+    assert asyncio.run(deferred()) == [False, True, False]
+    (task, wait), = sql("SELECT task_name, EXTRACT(EPOCH FROM scheduled_at - now()) FROM procrastinate_jobs "
+                        "WHERE queueing_lock = %s AND status = 'todo'", RECOVER_SOON)
+    assert str(task).endswith("agents.recover") and 0.8 < float(wait) < 1.6  # type: ignore[arg-type]
