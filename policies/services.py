@@ -96,7 +96,7 @@ def shared_cache() -> Any | None:
     """Django's cache when every process shares it (Redis), else None. One client for the whole process: a
     client per thread made a runner open and tear down clients on every thread it starts."""
     if "cache" not in _SHARED:
-        backend = settings.CACHES.get("default", {}).get("BACKEND", "")
+        backend = str(settings.CACHES.get("default", {}).get("BACKEND", ""))
         _SHARED["cache"] = caches.create_connection("default") if "redis" in backend.lower() else None
     return _SHARED["cache"]
 
