@@ -25,6 +25,9 @@ from runtime.cycle import agent_cycle
 
 RUN_CYCLES = 25  # cycles a plan may take to run its steps after approval
 CANNOT = "the planner says it cannot be done"
+# A stated "cannot": the model's own, or the goal check's before any model is asked (an action no tool does, a path
+# outside the workspace); both are failures the operator reads as such, not retried.
+STATED_CANNOT = (CANNOT, "cannot be done with this agent's tools", "refused: ")
 
 
 @dataclass
@@ -101,7 +104,7 @@ def run_goal(goal: EvalGoal, user: User, index: int, *, rules: bool) -> Row:
     headline = plan.failure_reason.split("\n", 1)[0]
     if goal.kind != "do":
         row.honest = plan.status == Plan.Status.CLARIFYING or (plan.status == Plan.Status.FAILED
-                                                               and headline.startswith(CANNOT))
+                                                               and headline.startswith(STATED_CANNOT))
     if plan.status == Plan.Status.CLARIFYING:
         row.why = f"asked: {plan.clarification_question[:120]}"
     elif not row.approval:
