@@ -82,7 +82,7 @@ def test_a_plan_that_harms_an_input_is_counted_and_not_honest(settings: Any, ope
 @pytest.mark.django_db(transaction=True)
 def test_a_goal_refused_before_any_model_is_asked_counts_as_a_stated_cannot(settings: Any, operator: Any,
                                                                              llm_server: LLMTestServer) -> None:
-    """"email notes.txt to my boss": no tool sends e-mail, said before planning; the eval counts that as honest
+    """An e-mail goal: no tool sends e-mail, said before planning; the eval counts that as honest
     (it counted only a model's own "cannot", so the product's refusals scored as failures)."""
     settings.LLM_MODELS = {"planner": ["obedient"], "fast": ["obedient"]}
     impossible = next(g for g in GOALS if "impossible" in g.tags and "email" in g.text)

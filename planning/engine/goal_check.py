@@ -161,7 +161,7 @@ def goal_needs(goal: str) -> GoalNeeds:
 
 
 def implied_output(goal: str, source: str) -> tuple[str, ...]:
-    """"can u turn data.csv into json pls" names no output, yet asks for one: data.json beside its source (as
+    """"could you make data.csv into json?" names no output, yet asks for one: data.json beside its source (as
     file.convert and the offline planner name it), so the plan must write it and the outcome check reads it."""
     wanted = _FORMAT_WANTED.search(_without_names(goal))
     if wanted is None:

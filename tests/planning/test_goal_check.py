@@ -89,7 +89,7 @@ def test_the_file_a_convert_or_copy_goal_makes_is_its_output() -> None:
 
 
 @pytest.mark.parametrize(("goal", "output"), [
-    ("can u turn data.csv into json pls", "data.json"),
+    ("could you make data.csv into json?", "data.json"),
     ("Convert reports/q3.csv to JSON", "reports/q3.json"),
     ("people.json -> make it into a csv", "people.csv"),
     ("I'd like notes.csv as markdown, thanks", "notes.md"),
