@@ -280,3 +280,37 @@ def test_a_personas_plan_whose_model_stays_busy_is_made_by_its_rules_and_says_so
     assert plan.model == "offline-rules"
     assert LLMCall.objects.filter(agent=persona, model="smol", error__startswith="ModelBusy:").exists()
     assert [r.messages[0]["content"] for r in one_slot.requests] == ["operator's plan"]  # the persona's never went
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_personas_replan_made_by_its_rules_while_the_model_is_busy_keeps_the_operators_feedback(
+        one_slot: LLMTestServer, settings: Any) -> None:
+    """The rules that stand in for a busy model replan with what the operator said, as the model would have."""
+    import json
+
+    from agents.models import Agent
+    from planning.models import Plan
+    from planning.planner import plan_generate
+    from tests.factories import AgentFactory, PlanFactory
+
+    settings.LLM_MODELS = {"planner": ["smol"], "fast": ["smol"]}
+    settings.LLM_PURPOSE_MODELS = {}
+    persona = AgentFactory(name="Jo", kind=Agent.Kind.PERSONA)
+    previous = PlanFactory(agent=persona, goal_text="Get something to eat", status=Plan.Status.ACTIVE)
+    one_slot.script("smol", answer("the operator's long plan", delay=2))
+
+    def operators_plan() -> None:
+        with calls_for(operator=True):
+            openai_complete(model="smol", messages=said("operator's plan"))
+
+    busy = threading.Thread(target=operators_plan)
+    busy.start()
+    while not one_slot.requests:
+        time.sleep(0.02)
+    with calls_for(wait_limit=0.3):
+        plan = plan_generate(agent=persona, goal_text="Get something to eat", previous=previous,
+                             reason="a step was declined", feedback=["no takeaway tonight, cook at home"])
+    busy.join(timeout=5)
+    assert plan.model == "offline-rules", plan.failure_reason
+    asked = LLMCall.objects.filter(agent=persona, model="offline-rules").latest("pk")
+    assert "no takeaway tonight, cook at home" in json.dumps(asked.prompt)

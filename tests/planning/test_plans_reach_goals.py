@@ -112,6 +112,8 @@ def test_a_real_models_plan_of_reads_never_reaches_approval(settings: Any, llm_s
     rejected = plan.events.filter(kind=PlanEvent.Kind.ATTEMPT_REJECTED)
     assert rejected.exists() and all("no step writes it" in e.reason for e in rejected)
     assert "use file.copy" in plan.clarification_question and "How should it be done" in plan.clarification_question
+    # The question on the timeline says who asked it, as every planning event does.
+    assert plan.events.get(kind=PlanEvent.Kind.CLARIFICATION_ASKED).actor_label == "runner"
     # The planner's retry saw the reason: its prompt names the tool that copies.
     assert "use file.copy" in json.dumps(llm_server.requests_for("big-model")[1].messages)
 

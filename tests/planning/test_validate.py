@@ -202,3 +202,12 @@ def test_a_step_has_one_type_from_parse_to_row_and_back(kind: str) -> None:
     assert rows[0].diff_values() == specs[0].as_dict() | {"status": "pending"}
     again = plan_validate({"steps": [step_plan_data(s, kind) for s in specs]}, kind=kind, allowed_actions=ACTIONS)
     assert again.plan is not None and again.plan.steps == specs
+
+
+def test_a_step_using_both_loop_marks_outside_a_loop_names_both() -> None:
+    """The refusal names each mark the step uses, so the planner's retry (and the operator) knows what to fix."""
+    step = tool_step("1", "file.write", {"path": "out/{index}.txt", "content": "{item}"}, True)
+    result = plan_validate({"steps": [step]}, kind="tool")
+    assert not result.ok
+    assert any(p.endswith("{index}, {item} is only filled in inside a loop; add 'forEach' or 'repeat'")
+               for p in result.problems), result.problems
