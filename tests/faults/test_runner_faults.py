@@ -299,11 +299,14 @@ def test_graceful_stop_hands_agents_over_at_once(
     runners.append(second)
     wait_until(lambda: workers_live() == 2, timeout=60, what="the second runner")
     first.send_signal(signal.SIGTERM)
-    # The first runner finishes the planning under way, then leaves.
+    # The first runner stops its call to the model at once (a stop never waits on a model), fails the planning under
+    # way saying so (a failed planning is retried as any other), then leaves.
     assert first.wait(timeout=30) == 0, (tmp_path / "leaving.log").read_text()[-3000:]
     assert workers_live() == 1
     assert jobs_doing_of_gone_workers() == 0  # nothing left under way by the runner that left
-    assert Plan.objects.get(agent=planner).status == Plan.Status.AWAITING_APPROVAL
+    stopped = Plan.objects.get(agent=planner)
+    assert stopped.status == Plan.Status.FAILED
+    assert stopped.failure_reason.startswith("planning stopped before a model answered"), stopped.failure_reason
     after = cycles_of(agents)
     wait_until(lambda: all(n > after[pk] for pk, n in cycles_of(agents).items()), timeout=20,
                what="the second runner to drive every agent")
