@@ -788,3 +788,26 @@ def test_offline_persona_replan_after_declining_meeting_the_friend_leaves_it_out
     assert v2.status == Plan.Status.ACTIVE  # a persona follows its plans at once
     assert "Meet the friend in person" not in v2.steps.values_list("description", flat=True)
     assert "meet friend" not in v2.steps.values_list("action_hint", flat=True)
+
+
+def test_a_first_answer_asked_in_a_pass_counts_as_the_first_attempt(chain: LLMTestServer) -> None:
+    """A runner's pass asks each goal's first model once (plans_first); the planning that goes on from a rejected
+    answer (plan_continue) records that answer as the first attempt and does not ask for it again."""
+    from goals.models import Goal
+    from planning.planner import Deadline, RetryContext, plan_ask_model, plan_continue
+    from planning.services import plan_start
+
+    agent = tool_agent()
+    goal = Goal.objects.create(agent=agent, description="List the workspace", source_needs=[])
+    chain.script("big-model", answer("I would list the files first."), answer(GOOD))
+    chain.script("fast-model", *[answer(HINTS)] * 3)
+    plan = plan_start(agent=agent, goal_text=goal.description, goal=goal, previous=None, reason="", actor_label="runner")
+    deadline = Deadline.after(60.0)
+    asked = plan_ask_model(agent=agent, plan=plan, model="big-model", purpose="plan", goal_text=goal.description,
+                           restatement={}, previous=None, kept=[], reason="", feedback=(), memory=RetryContext(),
+                           deadline=deadline)
+    plan = plan_continue(agent=agent, plan=plan, goal_text=goal.description, goal=goal, actor_label="runner",
+                         deadline=deadline, first=asked, restatement={})
+    assert plan.status == Plan.Status.AWAITING_APPROVAL, plan.failure_reason
+    assert len(chain.requests_for("big-model")) == 2
+    assert "no JSON plan" in plan.events.get(kind=PlanEvent.Kind.ATTEMPT_REJECTED).reason
