@@ -115,7 +115,7 @@ def shared_slots(capacity: int) -> bool:
     wanted = str(getattr(settings, "LLM_SHARED_SLOTS", "auto")).lower()
     if wanted in ("on", "off"):
         return wanted == "on"
-    backend = settings.CACHES.get("default", {}).get("BACKEND", "")
+    backend = str(settings.CACHES.get("default", {}).get("BACKEND", ""))
     return capacity <= SHARED_LIMIT_MAX and not backend.endswith("DummyCache")
 
 
