@@ -181,13 +181,18 @@ def url_problem(url: str, *, hosts: list[str] | None = None) -> str | None:
     return None
 
 
+def minute_now() -> int:
+    """The minute the per-minute cap counts in."""
+    return int(time.time() // 60)
+
+
 def attempt_allowed(destination: Destination) -> bool:
     """One more request to this host and port this minute, unless OUTBOUND_MAX_PER_MINUTE were made (the cache:
     Redis shared by every process in scale-out, the process's own memory in the embedded stack)."""
     limit = settings.OUTBOUND_MAX_PER_MINUTE
     if limit <= 0:
         return True
-    key = f"outbound:{destination.key}:{int(time.time() // 60)}"
+    key = f"outbound:{destination.key}:{minute_now()}"
     cache.add(key, 0, timeout=120)
     try:
         count = cache.incr(key)
