@@ -251,6 +251,21 @@ def test_a_call_past_its_deadline_stops_the_server_computing_its_answer(one_slot
     assert one_slot.streams_cut == 1
 
 
+def operator_holds_the_slot(one_slot: LLMTestServer) -> threading.Thread:
+    """An operator's plan call that holds the one slot for 2 s, under way when this returns."""
+    one_slot.script("smol", answer("the operator's long plan", delay=2))
+
+    def operators_plan() -> None:
+        with calls_for(operator=True):
+            openai_complete(model="smol", messages=said("operator's plan"))
+
+    busy = threading.Thread(target=operators_plan)
+    busy.start()
+    while not one_slot.requests:
+        time.sleep(0.02)
+    return busy
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_personas_plan_whose_model_stays_busy_is_made_by_its_rules_and_says_so(
         one_slot: LLMTestServer, settings: Any) -> None:
@@ -264,15 +279,7 @@ def test_a_personas_plan_whose_model_stays_busy_is_made_by_its_rules_and_says_so
     settings.LLM_MODELS = {"planner": ["smol"], "fast": ["smol"]}
     settings.LLM_PURPOSE_MODELS = {}
     persona = AgentFactory(name="Jo", kind=Agent.Kind.PERSONA)
-    one_slot.script("smol", answer("the operator's long plan", delay=2))
-    def operators_plan() -> None:
-        with calls_for(operator=True):
-            openai_complete(model="smol", messages=said("operator's plan"))
-
-    busy = threading.Thread(target=operators_plan)
-    busy.start()
-    while not one_slot.requests:
-        time.sleep(0.02)
+    busy = operator_holds_the_slot(one_slot)
     with calls_for(wait_limit=0.3):
         plan = plan_generate(agent=persona, goal_text="Get something to eat")
     busy.join(timeout=5)
@@ -297,16 +304,7 @@ def test_a_personas_replan_made_by_its_rules_while_the_model_is_busy_keeps_the_o
     settings.LLM_PURPOSE_MODELS = {}
     persona = AgentFactory(name="Jo", kind=Agent.Kind.PERSONA)
     previous = PlanFactory(agent=persona, goal_text="Get something to eat", status=Plan.Status.ACTIVE)
-    one_slot.script("smol", answer("the operator's long plan", delay=2))
-
-    def operators_plan() -> None:
-        with calls_for(operator=True):
-            openai_complete(model="smol", messages=said("operator's plan"))
-
-    busy = threading.Thread(target=operators_plan)
-    busy.start()
-    while not one_slot.requests:
-        time.sleep(0.02)
+    busy = operator_holds_the_slot(one_slot)
     with calls_for(wait_limit=0.3):
         plan = plan_generate(agent=persona, goal_text="Get something to eat", previous=previous,
                              reason="a step was declined", feedback=["no takeaway tonight, cook at home"])
