@@ -296,14 +296,16 @@ def test_a_personas_replan_made_by_its_rules_while_the_model_is_busy_keeps_the_o
     import json
 
     from agents.models import Agent
-    from planning.models import Plan
+    from planning.models import Plan, PlanStep
     from planning.planner import plan_generate
-    from tests.factories import AgentFactory, PlanFactory
+    from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
 
     settings.LLM_MODELS = {"planner": ["smol"], "fast": ["smol"]}
     settings.LLM_PURPOSE_MODELS = {}
     persona = AgentFactory(name="Jo", kind=Agent.Kind.PERSONA)
     previous = PlanFactory(agent=persona, goal_text="Get something to eat", status=Plan.Status.ACTIVE)
+    PlanStepFactory(plan=previous, description="Order a takeaway", action_hint="buy food",
+                    status=PlanStep.Status.DECLINED)
     busy = operator_holds_the_slot(one_slot)
     with calls_for(wait_limit=0.3):
         plan = plan_generate(agent=persona, goal_text="Get something to eat", previous=previous,
@@ -312,3 +314,4 @@ def test_a_personas_replan_made_by_its_rules_while_the_model_is_busy_keeps_the_o
     assert plan.model == "offline-rules", plan.failure_reason
     asked = LLMCall.objects.filter(agent=persona, model="offline-rules").latest("pk")
     assert "no takeaway tonight, cook at home" in json.dumps(asked.prompt)
+    assert "a step was declined" in json.dumps(asked.prompt)  # why it replans, as the model would be told

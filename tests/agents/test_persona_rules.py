@@ -146,7 +146,8 @@ def test_three_overrides_in_a_row_fail_the_step_and_schedule_a_replan() -> None:
     step = plan.steps.get()
     plan.refresh_from_db()
     assert step.status == PlanStep.Status.FAILED and step.overrides == 3
-    assert "overridden 3 cycles in a row" in plan.replan_reason
+    # The replan says which need kept overriding the step, as the operator reads it on the plan page.
+    assert "overridden 3 cycles in a row: energy" in plan.replan_reason
     failed = plan.events.get(kind=PlanEvent.Kind.STEP_FAILED)
     assert failed.detail["replan_scheduled"] is True
 

@@ -54,6 +54,14 @@ def test_an_urgent_need_overrides_a_step_that_does_not_relieve_it() -> None:
     assert action == "sleep" and "energy is urgent" in reason
 
 
+def test_an_urgent_need_overrides_a_step_whose_action_the_world_does_not_know() -> None:
+    """A step's action hint written by hand (the admin edits everything) that names no action of the world relieves
+    nothing: an urgent need overrides it as it would any other step."""
+    needs = {"energy": URGENT_BELOW - 0.01, "hunger": 0.8, "money": 0.8}
+    action, reason = action_choose(suggested="go dancing", needs=needs)
+    assert action == "sleep" and "energy is urgent" in reason
+
+
 def test_an_urgent_need_keeps_a_step_that_relieves_it() -> None:
     needs = {"hunger": URGENT_BELOW - 0.01, "money": 0.8}
     assert action_choose(suggested="eat", needs=needs) == ("eat", "")
@@ -66,6 +74,12 @@ def test_a_need_at_the_urgency_line_does_not_override() -> None:
 
 def test_money_is_never_urgent() -> None:
     assert urgent_need({"money": 0.0, "hunger": 0.9}) is None
+
+
+def test_an_action_needing_a_need_the_person_does_not_have_is_not_held_back_by_it() -> None:
+    """A person without a money need (removed in the admin) is not short of money: buying food works."""
+    outcome = action_apply("buy food", {"hunger": 0.3})
+    assert outcome.succeeded and outcome.need_deltas.get("hunger", 0) > 0
 
 
 def test_urgent_hunger_without_money_cooks_instead_of_eating_out() -> None:
@@ -94,6 +108,7 @@ def test_idle_lasts_until_the_first_need_decays_to_half_within_one_to_eight_hour
 
     assert idle_hours(needs={"hunger": 0.62, "fun": 0.9}, rates={"hunger": 0.03, "fun": 0.01}) == 5.0  # 47%
     assert idle_hours(needs={"hunger": 0.51}, rates={"hunger": 0.03}) == 1.0
+    assert idle_hours(needs={"hunger": 0.58}, rates={"hunger": 0.03}) == 3.0  # below half after 2.7 h: whole hours
     assert idle_hours(needs={"hunger": 0.4}, rates={"hunger": 0.03}) == 1.0  # at least an hour
     assert idle_hours(needs={"hunger": 1.0}, rates={"hunger": 0.01}) == MAX_IDLE_HOURS == 8.0
     assert idle_hours(needs={"hunger": 0.9}, rates={}) == MAX_IDLE_HOURS  # nothing decays: wait the longest

@@ -255,6 +255,31 @@ def test_rejections_only_say_answers_were_rejected(chain: LLMTestServer) -> None
     assert plan.failure_reason.startswith("no acceptable plan: 6 answers rejected\n")
 
 
+def test_a_plan_that_fails_after_a_model_error_and_rejections_counts_both(chain: LLMTestServer) -> None:
+    """The headline says every way the models fell short: "4 answers rejected, 1 model error", not only the
+    rejections, so the operator knows one model never answered."""
+    chain.script("fast-model", answer(RESTATE))
+    chain.script("big-model", error(400, message="context too long"))
+    chain.script("small-model", *[answer(UNKNOWN_TOOL)] * 4)
+    plan = plan_generate(agent=tool_agent(), goal_text="could you list what's in there")
+    assert plan.status == Plan.Status.FAILED
+    assert plan.failure_reason.startswith("no acceptable plan: 4 answers rejected, 1 model error\n")
+
+
+def test_a_slow_restatement_is_cut_at_the_plans_deadline(chain: LLMTestServer, settings: Any) -> None:
+    """The fast model's restatement is asked within the plan's deadline like every other call: one that does
+    not answer in time is cut there (recorded as failed), it does not hold the plan until the model's own
+    timeout."""
+    settings.LLM_TIMEOUT_SECONDS = 30
+    settings.PLAN_DEADLINE_SECONDS = 2
+    chain.script("fast-model", answer(RESTATE, delay=8))
+    chain.script("big-model", answer(GOOD))
+    plan = plan_generate(agent=tool_agent(), goal_text="whats in the workspace? list it")
+    restate = LLMCall.objects.get(plan=plan, purpose=LLMCall.Purpose.RESTATE)
+    assert restate.error and not restate.response, "the restatement waited past the plan's deadline"
+    assert plan.what == ""
+
+
 # -- replans: their own chain, the restatement reused, the retry context kept, labels true ---------
 
 
