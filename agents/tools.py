@@ -138,6 +138,12 @@ def _shown(rel: str) -> str:
     return rel if len(rel) <= 80 else rel[:77] + "..."
 
 
+# What a model leaves in a path when it writes its JSON badly: "people.json'}, ", "log.txt,", "{path}".
+# A loop's placeholders ("part-{index:03d}.txt", "{item}") are braces that belong.
+_JSON_DEBRIS = re.compile(r"[\"{}]|['`],?\s*$|,\s*$|'\s*[,\]]")
+_PLACEHOLDER = re.compile(r"\{\w+(?::[^{}\"]*)?\}")
+
+
 def path_problem(rel: object, workspace: Path | None = None) -> str | None:
     """Why `rel` may not be used as a path inside the workspace, or None if it may.
 
@@ -155,6 +161,9 @@ def path_problem(rel: object, workspace: Path | None = None) -> str | None:
     longest = max((len(part) for part in text.split("/")), default=0)
     if longest > MAX_NAME_CHARS:
         return f"path '{_shown(rel)}' has a name of {longest} characters (at most {MAX_NAME_CHARS} per name)"
+    if _JSON_DEBRIS.search(_PLACEHOLDER.sub("", text)):
+        return (f"path '{_shown(rel)}' holds a piece of the answer's JSON (a double quote, a brace, or a quote or "
+                "comma at its end), not a file name")
     if text.startswith("~"):
         return f"path '{_shown(rel)}' points into a home directory; use a path relative to the workspace"
     if ntpath.splitdrive(rel)[0] or text.startswith("//"):

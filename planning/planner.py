@@ -682,7 +682,7 @@ def plan_check(*, agent: Agent, text: str, kept: list[PlanStep], declined: Seque
     repeats = steps_repeating_declined([s for s in result.plan.steps if s.key not in kept_keys], declined, existing)
     if repeats:
         return Check(repeats)
-    unreached = goal_plan_check(agent, goal_text, result.plan.steps, steered=steered)
+    unreached = goal_plan_check(agent, goal_text, result.plan.steps, steered=steered, inputs_kept=kept_keys)
     if unreached:
         return Check(unreached, unreached=True)
     return Check([], result.plan, [*notes, *result.flags])

@@ -56,8 +56,10 @@ ACTION_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("transform", re.compile(r"\b(?:upper-?case|lower-?case|capitali[sz]e|dedupe|de-?duplicate|reverse|translate|"
                              r"redact|anonymi[sz]e|remove\s+(?:the\s+|all\s+)?duplicates?)\b", re.IGNORECASE)),
     ("fetch", re.compile(r"https?://|\b(?:download|fetch)\b", re.IGNORECASE)),
-    ("mkdir", re.compile(r"\b(?:create|make|add)\s+(?:a\s+|the\s+|an?\s+new\s+|new\s+)?(?:folder|directory)\b",
-                         re.IGNORECASE)),
+    ("print", re.compile(r"\bprinters?\b|\bprint(?:ed|ing)?\s+(?:(?:it|this|that|them|FILE)\s+)?(?:out|off)\b|"
+                         r"\bprint-?outs?\b|\bhard\s*-?\s*cop(?:y|ies)\b|\bfax\w*", re.IGNORECASE)),
+    ("mkdir", re.compile(r"\b(?:create|make|add|set\s+up|start)\s+(?:(?!folder|directory)[\w-]+\s+){0,3}?"
+                         r"(?:folder|directory|dir)\b", re.IGNORECASE)),
     ("list", re.compile(r"\b(?:list|inventory|what\W?s\s+in|which\s+files)\b", re.IGNORECASE)),
     ("read", re.compile(r"\b(?:read|show|open|look\s+at|view|check|print|cat)\b", re.IGNORECASE)),
 )
@@ -75,6 +77,7 @@ NO_TOOL = {
     "append": "no tool appends to files",
     "transform": "no tool rewrites a file's content",
     "fetch": "no tool fetches web pages",
+    "print": "no tool prints or faxes",
     "mkdir": "no tool creates folders",
 }
 # What the goal asks, as the planner's retry reads it.
@@ -82,7 +85,17 @@ DOING = {
     "copy": "copy a file", "move": "move or rename a file", "convert": "convert a file",
     "count": "count", "summarize": "summarize", "append": "append to a file", "transform": "change a file's content",
     "fetch": "fetch a web page", "mkdir": "create a folder", "delete": "delete files", "send": "send something",
+    "print": "print something",
 }
+# Actions that answer with what the steps read: a plan of reads may do them ("what's in notes.txt?").
+SEEING = frozenset({"read", "list", "count", "summarize"})
+# A goal worded as a question asks to be told something, which reads can do.
+_QUESTION = re.compile(r"\?\s*$|^\s*(?:what|what's|whats|which|how|where|who|whose|when|why|is|are|does|did|has|have|"
+                       r"can\s+you\s+(?:tell|show|find)|tell\s+me|give\s+me|find\s+out|look\s+up)\b", re.IGNORECASE)
+# "create a folder named archive", "make a new directory called old/2026": the folder a mkdir goal asks for.
+_FOLDER_NAMED = re.compile(r"\b(?:folder|directory|dir)\s+(?:named|called)\s+[\"'`]?(?P<a>[\w-][\w./-]*?)[\"'`]?"
+                           r"(?=[\s,;!?]|\.?\s*$)|\b(?:named|called)\s+[\"'`]?(?P<b>[\w-][\w./-]*?)[\"'`]?\s+"
+                           r"(?:folder|directory)\b|\b(?P<c>[\w-]+/)(?=[\s,;!?]|$)", re.IGNORECASE)
 # An e-mail is named as such in the refusal.
 _EMAIL = re.compile(r"\be-?mail|\bmail(?:ed)?\b", re.IGNORECASE)
 
@@ -91,6 +104,8 @@ _OUTSIDE = re.compile(
     r"""(?:^|(?<=[\s"'(=:,]))(?P<path>~[\w.-]*[/\\][^\s"',;)]*|[A-Za-z]:[\\/][^\s"',;)]*|"""
     r"""(?:\.\.[/\\])+[^\s"',;)]*|\.\.(?=\s|$)|/(?!/)[^\s"',;)]+)""")
 _URL = re.compile(r"https?://\S+", re.IGNORECASE)
+# "a folder called exports": a name, which asks for nothing ("exports" is not "export").
+_NAMED = re.compile(r"\b(named|called)\s+[\"'`]?[\w./-]+", re.IGNORECASE)
 # A goal that names nothing to work on: a pronoun, "stuff", "the thing", "everything" as its object.
 _VAGUE_OBJECT = re.compile(r"\b(?:it|this|that|these|those|them|things?|stuff|everything|something|"
                            r"the\s+thing|whatever|up|out)\b", re.IGNORECASE)
@@ -115,6 +130,8 @@ class GoalNeeds:
     outside: str = ""
     vague: bool = False
     email: bool = False
+    folders: tuple[str, ...] = ()  # the folders a goal that creates folders names
+    question: bool = False  # worded as a question, or asks to see something (SEEING): reads may answer it
 
 
 @dataclass(frozen=True)
@@ -131,7 +148,7 @@ class Reach:
 
 def _without_names(goal: str) -> str:
     """The goal with its URLs and file names taken out: the words that say what to do."""
-    return _FILE.sub(" FILE ", _URL.sub(" URL ", goal))
+    return _NAMED.sub(r"\1 NAME", _FILE.sub(" FILE ", _URL.sub(" URL ", goal)))
 
 
 def goal_actions(text: str) -> tuple[str, ...]:
@@ -156,8 +173,13 @@ def goal_needs(goal: str) -> GoalNeeds:
     words = _WORD.findall(_without_names(goal))
     vague = (not named and not outside and not set(actions) - {"read"} and not _PLACE_WORDS.search(goal)
              and (bool(_VAGUE_OBJECT.search(goal)) or len(words) <= 2) and len(words) <= VAGUE_MAX_WORDS)
+    folders: tuple[str, ...] = ()
+    if "mkdir" in actions:
+        folders = tuple(dict.fromkeys(
+            (m.group("a") or m.group("b") or m.group("c")).strip("/.") for m in _FOLDER_NAMED.finditer(goal)))
     return GoalNeeds(actions=actions, inputs=inputs, outputs=outputs, outside=outside, vague=vague,
-                     email=bool(_EMAIL.search(_without_names(goal))))
+                     email=bool(_EMAIL.search(_without_names(goal))), folders=tuple(f for f in folders if f),
+                     question=bool(_QUESTION.search(goal.strip())) or bool(set(actions) & SEEING))
 
 
 def implied_output(goal: str, source: str) -> tuple[str, ...]:
@@ -226,15 +248,38 @@ def _authored(action: str, step: StepView, outputs: Sequence[str], tools: Mappin
             and bool(content.strip()) and any(_same(output, path) for output in outputs for path in _written(step)))
 
 
-def plan_goal_problems(goal: str, steps: Sequence[StepView], tools: Mapping[str, frozenset[str]]) -> list[str]:
+def _names(goal: str, path: str, needs: GoalNeeds) -> bool:
+    """Whether the goal names `path` (or a file of the same name, "backup/notes.txt" for "notes.txt") or its
+    folder: then a step may change it."""
+    named = [*needs.inputs, *needs.outputs, *needs.folders]
+    base = PurePosixPath(path_normal(path))
+    if len(base.stem) >= 3 and re.search(rf"\b{re.escape(base.stem)}s?\b", _without_names(goal), re.IGNORECASE):
+        return True  # named by what it is: "write the report" names report.md
+    return any(_same(name, path) or PurePosixPath(path_normal(name)).name == base.name
+               or path_normal(path).startswith(path_normal(name).rstrip("/") + "/") for name in named)
+
+
+def plan_goal_problems(goal: str, steps: Sequence[StepView], tools: Mapping[str, frozenset[str]],
+                       existing: Iterable[str] = ()) -> list[str]:
     """Why the plan cannot reach `goal` (empty: it can, as far as its tools tell). `steps`: the plan's steps
-    numbered as the plan page shows them; `tools`: tool name -> what it can do."""
+    numbered as the plan page shows them; `tools`: tool name -> what it can do; `existing`: the workspace's files
+    now (a step may change or remove one only when the goal names it)."""
     needs = goal_needs(goal)
     problems: list[str] = []
     written = [path for step in steps for path in _written(step)]
     for output in needs.outputs:
         if not any(_same(output, path) for path in written):
             problems.append(f"the goal asks for {output}, but no step writes it")
+    for folder in needs.folders:
+        if not any(_same(folder, path) or path_normal(path).startswith(path_normal(folder) + "/")
+                   for path in written):
+            problems.append(f"the goal asks for the folder {folder}, but no step creates it")
+    present = {path_normal(path) for path in existing}
+    for step in steps:
+        for path in tool_targets(step.tool, step.input):
+            if path_normal(path) in present and not _names(goal, path, needs):
+                problems.append(f"step {step.position} changes {path}, a file the goal does not name; an input is "
+                                "changed only when the goal asks for it: write a new file instead")
     for action in needs.actions:
         if action not in DOING:
             continue
@@ -244,9 +289,13 @@ def plan_goal_problems(goal: str, steps: Sequence[StepView], tools: Mapping[str,
             hint = f"; use {' or '.join(able)}" if able else ""
             problems.append(f"the goal asks to {DOING[action]}, but no step does{hint}")
     changes = bool(set(needs.actions) & CHANGING) or bool(needs.outputs)
-    if changes and steps and all(tools.get(step.tool, frozenset()) <= {"read", "list", "summarize"}
-                                 for step in steps):
+    reads_only = bool(steps) and all(tools.get(step.tool, frozenset()) <= {"read", "list", "summarize"}
+                                     for step in steps)
+    if reads_only and changes:
         problems.append("the goal asks for a change, but every step only reads; a plan of reads does not do it")
+    elif reads_only and not needs.question:
+        problems.append("the goal asks for something done, not for a file to be read or shown, but every step only "
+                        "reads; a plan of reads does not do it")
     return problems
 
 
@@ -258,11 +307,13 @@ class OutputFile:
     text: str | None
 
 
-def outcome_problems(goal: str, outputs: Sequence[OutputFile], results: Sequence[str]) -> list[str]:
+def outcome_problems(goal: str, outputs: Sequence[OutputFile], results: Sequence[str],
+                     folders: Mapping[str, bool] | None = None) -> list[str]:
     """Why the outcome of a finished plan is not verified (empty: verified). `outputs`: the goal's output files
-    as read now; `results`: the completed steps' results."""
+    as read now; `results`: the completed steps' results; `folders`: each folder the goal asks to create
+    (goal_folders) -> whether it exists now."""
     needs = goal_needs(goal)
-    problems: list[str] = []
+    problems: list[str] = [f"the folder {name} was not created" for name, made in (folders or {}).items() if not made]
     for output in outputs:
         if output.text is None:
             problems.append(f"{output.path} was not written")
@@ -307,3 +358,8 @@ def format_problem(path: str, text: str) -> str:
 def goal_outputs(goal: str) -> tuple[str, ...]:
     """The files `goal` names as outputs."""
     return goal_needs(goal).outputs
+
+
+def goal_folders(goal: str) -> tuple[str, ...]:
+    """The folders a goal that creates folders names."""
+    return goal_needs(goal).folders

@@ -15,7 +15,7 @@ from agents.models import Agent
 from agents.tools import MAX_FILE_BYTES, ToolError, workspace_resolve
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
-from planning.engine.goal_check import OutputFile, goal_outputs, outcome_problems
+from planning.engine.goal_check import OutputFile, goal_folders, goal_outputs, outcome_problems
 from planning.engine.shown import PLAN_CHANGED
 from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 from planning.services.agents import agent_retry_sync, agent_waiting_set
@@ -209,7 +209,13 @@ def plan_outcome_problems(plan: Plan) -> list[str]:
         with target.open("rb") as handle:
             outputs.append(OutputFile(path, handle.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")))
     results = list(plan.steps.filter(status=PlanStep.Status.COMPLETED).values_list("result", flat=True))
-    return outcome_problems(plan.goal_text, outputs, results)
+    folders = {}
+    for name in goal_folders(plan.goal_text):
+        try:
+            folders[name] = workspace_resolve(workspace, name).is_dir()
+        except ToolError:
+            folders[name] = False
+    return outcome_problems(plan.goal_text, outputs, results, folders)
 
 
 def plan_complete(*, plan: Plan, runner: str) -> None:

@@ -14,6 +14,7 @@ from agents.tools import (
     ToolError,
     csv_to_json,
     json_to_csv,
+    path_problem,
     text_summary,
     tool_precheck,
     tool_rollback,
@@ -357,3 +358,16 @@ def test_a_declared_system_tool_is_risky_and_its_steps_require_permission() -> N
     ]}, kind="tool", tools=tools)
     assert result.plan is not None
     assert [(s.requires_permission, s.risk) for s in result.plan.steps] == [(False, "safe"), (True, "risky")]
+
+
+@pytest.mark.parametrize("path", ["people.json'}, ", "log.txt,", '"notes.txt"', "{path}.txt}", "out.md'"])
+def test_a_path_holding_pieces_of_the_answers_json_is_refused(path: str) -> None:
+    """A small model's badly written JSON leaves quotes, braces and commas in a path: refused with why, so its
+    retry can fix it, never a file named `people.json'}, ` written beside the real one."""
+    assert "holds a piece of the answer's JSON" in (path_problem(path) or "")
+
+
+@pytest.mark.parametrize("path", ["bob's notes.txt", "report [draft].md", "part-{index:03d}.txt", "{item}",
+                                  "notes/{name}.md"])
+def test_names_with_an_apostrophe_brackets_or_a_loops_placeholder_are_fine(path: str) -> None:
+    assert path_problem(path) is None

@@ -306,3 +306,21 @@ def test_an_external_agents_plan_is_checked_as_far_as_its_declared_tools_tell() 
         plan_submit(agent=agent, data={"goal": "Mail the Q3 figures to Dana", "steps": []})
     # Its tools tell nothing of summaries: a plan that sends what it found is not refused for that.
     assert plan_submit(agent=agent, data=PLAN).status == Plan.Status.AWAITING_APPROVAL
+
+
+def test_a_models_plan_that_writes_over_an_input_the_goal_does_not_name_never_reaches_approval(
+        settings: Any, llm_server: LLMTestServer) -> None:
+    """A small model asked for something vague writes over notes.txt: the plan is rejected with why, and after its
+    retries the operator is asked how, with notes.txt untouched and nothing to approve."""
+    settings.LLM_MODELS = {"planner": ["big-model"], "fast": ["fast-model"]}
+    clobber = {"goal": "write a friendly greeting for the team", "thinking_summary": "Write something.", "confidence": 0.9,
+               "risks": [], "steps": [
+                   {"id": "1", "tool": "file.write", "intent": "Write the file",
+                    "input": {"path": "notes.txt", "content": "The file is fresh now."}, "requiresPermission": True}]}
+    llm_server.script("fast-model", *[answer('<json>{"hints": ["Write a new file"]}</json>')] * 8)
+    llm_server.script("big-model", *[answer(f"<json>{json.dumps(clobber)}</json>")] * 6)
+    agent = tool_agent()
+    plan = plan_generate(agent=agent, goal_text="write a friendly greeting for the team")
+    assert plan.status == Plan.Status.CLARIFYING and not plan.steps.exists()
+    assert "changes notes.txt, a file the goal does not name" in plan.clarification_question
+    assert (agent.workspace / "notes.txt").read_text().startswith("Rain today.")
