@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from planning import views, views_audit, views_editor, views_inbox
+from planning import views, views_a2a, views_audit, views_editor, views_inbox
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -56,4 +56,9 @@ urlpatterns += [
 
 urlpatterns += [
     path("plans/<int:pk>/graph/", views_editor.plan_graph_view, name="plan-graph"),
+]
+
+# Where remote A2A agents POST their tasks' updates (push notifications): no login, the task's token instead.
+urlpatterns += [
+    path("a2a/push/<int:pk>/", views_a2a.a2a_push, name="a2a-push"),
 ]
