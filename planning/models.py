@@ -315,6 +315,7 @@ class PlanEvent(models.Model):
         ROLES_CHANGED = "roles_changed", "Roles changed"
         TASK_STATE = "task_state", "Remote task state changed"
         AGENT_REPORTED = "agent_reported", "Reported by the agent"
+        CREDENTIAL_CHANGED = "credential_changed", "Credential changed"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by

@@ -14,6 +14,7 @@ urlpatterns = [
     path("agents/<int:pk>/workspace/", views.agent_upload_view, name="agent-upload"),
     path("agents/<int:pk>/status/", views.agent_status_view, name="agent-status"),
     path("agents/<int:pk>/goals/", views.agent_goal_view, name="agent-goal"),
+    path("agents/<int:pk>/a2a-credential/", views_a2a.agent_a2a_credential, name="agent-a2a-credential"),
     path("plans/<int:pk>/", views.plan_detail, name="plan-detail"),
     path("plans/<int:pk>/approve/", views.plan_approve_view, name="plan-approve"),
     path("plans/<int:pk>/cancel/", views.plan_cancel_view, name="plan-cancel"),

@@ -64,8 +64,8 @@ def agent_a2a_add(*, user: User, url: str, credential: str = "") -> Agent:
     if not url.strip():
         raise DecisionError("Give the agent card's address. Nothing was changed.")
     credential = credential.strip()
-    if credential and (len(credential) > 2000 or any(c in credential for c in "\r\n\x00")):
-        raise DecisionError("The credential must be one line of at most 2000 characters. Nothing was changed.")
+    if credential:
+        credential_check(credential)
     try:
         card = a2a_remote.card_fetch(url)
     except RemoteError as exc:
@@ -91,6 +91,40 @@ def agent_a2a_add(*, user: User, url: str, credential: str = "") -> Agent:
     except IntegrityError:
         raise DecisionError(f"An agent named {name} already exists. Nothing was changed.") from None
     return agent
+
+
+def credential_check(credential: str) -> None:
+    if not credential or len(credential) > 2000 or any(c in credential for c in "\r\n\x00"):
+        raise DecisionError("The credential must be one line of at most 2000 characters. Nothing was changed.")
+
+
+def agent_a2a_credential_set(*, user: User, agent: Agent, credential: str = "", remove: bool = False) -> None:
+    """Replace the credential sent to a remote A2A agent (its card must ask for one), or remove it: the agent's
+    next request carries the new one, or none. Kept as at adding, never shown; recorded as a `Credential changed`
+    event naming the operator and what was done, never the credential."""
+    credential = credential.strip()
+    if not remove:
+        credential_check(credential)
+        try:
+            asked = a2a_remote.credential_asked(a2a_remote.card_parse(agent.a2a_card))
+        except RemoteError as exc:
+            raise DecisionError(str(exc)) from None
+        if not asked:
+            raise DecisionError("The agent card asks for no credential: it would be sent nowhere. "
+                                "Nothing was changed.")
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        if locked.kind != Agent.Kind.A2A:
+            raise DecisionError(f"{locked.name} is not a remote A2A agent. Nothing was changed.")
+        if remove and not locked.a2a_credential:
+            raise DecisionError(f"No credential is kept for {locked.name}. Nothing was changed.")
+        before = "kept" if locked.a2a_credential else "none"
+        locked.a2a_credential = "" if remove else credential
+        locked.save(update_fields=["a2a_credential"])
+        done = "removed" if remove else "replaced"
+        event_agent_record(agent=locked, kind=PlanEvent.Kind.CREDENTIAL_CHANGED, actor=user,
+                           reason=f"Credential of remote A2A agent {locked.name} {done} (not shown)",
+                           detail={"credential": done, "diff": {"credential": [before, done]}})
 
 
 def a2a_cycle(*, agent: Agent, runner: str) -> str:
