@@ -4,7 +4,8 @@ summary should use (input-required), then writes the summary (an artifact) and c
 
 `served(streaming=True)` serves a card that offers streaming; `served(push=True)` one that offers push
 notifications (the SDK's config store and sender: the agent POSTs each update of a task to the URL it was given,
-with its token; PUSHED records the answers it got); `served(token=...)` one that asks for a bearer token, the
+with its token; PUSHED records the answers it got; `push_refused=True`: the card offers them, the agent
+refuses every config); `served(token=...)` one that asks for a bearer token, the
 JSON-RPC endpoint refusing (HTTP 401) a request without it. METHODS records the JSON-RPC methods called."""
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ async def pushed(response: httpx.Response) -> None:
     PUSHED.append((kind, response.status_code))
 
 
-def app_for(base: str, *, streaming: bool = False, push: bool = False, token: str = "") -> Starlette:
+def app_for(base: str, *, streaming: bool = False, push: bool = False, push_refused: bool = False,
+            token: str = "") -> Starlette:
     security: dict[str, Any] = {}
     if token:
         security = {"security_schemes": {"bearer": SecurityScheme(
@@ -145,7 +147,7 @@ def app_for(base: str, *, streaming: bool = False, push: bool = False, token: st
                      skills=[AgentSkill(id="summarise", name="Summarise notes", description="Summarises notes",
                                         tags=["files"])], **security)
     pushes: dict[str, Any] = {}
-    if push:
+    if push and not push_refused:  # refused: the card offers push, the SDK's handler has no store to keep configs
         store = InMemoryPushNotificationConfigStore()
         sender = BasePushNotificationSender(httpx.AsyncClient(event_hooks={"response": [pushed]}), store)
         pushes = {"push_config_store": store, "push_sender": sender}
@@ -157,14 +159,15 @@ def app_for(base: str, *, streaming: bool = False, push: bool = False, token: st
 
 @contextmanager
 def served(make: Callable[[str], Starlette] | None = None, *, streaming: bool = False, push: bool = False,
-           token: str = "") -> Iterator[str]:
+           push_refused: bool = False, token: str = "") -> Iterator[str]:
     """The agent (`make`'s app for its base address, else the test agent's) on a free loopback port: yields its base
     address."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    app = make(base) if make is not None else app_for(base, streaming=streaming, push=push, token=token)
+    app = make(base) if make is not None else app_for(base, streaming=streaming, push=push, push_refused=push_refused,
+                                                                token=token)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
