@@ -6,7 +6,9 @@ the very address checked (a card that names an internal interface URL is refused
 Each call is synchronous for the runner and the views: it runs the SDK's async client on an event loop of its
 own in a short-lived thread, so a caller inside a running loop is never blocked by a nested one. A streamed call
 (an agent whose card says `capabilities.streaming`) yields the task as each event of the stream changes it, to the
-caller's thread, so that the caller records each change in its own transaction while the stream goes on.
+caller's thread, so that the caller records each change in its own transaction while the stream goes on. An
+agent whose card says `capabilities.pushNotifications` is asked to POST its task's updates to the dashboard
+(push_register); push_parse reads such a POST's body, and task_follow applies it as it applies a streamed event.
 
 An agent whose card asks for a credential (an HTTP bearer scheme, an API key in a header, or a bearer token for
 OAuth 2 / OpenID Connect) gets the one its operator gave when adding it, through the SDK's `AuthInterceptor`; the
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import queue
 import threading
 import uuid
@@ -41,10 +44,12 @@ from a2a.types import (
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH
 from django.conf import settings
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 
 from planner_site import outbound
 
@@ -84,7 +89,9 @@ class TaskView:
     state: str
     status_text: str  # the status message's text: the agent's question when it asks
     messages: list[tuple[str, str]] = field(default_factory=list)  # (role, text), in order
+    message_ids: list[str] = field(default_factory=list)  # each message's id, in the same order
     artifacts: list[tuple[str, str, str]] = field(default_factory=list)  # (id, name, text), in order
+    task_json: dict[str, Any] = field(default_factory=dict)  # the whole task, as A2A's JSON writes it
 
 
 def card_address(url: str) -> str:
@@ -115,6 +122,11 @@ class Remote:
     def streams(self) -> bool:
         """The card offers streaming (SendStreamingMessage, SubscribeToTask)."""
         return bool(card_parse(self.card_json).capabilities.streaming)
+
+    @property
+    def pushes(self) -> bool:
+        """The card offers push notifications (CreateTaskPushNotificationConfig, then POSTs to a webhook)."""
+        return bool(card_parse(self.card_json).capabilities.push_notifications)
 
 
 class GuardedTransport(httpx.AsyncBaseTransport):
@@ -223,15 +235,30 @@ def card_parse(card_json: dict[str, Any]) -> AgentCard:
 
 
 def task_view(task: Task) -> TaskView:
+    """What the dashboard reads of the task. A working status's message is said already (as a streamed one is,
+    task_follow), though the agent moves it to the history only at its next status: what the agent said is
+    recorded before what it did next, however the task is read."""
     def text(parts: Any) -> str:
         return "\n".join(p.text for p in parts if p.text)
+
+    history = list(task.history)
+    if task.status.state == TaskState.TASK_STATE_WORKING and task.status.HasField("message") and not said(
+            task, task.status.message):
+        history.append(task.status.message)
 
     return TaskView(
         task_id=task.id, context_id=task.context_id, state=STATES.get(task.status.state, "unknown"),
         status_text=text(task.status.message.parts) if task.status.HasField("message") else "",
-        messages=[("agent" if m.role == Role.ROLE_AGENT else "user", text(m.parts)) for m in task.history],
+        messages=[("agent" if m.role == Role.ROLE_AGENT else "user", text(m.parts)) for m in history],
+        message_ids=[m.message_id or f"#{index}" for index, m in enumerate(history)],
         artifacts=[(a.artifact_id, a.name, text(a.parts)) for a in task.artifacts],
+        task_json=MessageToDict(task),
     )
+
+
+def task_of(task_json: dict[str, Any]) -> Task:
+    """A task kept as A2A's JSON writes it (TaskView.task_json), back as the SDK's type."""
+    return ParseDict(task_json, Task(), ignore_unknown_fields=True)
 
 
 class StoredCredential(CredentialService):
@@ -286,6 +313,48 @@ def task_get(remote: Remote, task_id: str) -> TaskView:
     return run(lambda: with_client(remote, get))
 
 
+def push_register(remote: Remote, task_id: str, *, url: str, token: str) -> None:
+    """Ask the agent to POST the task's updates to `url` (CreateTaskPushNotificationConfig), each carrying `token`
+    (the X-A2A-Notification-Token header) by which the webhook knows them; RemoteError when it refuses."""
+    config = TaskPushNotificationConfig(task_id=task_id, url=url, token=token)
+
+    async def register(client: Any) -> None:
+        await client.create_task_push_notification_config(config)
+
+    run(lambda: with_client(remote, register))
+
+
+def push_parse(body: bytes) -> StreamResponse:
+    """A push notification's body: one StreamResponse (a task, a status update, an artifact update or a message),
+    as A2A's JSON writes it; RemoteError saying what is wrong with it."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, ValueError):
+        raise RemoteError("The notification is not JSON. Nothing was changed.") from None
+    if not isinstance(data, dict):
+        raise RemoteError("The notification is not a JSON object. Nothing was changed.")
+    try:
+        event = ParseDict(data, StreamResponse())
+    except ParseError as exc:
+        raise RemoteError(f"The notification is not an A2A task update ({exc}). Nothing was changed.") from None
+    if event.WhichOneof("payload") is None:
+        raise RemoteError("The notification carries no task, status update, artifact update or message. "
+                          "Nothing was changed.")
+    return event
+
+
+def push_task_id(event: StreamResponse) -> str:
+    """The id of the task a notification is about."""
+    kind = event.WhichOneof("payload")
+    if kind == "task":
+        return event.task.id
+    if kind == "status_update":
+        return event.status_update.task_id
+    if kind == "artifact_update":
+        return event.artifact_update.task_id
+    return event.message.task_id
+
+
 def task_cancel(remote: Remote, task_id: str) -> TaskView:
     async def cancel(client: Any) -> TaskView:
         return task_view(await client.cancel_task(CancelTaskRequest(id=task_id)))
@@ -300,11 +369,14 @@ def task_follow(task: Task, event: StreamResponse) -> None:
     """One event of a task's stream applied to the task as the agent keeps it: a task replaces it; a status update
     moves the previous status message to the history (as the agent's task store does; a working status's message
     at once, so that what the agent said is recorded before what it did next) and sets the new status;
-    an artifact update adds the artifact or, with `append`, its parts."""
+    an artifact update adds the artifact or, with `append`, its parts. The same status or message again (a
+    push notification delivered twice) changes nothing."""
     if event.HasField("task"):
         task.CopyFrom(event.task)
     elif event.HasField("status_update"):
         update = event.status_update
+        if task.status == update.status:
+            return  # the same update again (a notification delivered twice): nothing new
         task.id = task.id or update.task_id
         task.context_id = task.context_id or update.context_id
         if task.status.HasField("message") and not said(task, task.status.message):
@@ -324,7 +396,8 @@ def task_follow(task: Task, event: StreamResponse) -> None:
     elif event.HasField("message"):
         if not task.id:
             raise RemoteError("The A2A agent answered with a message and started no task.")
-        task.history.append(event.message)
+        if not said(task, event.message):
+            task.history.append(event.message)
 
 
 def said(task: Task, message: Message) -> bool:

@@ -8,8 +8,9 @@ from django.db import transaction
 from django.dispatch import Signal
 
 # An operator's write about an agent committed: a decision in the inbox or on a plan page, an edit, a goal
-# given, a resume, a change in the admin, a call of the API (every event with a user as its actor). Sent with
-# `agent_id`, after the commit. The runtimes bring the agent's next cycle forward: the decision takes effect now,
+# given, a resume, a change in the admin, a call of the API (every event with a user as its actor); and a remote
+# A2A agent's push notification that changed its task (its plan may have ended). Sent with `agent_id`, after the
+# commit. The runtimes bring the agent's next cycle forward: the decision takes effect now,
 # not after the rest of the agent's cycle interval.
 operator_acted = Signal()
 

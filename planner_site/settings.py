@@ -296,6 +296,11 @@ A2A_STREAM_MAX_SECONDS = float(os.environ.get("A2A_STREAM_MAX_SECONDS", "30"))
 # While a remote A2A agent works on its task (submitted, working), the task is read again after this many
 # seconds when the agent's cycle interval is longer: its question reaches the inbox within about this long.
 A2A_FOLLOW_SECONDS = float(os.environ.get("A2A_FOLLOW_SECONDS", "0.5"))
+# An agent whose card offers push notifications (and not streaming) is asked to POST its tasks' updates to
+# A2A_PUSH_BASE_URL + /a2a/push/<task>/: the dashboard's address as the agents reach it (PLANNER_BASE_URL when that
+# is set; empty: not asked, polled). Its task is then read only every A2A_PUSH_POLL_SECONDS, in case a push is lost.
+A2A_PUSH_BASE_URL = os.environ.get("A2A_PUSH_BASE_URL", os.environ.get("PLANNER_BASE_URL", "")).rstrip("/")
+A2A_PUSH_POLL_SECONDS = float(os.environ.get("A2A_PUSH_POLL_SECONDS", "30"))
 # Each user has at most NOTIFY_MAX_CHANNELS_PER_USER channels; a Slack channel's URL must be on one of
 # SLACK_WEBHOOK_HOSTS (an Enterprise Grid may add its own).
 NOTIFY_MAX_CHANNELS_PER_USER = int(os.environ.get("NOTIFY_MAX_CHANNELS_PER_USER", "5"))

@@ -100,6 +100,21 @@ class A2AAgentAddForm(forms.Form):
                                                                         attrs={"autocomplete": "off"}))
 
 
+class A2ACredentialForm(forms.Form):
+    """A remote A2A agent's page: replace the credential sent to it, or remove it (docs/a2a-agents.md)."""
+
+    action = forms.ChoiceField(choices=[("replace", "Replace"), ("remove", "Remove")], initial="replace")
+    # Never shown back, as on the New agent page.
+    credential = forms.CharField(label="New credential", max_length=2000, required=False, strip=True,
+                                 widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("action") == "replace" and not data.get("credential"):
+            raise forms.ValidationError("Give the new credential, or choose Remove. Nothing was changed.")
+        return data
+
+
 class WorkspaceUploadForm(forms.Form):
     """The agent page's Upload files: the files come from request.FILES ("files"), the rest from here."""
 

@@ -315,6 +315,7 @@ class PlanEvent(models.Model):
         ROLES_CHANGED = "roles_changed", "Roles changed"
         TASK_STATE = "task_state", "Remote task state changed"
         AGENT_REPORTED = "agent_reported", "Reported by the agent"
+        CREDENTIAL_CHANGED = "credential_changed", "Credential changed"
 
     # A goal given to an agent, or an admin change to an agent without an open plan, has no plan.
     # planevent_timeline_idx (plan, created_at) and planevent_agent_idx (agent, created_at) serve every lookup by
@@ -364,7 +365,8 @@ def steps_done_q() -> Q:
 
 class A2ATask(models.Model):
     """The A2A task a remote A2A agent works on for one plan (docs/a2a-agents.md): what the runner last read of
-    it, so that each new state, message and artifact is recorded once."""
+    it, so that each new state, message and artifact is recorded once; for an agent that pushes its updates, the
+    hash of the token its notifications carry."""
 
     plan = models.OneToOneField(Plan, on_delete=models.CASCADE, related_name="a2a_task")
     task_id = models.CharField(max_length=200)
@@ -372,7 +374,14 @@ class A2ATask(models.Model):
     state = models.CharField(max_length=24, blank=True,
                              help_text="The task's state as last read; \"answered\": the operator's answer sent")
     messages_seen = models.PositiveIntegerField(default=0)
+    message_ids_seen = models.JSONField(default=list, blank=True,
+                                        help_text="The ids of the task's messages recorded (its agent's as steps)")
     artifacts_seen = models.JSONField(default=list, blank=True, help_text="The ids of the artifacts recorded")
+    snapshot = models.JSONField(default=dict, blank=True,
+                                help_text="The task as last read or pushed, in A2A's JSON: what a pushed update applies to")
+    push_token_hash = models.CharField(
+        max_length=64, blank=True,
+        help_text="The agent POSTs this task's updates to the dashboard: SHA-256 of the secret token they carry")
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from planning import views, views_audit, views_editor, views_inbox
+from planning import views, views_a2a, views_audit, views_editor, views_inbox
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -14,6 +14,7 @@ urlpatterns = [
     path("agents/<int:pk>/workspace/", views.agent_upload_view, name="agent-upload"),
     path("agents/<int:pk>/status/", views.agent_status_view, name="agent-status"),
     path("agents/<int:pk>/goals/", views.agent_goal_view, name="agent-goal"),
+    path("agents/<int:pk>/a2a-credential/", views_a2a.agent_a2a_credential, name="agent-a2a-credential"),
     path("plans/<int:pk>/", views.plan_detail, name="plan-detail"),
     path("plans/<int:pk>/approve/", views.plan_approve_view, name="plan-approve"),
     path("plans/<int:pk>/cancel/", views.plan_cancel_view, name="plan-cancel"),
@@ -56,4 +57,9 @@ urlpatterns += [
 
 urlpatterns += [
     path("plans/<int:pk>/graph/", views_editor.plan_graph_view, name="plan-graph"),
+]
+
+# Where remote A2A agents POST their tasks' updates (push notifications): no login, the task's token instead.
+urlpatterns += [
+    path("a2a/push/<int:pk>/", views_a2a.a2a_push, name="a2a-push"),
 ]

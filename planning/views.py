@@ -84,6 +84,7 @@ def agent_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(request, "planning/agent_detail.html", agent_context(pk) | {
         "goal_form": GoalForm(), "upload_form": WorkspaceUploadForm(),
         "upload_max": services.size_shown(settings.WORKSPACE_UPLOAD_MAX_BYTES),
+        "a2a_push": bool(settings.A2A_PUSH_BASE_URL), "a2a_push_poll": f"{settings.A2A_PUSH_POLL_SECONDS:g}",
     })
 
 

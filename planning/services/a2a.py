@@ -10,23 +10,33 @@ each of its goals to the agent as an A2A message and follows the task it starts,
 - `completed` completes the plan and its goal; `failed` or `rejected` fails the plan (the goal is abandoned: the
   agent said it would not or could not); `canceled` by the agent cancels the plan.
 - An agent whose card offers streaming is sent its goals and answers by SendStreamingMessage, and a task under
-  way is followed by SubscribeToTask: each event is recorded as it arrives, in the runner's cycle; other agents'
-  tasks are polled (GetTask), one read a cycle.
+  way is followed by SubscribeToTask: each event is recorded as it arrives, in the runner's cycle.
+- An agent whose card offers push notifications (and not streaming) is asked, once its task starts, to POST the
+  task's updates to the dashboard's webhook with a token of that task (task_push_register); each update is
+  recorded by task_push_record, as a streamed event is, and the task is read only every A2A_PUSH_POLL_SECONDS in
+  case a notification was lost. Other agents' tasks are polled (GetTask), one read a cycle.
 
 The network calls are made outside any transaction; what they return is written in one transaction each."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import hashlib
+import hmac
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from agents import a2a_remote
 from agents.a2a_remote import ASKING, TERMINAL, Remote, RemoteError, TaskView
 from agents.models import Agent
+from agents.signals import operator_acted_on_commit
 from goals.models import Goal
 from planner_site.events import published_apart
 from planning.models import A2ATask, Plan, PlanEvent, PlanStep
@@ -34,6 +44,8 @@ from planning.services.agents import agent_waiting_set
 from planning.services.errors import DecisionError
 from planning.services.events import event_agent_record, event_record
 from planning.services.transactions import plan_lock
+
+logger = logging.getLogger("planner.a2a")
 
 
 def agent_label(agent: Agent) -> str:
@@ -52,8 +64,8 @@ def agent_a2a_add(*, user: User, url: str, credential: str = "") -> Agent:
     if not url.strip():
         raise DecisionError("Give the agent card's address. Nothing was changed.")
     credential = credential.strip()
-    if credential and (len(credential) > 2000 or any(c in credential for c in "\r\n\x00")):
-        raise DecisionError("The credential must be one line of at most 2000 characters. Nothing was changed.")
+    if credential:
+        credential_check(credential)
     try:
         card = a2a_remote.card_fetch(url)
     except RemoteError as exc:
@@ -81,6 +93,40 @@ def agent_a2a_add(*, user: User, url: str, credential: str = "") -> Agent:
     return agent
 
 
+def credential_check(credential: str) -> None:
+    if not credential or len(credential) > 2000 or any(c in credential for c in "\r\n\x00"):
+        raise DecisionError("The credential must be one line of at most 2000 characters. Nothing was changed.")
+
+
+def agent_a2a_credential_set(*, user: User, agent: Agent, credential: str = "", remove: bool = False) -> None:
+    """Replace the credential sent to a remote A2A agent (its card must ask for one), or remove it: the agent's
+    next request carries the new one, or none. Kept as at adding, never shown; recorded as a `Credential changed`
+    event naming the operator and what was done, never the credential."""
+    credential = credential.strip()
+    if not remove:
+        credential_check(credential)
+        try:
+            asked = a2a_remote.credential_asked(a2a_remote.card_parse(agent.a2a_card))
+        except RemoteError as exc:
+            raise DecisionError(str(exc)) from None
+        if not asked:
+            raise DecisionError("The agent card asks for no credential: it would be sent nowhere. "
+                                "Nothing was changed.")
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        if locked.kind != Agent.Kind.A2A:
+            raise DecisionError(f"{locked.name} is not a remote A2A agent. Nothing was changed.")
+        if remove and not locked.a2a_credential:
+            raise DecisionError(f"No credential is kept for {locked.name}. Nothing was changed.")
+        before = "kept" if locked.a2a_credential else "none"
+        locked.a2a_credential = "" if remove else credential
+        locked.save(update_fields=["a2a_credential"])
+        done = "removed" if remove else "replaced"
+        event_agent_record(agent=locked, kind=PlanEvent.Kind.CREDENTIAL_CHANGED, actor=user,
+                           reason=f"Credential of remote A2A agent {locked.name} {done} (not shown)",
+                           detail={"credential": done, "diff": {"credential": [before, done]}})
+
+
 def a2a_cycle(*, agent: Agent, runner: str) -> str:
     """One cycle of a remote A2A agent: cancel the tasks of cancelled plans, then give the next goal to the
     agent, or send the operator's answer, or read the open task (or follow it, when the agent streams); what is
@@ -106,26 +152,45 @@ def a2a_cycle(*, agent: Agent, runner: str) -> str:
     if plan.status == Plan.Status.CLARIFYING:
         return "waits for the operator's answer"
     answer = plan.clarification_answer if task.state in ASKING else ""
+    pushed = bool(task.push_token_hash)
     try:
         if remote.streams:
             return task_stream(agent=agent, task=task, answer=answer, remote=remote)
+        if pushed and not answer and (safety := push_poll_due(task)) > timezone.now():
+            Agent.objects.filter(pk=agent.pk).update(next_cycle_at=safety)
+            return f"task {task.state} (followed by push notifications)"
+        read_since = task.updated_at if pushed else None  # the agent may push what follows while we read
         if answer:
             view = a2a_remote.message_send(remote, answer, task_id=task.task_id, context_id=task.context_id)
-            A2ATask.objects.filter(pk=task.pk).update(state=a2a_remote.ANSWERED)  # never sent twice
+            # Never sent twice; a state the agent pushed meanwhile (it took the answer) stays.
+            A2ATask.objects.filter(pk=task.pk, state__in=ASKING).update(state=a2a_remote.ANSWERED)
         else:
             view = a2a_remote.task_get(remote, task.task_id)
     except RemoteError as exc:
         agent_waiting_set(agent_id=agent.pk, reason=f"the A2A agent did not answer: {exc}")
         return f"unreachable: {exc}"
-    task_apply(task_id=task.pk, view=view, agent=agent)
-    task_follow_soon(agent=agent, view=view)
+    task_apply(task_id=task.pk, view=view, agent=agent, read_since=read_since)
+    task_follow_soon(agent=agent, view=view, pushed=pushed)
     return f"task {view.state}"
 
 
-def task_follow_soon(*, agent: Agent, view: TaskView) -> None:
+def push_poll_due(task: A2ATask) -> datetime:
+    """When a task whose updates the agent pushes is read all the same (a notification may be lost): once no
+    update was recorded for A2A_PUSH_POLL_SECONDS."""
+    return task.updated_at + timedelta(seconds=settings.A2A_PUSH_POLL_SECONDS)
+
+
+def task_follow_soon(*, agent: Agent, view: TaskView, pushed: bool = False) -> None:
     """While the agent works on its task (neither asking nor ended), its next cycle reads the task again after
     A2A_FOLLOW_SECONDS when its cycle interval is longer (the runtime defers the next cycle at the agent's
-    `next_cycle_at`): a question it comes to reaches the inbox within about that long, not a whole interval."""
+    `next_cycle_at`): a question it comes to reaches the inbox within about that long, not a whole interval. A task
+    whose updates the agent pushes is read again only after A2A_PUSH_POLL_SECONDS: its notifications wake the
+    runner when there is something to do."""
+    if pushed:
+        if view.state not in TERMINAL and agent.cycle_interval < settings.A2A_PUSH_POLL_SECONDS:
+            Agent.objects.filter(pk=agent.pk).update(
+                next_cycle_at=timezone.now() + timedelta(seconds=settings.A2A_PUSH_POLL_SECONDS))
+        return
     follow = settings.A2A_FOLLOW_SECONDS
     if view.state in TERMINAL or view.state in ASKING or not 0 < follow < agent.cycle_interval:
         return
@@ -183,8 +248,88 @@ def goal_send(*, agent: Agent, goal: Goal, remote: Remote) -> str:
         return f"send failed: {exc}"
     task = A2ATask.objects.create(plan=plan, task_id=view.task_id, context_id=view.context_id)
     task_apply(task_id=task.pk, view=view, agent=agent)
-    task_follow_soon(agent=agent, view=view)
-    return f"task {view.state}"
+    pushed = False
+    if view.state not in TERMINAL and remote.pushes and settings.A2A_PUSH_BASE_URL:
+        pushed, view = task_push_register(agent=agent, task=task, remote=remote, view=view)
+    task_follow_soon(agent=agent, view=view, pushed=pushed)
+    return f"task {view.state}" + (" (followed by push notifications)" if pushed else "")
+
+
+def push_token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def task_push_register(*, agent: Agent, task: A2ATask, remote: Remote, view: TaskView) -> tuple[bool, TaskView]:
+    """Ask the agent to POST the task's updates to the dashboard's webhook for this task, with a new secret token
+    (only its hash is kept), then read the task once: what happened before the agent took the request is recorded
+    too. An agent that refuses (or cannot be reached) leaves the task polled, as if it offered no push. Whether
+    push is used, and the task as last read."""
+    token = secrets.token_urlsafe(32)
+    A2ATask.objects.filter(pk=task.pk).update(push_token_hash=push_token_hash(token))
+    url = settings.A2A_PUSH_BASE_URL + reverse("a2a-push", args=[task.pk])
+    try:
+        a2a_remote.push_register(remote, task.task_id, url=url, token=token)
+    except RemoteError as exc:
+        A2ATask.objects.filter(pk=task.pk).update(push_token_hash="")
+        logger.warning("A2A agent %s refused push notifications for task %s, polled instead: %s", agent.pk,
+                       task.task_id, exc)
+        return False, view
+    read_since = A2ATask.objects.values_list("updated_at", flat=True).get(pk=task.pk)
+    try:
+        view = a2a_remote.task_get(remote, task.task_id)
+    except RemoteError:
+        return True, view  # read at the next safety read
+    task_apply(task_id=task.pk, view=view, agent=agent, read_since=read_since)
+    return True, view
+
+
+class PushRefused(Exception):
+    """A push notification the webhook does not record: the HTTP status and why (nothing was changed)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    recorded: bool  # False: the update was known already (a notification delivered twice)
+    state: str
+
+
+def task_push_record(*, task_pk: int, token: str, body: bytes) -> PushOutcome:
+    """Record an update a remote agent POSTed for its task (A2A push notification): the token it carries must be
+    the task's (compared in constant time), the body one A2A StreamResponse about this very task. The update is
+    applied to the task as last known, as a streamed event is, and recorded by task_apply, the write path of
+    every read; an update already known (the same one twice) changes nothing. What changed is pushed to the open
+    pages, and the agent's next cycle is brought forward (its plan may have ended: the next goal is sent).
+    PushRefused (404 unknown task, 401 wrong token, 400 a body that is no update of this task) changes nothing."""
+    task = A2ATask.objects.filter(pk=task_pk).exclude(push_token_hash="").first()
+    if task is None:
+        raise PushRefused(404, "No A2A task of this dashboard takes push notifications here. Nothing was changed.")
+    if not token or not hmac.compare_digest(push_token_hash(token), task.push_token_hash):
+        raise PushRefused(401, "The notification's token (X-A2A-Notification-Token) is not this task's. "
+                               "Nothing was changed.")
+    try:
+        event = a2a_remote.push_parse(body)
+    except RemoteError as exc:
+        raise PushRefused(400, str(exc)) from None
+    if a2a_remote.push_task_id(event) != task.task_id:
+        raise PushRefused(400, "The notification is about another task. Nothing was changed.")
+    with transaction.atomic():
+        task = A2ATask.objects.select_for_update().select_related("plan__agent").get(pk=task.pk)
+        known = a2a_remote.task_of(task.snapshot)
+        updated = a2a_remote.task_of(task.snapshot)
+        try:
+            a2a_remote.task_follow(updated, event)
+        except RemoteError as exc:
+            raise PushRefused(400, str(exc)) from None
+        if updated == known:
+            return PushOutcome(recorded=False, state=task.state)
+        view = a2a_remote.task_view(updated)
+        task_apply(task_id=task.pk, view=view, agent=task.plan.agent)
+        operator_acted_on_commit(task.plan.agent_id)
+    return PushOutcome(recorded=True, state=view.state)
 
 
 def goal_stream(*, agent: Agent, plan: Plan, goal: Goal, remote: Remote) -> str:
@@ -210,17 +355,31 @@ def goal_stream(*, agent: Agent, plan: Plan, goal: Goal, remote: Remote) -> str:
 
 
 @transaction.atomic
-def task_apply(*, task_id: int, view: TaskView, agent: Agent) -> None:
+def task_apply(*, task_id: int, view: TaskView, agent: Agent, read_since: datetime | None = None) -> None:
     """Record what is new in the task: its agent messages and artifacts as completed steps, its new state as an
-    event with the diff, and what the state means for the plan."""
+    event with the diff, and what the state means for the plan; the task as read kept as its snapshot. A read
+    begun when the task was as recorded at `read_since` is dropped when a pushed update was recorded since: it may
+    be older than that update (the next read or notification brings what is newer)."""
     task = A2ATask.objects.select_for_update().get(pk=task_id)
+    if read_since is not None and task.updated_at != read_since:
+        return
     plan = plan_lock(task.plan_id)
     label = agent_label(agent)
     position = plan.steps.count()
     new_steps: list[tuple[str, str, str]] = []  # key, description, result
-    for index, (role, text) in enumerate(view.messages[task.messages_seen:], start=task.messages_seen):
+    # A message is known by its id, whichever way it came (read, streamed or pushed, in whatever order); a task
+    # recorded before ids were kept knows its first `messages_seen` messages by their place.
+    by_place = not task.message_ids_seen
+    seen = set(task.message_ids_seen)
+    for index, ((role, text), message_id) in enumerate(zip(view.messages, view.message_ids, strict=True)):
+        if message_id in seen:
+            continue
+        seen.add(message_id)
+        task.message_ids_seen.append(message_id)
+        if by_place and index < task.messages_seen:
+            continue
         if role == "agent" and text and text != plan.clarification_question:
-            new_steps.append((f"m{index + 1}", text, text))
+            new_steps.append((f"m{len(task.message_ids_seen)}", text, text))
     for artifact_id, name, text in view.artifacts:
         if artifact_id not in task.artifacts_seen:
             task.artifacts_seen.append(artifact_id)
@@ -232,8 +391,10 @@ def task_apply(*, task_id: int, view: TaskView, agent: Agent) -> None:
         event_record(plan=plan, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label=label, step=step,
                      reason=description[:4000])
     task.messages_seen = max(task.messages_seen, len(view.messages))
+    task.snapshot = view.task_json or task.snapshot
     old_state, task.state = task.state, view.state
-    task.save(update_fields=["messages_seen", "artifacts_seen", "state", "updated_at"])
+    task.save(update_fields=["messages_seen", "message_ids_seen", "artifacts_seen", "snapshot", "state",
+                             "updated_at"])
     if old_state == view.state:
         return
     event_record(plan=plan, kind=PlanEvent.Kind.TASK_STATE, actor_label=label, reason=view.status_text[:4000],

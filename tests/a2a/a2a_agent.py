@@ -2,12 +2,16 @@
 uvicorn in a thread: it plans a few file steps (a status message and a plan artifact), asks which format the
 summary should use (input-required), then writes the summary (an artifact) and completes after the answer.
 
-`served(streaming=True)` serves a card that offers streaming; `served(token=...)` one that asks for a bearer token,
-the JSON-RPC endpoint refusing (HTTP 401) a request without it. METHODS records the JSON-RPC methods called."""
+`served(streaming=True)` serves a card that offers streaming; `served(push=True)` one that offers push
+notifications (the SDK's config store and sender: the agent POSTs each update of a task to the URL it was given,
+with its token; PUSHED records the answers it got; `push_refused=True`: the card offers them, the agent
+refuses every config); `served(token=...)` one that asks for a bearer token, the
+JSON-RPC endpoint refusing (HTTP 401) a request without it. METHODS records the JSON-RPC methods called."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -15,13 +19,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import uvicorn
 from a2a.helpers.proto_helpers import new_task
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandlerV2
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
+from a2a.server.tasks import (
+    BasePushNotificationSender,
+    InMemoryPushNotificationConfigStore,
+    InMemoryTaskStore,
+    TaskUpdater,
+)
 from a2a.types import (
     AgentCapabilities,
     AgentCard,
@@ -45,6 +55,8 @@ CANCELLED: list[str] = []  # the tasks cancelled on the agent
 METHODS: list[str] = []  # the request handler's methods called, in order
 AUTHORIZATIONS: list[str] = []  # the Authorization header of each JSON-RPC request
 THINK_SECONDS = 0.0  # how long the agent works before it asks (a test of a stream left and subscribed to again)
+WRITE_SECONDS = 0.0  # how long the agent works on the answer before it completes
+PUSHED: list[tuple[str, int]] = []  # each push notification the agent sent: (its JSON payload's kind, HTTP status)
 
 
 class FileAgent(AgentExecutor):
@@ -64,6 +76,7 @@ class FileAgent(AgentExecutor):
         answer = context.get_user_input()
         ANSWERS.append(answer)
         await updater.start_work(updater.new_agent_message([Part(text=f"Writing summary.md as {answer}")]))
+        await asyncio.sleep(WRITE_SECONDS)
         await updater.add_artifact([Part(text=f"# Summary ({answer})\nThree notes, one line each.")],
                                    name="summary.md")
         await updater.complete(updater.new_agent_message([Part(text="summary.md written")]))
@@ -84,6 +97,10 @@ class RecordingHandler(DefaultRequestHandlerV2):
         METHODS.append("SendStreamingMessage")
         async for event in super().on_message_send_stream(*args, **kwargs):
             yield event
+
+    async def on_create_task_push_notification_config(self, *args: Any, **kwargs: Any) -> Any:
+        METHODS.append("CreateTaskPushNotificationConfig")
+        return await super().on_create_task_push_notification_config(*args, **kwargs)
 
     async def on_get_task(self, *args: Any, **kwargs: Any) -> Any:
         METHODS.append("GetTask")
@@ -108,7 +125,14 @@ class BearerOnly(BaseHTTPMiddleware):
         return await call_next(request)
 
 
-def app_for(base: str, *, streaming: bool = False, token: str = "") -> Starlette:
+async def pushed(response: httpx.Response) -> None:
+    await response.aread()
+    kind = next(iter(json.loads(response.request.content) or {"?": 0}), "?")
+    PUSHED.append((kind, response.status_code))
+
+
+def app_for(base: str, *, streaming: bool = False, push: bool = False, push_refused: bool = False,
+            token: str = "") -> Starlette:
     security: dict[str, Any] = {}
     if token:
         security = {"security_schemes": {"bearer": SecurityScheme(
@@ -117,26 +141,33 @@ def app_for(base: str, *, streaming: bool = False, token: str = "") -> Starlette
     card = AgentCard(name="Summary writer", description="Summarises the notes in a folder", version="1.0",
                      supported_interfaces=[AgentInterface(url=f"{base}/a2a", protocol_binding="JSONRPC",
                                                           protocol_version="1.0")],
-                     capabilities=AgentCapabilities(streaming=streaming), default_input_modes=["text/plain"],
+                     capabilities=AgentCapabilities(streaming=streaming, push_notifications=push),
+                     default_input_modes=["text/plain"],
                      default_output_modes=["text/plain"],
                      skills=[AgentSkill(id="summarise", name="Summarise notes", description="Summarises notes",
                                         tags=["files"])], **security)
-    handler = RecordingHandler(agent_executor=FileAgent(), task_store=InMemoryTaskStore(), agent_card=card)
+    pushes: dict[str, Any] = {}
+    if push and not push_refused:  # refused: the card offers push, the SDK's handler has no store to keep configs
+        store = InMemoryPushNotificationConfigStore()
+        sender = BasePushNotificationSender(httpx.AsyncClient(event_hooks={"response": [pushed]}), store)
+        pushes = {"push_config_store": store, "push_sender": sender}
+    handler = RecordingHandler(agent_executor=FileAgent(), task_store=InMemoryTaskStore(), agent_card=card, **pushes)
     app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/a2a")])
     app.add_middleware(BearerOnly, token=token)
     return app
 
 
 @contextmanager
-def served(make: Callable[[str], Starlette] | None = None, *, streaming: bool = False,
-           token: str = "") -> Iterator[str]:
+def served(make: Callable[[str], Starlette] | None = None, *, streaming: bool = False, push: bool = False,
+           push_refused: bool = False, token: str = "") -> Iterator[str]:
     """The agent (`make`'s app for its base address, else the test agent's) on a free loopback port: yields its base
     address."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
-    app = make(base) if make is not None else app_for(base, streaming=streaming, token=token)
+    app = make(base) if make is not None else app_for(base, streaming=streaming, push=push, push_refused=push_refused,
+                                                                token=token)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)

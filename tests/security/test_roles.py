@@ -35,7 +35,10 @@ from tests.factories import (
 
 # Reachable without login: the login page itself, the load balancer's health check, and the API's schema
 # and docs (a description of the endpoints, no data; the endpoints themselves need a token).
-PUBLIC = {"login", "healthz", "admin:login", "api:openapi-json", "api:openapi-view"}
+PUBLIC = {"login", "healthz", "admin:login", "api:openapi-json", "api:openapi-view",
+          # Remote A2A agents POST their tasks' updates here: no session, each task's own secret token
+          # (without it: 401 and nothing changed, tests/a2a/test_a2a_push.py).
+          "a2a-push"}
 # Every signed-in user may use these on their own account (log out, change their own password).
 ACCOUNT = {"logout", "password_change", "password_change_done", "admin:logout", "admin:password_change",
            "admin:password_change_done", "login", "admin:login", "password_reset", "password_reset_done",
@@ -360,6 +363,9 @@ VIEWER_OWN_WRITES = {
     "notify-confirm": "finds the item; deciding checks the role",
     "notify-slack-interactions": "signed by Slack, not a session; decides only for operators",
     "notify-slack-connect": "connects one's own Slack account",
+    # A remote A2A agent's push notification: its task's token, not the session (without it: 401, nothing
+    # changed; an unknown task: 404; tests/a2a/test_a2a_push.py); it records only that task's own updates.
+    "a2a-push": "authenticated by a task's token, not a session; records that task's updates only",
 }
 
 
