@@ -359,6 +359,7 @@ class Kept:
 
     lineage: Lineage
     calls_known: bool  # its model calls are all there (read, or recorded here since)
+    since: int  # how far its export went (the first version's `trace_exported_through`, as last read or claimed)
 
 
 # The lineages this process is exporting, by (agent id, root span id): an export builds their spans from what is
@@ -401,7 +402,8 @@ def lineage_export_of(*, agent_id: int, root_id: str, kept: bool = True) -> int:
         kept_forget(key)
         return 0  # decided before anything else is read: an unsampled persona costs one query, once
     lineage = Lineage(agent=first.agent, versions=versions, events=lineage_events([v.pk for v in versions]), calls=[])
-    return spans_send(key, Kept(lineage=lineage, calls_known=False), checked=False) or 0
+    held = Kept(lineage=lineage, calls_known=False, since=first.trace_exported_through)
+    return spans_send(key, held, checked=False) or 0
 
 
 def spans_send(key: tuple[int, str], held: Kept, *, checked: bool) -> int | None:
@@ -411,7 +413,7 @@ def spans_send(key: tuple[int, str], held: Kept, *, checked: bool) -> int | None
     lineage = held.lineage
     first = lineage.versions[0]
     capture = tracing.capture_content()
-    since, now = first.trace_exported_through, timezone.now()
+    since, now = held.since, timezone.now()
     facts = lineage_facts(lineage, now=now, capture=capture)
     # A model call's span closes with its planning, or with the lineage: the calls are needed only when one did.
     if not held.calls_known and any(f.kind in ("agent", "plan") and f.closed_by > since for f in facts):
@@ -431,7 +433,7 @@ def spans_send(key: tuple[int, str], held: Kept, *, checked: bool) -> int | None
     if not claim.update(trace_exported_through=through):
         kept_forget(key)
         return None if checked else 0
-    first.trace_exported_through = through
+    held.since = through
     if lineage.ended is None:
         kept_put(key, held)
     else:
@@ -469,7 +471,7 @@ def kept_get(key: tuple[int, str]) -> Kept | None:
         return Kept(lineage=Lineage(agent=lineage.agent, versions=list(lineage.versions),
                                     events=sorted(lineage.events, key=lambda e: (e.created_at, e.pk)),
                                     calls=sorted(lineage.calls, key=lambda c: (c.created_at, c.pk))),
-                    calls_known=held.calls_known)
+                    calls_known=held.calls_known, since=held.since)
 
 
 def kept_put(key: tuple[int, str], held: Kept) -> None:
@@ -515,7 +517,7 @@ def event_keep(plan: Plan, event: PlanEvent) -> None:
                 _kept.clear()
                 _kept_of_plan.clear()
             held = _kept[key] = Kept(lineage=Lineage(agent=plan.agent, versions=[], events=[], calls=[]),
-                                     calls_known=True)
+                                     calls_known=True, since=plan.trace_exported_through)
         if event.pk is None or (event.step_id is not None and not PlanEvent.step.is_cached(event)):
             _kept.pop(key)  # cannot be kept as the records give it: read again
             return
