@@ -377,8 +377,8 @@ def lineage_export_of(*, agent_id: int, root_id: str, kept: bool = True) -> int:
     lineage ends (again, same id, if a failed lineage is reopened and ends later).
 
     The spans are built from what this process kept of the lineage (`kept`, as its services wrote it) when it
-    holds it all: then the export is one query, the claim, which also checks that the records say what was kept
-    (the number of versions, events and model calls, the latest of each, what the spans say of the versions).
+    holds it all: then the export is one query, the claim, which also checks that the records hold as many of its
+    events and model calls as were kept (`kept_unchanged`).
     Otherwise (the lineage began in another process, another process wrote to it since, or the claim's check
     failed) the lineage is read again: three queries (the versions with their agent, their events, the claim), a
     fourth for the model calls when a planning or the lineage closed; one for a persona lineage outside the
@@ -445,7 +445,8 @@ def spans_send(key: tuple[int, str], held: Kept, *, checked: bool) -> int | None
 def kept_unchanged(claim: QuerySet[Plan], held: Kept) -> QuerySet[Plan]:
     """`claim` only if the records hold as many events of the lineage (of any of its versions, a new one too) and
     model calls of its versions as `held` does: then every record written since, here or elsewhere, is in it (a
-    version is only ever created with its CREATED event, and a version changes with an event saying so)."""
+    version is created with its CREATED event, and what the spans read of a version, its creation and its
+    events set)."""
     lineage = held.lineage
     first = lineage.versions[0]
     checks = [Exact(tally(PlanEvent.objects.filter(plan__agent_id=lineage.agent.pk,
