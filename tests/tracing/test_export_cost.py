@@ -96,3 +96,23 @@ def test_nothing_is_kept_while_export_is_off(operator: Any, settings: Any) -> No
     trace_spans._kept.clear()
     plan_generate(agent=reporter(), goal_text="Write a report from the notes")
     assert trace_spans._kept == {}
+
+
+def test_a_decision_rolled_back_is_not_in_the_trace(operator: Any, exported: InMemorySpanExporter) -> None:
+    from django.db import transaction
+
+    from planning.services import plan_approve
+
+    plan = plan_generate(agent=reporter(), goal_text="Write a report from the notes")
+    assert exported_by_the_hook(plan)[1] == 1
+    with pytest.raises(RuntimeError), transaction.atomic():  # approved, then the request failed: nothing stays
+        plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+        raise RuntimeError
+    plan = Plan.objects.get(pk=plan.pk)
+    assert plan.status == Plan.Status.AWAITING_APPROVAL
+    plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+    run_cycles(plan.agent)
+    sent, queries = exported_by_the_hook(plan)
+    assert sent >= 4 and queries > 1  # what was kept says more than the records: read again
+    [wait] = by_name(list(exported.get_finished_spans()), "await_approval")
+    assert [e.name for e in wait.events] == ["approval_requested", "approved"]
