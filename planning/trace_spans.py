@@ -428,8 +428,8 @@ def spans_send(key: tuple[int, str], held: Kept, *, checked: bool) -> int | None
     through = max(f.closed_by for f in facts)
     # Claimed before it is sent: two processes closing spans of one lineage at once never send a span twice.
     claim: QuerySet[Plan] = Plan.objects.filter(pk=first.pk, trace_exported_through=since)
-    if checked:
-        claim = kept_unchanged(claim, held)
+    if checked:  # the model calls matter when a planning or the lineage closed (their spans go with it)
+        claim = kept_unchanged(claim, held, calls=any(f.kind in ("agent", "plan") for f in facts))
     if not claim.update(trace_exported_through=through):
         kept_forget(key)
         return None if checked else 0
@@ -442,16 +442,16 @@ def spans_send(key: tuple[int, str], held: Kept, *, checked: bool) -> int | None
                                 parent_id=first.trace_parent_id, facts=facts)
 
 
-def kept_unchanged(claim: QuerySet[Plan], held: Kept) -> QuerySet[Plan]:
+def kept_unchanged(claim: QuerySet[Plan], held: Kept, *, calls: bool) -> QuerySet[Plan]:
     """`claim` only if the records hold as many events of the lineage (of any of its versions, a new one too) and
-    model calls of its versions as `held` does: then every record written since, here or elsewhere, is in it (a
+    (`calls`) model calls of its versions as `held` does: then every record written since, here or elsewhere, is in it (a
     version is created with its CREATED event, and what the spans read of a version, its creation and its
     events set)."""
     lineage = held.lineage
     first = lineage.versions[0]
     checks = [Exact(tally(PlanEvent.objects.filter(plan__agent_id=lineage.agent.pk,
                                                    plan__trace_root_id=first.trace_root_id)), len(lineage.events))]
-    if held.calls_known:
+    if calls:
         checks.append(Exact(tally(LLMCall.objects.filter(plan_id__in=[v.pk for v in lineage.versions])),
                             len(lineage.calls)))
     return claim.filter(*checks)

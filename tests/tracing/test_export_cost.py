@@ -116,3 +116,21 @@ def test_a_decision_rolled_back_is_not_in_the_trace(operator: Any, exported: InM
     assert sent >= 4 and queries > 1  # what was kept says more than the records: read again
     [wait] = by_name(list(exported.get_finished_spans()), "await_approval")
     assert [e.name for e in wait.events] == ["approval_requested", "approved"]
+
+
+def test_a_model_call_recorded_elsewhere_is_in_the_trace(operator: Any, exported: InMemorySpanExporter) -> None:
+    from agents.models import LLMCall
+    from planning.services import plan_approve
+
+    plan = plan_generate(agent=reporter(), goal_text="Write a report from the notes")
+    # Another process asked a model about this plan (its call is not in this process's memory).
+    LLMCall.objects.create(agent=plan.agent, plan=plan, purpose=LLMCall.Purpose.REPLAN, provider="openai",
+                           model="elsewhere-model", tokens_in=7, tokens_out=3)
+    sent, queries = exported_by_the_hook(plan)
+    assert sent >= 2 and queries > 1  # read again
+    plan_approve(plan=plan, user=operator, mode=Plan.ApprovalMode.ALL)
+    run_cycles(plan.agent)
+    exported_by_the_hook(plan)
+    chats = by_name(list(exported.get_finished_spans()), "chat ")
+    assert "chat elsewhere-model" in {c.name for c in chats}
+    assert len({c.context.span_id for c in chats}) == len(chats)  # each call once
