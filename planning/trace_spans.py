@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,6 +26,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Func, QuerySet, Subquery
+from django.db.models.lookups import Exact
 from django.utils import timezone
 
 from agents.models import Agent, LLMCall
@@ -46,6 +49,10 @@ HUMAN_ACTS: dict[str, str] = {
     PlanEvent.Kind.STEP_SKIPPED: "skipped", PlanEvent.Kind.STEP_EDITED: "edited", PlanEvent.Kind.PLAN_EDITED: "edited",
     PlanEvent.Kind.PLAN_CANCELLED: "cancelled", PlanEvent.Kind.CLARIFIED: "answered",
 }
+# The status a lineage's last version has when an event ended the lineage.
+END_STATUS: dict[str, str] = {PlanEvent.Kind.PLAN_COMPLETED: Plan.Status.COMPLETED,
+                              PlanEvent.Kind.PLAN_CANCELLED: Plan.Status.CANCELLED,
+                              PlanEvent.Kind.PLAN_FAILED: Plan.Status.FAILED}
 STEP_ENDS: dict[str, str] = {PlanEvent.Kind.STEP_COMPLETED: "completed", PlanEvent.Kind.STEP_FAILED: "failed",
              PlanEvent.Kind.STEP_ROLLED_BACK: "rolled_back"}
 
@@ -142,7 +149,8 @@ def lineage_facts(lineage: Lineage, *, now: datetime, capture: bool = False) -> 
                         "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent.name,
                         "gen_ai.agent.id": str(agent.pk), "planner.agent.kind": agent.kind,
                         "planner.goal": versions[0].goal_text, "planner.plan.id": versions[0].pk,
-                        "planner.versions": len(versions), "planner.outcome": last.status,
+                        "planner.versions": len(versions),
+                        "planner.outcome": END_STATUS[ended.kind] if ended else last.status,
                         "planner.open": ended is None}, closed_by=ended.pk if ended else 0)
     if ended is not None and ended.kind == PlanEvent.Kind.PLAN_FAILED:
         root.error = ended.reason or "the plan failed"
@@ -338,55 +346,212 @@ _kinds: dict[int, str] = {}
 
 
 def lineage_export(plan_id: int) -> int:
-    """Export the spans of the lineage of `plan_id` closed since its last export; the number exported (see
-    `lineage_export_of`)."""
+    """Export the spans of the lineage of `plan_id` closed since its last export, read from the records (not from
+    what this process kept of it); the number exported (see `lineage_export_of`)."""
     plan = Plan.objects.filter(pk=plan_id).only("agent_id", "trace_root_id").first()
-    return lineage_export_of(agent_id=plan.agent_id, root_id=plan.trace_root_id) if plan is not None else 0
+    return lineage_export_of(agent_id=plan.agent_id, root_id=plan.trace_root_id, kept=False) if plan is not None else 0
 
 
-def lineage_export_of(*, agent_id: int, root_id: str) -> int:
+@dataclass
+class Kept:
+    """A lineage as this process holds it between exports: what its last export read, and every event (and model
+    call) of it this process wrote since, as the services wrote them."""
+
+    lineage: Lineage
+    calls_known: bool  # its model calls are all there (read, or recorded here since)
+    since: int  # how far its export went (the first version's `trace_exported_through`, as last read or claimed)
+
+
+# The lineages this process is exporting, by (agent id, root span id): an export builds their spans from what is
+# kept here instead of reading them again. Bounded: a forgotten lineage is read again at its next export.
+_kept: dict[tuple[int, str], Kept] = {}
+_kept_of_plan: dict[int, tuple[int, str]] = {}  # a version's lineage, for its model calls
+_kept_lock = threading.Lock()
+KEPT_REMEMBERED = 1024
+
+
+def lineage_export_of(*, agent_id: int, root_id: str, kept: bool = True) -> int:
     """Export the spans of a lineage (its agent, its root span's id) closed since its last export; the number
     exported. Each span goes once, with the first export after the record that closed it (EXPORT_AT says when):
     a planning with its model calls, a wait with the person's act, a step with its result, the root when the
     lineage ends (again, same id, if a failed lineage is reopened and ends later).
 
-    Three queries (the versions with their agent, their events, the claim), a fourth for the model calls when a
-    planning or the lineage closed; one for a persona lineage outside the sample (none once the process knows
-    the agent's kind: `events_traced`)."""
+    The spans are built from what this process kept of the lineage (`kept`, as its services wrote it) when it
+    holds it all: then the export is one query, the claim, which also checks that the records hold as many of its
+    events and model calls as were kept (`kept_unchanged`).
+    Otherwise (the lineage began in another process, another process wrote to it since, or the claim's check
+    failed) the lineage is read again: three queries (the versions with their agent, their events, the claim), a
+    fourth for the model calls when a planning or the lineage closed; one for a persona lineage outside the
+    sample (none once the process knows the agent's kind: `events_traced`)."""
     if not root_id or not tracing.export_on():
         return 0  # a plan made before traces: nothing to join, nothing exported
+    key = (agent_id, root_id)
+    if kept and (held := kept_get(key)) is not None and held.lineage.versions:
+        first = held.lineage.versions[0]
+        if not tracing.sampled(first.trace_id, sample_ratio(kind_remember(agent_id, held.lineage.agent.kind))):
+            kept_forget(key)
+            return 0
+        exported = spans_send(key, held, checked=True)
+        if exported is not None:
+            return exported
     versions = lineage_versions(agent_id=agent_id, root_id=root_id)
     if not versions or not versions[0].trace_id:
         return 0
     first = versions[0]
-    if len(_kinds) >= EXPORTED_REMEMBERED:
-        _kinds.clear()
-    _kinds[agent_id] = first.agent.kind
-    if not tracing.sampled(first.trace_id, sample_ratio(first.agent.kind)):
+    if not tracing.sampled(first.trace_id, sample_ratio(kind_remember(agent_id, first.agent.kind))):
+        kept_forget(key)
         return 0  # decided before anything else is read: an unsampled persona costs one query, once
-    capture = tracing.capture_content()
-    since, now = first.trace_exported_through, timezone.now()
     lineage = Lineage(agent=first.agent, versions=versions, events=lineage_events([v.pk for v in versions]), calls=[])
+    held = Kept(lineage=lineage, calls_known=False, since=first.trace_exported_through)
+    return spans_send(key, held, checked=False) or 0
+
+
+def spans_send(key: tuple[int, str], held: Kept, *, checked: bool) -> int | None:
+    """Export the spans of `held` closed since the lineage's last export, and keep the lineage as exported (until
+    it ends); the number exported. `checked`: built from what this process kept, so the claim checks the records
+    still say the same; None when they do not (or the model calls are needed and were not kept): read again."""
+    lineage = held.lineage
+    first = lineage.versions[0]
+    capture = tracing.capture_content()
+    since, now = held.since, timezone.now()
     facts = lineage_facts(lineage, now=now, capture=capture)
-    # A model call's span closes with its planning, or with the lineage: read the calls only when one of those did.
-    if any(f.kind in ("agent", "plan") and f.closed_by > since for f in facts):
-        lineage.calls = lineage_calls([v.pk for v in versions], capture=capture)
+    # A model call's span closes with its planning, or with the lineage: the calls are needed only when one did.
+    if not held.calls_known and any(f.kind in ("agent", "plan") and f.closed_by > since for f in facts):
+        if checked:
+            return None
+        lineage.calls, held.calls_known = lineage_calls([v.pk for v in lineage.versions], capture=capture), True
         facts = lineage_facts(lineage, now=now, capture=capture)
     facts = [f for f in facts if f.closed_by > since]
     if not facts:
+        kept_put(key, held)
         return 0
     through = max(f.closed_by for f in facts)
     # Claimed before it is sent: two processes closing spans of one lineage at once never send a span twice.
-    if not Plan.objects.filter(pk=first.pk, trace_exported_through=since).update(trace_exported_through=through):
-        return 0
+    claim: QuerySet[Plan] = Plan.objects.filter(pk=first.pk, trace_exported_through=since)
+    if checked:  # the model calls matter when a planning or the lineage closed (their spans go with it)
+        claim = kept_unchanged(claim, held, calls=any(f.kind in ("agent", "plan") for f in facts))
+    if not claim.update(trace_exported_through=through):
+        kept_forget(key)
+        return None if checked else 0
+    held.since = through
+    if lineage.ended is None:
+        kept_put(key, held)
+    else:
+        kept_forget(key)  # ended: nothing more to export, unless an operator reopens it (then it is read again)
     return tracing.spans_export(trace_id=first.trace_id, root_id=first.trace_root_id,
                                 parent_id=first.trace_parent_id, facts=facts)
+
+
+def kept_unchanged(claim: QuerySet[Plan], held: Kept, *, calls: bool) -> QuerySet[Plan]:
+    """`claim` only if the records hold as many events of the lineage (of any of its versions, a new one too) and
+    (`calls`) model calls of its versions as `held` does: then every record written since, here or elsewhere, is in it (a
+    version is created with its CREATED event, and what the spans read of a version, its creation and its
+    events set)."""
+    lineage = held.lineage
+    first = lineage.versions[0]
+    checks = [Exact(tally(PlanEvent.objects.filter(plan__agent_id=lineage.agent.pk,
+                                                   plan__trace_root_id=first.trace_root_id)), len(lineage.events))]
+    if calls:
+        checks.append(Exact(tally(LLMCall.objects.filter(plan_id__in=[v.pk for v in lineage.versions])),
+                            len(lineage.calls)))
+    return claim.filter(*checks)
+
+
+def tally(rows: QuerySet[Any]) -> Subquery:
+    """The number of `rows`, as a subquery."""
+    return Subquery(rows.order_by().annotate(n=Func(F("pk"), function="COUNT")).values("n"))
+
+
+def kept_get(key: tuple[int, str]) -> Kept | None:
+    """What this process kept of a lineage, as a copy its writers will not change while it is exported."""
+    with _kept_lock:
+        held = _kept.get(key)
+        if held is None:
+            return None
+        lineage = held.lineage
+        return Kept(lineage=Lineage(agent=lineage.agent, versions=list(lineage.versions),
+                                    events=sorted(lineage.events, key=lambda e: (e.created_at, e.pk)),
+                                    calls=sorted(lineage.calls, key=lambda c: (c.created_at, c.pk))),
+                    calls_known=held.calls_known, since=held.since)
+
+
+def kept_put(key: tuple[int, str], held: Kept) -> None:
+    with _kept_lock:
+        if key not in _kept and len(_kept) >= KEPT_REMEMBERED:
+            _kept.clear()
+            _kept_of_plan.clear()
+        # What this process wrote meanwhile (events are kept as they are written, before their commit) stays.
+        if (now := _kept.get(key)) is not None:
+            known = {e.pk for e in held.lineage.events}
+            held.lineage.events += [e for e in now.lineage.events if e.pk not in known]
+            known = {c.pk for c in held.lineage.calls}
+            held.lineage.calls += [c for c in now.lineage.calls if c.pk not in known]
+            for version in now.lineage.versions:
+                version_keep(held.lineage, version)
+        _kept[key] = held
+        for version in held.lineage.versions:
+            _kept_of_plan[version.pk] = key
+
+
+def kept_forget(key: tuple[int, str]) -> None:
+    with _kept_lock:
+        held = _kept.pop(key, None)
+        for version in held.lineage.versions if held is not None else ():
+            _kept_of_plan.pop(version.pk, None)
+
+
+def version_keep(lineage: Lineage, plan: Plan) -> None:
+    """The version as last written (replacing the one kept of it), in version order."""
+    lineage.versions = sorted([v for v in lineage.versions if v.pk != plan.pk] + [plan], key=lambda v: (v.version, v.pk))
+
+
+def event_keep(plan: Plan, event: PlanEvent) -> None:
+    """Keep an event as a service wrote it, with its version, for the lineage's next export. A lineage not kept
+    yet is kept from its first version's first event on (the claim's check tells whether that was all of it)."""
+    key = (plan.agent_id, plan.trace_root_id)
+    with _kept_lock:
+        held = _kept.get(key)
+        if held is None:
+            if plan.previous_id is not None or not Plan.agent.is_cached(plan):
+                return  # read at its next export, and kept from then on
+            if len(_kept) >= KEPT_REMEMBERED:
+                _kept.clear()
+                _kept_of_plan.clear()
+            held = _kept[key] = Kept(lineage=Lineage(agent=plan.agent, versions=[], events=[], calls=[]),
+                                     calls_known=True, since=plan.trace_exported_through)
+        if event.pk is None or (event.step_id is not None and not PlanEvent.step.is_cached(event)):
+            _kept.pop(key)  # cannot be kept as the records give it: read again
+            return
+        version_keep(held.lineage, plan)
+        held.lineage.events.append(event)
+        _kept_of_plan[plan.pk] = key
+
+
+def calls_traced(calls: Sequence[LLMCall]) -> None:
+    """The hook of the write of model calls (agents/llm_calls.py): a call of a lineage this process keeps is kept
+    with it. Nothing with export off."""
+    if not tracing.export_on() or not _kept_of_plan:
+        return
+    with _kept_lock:
+        for call in calls:
+            if (key := _kept_of_plan.get(call.plan_id or 0)) is not None and (held := _kept.get(key)) is not None:
+                if call.pk is None:
+                    held.calls_known = False
+                else:
+                    held.lineage.calls.append(call)
 
 
 # The lineages whose export this process already took past an event id: a second callback of the same commit (a
 # replan's planning ended and its first step put up for approval at once) costs nothing. Bounded: forgotten lineages just read again.
 _exported: dict[str, int] = {}
 EXPORTED_REMEMBERED = 4096
+
+
+def kind_remember(agent_id: int, kind: str) -> str:
+    if len(_kinds) >= EXPORTED_REMEMBERED:
+        _kinds.clear()
+    _kinds[agent_id] = kind
+    return kind
 
 
 def lineage_export_safe(agent_id: int, root_id: str, event_id: int) -> None:
@@ -405,25 +570,35 @@ def lineage_export_safe(agent_id: int, root_id: str, event_id: int) -> None:
 # or waits for a person: its approval, an answer), the start of a wait for a person (a step put up for approval),
 # the lineage's end. So whenever the plan waits for a person, the tracing tool holds everything before the wait.
 # Not a person's act (its wait goes with the plan's next planning, wait or end: a decline's replan, the next step
-# up for approval, the end), nor a step's result (the most frequent event): each export rereads the lineage, and
-# these would add one for spans that follow shortly anyway.
+# up for approval, the end), nor a step's result (the most frequent event): these would add an export (its
+# claim) for spans that follow shortly anyway.
 EXPORT_AT = frozenset({*PLANNING_ENDS, *LINEAGE_ENDS, PlanEvent.Kind.STEP_AWAITING})
 
 
 def events_traced(events: Sequence[PlanEvent]) -> Sequence[PlanEvent]:
-    """The hook of every write of events (event_record, and the runners' batches): once they commit, the spans
-    closed since the last export are exported (with export on; nothing otherwise). The events, for chaining."""
+    """The hook of every write of events (event_record, and the runners' batches): each event of a traced
+    lineage is kept with it (`event_keep`), and once they commit, the spans closed since the last export are
+    exported (with export on; nothing otherwise). The events, for chaining."""
     if not tracing.export_on():
         return events
     latest: dict[tuple[int, str], int] = {}
     for event in events:
-        if event.plan_id is not None and event.kind in EXPORT_AT:
-            plan = event.plan  # the version the event was written with: its lineage's ids, no query
-            kind = _kinds.get(plan.agent_id) if plan is not None else None
-            if plan is not None and plan.trace_root_id and (
-                    kind is None or tracing.sampled(plan.trace_id, sample_ratio(kind))):
-                lineage = (plan.agent_id, plan.trace_root_id)
-                latest[lineage] = max(latest.get(lineage, 0), event.pk or 0)
+        cached = PlanEvent.plan.is_cached(event)
+        if event.plan_id is None or not (cached or event.kind in EXPORT_AT):
+            continue  # written without its version at hand: its lineage is read at its next export
+        plan = event.plan  # the version the event was written with (as the services do): its lineage's ids, no query
+        if plan is None or not plan.trace_root_id:
+            continue
+        kind = _kinds.get(plan.agent_id)
+        if kind is None and Plan.agent.is_cached(plan):
+            kind = kind_remember(plan.agent_id, plan.agent.kind)
+        if kind is not None and not tracing.sampled(plan.trace_id, sample_ratio(kind)):
+            continue
+        if cached:
+            event_keep(plan, event)
+        if event.kind in EXPORT_AT:
+            lineage = (plan.agent_id, plan.trace_root_id)
+            latest[lineage] = max(latest.get(lineage, 0), event.pk or 0)
     for (agent_id, root_id), event_id in sorted(latest.items()):
         transaction.on_commit(functools.partial(lineage_export_safe, agent_id, root_id, event_id))
     return events

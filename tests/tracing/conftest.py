@@ -25,6 +25,8 @@ def exported() -> Iterator[InMemorySpanExporter]:
 
     trace_spans._exported.clear()  # ids come again from test to test
     trace_spans._kinds.clear()
+    trace_spans._kept.clear()  # what a test's services wrote, kept for the next export: not the next test's
+    trace_spans._kept_of_plan.clear()
     exporter = InMemorySpanExporter()
     tracing.provider_install(exporter)
     yield exporter
