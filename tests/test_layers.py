@@ -30,7 +30,7 @@ APPS = ("agents", "goals", "planning", "planner_site", "policies", "notification
 TOP_PARTS = frozenset({
     "accounts", "admin", "admin_audit", "api", "api_ws", "apps", "asgi", "asgi_guards", "consumers", "error_pages",
     "forms", "health", "live", "management", "mcp_server", "mcp_tasks", "routing", "templatetags", "urls",
-    "views", "views_audit", "views_editor", "views_inbox", "views_slack", "views_confirm", "forms_slack",
+    "views", "views_audit", "views_editor", "views_inbox", "views_slack", "views_confirm", "forms_slack", "views_a2a",
 })
 RUNTIME = ("runtime",)
 PURE = ("agents.llm", "agents.connections", "agents.tools", "planning.engine", "planner_site.outbound",
