@@ -3,10 +3,13 @@ runner, the planner and external agents: one transaction each, a PlanEvent, a pu
 
 One module per noun it writes:
 
-    plans.py         a plan approved, cancelled, sent back, a question answered; completed or abandoned
+    plans.py         a plan approved, cancelled, sent back, a question answered; completed or abandoned; the
+                     open plans of finished goals closed
     steps.py         a step approved, declined, skipped, edited, rolled back; put up for approval, started, finished
     versions.py      a plan's versions: the planner's writes (started, attempts, accepted, asked, failed, retried)
                      and an operator's edit as version n+1, refused on a stale version
+    cycles.py        persona cycles recorded, a pass's or one cycle's (a list of one): experiences, steps, plans,
+                     events; the agents' own rows through agents/services.py
     agents.py        a tool agent created and files put into its workspace; an agent's status, a goal given to
                      it, what it waits for and its next automatic retry
     events.py        the PlanEvent each write records, pushed after commit

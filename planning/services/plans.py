@@ -5,16 +5,19 @@ each, a PlanEvent, a push after commit."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.utils import timezone
 
 from agents.llm.limits import plan_calls_abort
 from agents.models import Agent
 from agents.tools import MAX_FILE_BYTES, ToolError, workspace_resolve
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
+from planner_site.events import publish_changed_on_commit
 from planning.engine.goal_check import OutputFile, goal_outputs, outcome_problems
 from planning.engine.shown import PLAN_CHANGED
 from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
@@ -22,6 +25,7 @@ from planning.services.agents import agent_retry_sync, agent_waiting_set
 from planning.services.errors import DecisionError, PlanNotAwaitingApproval
 from planning.services.events import actor_name, event_record, reason_clean
 from planning.services.transactions import atomic_retried, plan_lock
+from planning.trace_spans import events_traced
 
 # A plan in one of these states is history: nothing reopens it (a failed plan may still be replanned).
 PLAN_FINAL = (Plan.Status.COMPLETED, Plan.Status.ACCEPTED, Plan.Status.CANCELLED, Plan.Status.REPLANNED,
@@ -267,3 +271,75 @@ def plan_abandon(*, plan: Plan, runner: str, reason: str) -> None:
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan '{plan.goal_text[:60]}' abandoned: {reason[:120]}")
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason,
                  detail={"abandoned": True, "confidence_penalty": PLAN_ABANDON_PENALTY})
+
+
+# --- plans closed with their goals (a persona's cycle, a goal's milestone) ----------------------------------
+
+
+PLAN_CLOSED = {"status": Plan.Status.CANCELLED, "replan_reason": ""}
+
+
+UNFINISHED_STEP_STATUSES = [PlanStep.Status.PENDING, PlanStep.Status.RUNNING, PlanStep.Status.AWAITING_APPROVAL]
+
+
+def plans_closed_steps(closed: Sequence[tuple[Plan, str]], *, runner: str, now: Any) -> list[PlanEvent]:
+    """The rest of closing plans once their rows say closed: their unfinished steps skipped (one read, one
+    UPDATE), an event each (unsaved)."""
+    skipped = PlanStep.objects.filter(plan__in=[plan for plan, _ in closed], status__in=UNFINISHED_STEP_STATUSES)
+    rows: dict[int, list[tuple[str, str]]] = {}
+    for plan_id, key, status in skipped.order_by("plan_id", "position").values_list("plan_id", "key", "status"):
+        rows.setdefault(plan_id, []).append((key, status))
+    if rows:
+        skipped.update(status=PlanStep.Status.SKIPPED, updated_at=now)
+    events = []
+    for plan, reason in closed:
+        plan.status, plan.replan_reason = PLAN_CLOSED["status"], PLAN_CLOSED["replan_reason"]
+        keys = [key for key, _ in rows.get(plan.pk, [])]
+        detail: dict[str, Any] = {"skipped": keys, "goal_finished": True}
+        # A request that waited for an operator leaves the inbox with nobody's decision on it: the audit and the
+        # plan page say so, and why.
+        withdrawn = [key for key, status in rows.get(plan.pk, []) if status == PlanStep.Status.AWAITING_APPROVAL]
+        if withdrawn:
+            detail["withdrawn"] = withdrawn
+            reason = f"{reason}; step {', '.join(withdrawn)} left the inbox with nobody's decision"
+        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_CANCELLED,
+                                actor_label=runner, reason=reason[:2000], detail=detail))
+    return events
+
+
+@transaction.atomic
+def goals_plans_close(closing: Sequence[tuple[Goal, str]], *, runner: str) -> None:
+    """Close every open plan of goals that just finished, each with its reason, in one transaction."""
+    plans = goals_open_plans_locked([goal.pk for goal, _ in closing])
+    events_traced(PlanEvent.objects.bulk_create(goals_plans_closed(closing, plans, runner=runner)))
+
+
+def goals_open_plans_locked(goal_ids: Sequence[int]) -> list[Plan]:
+    """The open plans of these goals, locked in id order (plans first: the services' lock order)."""
+    return list(Plan.objects.select_for_update().filter(goal_id__in=goal_ids).open().order_by("pk")) if goal_ids else []
+
+
+def goals_plans_closed(closing: Sequence[tuple[Goal, str]], plans: Sequence[Plan], *, runner: str,
+                       completed: bool = False) -> list[PlanEvent]:
+    """The open plans of goals that just finished (`plans`, locked by the caller: those of other goals are left
+    alone) closed, each with its goal's reason; their events (unsaved), pushed after commit. `completed`: the
+    milestone check said yes just now, which the agent's timeline records as "Goal completed" with its
+    explanation."""
+    reasons = {goal.pk: reason for goal, reason in closing}
+    plans = [plan for plan in plans if plan.goal_id in reasons]
+    now = timezone.now()
+    if plans:
+        Plan.objects.filter(pk__in=[p.pk for p in plans]).update(**PLAN_CLOSED, updated_at=now)
+    events = plans_closed_steps([(plan, reasons[plan.goal_id or 0]) for plan in plans], runner=runner, now=now)
+    if completed:
+        events += [PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_COMPLETED, actor_label=runner,
+                             reason=f"{goal.description}: {goal.milestone_explanation}"[:2000],
+                             detail={"goal": goal.pk, "milestone": True}) for goal, _ in closing]
+        for agent_id in sorted({goal.agent_id for goal, _ in closing}):
+            publish_changed_on_commit(agent_id=agent_id, kind="goal_completed")
+    for plan in plans:
+        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_closed")
+    return events
+
+
+# --- the Django admin -----------------------------------------------------------------------------------------
