@@ -257,6 +257,9 @@ def lessons_learn(learned: Sequence[tuple[Agent, str | None, Experience]]) -> No
 
 
 
+# --- the Django admin -----------------------------------------------------------------------------------------
+
+
 def admin_event_record(*, user: Any, agent_id: int, plan_id: int | None, what: str, diff: dict[str, Any]) -> PlanEvent:
     """An ADMIN_EDIT event naming the operator and the diff, on the agent's open plan when it has one (else on
     the agent alone), pushed after commit."""

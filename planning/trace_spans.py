@@ -47,7 +47,7 @@ HUMAN_ACTS: dict[str, str] = {
     PlanEvent.Kind.PLAN_CANCELLED: "cancelled", PlanEvent.Kind.CLARIFIED: "answered",
 }
 STEP_ENDS: dict[str, str] = {PlanEvent.Kind.STEP_COMPLETED: "completed", PlanEvent.Kind.STEP_FAILED: "failed",
-             PlanEvent.Kind.STEP_ROLLED_BACK: "rolled_back"}
+             PlanEvent.Kind.STEP_ROLLED_BACK: "rolled_back", PlanEvent.Kind.STEP_CANCELLED: "cancelled"}
 
 
 def lineage_ends(event: PlanEvent) -> bool:

@@ -293,8 +293,8 @@ def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "
     fence_hold()
     step = step_lock(step.pk)
     plan = step.plan
-    if step.is_done or step.status in (PlanStep.Status.FAILED, PlanStep.Status.DECLINED):
-        return step  # already decided: never applied twice
+    if step.is_done or step.status in (PlanStep.Status.FAILED, PlanStep.Status.DECLINED, PlanStep.Status.CANCELLED):
+        return step  # already decided (a cancelled step's plan was closed while it ran): never applied twice
     detail: dict[str, Any] = {"experience": experience_id} if experience_id else {}
     step.elapsed_ms = step_elapsed_ms(step)
     if step.elapsed_ms is not None:
