@@ -5,7 +5,8 @@ One module per noun it writes:
 
     plans.py         a plan approved, cancelled, sent back, a question answered; completed or abandoned; the
                      open plans of finished goals closed
-    steps.py         a step approved, declined, skipped, edited, rolled back; put up for approval, started, finished
+    steps.py         a step approved, declined, skipped, edited, rolled back; put up for approval, started, finished;
+                     the steps an outside agent reports it took
     versions.py      a plan's versions: the planner's writes (started, attempts, accepted, asked, failed, retried)
                      and an operator's edit as version n+1, refused on a stale version
     cycles.py        persona cycles recorded, a pass's or one cycle's (a list of one): experiences, steps, plans,
@@ -79,6 +80,7 @@ from planning.services.steps import (
     step_rollback,
     step_skip,
     step_start,
+    steps_reported,
     steps_request_approval,
 )
 from planning.services.transactions import (
@@ -189,6 +191,7 @@ __all__ = [
     "step_outcome_unknown",
     "step_lock",
     "step_move",
+    "steps_reported",
     "steps_request_approval",
     "step_rollback",
     "step_skip",

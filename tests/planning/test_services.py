@@ -132,6 +132,22 @@ def test_the_state_machine_cancels_only_a_running_step_and_a_cancelled_step_is_f
             services.step_move(step=running, status=status)
 
 
+def test_steps_an_outside_agent_reports_follow_the_plans_steps_each_recorded() -> None:
+    plan = PlanFactory()
+    PlanStepFactory(plan=plan, key="1", position=1, status=PlanStep.Status.COMPLETED)
+    added = services.steps_reported(plan=plan, actor_label="Researcher (A2A)", reported=[
+        (PlanStep(key="m2", description="Found three sources", status=PlanStep.Status.COMPLETED), "Found three"),
+        (PlanStep(key="a1", description="Artifact report", status=PlanStep.Status.RUNNING), "Artifact report")])
+    assert [(s.key, s.position) for s in added] == [("m2", 2), ("a1", 3)]
+    assert list(plan.events.order_by("pk").values_list("step__key", "kind", "actor_label")) == [
+        ("m2", PlanEvent.Kind.STEP_COMPLETED, "Researcher (A2A)"), ("a1", PlanEvent.Kind.STEP_STARTED,
+                                                                    "Researcher (A2A)")]
+    with pytest.raises(ValueError, match="completed or running, not pending"):
+        services.steps_reported(plan=plan, actor_label="Researcher (A2A)",
+                                reported=[(PlanStep(key="x", description="x"), "x")])
+    assert plan.steps.count() == 3
+
+
 def test_agent_pause_is_recorded_on_the_open_plan(operator: object) -> None:
     plan = PlanFactory()
     services.agent_set_status(agent=plan.agent, user=operator, status="paused")
