@@ -1,8 +1,8 @@
 """The agents' own writes: a cycle counted and its next one due, an operator's decision bringing the next cycle
 forward; the rows of a persona pass that are the agents' (their counts and emotions, needs, goals, lessons:
 written by planning/services/cycles.py persona_cycles_record, which records the plans, steps and events); the
-Django admin's changes and the API tokens, each recorded; and the one bulk write of checked, locked rows
-(rows_write).
+API tokens, each recorded; and the one bulk write of checked, locked rows (rows_write). The Django admin's
+changes are recorded by planning/services/audit.py.
 
 A cycle is numbered: the agent's cycle_count moves from n to n + 1 in the same transaction that records
 experience n + 1, so a cycle re-run after a runner died (or driven twice) changes nothing twice.
@@ -11,12 +11,11 @@ experience n + 1, so a cycle re-run after a runner died (or driven twice) change
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.core import serializers
 from django.db import transaction
 from django.db.models import Case, F, JSONField, QuerySet, Value, When
 from django.db.models.functions import Greatest, Least
@@ -24,11 +23,10 @@ from django.utils import timezone
 
 from agents.fencing import fence_current, fence_hold
 from agents.models import Agent, AgentToken, Experience, Lesson, Need
-from agents.signals import operator_acted_on_commit
 from goals.models import Goal
 from goals.system import GoalState, clamp_unit
 from planner_site.events import publish_changed_on_commit
-from planning.models import Plan, PlanEvent
+from planning.models import PlanEvent
 
 
 def cycle_next_at(agent: Agent, now: Any) -> Any:
@@ -255,79 +253,7 @@ def lessons_learn(learned: Sequence[tuple[Agent, str | None, Experience]]) -> No
                                 for (pk, text), (agent, experience) in wanted.items() if (pk, text) not in known])
 
 
-
-
-# --- the Django admin -----------------------------------------------------------------------------------------
-
-
-def admin_event_record(*, user: Any, agent_id: int, plan_id: int | None, what: str, diff: dict[str, Any]) -> PlanEvent:
-    """An ADMIN_EDIT event naming the operator and the diff, on the agent's open plan when it has one (else on
-    the agent alone), pushed after commit."""
-    if plan_id is None:
-        plan_id = (Plan.objects.filter(agent_id=agent_id).open().order_by("-created_at")
-                   .values_list("pk", flat=True).first())
-    event = PlanEvent.objects.create(
-        plan_id=plan_id, agent_id=agent_id, kind=PlanEvent.Kind.ADMIN_EDIT,
-        actor=user if user.is_authenticated else None, actor_label=user.get_username(), reason=what,
-        detail={"diff": diff},
-    )
-    publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_edit")
-    if event.actor_id is not None:
-        operator_acted_on_commit(agent_id)
-    return event
-
-
-@transaction.atomic
-def admin_rows_save(*, user: Any, agent_id: int, plan_id: int | None, what: str,
-                    rows: Sequence[tuple[Any, Sequence[str]]], diff: dict[str, Any]) -> PlanEvent | None:
-    """An operator's change made in the Django admin: each row writes only the fields the operator changed, so
-    what the runner moved on since the form loaded (needs, counters, the waiting reason) stays as it is now.
-    The plan is locked first (the services' lock order). One event names the operator and the diff.
-    Nothing changed: nothing is written or recorded (None)."""
-    changed = [(row, list(fields)) for row, fields in rows if fields]
-    if not changed:
-        return None
-    if plan_id is not None:
-        list(Plan.objects.select_for_update(no_key=True).filter(pk=plan_id).values_list("pk", flat=True))
-    for row, fields in changed:
-        if any(f.name == "updated_at" and f.concrete for f in row._meta.get_fields()):
-            fields.append("updated_at")
-        row.save(update_fields=fields)
-    return admin_event_record(user=user, agent_id=agent_id, plan_id=plan_id, what=what, diff=diff)
-
-
-@transaction.atomic
-def admin_rows_delete(*, user: Any, rows: Sequence[Any], audit: Callable[[Any], tuple[int, int | None]]) -> int:
-    """Rows deleted in the Django admin (one, or the "delete selected" action), each recorded with the operator's
-    name and what it held, on its agent (not on a plan being deleted: its events go with it). Deleting an agent
-    takes its own events with it; Django's admin log keeps that deletion."""
-    events = []
-    for row in rows:
-        agent_id, plan_id = audit(row)
-        name, text = row._meta.verbose_name, str(row)
-        held = json.loads(serializers.serialize("json", [row]))[0]["fields"]  # what it held stays in the audit
-        gone_with_row = isinstance(row, Agent)
-        row.delete()
-        if gone_with_row:
-            continue
-        plan_id = None if isinstance(row, Plan) else plan_id
-        known = user is not None and user.is_authenticated
-        events.append(PlanEvent(agent_id=agent_id, plan_id=plan_id, kind=PlanEvent.Kind.ADMIN_DELETE,
-                                actor=user if known else None, actor_label=user.get_username() if known else "system",
-                                reason=f"{name} '{text}' deleted in admin"[:4000], detail={"deleted": held, "diff": {"deleted": [text, ""]}}))
-        publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind="admin_delete")
-    PlanEvent.objects.bulk_create(events)
-    return len(rows)
-
-
-@transaction.atomic
-def admin_row_create(*, user: Any, obj: Any, what: str,
-                     audit: Callable[[Any], tuple[int, int | None]]) -> PlanEvent:
-    """A row added in the Django admin, recorded with the operator's name."""
-    obj.save()
-    agent_id, plan_id = audit(obj)
-    return admin_event_record(user=user, agent_id=agent_id, plan_id=plan_id, what=what,
-                              diff={"created": ["", str(obj)]})
+# --- API tokens ------------------------------------------------------------------------------------------------
 
 
 @transaction.atomic
@@ -343,17 +269,6 @@ def token_issue(*, agent: Agent, label: str = "", expires_at: datetime | None = 
                              detail={"token": token.hint, "label": token.label,
                                      "expires_at": token.expires_at.isoformat() if token.expires_at else None})
     return token, raw
-
-
-@transaction.atomic
-def roles_change_record(*, user: Any, account: Any, diff: dict[str, list[Any]]) -> PlanEvent | None:
-    """A change of an account's role (its groups, its staff or superuser flag, its permissions) made in the admin:
-    an event with who, whose and the diff. Nothing changed: nothing recorded."""
-    if not diff:
-        return None
-    return PlanEvent.objects.create(kind=PlanEvent.Kind.ROLES_CHANGED, actor=user if user.is_authenticated else None,
-                                    actor_label=user.get_username(), reason=f"roles of {account.get_username()} changed",
-                                    detail={"account": account.pk, "diff": diff})
 
 
 @transaction.atomic

@@ -14,6 +14,7 @@ One module per noun it writes:
     agents.py        a tool agent created and files put into its workspace; an agent's status, a goal given to
                      it, what it waits for and its next automatic retry
     events.py        the PlanEvent each write records, pushed after commit
+    audit.py         changes made in the Django admin (rows added, changed, deleted; roles), each recorded
     reported.py      plans and steps an agent reports itself over the API and MCP (import it as a module: its
                      `step_start` is the agent's request, idempotent by its id; the start itself is
                      steps.py `step_started`, the runner's too)
