@@ -54,7 +54,7 @@ def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: d
         raise StepNotAwaitingApproval(step)
     if seen_steps is not None and seen_steps != steps_shown_fingerprint([step]):
         raise DecisionError(PLAN_CHANGED)
-    step.status = PlanStep.Status.PENDING
+    step_move(step=step, status=PlanStep.Status.PENDING)
     step.approved_by = user  # type: ignore[assignment]
     step.save(update_fields=["status", "approved_by", "updated_at"])
     agent_waiting_set(agent_id=step.plan.agent_id, reason="")
@@ -73,7 +73,7 @@ def step_decline(*, step: PlanStep, user: User, feedback: str, actor_label: str 
     step = step_lock(step.pk)
     if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
         raise StepNotAwaitingApproval(step)
-    step.status = PlanStep.Status.DECLINED
+    step_move(step=step, status=PlanStep.Status.DECLINED)
     step.failure_reason = f"declined by {actor_label or actor_name(user)}: {feedback}"
     step.save(update_fields=["status", "failure_reason", "updated_at"])
     plan = step.plan
