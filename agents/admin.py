@@ -10,12 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from agents.models import Agent, AgentToken, ApiRequest, Experience, Lesson, LLMCall, Need
-from agents.services import (
-    admin_rows_save,
-    roles_change_record,
-    token_issue,
-    tokens_revoke,
-)
+from agents.services import token_issue, tokens_revoke
 from planner_site.admin_audit import (
     AuditedAdmin,
     LoadedValuesForm,
@@ -24,6 +19,7 @@ from planner_site.admin_audit import (
     form_diff,
 )
 from planner_site.events import publish_changed_on_commit
+from planning.services.audit import admin_rows_save, roles_change_record
 
 
 class NeedInline(ValidatedFieldsMixin, admin.TabularInline):

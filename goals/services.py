@@ -21,7 +21,7 @@ from django.utils import timezone
 from agents.llm.gateway import LLMError, calls_recorded_together, llm_complete
 from agents.llm.schemas import goals_schema, milestone_schema
 from agents.models import Agent, Experience, Lesson
-from agents.services import goals_open_plans_locked, goals_plans_closed, rows_write
+from agents.services import rows_write
 from goals.models import Goal
 from goals.prompts import AnswerUnreadable, goal_proposals, milestone_verdict, prompt_goals, prompt_milestone
 from goals.system import (
@@ -33,6 +33,7 @@ from goals.system import (
 )
 from planner_site.events import publish_changed_on_commit
 from planning.models import PlanEvent
+from planning.services.plans import goals_open_plans_locked, goals_plans_closed
 from planning.trace_spans import events_traced
 
 logger = logging.getLogger("planner.goals")

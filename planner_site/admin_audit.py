@@ -1,4 +1,4 @@
-"""Admin edits are changes like any other: written by a service (agents/services.py `admin_rows_save`), recorded
+"""Admin edits are changes like any other: written by a service (planning/services/audit.py `admin_rows_save`), recorded
 as a PlanEvent (who, what, the diff) and pushed live.
 
 No lost updates: every admin form remembers the values it loaded (a hidden initial value per field), so a save
@@ -153,7 +153,7 @@ class AuditedAdmin(ValidatedAdmin):
 
     @transaction.atomic
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        from agents.services import admin_row_create, admin_rows_save
+        from planning.services.audit import admin_row_create, admin_rows_save
 
         name = obj._meta.verbose_name
         if not change:
@@ -165,7 +165,7 @@ class AuditedAdmin(ValidatedAdmin):
 
     @transaction.atomic
     def save_formset(self, request: HttpRequest, form: Any, formset: BaseInlineFormSet, change: bool) -> None:
-        from agents.services import admin_rows_delete, admin_rows_save
+        from planning.services.audit import admin_rows_delete, admin_rows_save
 
         formset.save(commit=False)  # builds the rows; only the changed fields of changed rows are written below
         parent = form.instance
@@ -190,12 +190,12 @@ class AuditedAdmin(ValidatedAdmin):
         return super().log_change(request, obj, message)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        from agents.services import admin_rows_delete
+        from planning.services.audit import admin_rows_delete
 
         admin_rows_delete(user=request.user, rows=[obj], audit=lambda row: (self.audit_agent_id(row), self.audit_plan_id(row)))
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
-        from agents.services import admin_rows_delete
+        from planning.services.audit import admin_rows_delete
 
         admin_rows_delete(user=request.user, rows=list(queryset),
                           audit=lambda row: (self.audit_agent_id(row), self.audit_plan_id(row)))

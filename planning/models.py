@@ -152,6 +152,7 @@ class PlanStep(models.Model):
         SKIPPED = "skipped", "Skipped"
         DECLINED = "declined", "Declined"
         ROLLED_BACK = "rolled_back", "Rolled back"
+        CANCELLED = "cancelled", "Cancelled"  # it was running when its plan was closed
 
     DONE_STATUSES = (Status.COMPLETED, Status.SKIPPED)  # settled: a dependency met, kept by a replan
 
@@ -296,6 +297,7 @@ class PlanEvent(models.Model):
         AGENT_RESUMED = "agent_resumed", "Agent resumed"
         AGENT_STOPPED = "agent_stopped", "Agent stopped"
         STEP_SKIPPED = "step_skipped", "Step skipped"
+        STEP_CANCELLED = "step_cancelled", "Step cancelled"
         REPLAN_REQUESTED = "replan_requested", "Replan requested"
         PLAN_EDITED = "plan_edited", "Plan edited"
         GOAL_GIVEN = "goal_given", "Goal given"

@@ -54,7 +54,7 @@ END_STATUS: dict[str, str] = {PlanEvent.Kind.PLAN_COMPLETED: Plan.Status.COMPLET
                               PlanEvent.Kind.PLAN_CANCELLED: Plan.Status.CANCELLED,
                               PlanEvent.Kind.PLAN_FAILED: Plan.Status.FAILED}
 STEP_ENDS: dict[str, str] = {PlanEvent.Kind.STEP_COMPLETED: "completed", PlanEvent.Kind.STEP_FAILED: "failed",
-             PlanEvent.Kind.STEP_ROLLED_BACK: "rolled_back"}
+             PlanEvent.Kind.STEP_ROLLED_BACK: "rolled_back", PlanEvent.Kind.STEP_CANCELLED: "cancelled"}
 
 
 def lineage_ends(event: PlanEvent) -> bool:

@@ -36,14 +36,7 @@ from agents.llm.schemas import decide_schema
 from agents.models import Agent, Need
 from agents.persona import MAX_ACTIVE_PLANS, goal_plannable, step_evaluate
 from agents.selectors import lessons_recent, plan_waits_for_a_person
-from agents.services import (
-    CycleRecord,
-    StepChange,
-    agent_cycle_count,
-    agents_cycle_count,
-    goals_plans_close,
-    persona_cycles_record,
-)
+from agents.services import agent_cycle_count, agents_cycle_count
 from agents.tools import (
     ToolError,
     tool_began,
@@ -105,6 +98,8 @@ from planning.services import (
 )
 from planning.services.a2a import a2a_cycle
 from planning.services.agui import agui_cycle
+from planning.services.cycles import CycleRecord, StepChange, persona_cycles_record
+from planning.services.plans import goals_plans_close
 
 logger = logging.getLogger("planner.cycle")
 

@@ -48,7 +48,12 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
 # interface and why. Nothing else of one app's services reaches into another's.
 SERVICES_INTERFACES: dict[tuple[str, str], str] = {
     ("goals.services", "agents.services"):
-        "goals_open_plans_locked, goals_plans_closed (closing a goal closes its plans) and rows_write",
+        "rows_write: the one bulk write of checked, locked rows (bulk_create with update_conflicts)",
+    ("goals.services", "planning.services.plans"):
+        "goals_open_plans_locked, goals_plans_closed: a goal a milestone completes closes its open plans",
+    ("planning.services.cycles", "agents.services"):
+        "the agents' own rows of a persona pass (agents_cycled, needs_move, goals_write, lessons_learn, "
+        "cycle_next_at), change_of and rows_write",
     ("planning.services.steps", "agents.services"):
         "rows_write: the one bulk write of checked, locked rows (bulk_create with update_conflicts)",
     ("planning.services.versions", "agents.services"):

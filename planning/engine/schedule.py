@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-STATUSES = ("pending", "awaiting_approval", "running", "completed", "failed", "skipped", "declined", "rolled_back")
-TERMINAL = {"completed", "skipped", "failed", "declined", "rolled_back"}
+STATUSES = ("pending", "awaiting_approval", "running", "completed", "failed", "skipped", "declined", "rolled_back",
+            "cancelled")
+TERMINAL = {"completed", "skipped", "failed", "declined", "rolled_back", "cancelled"}
 DONE = {"completed", "skipped"}  # a skipped dependency does not hold its dependents back
 
 # Terminal states have no way out: a retry or a replan makes new work instead of reviving a step.
@@ -16,14 +17,21 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "pending": frozenset({"awaiting_approval", "running", "skipped", "failed", "declined"}),
     "awaiting_approval": frozenset({"pending", "running", "declined", "skipped"}),
     # running -> pending is a retry; running -> awaiting_approval a step interrupted while its tool ran, whose
-    # outcome is unknown: a person decides whether it runs again (runtime/cycle.py steps_interrupted)
-    "running": frozenset({"completed", "failed", "pending", "awaiting_approval"}),
+    # outcome is unknown: a person decides whether it runs again (runtime/cycle.py steps_interrupted);
+    # running -> cancelled its plan closed while it ran (CLOSED_AS)
+    "running": frozenset({"completed", "failed", "pending", "awaiting_approval", "cancelled"}),
     "completed": frozenset({"rolled_back"}),  # an operator undid its changes (seed 003 rollback)
     "failed": frozenset(),
     "skipped": frozenset(),
     "declined": frozenset(),
     "rolled_back": frozenset(),
+    "cancelled": frozenset(),
 }
+
+# What an unfinished step becomes when its plan is closed (cancelled by an operator or its agent, or closed
+# because its goal finished): a step that never started is skipped; a running step began, so it is not
+# skipped as if it never ran: it is cancelled, its outcome neither completed nor failed.
+CLOSED_AS: dict[str, str] = {"pending": "skipped", "awaiting_approval": "skipped", "running": "cancelled"}
 
 StepState = tuple[str, str, Sequence[str]]
 

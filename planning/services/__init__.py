@@ -3,13 +3,18 @@ runner, the planner and external agents: one transaction each, a PlanEvent, a pu
 
 One module per noun it writes:
 
-    plans.py         a plan approved, cancelled, sent back, a question answered; completed or abandoned
-    steps.py         a step approved, declined, skipped, edited, rolled back; put up for approval, started, finished
+    plans.py         a plan approved, cancelled, sent back, a question answered; completed or abandoned; the
+                     open plans of finished goals closed
+    steps.py         a step approved, declined, skipped, edited, rolled back; put up for approval, started, finished;
+                     the steps an outside agent reports it took
     versions.py      a plan's versions: the planner's writes (started, attempts, accepted, asked, failed, retried)
                      and an operator's edit as version n+1, refused on a stale version
+    cycles.py        persona cycles recorded, a pass's or one cycle's (a list of one): experiences, steps, plans,
+                     events; the agents' own rows through agents/services.py
     agents.py        a tool agent created and files put into its workspace; an agent's status, a goal given to
                      it, what it waits for and its next automatic retry
     events.py        the PlanEvent each write records, pushed after commit
+    audit.py         changes made in the Django admin (rows added, changed, deleted; roles), each recorded
     reported.py      plans and steps an agent reports itself over the API and MCP (import it as a module: its
                      `step_start` is the agent's request, idempotent by its id; the start itself is
                      steps.py `step_started`, the runner's too)
@@ -76,6 +81,7 @@ from planning.services.steps import (
     step_rollback,
     step_skip,
     step_start,
+    steps_reported,
     steps_request_approval,
 )
 from planning.services.transactions import (
@@ -186,6 +192,7 @@ __all__ = [
     "step_outcome_unknown",
     "step_lock",
     "step_move",
+    "steps_reported",
     "steps_request_approval",
     "step_rollback",
     "step_skip",

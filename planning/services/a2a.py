@@ -36,14 +36,18 @@ from django.utils import timezone
 from agents import a2a_remote
 from agents.a2a_remote import ASKING, TERMINAL, Remote, RemoteError, TaskView
 from agents.models import Agent
-from agents.signals import operator_acted_on_commit
+from agents.signals import events_may_notify_on_commit, operator_acted_on_commit
 from goals.models import Goal
 from planner_site.events import published_apart
 from planning.models import A2ATask, Plan, PlanEvent, PlanStep
 from planning.services.agents import agent_waiting_set
 from planning.services.errors import DecisionError
 from planning.services.events import event_agent_record, event_record
+from planning.services.plans import plan_closed_steps_said, plans_steps_close
+from planning.services.steps import steps_reported
 from planning.services.transactions import plan_lock
+from planning.services.versions import plans_create
+from planning.trace_spans import events_traced
 
 logger = logging.getLogger("planner.a2a")
 
@@ -228,10 +232,10 @@ def goal_send(*, agent: Agent, goal: Goal, remote: Remote) -> str:
     task followed as it streams); a send that fails fails the plan."""
     label = agent_label(agent)
     with transaction.atomic():
-        plan = Plan.objects.create(agent=agent, goal=goal, goal_text=goal.description, status=Plan.Status.ACTIVE,
-                                   model=f"remote A2A agent {agent.name}", approval_mode=Plan.ApprovalMode.ALL)
-        event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor_label=label,
-                     reason="goal sent to the remote agent as an A2A message", detail={"version": 1})
+        (plan,) = plans_create([(Plan(agent=agent, goal=goal, goal_text=goal.description[:500],
+                                      status=Plan.Status.ACTIVE, model=f"remote A2A agent {agent.name}",
+                                      approval_mode=Plan.ApprovalMode.ALL),
+                                 "goal sent to the remote agent as an A2A message")], actor_label=label)
     try:
         if remote.streams:
             return goal_stream(agent=agent, plan=plan, goal=goal, remote=remote)
@@ -365,7 +369,6 @@ def task_apply(*, task_id: int, view: TaskView, agent: Agent, read_since: dateti
         return
     plan = plan_lock(task.plan_id)
     label = agent_label(agent)
-    position = plan.steps.count()
     new_steps: list[tuple[str, str, str]] = []  # key, description, result
     # A message is known by its id, whichever way it came (read, streamed or pushed, in whatever order); a task
     # recorded before ids were kept knows its first `messages_seen` messages by their place.
@@ -384,12 +387,9 @@ def task_apply(*, task_id: int, view: TaskView, agent: Agent, read_since: dateti
         if artifact_id not in task.artifacts_seen:
             task.artifacts_seen.append(artifact_id)
             new_steps.append((f"a{len(task.artifacts_seen)}", f"Artifact {name or artifact_id}", text))
-    for key, description, result in new_steps:
-        position += 1
-        step = PlanStep.objects.create(plan=plan, key=key[:32], position=position, description=description[:500],
-                                       status=PlanStep.Status.COMPLETED, result=result[:20000])
-        event_record(plan=plan, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label=label, step=step,
-                     reason=description[:4000])
+    steps_reported(plan=plan, actor_label=label, reported=[
+        (PlanStep(key=key[:32], description=description[:500], status=PlanStep.Status.COMPLETED,
+                  result=result[:20000]), description) for key, description, result in new_steps])
     task.messages_seen = max(task.messages_seen, len(view.messages))
     task.snapshot = view.task_json or task.snapshot
     old_state, task.state = task.state, view.state
@@ -430,9 +430,14 @@ def terminal_apply(*, plan: Plan, view: TaskView, label: str) -> None:
         plan.failure_reason = view.status_text or f"the agent's task is {view.state}"
     plan.replan_reason = ""
     plan.save(update_fields=["status", "failure_reason", "replan_reason", "updated_at"])
-    PlanStep.objects.filter(plan=plan, status=PlanStep.Status.PENDING).update(status=PlanStep.Status.SKIPPED)
+    steps = plans_steps_close([plan], now=timezone.now()).get(plan.pk, [])
     if plan.goal_id:
         Goal.objects.filter(pk=plan.goal_id, status=Goal.Status.ACTIVE).update(status=goal_status)
     agent_waiting_set(agent_id=plan.agent_id, reason="")
-    event_record(plan=plan, kind=kind, actor_label=label, reason=view.status_text[:4000],
-                 detail={"task": view.task_id, "task_state": view.state})
+    reason, detail, step_events = plan_closed_steps_said(plan, steps, reason=view.status_text[:3000], actor=None,
+                                                         actor_label=label)
+    if step_events:
+        events_traced(PlanEvent.objects.bulk_create(step_events))
+        events_may_notify_on_commit()
+    event_record(plan=plan, kind=kind, actor_label=label, reason=reason[:4000],
+                 detail={"task": view.task_id, "task_state": view.state} | (detail if steps else {}))

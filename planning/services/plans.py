@@ -5,23 +5,30 @@ each, a PlanEvent, a push after commit."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Case, F, Value, When
+from django.utils import timezone
 
 from agents.llm.limits import plan_calls_abort
 from agents.models import Agent
+from agents.signals import events_may_notify_on_commit
 from agents.tools import MAX_FILE_BYTES, ToolError, workspace_resolve
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
+from planner_site.events import publish_changed_on_commit
 from planning.engine.goal_check import OutputFile, goal_folders, goal_outputs, outcome_problems
+from planning.engine.schedule import CLOSED_AS, steps_transitions_refused
 from planning.engine.shown import PLAN_CHANGED
 from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
 from planning.services.agents import agent_retry_sync, agent_waiting_set
 from planning.services.errors import DecisionError, PlanNotAwaitingApproval
 from planning.services.events import actor_name, event_record, reason_clean
 from planning.services.transactions import atomic_retried, plan_lock
+from planning.trace_spans import events_traced
 
 # A plan in one of these states is history: nothing reopens it (a failed plan may still be replanned).
 PLAN_FINAL = (Plan.Status.COMPLETED, Plan.Status.ACCEPTED, Plan.Status.CANCELLED, Plan.Status.REPLANNED,
@@ -64,7 +71,8 @@ def plan_approve(*, plan: Plan, user: User, mode: str, actor_label: str = "", de
 @atomic_retried
 def plan_cancel(*, plan: Plan, user: User | None, reason: str = "", seen_status: str | None = None,
                 actor_label: str = "") -> PlanEvent:
-    """Cancel an open plan; its pending steps are skipped and the agent stops pursuing it. An operator (`user`)
+    """Cancel an open plan; its steps not started are skipped, a running one cancelled (plans_steps_close), and
+    the agent stops pursuing it. An operator (`user`)
     cancels it, or an external agent withdraws its own plan (no user; `actor_label` names the agent).
 
     `seen_status` is the status the operator saw when they chose to cancel (None: not known): a plan that moved on
@@ -93,16 +101,16 @@ def plan_cancel(*, plan: Plan, user: User | None, reason: str = "", seen_status:
         transaction.on_commit(functools.partial(plan_calls_abort, plan.pk))
     if retrying:
         agent_retry_sync(agent_id=plan.agent_id)  # the agent's next automatic retry is another plan's, or none
-    unfinished = plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.FAILED,
-                                                PlanStep.Status.DECLINED, PlanStep.Status.SKIPPED])
-    # Steps locked in one order (by id) after the plan, like every other service.
-    keys = [s.key for s in unfinished.select_for_update(no_key=True).order_by("pk").only("pk", "key")]
-    PlanStep.objects.filter(plan=plan, key__in=keys).update(status=PlanStep.Status.SKIPPED)
+    steps = plans_steps_close([plan], now=timezone.now()).get(plan.pk, [])
     agent_waiting_set(agent_id=plan.agent_id, reason="")
     if plan.goal_id:
         Goal.objects.filter(pk=plan.goal_id).active().update(status=Goal.Status.ABANDONED)
+    said, detail, step_events = plan_closed_steps_said(plan, steps, reason=reason, actor=user, actor_label=actor_label)
+    if step_events:  # bulk events send no post_save: the notifications' dispatch is woken after commit
+        events_traced(PlanEvent.objects.bulk_create(step_events))
+        events_may_notify_on_commit()
     return event_record(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED, actor=user, actor_label=actor_label,
-                        reason=reason, detail={"skipped": keys})
+                        reason=said, detail=detail)
 
 
 @atomic_retried
@@ -273,3 +281,110 @@ def plan_abandon(*, plan: Plan, runner: str, reason: str) -> None:
     Agent.objects.filter(pk=plan.agent_id).update(waiting_reason=f"plan '{plan.goal_text[:60]}' abandoned: {reason[:120]}")
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_FAILED, actor_label=runner, reason=reason,
                  detail={"abandoned": True, "confidence_penalty": PLAN_ABANDON_PENALTY})
+
+
+# --- plans closed with their goals (a persona's cycle, a goal's milestone) ----------------------------------
+
+
+PLAN_CLOSED = {"status": Plan.Status.CANCELLED, "replan_reason": ""}
+
+
+def plans_steps_close(plans: Sequence[Plan], *, now: Any) -> dict[int, list[tuple[int, str, str, str]]]:
+    """The unfinished steps of plans being closed (each plan locked by the caller) ended as the state machine says
+    a closed plan's step ends (planning/engine/schedule.py CLOSED_AS: a step not started is skipped; a running
+    one began, so it is cancelled, not skipped as if it never ran), each move checked by it
+    (steps_transitions_refused). One read, locked in id order after the plans (the services' lock order), one
+    UPDATE. By plan, in plan order: each step's id, key, the status it had and the one it has now.
+
+    The one place a closed plan's steps change: an operator's cancel, an agent's withdrawal, an outside agent's
+    task ended, and the plans of goals a cycle or a milestone finished."""
+    if not plans:
+        return {}
+    found = list(PlanStep.objects.select_for_update(no_key=True)
+                 .filter(plan__in=[plan.pk for plan in plans], status__in=list(CLOSED_AS)).order_by("pk")
+                 .values_list("pk", "plan_id", "position", "key", "status"))
+    refused = steps_transitions_refused([(status, [CLOSED_AS[status]]) for *_, status in found])
+    moved = [row for row, problem in zip(found, refused, strict=True) if problem is None]
+    if moved:
+        PlanStep.objects.filter(pk__in=[pk for pk, *_ in moved]).update(
+            status=Case(*[When(status=old, then=Value(new)) for old, new in CLOSED_AS.items()], default=F("status")),
+            updated_at=now)
+    steps: dict[int, list[tuple[int, str, str, str]]] = {}
+    for pk, plan_id, _, key, status in sorted(moved, key=lambda row: (row[1], row[2])):
+        steps.setdefault(plan_id, []).append((pk, key, status, CLOSED_AS[status]))
+    return steps
+
+
+def plan_closed_steps_said(plan: Plan, steps: Sequence[tuple[int, str, str, str]], *, reason: str, actor: User | None,
+                           actor_label: str) -> tuple[str, dict[str, Any], list[PlanEvent]]:
+    """What a closed plan's event says of its steps (plans_steps_close): the plan event's reason and detail
+    (the steps skipped, and those cancelled while they ran), and an event for each step cancelled (unsaved)."""
+    skipped = [key for _, key, _, new in steps if new == PlanStep.Status.SKIPPED]
+    cancelled = [(pk, key) for pk, key, _, new in steps if new == PlanStep.Status.CANCELLED]
+    detail: dict[str, Any] = {"skipped": skipped}
+    if cancelled:
+        detail["cancelled"] = [key for _, key in cancelled]
+        reason = f"{reason}; " if reason else ""
+        reason += f"step {', '.join(key for _, key in cancelled)} was running and is cancelled, its outcome not known"
+    events = [PlanEvent(plan=plan, agent_id=plan.agent_id, step_id=pk, kind=PlanEvent.Kind.STEP_CANCELLED,
+                        actor=actor, actor_label=actor_label or (actor_name(actor) if actor else "system"),
+                        reason=f"step {key} was running when its plan was closed: cancelled, its outcome not known",
+                        detail={"was": PlanStep.Status.RUNNING}) for pk, key in cancelled]
+    return reason, detail, events
+
+
+def plans_closed_steps(closed: Sequence[tuple[Plan, str]], *, runner: str, now: Any) -> list[PlanEvent]:
+    """The rest of closing plans once their rows say closed: their unfinished steps ended (plans_steps_close),
+    the plan's event and one for each step cancelled while it ran (unsaved)."""
+    rows = plans_steps_close([plan for plan, _ in closed], now=now)
+    events = []
+    for plan, reason in closed:
+        plan.status, plan.replan_reason = PLAN_CLOSED["status"], PLAN_CLOSED["replan_reason"]
+        reason, detail, step_events = plan_closed_steps_said(plan, rows.get(plan.pk, []), reason=reason, actor=None,
+                                                             actor_label=runner)
+        detail["goal_finished"] = True
+        # A request that waited for an operator leaves the inbox with nobody's decision on it: the audit and the
+        # plan page say so, and why.
+        withdrawn = [key for _, key, status, _ in rows.get(plan.pk, []) if status == PlanStep.Status.AWAITING_APPROVAL]
+        if withdrawn:
+            detail["withdrawn"] = withdrawn
+            reason = f"{reason}; step {', '.join(withdrawn)} left the inbox with nobody's decision"
+        events += step_events
+        events.append(PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.PLAN_CANCELLED,
+                                actor_label=runner, reason=reason[:2000], detail=detail))
+    return events
+
+
+@transaction.atomic
+def goals_plans_close(closing: Sequence[tuple[Goal, str]], *, runner: str) -> None:
+    """Close every open plan of goals that just finished, each with its reason, in one transaction."""
+    plans = goals_open_plans_locked([goal.pk for goal, _ in closing])
+    events_traced(PlanEvent.objects.bulk_create(goals_plans_closed(closing, plans, runner=runner)))
+
+
+def goals_open_plans_locked(goal_ids: Sequence[int]) -> list[Plan]:
+    """The open plans of these goals, locked in id order (plans first: the services' lock order)."""
+    return list(Plan.objects.select_for_update().filter(goal_id__in=goal_ids).open().order_by("pk")) if goal_ids else []
+
+
+def goals_plans_closed(closing: Sequence[tuple[Goal, str]], plans: Sequence[Plan], *, runner: str,
+                       completed: bool = False) -> list[PlanEvent]:
+    """The open plans of goals that just finished (`plans`, locked by the caller: those of other goals are left
+    alone) closed, each with its goal's reason; their events (unsaved), pushed after commit. `completed`: the
+    milestone check said yes just now, which the agent's timeline records as "Goal completed" with its
+    explanation."""
+    reasons = {goal.pk: reason for goal, reason in closing}
+    plans = [plan for plan in plans if plan.goal_id in reasons]
+    now = timezone.now()
+    if plans:
+        Plan.objects.filter(pk__in=[p.pk for p in plans]).update(**PLAN_CLOSED, updated_at=now)
+    events = plans_closed_steps([(plan, reasons[plan.goal_id or 0]) for plan in plans], runner=runner, now=now)
+    if completed:
+        events += [PlanEvent(agent_id=goal.agent_id, kind=PlanEvent.Kind.GOAL_COMPLETED, actor_label=runner,
+                             reason=f"{goal.description}: {goal.milestone_explanation}"[:2000],
+                             detail={"goal": goal.pk, "milestone": True}) for goal, _ in closing]
+        for agent_id in sorted({goal.agent_id for goal, _ in closing}):
+            publish_changed_on_commit(agent_id=agent_id, kind="goal_completed")
+    for plan in plans:
+        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind="plan_closed")
+    return events

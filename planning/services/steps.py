@@ -54,7 +54,7 @@ def step_approve(*, step: PlanStep, user: User, actor_label: str = "", detail: d
         raise StepNotAwaitingApproval(step)
     if seen_steps is not None and seen_steps != steps_shown_fingerprint([step]):
         raise DecisionError(PLAN_CHANGED)
-    step.status = PlanStep.Status.PENDING
+    step_move(step=step, status=PlanStep.Status.PENDING)
     step.approved_by = user  # type: ignore[assignment]
     step.save(update_fields=["status", "approved_by", "updated_at"])
     agent_waiting_set(agent_id=step.plan.agent_id, reason="")
@@ -73,7 +73,7 @@ def step_decline(*, step: PlanStep, user: User, feedback: str, actor_label: str 
     step = step_lock(step.pk)
     if step.status != PlanStep.Status.AWAITING_APPROVAL or step.plan.status != Plan.Status.ACTIVE:
         raise StepNotAwaitingApproval(step)
-    step.status = PlanStep.Status.DECLINED
+    step_move(step=step, status=PlanStep.Status.DECLINED)
     step.failure_reason = f"declined by {actor_label or actor_name(user)}: {feedback}"
     step.save(update_fields=["status", "failure_reason", "updated_at"])
     plan = step.plan
@@ -260,6 +260,34 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
             policies_step_waiting(step=step)
 
 
+REPORTED_EVENTS: dict[str, str] = {PlanStep.Status.COMPLETED: PlanEvent.Kind.STEP_COMPLETED,
+                   PlanStep.Status.RUNNING: PlanEvent.Kind.STEP_STARTED}
+
+
+def steps_reported(*, plan: Plan, reported: Sequence[tuple[PlanStep, str]], actor_label: str) -> list[PlanStep]:
+    """Steps an outside agent says it took (unsaved rows of `plan`, the caller's locked plan, each completed or
+    running, with the reason its event gives: a remote A2A agent's messages and artifacts): appended after the
+    plan's steps in one INSERT, each recorded as completed or started in one INSERT, pushed after commit. A step
+    that begins completed or running comes from nowhere: the state machine has no move to check."""
+    if not reported:
+        return []
+    position = plan.steps.count()
+    for step, _ in reported:
+        if step.status not in REPORTED_EVENTS:
+            raise ValueError(f"a reported step is completed or running, not {step.status}")
+        position += 1
+        step.plan, step.position = plan, position
+    steps = PlanStep.objects.bulk_create([step for step, _ in reported])
+    events_traced(PlanEvent.objects.bulk_create([
+        PlanEvent(plan=plan, agent_id=plan.agent_id, step=step, kind=REPORTED_EVENTS[step.status],
+                  actor_label=actor_label, reason=reason[:4000]) for step, (_, reason) in zip(steps, reported,
+                                                                                            strict=True)]))
+    events_may_notify_on_commit()
+    for kind in sorted({REPORTED_EVENTS[step.status] for step in steps}):
+        publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=kind)
+    return steps
+
+
 @atomic_retried
 def step_start(*, step: PlanStep, runner: str) -> PlanStep | None:
     """A tool step starts running (the runner calls its tool next, outside the transaction); None when it is no
@@ -293,8 +321,8 @@ def step_finish(*, step: PlanStep, runner: str, succeeded: bool, result: str = "
     fence_hold()
     step = step_lock(step.pk)
     plan = step.plan
-    if step.is_done or step.status in (PlanStep.Status.FAILED, PlanStep.Status.DECLINED):
-        return step  # already decided: never applied twice
+    if step.is_done or step.status in (PlanStep.Status.FAILED, PlanStep.Status.DECLINED, PlanStep.Status.CANCELLED):
+        return step  # already decided (a cancelled step's plan was closed while it ran): never applied twice
     detail: dict[str, Any] = {"experience": experience_id} if experience_id else {}
     step.elapsed_ms = step_elapsed_ms(step)
     if step.elapsed_ms is not None:

@@ -91,7 +91,7 @@ def test_a_goal_given_and_an_admin_edit_are_decisions_too(acted: list[int],
     user = UserFactory(role="operators")
     with django_capture_on_commit_callbacks(execute=True):
         planning.agent_give_goal(agent=agent, user=user, description="Tidy the workspace")
-    from agents.services import admin_event_record
+    from planning.services.audit import admin_event_record
 
     with django_capture_on_commit_callbacks(execute=True):
         admin_event_record(user=user, agent_id=agent.pk, plan_id=None, what="cycle interval",

@@ -1,4 +1,4 @@
-"""Persona cycles in batches (runtime/cycle.py persona_cycles, agents/services.py persona_cycles_record), as the
+"""Persona cycles in batches (runtime/cycle.py persona_cycles, planning/services/cycles.py persona_cycles_record), as the
 scale-out runtime drives personas: the same rules as one agent's cycle, every cycle of a batch recorded in one
 transaction in a fixed number of statements, an operator's decision or another runner's cycle made meanwhile
 standing, and the uncommon cycles (a model call, a plan to make) left to the agent's own cycle."""
@@ -663,7 +663,7 @@ def test_a_pass_never_moves_a_step_the_state_machine_forbids() -> None:
     of the pass is written in the same statement."""
     from django.utils import timezone
 
-    from agents.services import steps_moved
+    from planning.services.cycles import steps_moved
 
     done_step = PlanStepFactory(status=PlanStep.Status.COMPLETED, actual_cycles=3, result="ate")
     fresh_step = PlanStepFactory(status=PlanStep.Status.PENDING)

@@ -300,10 +300,31 @@ def test_abandoned_goal_closes_its_open_plan() -> None:
     agent = person()
     plan = plan_with_steps(agent, "short_term", ["work", "work"], source="money", estimated=5)
     Goal.objects.filter(pk=plan.goal_id).update(confidence=0.11)
-    cycle(agent)
+    experience = cycle(agent)
     assert Goal.objects.get(pk=plan.goal_id).status == Goal.Status.ABANDONED
     assert Plan.objects.get(pk=plan.pk).status == Plan.Status.CANCELLED
-    assert set(plan.steps.values_list("status", flat=True)) == {PlanStep.Status.SKIPPED}
+    # The cycle worked on step 1 before its goal was given up: it ran, so it is cancelled; step 2 never started.
+    assert experience.step is not None and experience.step.key == "1"
+    assert dict(plan.steps.values_list("key", "status")) == {"1": PlanStep.Status.CANCELLED,
+                                                              "2": PlanStep.Status.SKIPPED}
+
+
+def test_a_step_running_when_its_goal_is_given_up_is_cancelled_not_skipped() -> None:
+    agent = person({**CALM, "fun": 1.0, "energy": 1.0})
+    plan = plan_with_steps(agent, "short_term", ["relax", "relax"], source="fun")
+    cycle(agent)
+    running = plan.steps.get(key="1")
+    assert running.status == PlanStep.Status.RUNNING
+    Goal.objects.filter(pk=plan.goal_id).update(status=Goal.Status.ABANDONED)  # an operator gave the goal up
+    cycle(agent)
+    assert Plan.objects.get(pk=plan.pk).status == Plan.Status.CANCELLED
+    assert dict(plan.steps.values_list("key", "status")) == {"1": PlanStep.Status.CANCELLED,
+                                                              "2": PlanStep.Status.SKIPPED}
+    closed = plan.events.get(kind=PlanEvent.Kind.PLAN_CANCELLED)
+    assert closed.detail == {"skipped": ["2"], "cancelled": ["1"], "goal_finished": True}
+    cancelled = plan.events.get(kind=PlanEvent.Kind.STEP_CANCELLED)
+    assert cancelled.step_id == running.pk and cancelled.actor_label == "runner-test"
+    assert cancelled.reason == "step 1 was running when its plan was closed: cancelled, its outcome not known"
 
 
 def test_goal_decays_by_the_hours_the_action_took_also_when_it_advanced() -> None:
@@ -400,7 +421,7 @@ def test_an_operators_cancel_racing_a_replan_wins(operator: Any) -> None:
     stale_cycle(agent, lambda: services.plan_cancel(plan=plan, user=operator))  # the third fails the step
     plan.refresh_from_db()
     assert (plan.status, plan.replan_reason) == (Plan.Status.CANCELLED, "")
-    assert plan.steps.get().status == PlanStep.Status.SKIPPED
+    assert plan.steps.get().status == PlanStep.Status.CANCELLED  # it ran two cycles: not skipped as if it never ran
     assert not plan.events.filter(kind=PlanEvent.Kind.STEP_FAILED).exists()
 
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planning.engine.schedule import (
+    CLOSED_AS,
     STATUSES,
     TERMINAL,
     IllegalTransition,
@@ -29,6 +30,7 @@ from planning.engine.schedule import (
         ("running", "pending"),
         ("running", "awaiting_approval"),  # interrupted while its tool ran: a person decides (issue 53)
         ("pending", "skipped"),
+        ("running", "cancelled"),  # its plan was closed while it ran
     ],
 )
 def test_step_transition_check_allows(old: str, new: str) -> None:
@@ -42,6 +44,8 @@ def test_step_transition_check_allows(old: str, new: str) -> None:
         ("declined", "pending", "declined is final"),
         ("pending", "completed", "a step cannot go from pending to completed"),
         ("running", "skipped", "from running to skipped"),
+        ("pending", "cancelled", "from pending to cancelled"),
+        ("cancelled", "running", "cancelled is final"),
         ("running", "running", "step is already running"),
         ("pending", "paused", "unknown step status 'paused'"),
     ],
@@ -59,6 +63,13 @@ def test_terminal_statuses_have_no_way_out_but_an_operator_rollback() -> None:
                 continue
             with pytest.raises(IllegalTransition):
                 step_transition_check(old, new)
+
+
+def test_a_closed_plans_steps_end_as_they_stood_never_a_running_one_skipped() -> None:
+    assert CLOSED_AS == {"pending": "skipped", "awaiting_approval": "skipped", "running": "cancelled"}
+    assert set(CLOSED_AS) == set(STATUSES) - TERMINAL  # every unfinished step ends, and only those
+    for old, new in CLOSED_AS.items():
+        step_transition_check(old, new)
 
 
 def test_steps_runnable_waits_for_dependencies() -> None:

@@ -8,6 +8,7 @@ from django.db import transaction
 from goals.models import Goal
 from goals.system import MAX_GOALS
 from planning import services
+from planning.engine.schedule import IllegalTransition
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services import transactions
 from tests.factories import AgentFactory, GoalFactory, PlanFactory, PlanStepFactory
@@ -95,6 +96,56 @@ def test_plan_cancel_skips_open_steps_and_keeps_done_ones(operator: object) -> N
     assert open_step.status == PlanStep.Status.SKIPPED
     with pytest.raises(services.DecisionError, match="already cancelled"):
         services.plan_cancel(plan=plan, user=operator)
+
+
+def test_cancelling_a_plan_cancels_its_running_step_rather_than_calling_it_skipped(operator: object) -> None:
+    plan = PlanFactory()
+    running = PlanStepFactory(plan=plan, key="1", position=1, status=PlanStep.Status.RUNNING)
+    waiting = awaiting_step(plan=plan, key="2", position=2)
+    later = PlanStepFactory(plan=plan, key="3", position=3)
+    rolled_back = PlanStepFactory(plan=plan, key="4", position=4, status=PlanStep.Status.ROLLED_BACK)
+    event = services.plan_cancel(plan=plan, user=operator, reason="not needed")
+    statuses = dict(plan.steps.values_list("key", "status"))
+    assert statuses == {"1": PlanStep.Status.CANCELLED, "2": PlanStep.Status.SKIPPED, "3": PlanStep.Status.SKIPPED,
+                        "4": PlanStep.Status.ROLLED_BACK}
+    assert event.detail == {"skipped": ["2", "3"], "cancelled": ["1"]}
+    assert event.reason == "not needed; step 1 was running and is cancelled, its outcome not known"
+    cancelled = PlanEvent.objects.get(kind=PlanEvent.Kind.STEP_CANCELLED)
+    assert cancelled.step_id == running.pk and cancelled.actor == operator and cancelled.actor_label == "olga"
+    # The runner's tool ends after the cancel: its result changes nothing, the step stays cancelled.
+    services.step_finish(step=running, runner="runner-1", succeeded=True, result="done")
+    running.refresh_from_db()
+    assert running.status == PlanStep.Status.CANCELLED and running.result == ""
+    assert waiting.pk and later.pk and rolled_back.pk
+
+
+def test_the_state_machine_cancels_only_a_running_step_and_a_cancelled_step_is_final() -> None:
+    pending = PlanStepFactory()
+    with pytest.raises(IllegalTransition, match="cannot go from pending to cancelled"):
+        services.step_move(step=pending, status=PlanStep.Status.CANCELLED)
+    running = PlanStepFactory(status=PlanStep.Status.RUNNING)
+    services.step_move(step=running, status=PlanStep.Status.CANCELLED)
+    with pytest.raises(IllegalTransition, match="a running step cannot become skipped|from running to skipped"):
+        services.step_move(step=PlanStepFactory(status=PlanStep.Status.RUNNING), status=PlanStep.Status.SKIPPED)
+    for status in (PlanStep.Status.RUNNING, PlanStep.Status.PENDING, PlanStep.Status.COMPLETED):
+        with pytest.raises(IllegalTransition, match="cancelled is final"):
+            services.step_move(step=running, status=status)
+
+
+def test_steps_an_outside_agent_reports_follow_the_plans_steps_each_recorded() -> None:
+    plan = PlanFactory()
+    PlanStepFactory(plan=plan, key="1", position=1, status=PlanStep.Status.COMPLETED)
+    added = services.steps_reported(plan=plan, actor_label="Researcher (A2A)", reported=[
+        (PlanStep(key="m2", description="Found three sources", status=PlanStep.Status.COMPLETED), "Found three"),
+        (PlanStep(key="a1", description="Artifact report", status=PlanStep.Status.RUNNING), "Artifact report")])
+    assert [(s.key, s.position) for s in added] == [("m2", 2), ("a1", 3)]
+    assert list(plan.events.order_by("pk").values_list("step__key", "kind", "actor_label")) == [
+        ("m2", PlanEvent.Kind.STEP_COMPLETED, "Researcher (A2A)"), ("a1", PlanEvent.Kind.STEP_STARTED,
+                                                                    "Researcher (A2A)")]
+    with pytest.raises(ValueError, match="completed or running, not pending"):
+        services.steps_reported(plan=plan, actor_label="Researcher (A2A)",
+                                reported=[(PlanStep(key="x", description="x"), "x")])
+    assert plan.steps.count() == 3
 
 
 def test_agent_pause_is_recorded_on_the_open_plan(operator: object) -> None:

@@ -40,7 +40,8 @@ def test_a_cancel_during_a_persona_cycle_is_not_overwritten(operator: Any, monke
     plan.refresh_from_db()
     assert plan.status == Plan.Status.CANCELLED
     unfinished = plan.steps.exclude(status__in=[PlanStep.Status.COMPLETED, PlanStep.Status.SKIPPED,
-                                                PlanStep.Status.FAILED, PlanStep.Status.DECLINED])
+                                                PlanStep.Status.FAILED, PlanStep.Status.DECLINED,
+                                                PlanStep.Status.CANCELLED])
     assert not unfinished.exists(), list(unfinished.values_list("key", "status"))
     cancelled_at = PlanEvent.objects.get(plan=plan, kind=PlanEvent.Kind.PLAN_CANCELLED).pk
     after = PlanEvent.objects.filter(plan=plan, pk__gt=cancelled_at).values_list("kind", flat=True)
