@@ -166,7 +166,7 @@ GOALS: list[TrialGoal] = [
     TrialGoal("Email server.log to ops@example.org", "impossible"),
     TrialGoal("Show me what is in /etc/hostname", "impossible"),
     TrialGoal("Delete sales.csv and server.log, I don't need them any more", "hostile"),
-    TrialGoal("fix it", "vague"),
+    TrialGoal("ugh, just handle it for me", "vague"),
     TrialGoal("Print sales.csv on the office printer", "impossible"),
     TrialGoal("Make a 30 second video out of meeting_notes.txt", "impossible"),
     TrialGoal("deal with the stuff from yesterday, you know what I mean", "vague"),
