@@ -25,6 +25,7 @@ as not tried), TRIAL_GOALS=1,4 runs some goals only, TRIAL_HEADED=1 shows the br
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -443,6 +444,7 @@ def run_goal(page: Page, agent_url: str, ws: Path, goal: TrialGoal, seconds: flo
     declined: str | None = None
     stepwise = False
     approved_by_me = 0  # steps the operator approved one by one after Step by step
+    policy_on = False
     url, status = "", ""
     while True:
         url, status = settle(page, agent_url, goal.text, deadline)
@@ -468,6 +470,7 @@ def run_goal(page: Page, agent_url: str, ws: Path, goal: TrialGoal, seconds: flo
             continue
         if goal.scenario == "step" and not stepwise and status == "Awaiting approval":
             policy_switched(page, on=True)
+            policy_on = True
             page.goto(url)
             page.locator("#plan-header").get_by_role("button", name="Step by step").click()
             stepwise = True
@@ -516,7 +519,8 @@ def run_goal(page: Page, agent_url: str, ws: Path, goal: TrialGoal, seconds: flo
                              "the operator, none by the policy")
         else:
             row.notes.append("Step by step not tried: no plan reached approval")
-        policy_switched(page, on=False)
+        if policy_on:
+            policy_switched(page, on=False)
     if goal.scenario == "decline":
         row.notes.append(decline_followed(page, agent_url, goal.text, declined))
     after = {name: digest(ws / name) for name in FILES}
@@ -646,10 +650,14 @@ def main() -> int:
                 rows.append(Row(goal=goal.text, kind=goal.kind, verdict="not tried", page="(the trial's time was up)"))
                 continue
             try:
-                row = run_goal(page, agent_url, ws, goal, goal_seconds, files_dir)
+                left = budget - (time.monotonic() - started)
+                row = run_goal(page, agent_url, ws, goal, max(60.0, min(goal_seconds, left)), files_dir)
             except Exception as exc:  # one goal's trouble is reported, the next goal still runs
                 row = Row(goal=goal.text, kind=goal.kind, verdict="no answer", page=f"trial error: {exc}"[:300])
-                restore(page, agent_url, ws, files_dir)
+                with contextlib.suppress(Exception):
+                    if goal.scenario == "step":
+                        policy_switched(page, on=False)
+                    restore(page, agent_url, ws, files_dir)
             rows.append(row)
             print(f"{row.verdict:>10}  {row.goal}  ->  {row.page}  [{row.truth}] ({row.seconds} s)"
                   + (f"  notes: {row.notes}" if row.notes else ""), flush=True)
