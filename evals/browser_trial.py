@@ -510,8 +510,13 @@ def run_goal(page: Page, agent_url: str, ws: Path, goal: TrialGoal, seconds: flo
     kind, said = page_claim(page, status) if url else ("none", "no plan shown")
     row.page = said
     page_text = page.locator("main").inner_text() if url else ""
+    policy_said = policy_decisions(page) if url and goal.scenario == "step" else []
+    goal_status = goal_status_shown(page, agent_url, goal.text)
+    if goal_status:
+        row.page += f"; goal {goal_status}"
+    if goal_status == "Completed" and kind != "completed":
+        kind = "completed"  # the goal is said done whatever its plan says
     if goal.scenario == "step":
-        policy_said = policy_decisions(page) if url else []
         if policy_said:
             row.notes.append("a policy decided after Step by step: " + "; ".join(policy_said))
         elif stepwise:
@@ -528,6 +533,15 @@ def run_goal(page: Page, agent_url: str, ws: Path, goal: TrialGoal, seconds: flo
     judge(row, goal, kind, ws, page_text)
     restore(page, agent_url, ws, files_dir)
     return row
+
+
+def goal_status_shown(page: Page, agent_url: str, goal: str) -> str:
+    """The goal's status on the agent's page (Active, Completed, Abandoned...)."""
+    page.goto(agent_url)
+    for item in page.locator("#agent-goals .goal").all():
+        if " ".join(item.locator("b").first.inner_text().split()) == goal:
+            return " ".join(item.locator(".badge").first.inner_text().split())
+    return ""
 
 
 def policy_decisions(page: Page) -> list[str]:
