@@ -197,6 +197,8 @@ class Row:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
     url: str = ""
+    planned_by: str = ""  # the plan page's "planned by" (a model, the rules, offline-rules)
+    planning: str = ""  # the plan page's model calls and seconds for this version
 
 
 # ---- the server --------------------------------------------------------------------------------------------------
@@ -507,6 +509,8 @@ def run_goal(page: Page, agent_url: str, ws: Path, goal: TrialGoal, seconds: flo
         row.steps = row.steps or steps_shown(page)
         version = re.search(r"v(\d+)", text(page, "#plan-header h1"))
         row.versions = int(version.group(1)) if version else 0
+        row.planned_by = text(page, "#plan-planned-by").removeprefix("planned by: ")
+        row.planning = text(page, "#plan-planning-cost")
     kind, said = page_claim(page, status) if url else ("none", "no plan shown")
     row.page = said
     page_text = page.locator("main").inner_text() if url else ""
@@ -673,7 +677,8 @@ def main() -> int:
                         policy_switched(page, on=False)
                     restore(page, agent_url, ws, files_dir)
             rows.append(row)
-            print(f"{row.verdict:>10}  {row.goal}  ->  {row.page}  [{row.truth}] ({row.seconds} s)"
+            print(f"{row.verdict:>10}  {row.goal}  ->  {row.page}  [{row.truth}] ({row.seconds} s; "
+                  f"{row.planned_by or 'no planner'}; {row.planning or 'no model call'})"
                   + (f"  notes: {row.notes}" if row.notes else ""), flush=True)
             write()
         browser.close()
