@@ -10,7 +10,7 @@ PYTHON_BOOT := $(shell for p in python3.13 python3.12 python3; do \
 	  root=$$(pyenv root 2>/dev/null); for v in $$(ls -r $$root/versions 2>/dev/null); do \
 	  p=$$root/versions/$$v/bin/python3; if [ -x $$p ] && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then echo $$p; exit; fi; done)
 
-.PHONY: run test lint docs bench eval mutate setup password clean check-python
+.PHONY: run test lint docs bench eval trial mutate setup password clean check-python
 
 check-python:
 	@if [ -z "$(PYTHON_BOOT)" ]; then echo "This project needs Python >= 3.12 (Django 6.1). Install python3.12 or newer (OS package, pyenv or python.org) and run make again." >&2; exit 1; fi
@@ -90,3 +90,8 @@ mutate: $(STAMP)
 
 clean:
 	rm -rf $(VENV) var mutants
+
+# The product tried in Chromium as a new user tries it, its pages' claims checked against the files (not part of
+# `make test`): SmolLM2-135M-Instruct as the README sets it up, or TRIAL_MODEL=offline for the built-in rules.
+trial: $(STAMP)
+	nice -n 5 $(PY) evals/browser_trial.py
