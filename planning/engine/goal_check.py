@@ -92,6 +92,25 @@ SEEING = frozenset({"read", "list", "count", "summarize"})
 # A goal worded as a question asks to be told something, which reads can do.
 _QUESTION = re.compile(r"\?\s*$|^\s*(?:what|what's|whats|which|how|where|who|whose|when|why|is|are|does|did|has|have|"
                        r"can\s+you\s+(?:tell|show|find)|tell\s+me|give\s+me|find\s+out|look\s+up)\b", re.IGNORECASE)
+# What a count goal counts, in file.count's units: "count the words" is words, never lines.
+_COUNT_UNIT = re.compile(r"\b(?:(?P<words>words?)|(?P<lines>lines?)|(?P<rows>rows?|records?|entries))\b", re.IGNORECASE)
+
+
+def count_unit(goal: str) -> str:
+    """The unit a count goal asks for ("words", "lines", "rows"), or "" when it names none."""
+    if "count" not in goal_actions(goal):
+        return ""
+    found = _COUNT_UNIT.search(_without_names(goal))
+    return next((unit for unit, hit in found.groupdict().items() if hit), "") if found else ""
+
+
+def step_count_unit(step: StepView) -> str:
+    """What a file.count step counts: its unit, else rows of a .csv and lines of anything else."""
+    unit = step.input.get("unit") if isinstance(step.input, Mapping) else None
+    path = str(step.input.get("path", "")) if isinstance(step.input, Mapping) else ""
+    return str(unit) if unit else ("rows" if path.lower().endswith(".csv") else "lines")
+
+
 # "create a folder named archive", "make a new directory called old/2026": the folder a mkdir goal asks for.
 _FOLDER_NAMED = re.compile(r"\b(?:folder|directory|dir)\s+(?:named|called)\s+[\"'`]?(?P<a>[\w-][\w./-]*?)[\"'`]?"
                            r"(?=[\s,;!?]|\.?\s*$)|\b(?:named|called)\s+[\"'`]?(?P<b>[\w-][\w./-]*?)[\"'`]?\s+"
@@ -274,6 +293,11 @@ def plan_goal_problems(goal: str, steps: Sequence[StepView], tools: Mapping[str,
         if not any(_same(folder, path) or path_normal(path).startswith(path_normal(folder) + "/")
                    for path in written):
             problems.append(f"the goal asks for the folder {folder}, but no step creates it")
+    unit = count_unit(goal)
+    counts = [step for step in steps if step.tool == "file.count"]
+    if unit and counts and not any(step_count_unit(step) == unit for step in counts):
+        problems.append(f"the goal asks to count {unit}, but step {counts[0].position} counts "
+                        f"{step_count_unit(counts[0])}; give file.count \"unit\": \"{unit}\"")
     present = {path_normal(path) for path in existing}
     for step in steps:
         for path in tool_targets(step.tool, step.input):
@@ -327,6 +351,9 @@ def outcome_problems(goal: str, outputs: Sequence[OutputFile], results: Sequence
     answered = " ".join(results)
     if "count" in needs.actions and not needs.outputs and not re.search(r"\d", answered):
         problems.append("the count the goal asks for appears in no step's result")
+    unit = count_unit(goal)
+    if unit and re.search(r"\d", answered) and not re.search(rf"\b\d+\s+{unit}\b", answered):
+        problems.append(f"no step's result gives the number of {unit} the goal asks for")
     if "summarize" in needs.actions and not needs.outputs and not re.search(r"\bSummary of\b|\bsummar", answered,
                                                                             re.IGNORECASE):
         problems.append("the summary the goal asks for appears in no step's result")

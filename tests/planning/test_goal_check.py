@@ -287,3 +287,29 @@ def test_a_step_that_changes_a_file_the_goal_does_not_name_is_refused(goal: str,
 def test_a_step_may_change_a_file_the_goal_names(goal: str, step: tuple[str, dict]) -> None:
     problems = plan_goal_problems(goal, steps(step), BUILT_IN, EXISTING)
     assert not any("a file the goal does not name" in p for p in problems), problems
+
+
+@pytest.mark.parametrize(("goal", "unit"), [
+    ("how many words are in notes.txt", "words"),
+    ("Count the words of report.md pls", "words"),
+    ("tell me the number of lines in server.log", "lines"),
+    ("how many records does people.csv hold", "rows"),
+])
+def test_a_count_of_one_thing_is_not_a_count_of_another(goal: str, unit: str) -> None:
+    """"Count the words" counted as lines reached approval and ended "Completed" with the number of lines."""
+    other = "lines" if unit != "lines" else "words"
+    counted = steps(("file.count", {"path": "notes.txt", "output": "n.txt", "unit": other}))
+    problems = plan_goal_problems(goal, counted, BUILT_IN)
+    assert f"the goal asks to count {unit}, but step 1 counts {other}; give file.count \"unit\": \"{unit}\"" in problems
+    right = steps(("file.count", {"path": "notes.txt", "output": "n.txt", "unit": unit}))
+    assert plan_goal_problems(goal, right, BUILT_IN) == []
+    assert outcome_problems(goal, [], [f"notes.txt has 4 {other}; wrote 4 to n.txt"]) == [
+        f"no step's result gives the number of {unit} the goal asks for"]
+    assert outcome_problems(goal, [], [f"notes.txt has 44 {unit}; wrote 44 to n.txt"]) == []
+
+
+def test_a_count_step_without_a_unit_counts_rows_of_a_csv_and_lines_of_text() -> None:
+    assert plan_goal_problems("how many rows in data.csv", steps(("file.count", {"path": "data.csv", "output": "n.txt"})),
+                              BUILT_IN) == []
+    assert "counts lines" in " ".join(plan_goal_problems(
+        "count the words in notes.txt", steps(("file.count", {"path": "notes.txt", "output": "n.txt"})), BUILT_IN))
