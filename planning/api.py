@@ -76,10 +76,6 @@ def body_limit() -> int:
 class AgentTokenAuth(HttpBearer):
     """The bearer token of an external agent; checks the body size first, so a huge body is never read."""
 
-    def __init__(self, *, connection_given_back: bool = False) -> None:
-        super().__init__()
-        self.connection_given_back = connection_given_back
-
     def __call__(self, request: HttpRequest) -> Any:
         limit = body_limit()
         try:
@@ -94,14 +90,7 @@ class AgentTokenAuth(HttpBearer):
         return self.authenticate(request, bearer_token(request.META.get("HTTP_AUTHORIZATION")))
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentToken | None:
-        try:
-            return token_authenticate(token) if token else None
-        finally:
-            # For an async view (the long poll): between this check, in the request's thread, and the view's
-            # first read, the request waits for the event loop; the connection goes back to the pool first. With
-            # 2,000 agents connected, that wait held most of the pool (docs/performance.md).
-            if self.connection_given_back and not in_transaction():  # a test's transaction keeps it
-                connection.close()
+        return token_authenticate(token) if token else None
 
 
 def token_authenticate(raw: str) -> AgentToken | None:
@@ -475,7 +464,6 @@ class NextQuery(Schema):
 
 
 @v1.get("/plans/{plan_id}/next", response={200: NextOut, **ERRORS}, exclude_unset=True,
-        auth=AgentTokenAuth(connection_given_back=True),
         summary="What the agent may do now (long poll)",
         description='One of {"action": "run", "step"}, {"action": "wait", "reason"}, {"action": "replan", '
                     '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
