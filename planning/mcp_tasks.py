@@ -19,7 +19,9 @@ request's token must also be the plan's agent's, else the task is unknown.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +46,7 @@ from ninja.errors import HttpError
 
 from agents.models import AgentToken
 from planning import api
+from planning.live.hub import LiveHub, hub_get
 from planning.models import Plan, PlanStep
 from planning.services import reported
 from planning.services.reported import ExternalError
@@ -58,6 +61,7 @@ TOOL_ARGUMENTS = {"wait_for_decision": {"plan_id", "timeout_seconds"}, "report_s
 STATE_TOKEN = "agent_token"  # where the request's scope carries the authenticated token (set by McpEndpoint)
 QUESTION_KEY = "answer"  # the key of the planner's question in inputRequests, of its answer in inputResponses
 WAITING = frozenset({"working", "input_required"})  # a task in these states is returned as a task
+TASK_KEPT_SECONDS = 30.0  # a task's state is forgotten (its watch ended) when not polled for this long
 
 
 class UpdateTaskRequestParams(RequestParams):
@@ -163,6 +167,74 @@ def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any
             "result": result.model_dump(by_alias=True, mode="json", exclude_none=True)}
 
 
+@dataclass
+class Kept:
+    """A task's "working" state, kept while no push says its plan or agent changed."""
+
+    hub: LiveHub
+    used: float
+    state: dict[str, Any] | None = None
+    changes: int = 0  # pushes about its plan or agent so far
+    watch: object = field(default=None)
+
+    def forget(self) -> None:
+        self.state = None
+        self.changes += 1
+
+
+class TaskStates:
+    """The "working" state of each task this process answered, kept until the live hub says its plan or agent
+    changed (from any process, as a waiting long poll learns it): clients following their tasks every
+    `pollInterval` are answered from memory, not with the plan's queries each (200 clients polling every second
+    held the server's database pool, and an operator's decision waited for a connection; docs/performance.md).
+    Without live updates (the hub cannot listen, or its layer does not answer) every poll reads the plan."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[int, int], Kept] = {}
+
+    async def state(self, *, agent_id: int, plan_id: int,
+                    read: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
+        now = asyncio.get_running_loop().time()
+        await self.forget_unused(now)
+        key = (agent_id, plan_id)
+        kept = self.kept.get(key)
+        if kept is not None and kept.state is not None and kept.hub.healthy:
+            kept.used = now
+            return kept.state
+        if kept is None:
+            try:
+                hub = await hub_get()
+            except Exception:  # LayerUnavailable, or Redis refusing: read each time
+                return await read()
+            kept = self.kept.get(key)
+            if kept is None:
+                kept = self.kept[key] = Kept(hub=hub, used=now)
+                kept.watch = hub.watch(agents={agent_id}, plans={plan_id}, notify=kept.forget)
+        changes = kept.changes  # watched before the read: a change during it is not missed
+        state = await read()
+        kept.used = now
+        if state["status"] == "working" and kept.changes == changes:
+            kept.state = state
+        return state
+
+    async def forget_unused(self, now: float) -> None:
+        for key, kept in list(self.kept.items()):
+            if now - kept.used > TASK_KEPT_SECONDS:
+                del self.kept[key]
+                await kept.hub.unwatch(kept.watch)
+
+
+_task_states: dict[asyncio.AbstractEventLoop, TaskStates] = {}
+
+
+def task_states() -> TaskStates:
+    """This event loop's (the hub is one a loop)."""
+    loop = asyncio.get_running_loop()
+    for old in [lp for lp in _task_states if lp.is_closed()]:
+        del _task_states[old]
+    return _task_states.setdefault(loop, TaskStates())
+
+
 def question_request(question: str) -> dict[str, Any]:
     """The planner's question as a form elicitation: one text field, the answer."""
     request = ElicitRequest(params=ElicitRequestFormParams(message=question, requested_schema={
@@ -224,7 +296,9 @@ class PlanTasks(Extension):
     async def task_get(self, ctx: ServerRequestContext[Any, Any], params: Any) -> HandlerResult:
         token, plan_id, task_id = task_known(ctx, params.task_id if isinstance(params, GetTaskRequestParams) else "")
         try:
-            state = await sync_to_async(task_read)(token=token, plan_id=plan_id, task_id=task_id)
+            state = await task_states().state(
+                agent_id=token.agent_id, plan_id=plan_id,
+                read=lambda: sync_to_async(task_read)(token=token, plan_id=plan_id, task_id=task_id))
         except (ExternalError, HttpError) as exc:
             raise MCPError(INVALID_PARAMS, str(getattr(exc, "message", exc))) from exc
         return {"resultType": "complete", **state}

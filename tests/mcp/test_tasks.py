@@ -18,7 +18,7 @@ from mcp_types import CallToolResult, GetTaskRequest, GetTaskRequestParams, Resu
 
 from agents.models import Agent
 from planner_site.asgi import application
-from planning import services
+from planning import mcp_tasks, services
 from planning.models import Plan, PlanStep
 from tests.api.conftest import PLAN
 from tests.factories import UserFactory
@@ -313,3 +313,29 @@ async def test_a_2026_client_with_bad_wait_arguments_gets_the_tools_refusal_not_
         refused = await session.call_tool("wait_for_decision", {"plan_id": await only_plan_id(), **arguments},
                                           allow_claimed=True)
     assert isinstance(refused, CallToolResult) and refused.is_error
+
+
+async def test_a_task_followed_while_nothing_changes_reads_its_plan_once_and_sees_the_decision_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 clients following their tasks every second each read their plan every second, and the server's database
+    pool was where an operator's decision waited (docs/performance.md): a task is read again only once its plan
+    or agent changed."""
+    reads: list[int] = []
+    task_read = mcp_tasks.task_read
+
+    def counted(**kwargs: Any) -> dict[str, Any]:
+        reads.append(kwargs["plan_id"])
+        return task_read(**kwargs)
+
+    monkeypatch.setattr(mcp_tasks, "task_read", counted)
+    raw = await db(setup)()
+    async with modern_session(raw) as session:
+        handle = await submitted_task(session)
+        before = len(reads)
+        for _ in range(5):
+            assert (await task_get(session, handle.task_id)).status == "working"
+        assert len(reads) - before == 1  # the first poll read the plan; the next four were answered from memory
+        await operator_approves_plan(await only_plan_id())
+        state = await task_get(session, handle.task_id)
+    assert state.status == "completed"
+    assert state.result is not None and state.result["structuredContent"]["decision"]["action"] == "run"
