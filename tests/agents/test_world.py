@@ -43,6 +43,10 @@ def test_needs_change_by_the_effect_then_decay_over_the_hours() -> None:
     assert changes == {"energy": pytest.approx(0.2 - 0.04), "money": pytest.approx(-0.02)}
 
 
+def test_a_need_without_a_decay_rate_does_not_decay() -> None:
+    assert needs_changes(needs={"fun": 0.5}, rates={}, deltas={}, hours=3) == {"fun": 0.0}
+
+
 def test_needs_never_decay_below_zero() -> None:
     assert needs_changes(needs={"fun": 0.01}, rates={"fun": 0.05}, deltas={}, hours=3) == {"fun": -0.01}
 

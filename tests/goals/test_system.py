@@ -160,6 +160,13 @@ def test_priority_is_short_then_mid_then_long_then_confidence() -> None:
     assert ordered == [("short_term", 0.8), ("short_term", 0.2), ("mid_term", 0.5), ("long_term", 0.9)]
 
 
+def test_a_goal_of_a_horizon_the_seeds_do_not_name_comes_after_every_known_one() -> None:
+    """A horizon outside the three (an old row, a value typed in the database) still sorts, last."""
+    goals = [("someday", 0.99), ("long_term", 0.1), ("short_term", 0.5)]
+    ordered = sorted(goals, key=lambda g: goal_priority(horizon=g[0], confidence=g[1]))
+    assert ordered == [("short_term", 0.5), ("long_term", 0.1), ("someday", 0.99)]
+
+
 def test_short_term_goals_are_planned_at_once_mid_and_long_below_half() -> None:
     needs = {"social": 0.6, "energy": 0.45}
     assert goal_plannable(horizon="short_term", source_needs=["social"], needs=needs)
