@@ -211,3 +211,15 @@ def test_a_step_using_both_loop_marks_outside_a_loop_names_both() -> None:
     assert not result.ok
     assert any(p.endswith("{index}, {item} is only filled in inside a loop; add 'forEach' or 'repeat'")
                for p in result.problems), result.problems
+
+
+@pytest.mark.parametrize("runs", [0, -2, 10_000, "3", 2.5, True])
+def test_a_repeat_that_is_not_a_whole_number_in_range_is_refused_with_why(runs: object) -> None:
+    """Seed 002's REPEAT runs a step 1 to MAX_LOOP_RUNS times: zero, too many, or not a whole number is a problem
+    the model's retry can fix, never a crash and never a loop that runs no times."""
+    from planning.engine.validate import MAX_LOOP_RUNS
+
+    data = {"steps": [tool_step("1", "file.write", {"path": "part-{index}.txt", "content": "x"}, True, repeat=runs)]}
+    result = plan_validate(data, kind="tool")
+    assert not result.ok
+    assert f"step 1: 'repeat' must be a whole number from 1 to {MAX_LOOP_RUNS}" in result.problems
