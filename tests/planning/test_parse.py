@@ -180,3 +180,11 @@ def test_a_closing_tag_inside_a_json_string_does_not_cut_the_block() -> None:
     from agents.llm.extract import json_extract
 
     assert json_extract('<json>{"why": "ends with </json> here"}</json>').value == {"why": "ends with </json> here"}
+
+
+def test_broken_indented_json_in_an_unlabelled_fence_is_an_error_not_a_one_step_plan() -> None:
+    """A model's fence without a language, its JSON indented: the broken JSON in it is said as such, so the retry
+    fixes the JSON, instead of the whole answer becoming one step."""
+    answer = "Here you go:\n```\n    {\"steps\": oops nothing here}\n```\n"
+    with pytest.raises(PlanParseError, match="invalid JSON"):
+        plan_parse(answer)
