@@ -959,6 +959,16 @@ def _tool_replan(ctx: Mapping[str, Any]) -> str:
     planned = list(remaining)
     remaining = _tool_without_declined(_steps_without_files(remaining, skipped), declined, files)
     remaining = _tool_as_told(remaining, said, target)
+    if failed is None and said.instead and not said.moves and not any(_step_target(s) == said.instead
+                                                                      for s in remaining):
+        # The whole plan sent back with "write it to data_old.csv instead": the step making the file of that kind
+        # (the last one, the plan's result) writes there, and the steps reading what it made follow.
+        main = next((s for s in reversed(remaining) if _step_target(s) and not _step_target(s).endswith("/")
+                     and _ext(_step_target(s)) == _ext(said.instead)), None)
+        if main is not None:
+            moved = _retarget(main, said.instead)
+            remaining[remaining.index(main)] = moved
+            _readers_follow(remaining, main, moved)
     # A check of what a left-out step would have written goes with it.
     left = {s.ref for s in remaining}
     gone = {_step_target(s) for s in planned if s.ref not in left} - {""}

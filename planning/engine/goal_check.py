@@ -331,13 +331,34 @@ class OutputFile:
     text: str | None
 
 
-def outcome_problems(goal: str, outputs: Sequence[OutputFile], results: Sequence[str],
-                     folders: Mapping[str, bool] | None = None) -> list[str]:
-    """Why the outcome of a finished plan is not verified (empty: verified). `outputs`: the goal's output files
-    as read now; `results`: the completed steps' results; `folders`: each folder the goal asks to create
-    (goal_folders) -> whether it exists now."""
+@dataclass(frozen=True)
+class Outcome:
+    """A finished plan's outcome as checked: what was found wrong (`problems`) and what was looked at and found
+    right (`checked`). Verified only when nothing is wrong and something was checked."""
+
+    problems: tuple[str, ...]
+    checked: tuple[str, ...]
+
+    @property
+    def verified(self) -> bool:
+        return not self.problems and bool(self.checked)
+
+
+# Said when a goal names nothing the outcome check can look at ("make a 30 second video of the demo"): the plan is
+# "Done, not verified" and the operator says whether it did what was asked.
+NOTHING_TO_CHECK = ("nothing the goal asks for can be checked here (it names no file, folder or answer the steps "
+                    "made), so the outcome is not verified")
+
+
+def outcome_check(goal: str, outputs: Sequence[OutputFile], results: Sequence[str],
+                  folders: Mapping[str, bool] | None = None) -> Outcome:
+    """The outcome of a finished plan. `outputs`: the files to read (outcome_targets), as read now; `results`:
+    the completed steps' results; `folders`: each folder the plan had to create -> whether it exists now."""
     needs = goal_needs(goal)
-    problems: list[str] = [f"the folder {name} was not created" for name, made in (folders or {}).items() if not made]
+    problems: list[str] = []
+    checked: list[str] = []
+    for name, made in (folders or {}).items():
+        (checked.append(f"the folder {name} exists") if made else problems.append(f"the folder {name} was not created"))
     for output in outputs:
         if output.text is None:
             problems.append(f"{output.path} was not written")
@@ -348,16 +369,75 @@ def outcome_problems(goal: str, outputs: Sequence[OutputFile], results: Sequence
         why = format_problem(output.path, output.text)
         if why:
             problems.append(f"{output.path} {why}")
+        else:
+            checked.append(f"{output.path} {format_shown(output.path)}")
     answered = " ".join(results)
-    if "count" in needs.actions and not needs.outputs and not re.search(r"\d", answered):
-        problems.append("the count the goal asks for appears in no step's result")
     unit = count_unit(goal)
-    if unit and re.search(r"\d", answered) and not re.search(rf"\b\d+\s+{unit}\b", answered):
-        problems.append(f"no step's result gives the number of {unit} the goal asks for")
-    if "summarize" in needs.actions and not needs.outputs and not re.search(r"\bSummary of\b|\bsummar", answered,
-                                                                            re.IGNORECASE):
-        problems.append("the summary the goal asks for appears in no step's result")
-    return problems
+    if "count" in needs.actions and not needs.outputs:
+        if not re.search(r"\d", answered):
+            problems.append("the count the goal asks for appears in no step's result")
+        elif not unit:
+            checked.append("a step's result gives the count")
+    if unit and re.search(r"\d", answered):
+        if re.search(rf"\b\d+\s+{unit}\b", answered):
+            checked.append(f"a step's result gives the number of {unit}")
+        else:
+            problems.append(f"no step's result gives the number of {unit} the goal asks for")
+    if "summarize" in needs.actions and not needs.outputs:
+        if re.search(r"\bSummary of\b|\bsummar", answered, re.IGNORECASE):
+            checked.append("a step's result holds the summary")
+        else:
+            problems.append("the summary the goal asks for appears in no step's result")
+    if needs.question and not needs.outputs and not checked and not problems:
+        if any(result.strip() for result in results):
+            checked.append("a step's result answers it")
+        else:
+            problems.append("no step's result answers the question")
+    if not problems and not checked:
+        problems.append(NOTHING_TO_CHECK)
+    return Outcome(tuple(problems), tuple(dict.fromkeys(checked)))
+
+
+def outcome_problems(goal: str, outputs: Sequence[OutputFile], results: Sequence[str],
+                     folders: Mapping[str, bool] | None = None) -> list[str]:
+    """Why the outcome of a finished plan is not verified (empty: verified); see outcome_check."""
+    return list(outcome_check(goal, outputs, results, folders).problems)
+
+
+def outcome_targets(goal: str, steps: Sequence[StepView], feedback: Sequence[str] = ()) -> tuple[
+        tuple[str, ...], tuple[str, ...]]:
+    """What the outcome check looks at, as (files, folders), from the goal and the plan's completed `steps`:
+    - the outputs and folders the goal names. An output no step wrote is replaced by the files the operator's
+      `feedback` names that a step wrote ("write sales_old.csv instead");
+    - a goal that names no output: the files the steps wrote that it names by what they are ("write a report from
+      the notes": report.md), or, when it asks for a change (copy, convert, move...), every file they wrote;
+    - likewise the folders the steps created when the goal names none.
+    A loop's template path ("out/{item}.txt") is not a file and is left out."""
+    needs = goal_needs(goal)
+    made: list[str] = []
+    made_folders: list[str] = []
+    for step in steps:
+        for path in _written(step):
+            if "{" not in path:
+                (made_folders if step.tool == "dir.create" else made).append(path_normal(path))
+    made, made_folders = list(dict.fromkeys(made)), list(dict.fromkeys(made_folders))
+    redirected = [path for text in feedback for named in (goal_files(text).inputs + goal_files(text).outputs)
+                  for path in made if _same(named, path)]
+    files = [output for output in needs.outputs if any(_same(output, path) for path in made) or not redirected]
+    if len(files) < len(needs.outputs):
+        files += redirected
+    if not needs.outputs:
+        changes = bool(set(needs.actions) & CHANGING)
+        files = [path for path in made if changes or path in redirected or _names(goal, path, needs)]
+    folders = list(needs.folders) or [path for path in made_folders if "mkdir" in needs.actions
+                                      or _names(goal, path, needs)]
+    return tuple(dict.fromkeys(files)), tuple(dict.fromkeys(folders))
+
+
+def format_shown(path: str) -> str:
+    """What the outcome check found of a good output, in words."""
+    ext = PurePosixPath(path).suffix.lower()
+    return {".json": "parses as JSON", ".csv": "has rows"}.get(ext, "exists and is not empty")
 
 
 def format_problem(path: str, text: str) -> str:

@@ -20,10 +20,12 @@ from agents.tools import MAX_FILE_BYTES, ToolError, workspace_resolve
 from goals.models import Goal
 from goals.system import PLAN_ABANDON_PENALTY, PLAN_COMPLETION_BONUS, clamp_unit
 from planner_site.events import publish_changed_on_commit
-from planning.engine.goal_check import OutputFile, goal_folders, goal_outputs, outcome_problems
+from planning.engine.goal_check import Outcome, OutputFile, outcome_check, outcome_targets
+from planning.engine.meaning import StepView
 from planning.engine.schedule import CLOSED_AS, steps_transitions_refused
 from planning.engine.shown import PLAN_CHANGED
 from planning.models import Plan, PlanEvent, PlanStep, steps_shown_fingerprint
+from planning.selectors import plan_feedback
 from planning.services.agents import agent_retry_sync, agent_waiting_set
 from planning.services.errors import DecisionError, PlanNotAwaitingApproval
 from planning.services.events import actor_name, event_record, reason_clean
@@ -199,13 +201,16 @@ def plan_replan_schedule(*, plan: Plan, runner: str, reason: str) -> PlanEvent |
                         detail={"replan_requested": reason})
 
 
-def plan_outcome_problems(plan: Plan) -> list[str]:
-    """Why a tool plan whose steps are all done has not verifiably reached its goal (empty: verified): each
-    output file its goal names exists, is not empty and parses as its format; an answer it asks for is in a
-    step's result (planning/engine/goal_check.py outcome_problems)."""
+def plan_outcome(plan: Plan) -> Outcome:
+    """A tool plan whose steps are all done, checked against its goal (planning/engine/goal_check.py
+    outcome_check): each output file exists, is not empty and parses as its format; each folder exists; an answer
+    the goal asks for is in a step's result. Verified only when nothing is wrong and something was checked."""
     workspace = plan.agent.workspace
+    done = list(plan.steps.filter(status=PlanStep.Status.COMPLETED).order_by("position"))
+    views = [StepView(step.position, step.tool, dict(step.tool_input or {})) for step in done]
+    files, folder_names = outcome_targets(plan.goal_text, views, plan_feedback(plan))
     outputs = []
-    for path in goal_outputs(plan.goal_text):
+    for path in files:
         try:
             target = workspace_resolve(workspace, path)
         except ToolError:
@@ -216,25 +221,26 @@ def plan_outcome_problems(plan: Plan) -> list[str]:
             continue
         with target.open("rb") as handle:
             outputs.append(OutputFile(path, handle.read(MAX_FILE_BYTES).decode("utf-8", errors="replace")))
-    results = list(plan.steps.filter(status=PlanStep.Status.COMPLETED).values_list("result", flat=True))
     folders = {}
-    for name in goal_folders(plan.goal_text):
+    for name in folder_names:
         try:
             folders[name] = workspace_resolve(workspace, name).is_dir()
         except ToolError:
             folders[name] = False
-    return outcome_problems(plan.goal_text, outputs, results, folders)
+    return outcome_check(plan.goal_text, outputs, [step.result for step in done], folders)
 
 
 def plan_complete(*, plan: Plan, runner: str) -> None:
     """Every step of the plan is done (the runner, an operator's skip, an external agent's last result): the ONE
     place a plan completes. A tool plan completes, and completes its goal, only when its outcome is verified
-    (plan_outcome_problems); otherwise it is "Done, not verified" and its goal stays open (plan_unverified)."""
+    (plan_outcome); otherwise it is "Done, not verified" and its goal stays open (plan_unverified)."""
+    checked: tuple[str, ...] = ()
     if plan.agent.kind == Agent.Kind.TOOL:
-        problems = plan_outcome_problems(plan)
-        if problems:
-            plan_unverified(plan=plan, runner=runner, problems=problems)
+        outcome = plan_outcome(plan)
+        if not outcome.verified:
+            plan_unverified(plan=plan, runner=runner, problems=list(outcome.problems))
             return
+        checked = outcome.checked
     plan.status = Plan.Status.COMPLETED
     plan.save(update_fields=["status", "updated_at"])
     if plan.goal_id:
@@ -244,9 +250,10 @@ def plan_complete(*, plan: Plan, runner: str) -> None:
             goal.progress = 1.0
             goal.status = Goal.Status.COMPLETED
         goal.save()
+    tool = plan.agent.kind == Agent.Kind.TOOL
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_COMPLETED, actor_label=runner,
-                 reason="all steps done" + (", outcome verified" if plan.agent.kind == Agent.Kind.TOOL else ""),
-                 detail={"verified": True} if plan.agent.kind == Agent.Kind.TOOL else {})
+                 reason="all steps done" + (f", outcome verified: {'; '.join(checked)}"[:1000] if tool else ""),
+                 detail={"verified": True, "checked": list(checked)} if tool else {})
 
 
 def plan_unverified(*, plan: Plan, runner: str, problems: list[str]) -> None:

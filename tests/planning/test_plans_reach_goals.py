@@ -160,7 +160,10 @@ def test_a_verified_outcome_completes_the_plan_and_its_goal(goal: str, output: s
     assert check((agent.workspace / output).read_text())
     assert (agent.workspace / "data.csv").read_text() == DATA
     assert Goal.objects.get(agent=agent).status == Goal.Status.COMPLETED
-    assert plan.events.get(kind=PlanEvent.Kind.PLAN_COMPLETED).detail == {"verified": True}
+    completed = plan.events.get(kind=PlanEvent.Kind.PLAN_COMPLETED)
+    assert completed.detail["verified"] is True
+    assert any(item.startswith(output) for item in completed.detail["checked"])
+    assert f"outcome verified: {output}" in completed.reason  # the timeline says what was checked
 
 
 def unverifiable(goal: str, steps: list[dict[str, Any]]) -> tuple[Agent, Plan, Goal]:
@@ -202,6 +205,88 @@ def test_a_plan_whose_output_was_not_written_is_done_not_verified_everywhere(
     new = Plan.objects.get(previous=plan)
     assert new.status == Plan.Status.AWAITING_APPROVAL
     assert any(s.tool_input.get("output") == "summary.md" for s in new.steps.all())
+
+
+@pytest.mark.parametrize(("goal", "steps"), [
+    # What SmolLM2 planned for a video: a folder and a JSON conversion, neither of which is a video.
+    ("Make a 30 second video of the demo", [
+        {"description": "Make a folder", "tool": "dir.create", "tool_input": {"path": "clips"}},
+        {"description": "Convert", "tool": "file.convert", "tool_input": {"path": "data.csv", "to": "json"}}]),
+    ("put together a slideshow for friday's all-hands", [
+        {"description": "Write slides", "tool": "file.write", "tool_input": {"path": "s.txt", "content": "1. Hi"}}]),
+    ("get the team excited about the launch!!", [
+        {"description": "Cheer", "tool": "file.write", "tool_input": {"path": "cheer.txt", "content": "Yay"}}]),
+    ("make the homepage look nicer", [
+        {"description": "Read notes", "tool": "file.read", "tool_input": {"path": "notes.txt"}}]),
+])
+def test_a_goal_nothing_in_it_can_check_is_done_not_verified(goal: str, steps: list[dict[str, Any]],
+                                                              operator: Any, operator_client: Client) -> None:
+    agent, plan, goal_row = unverifiable(goal, [
+        spec | ({"risk": "risky", "requires_permission": True} if spec["tool"] != "file.read" else {})
+        for spec in steps])
+    plan = run_approved(agent, plan, operator)
+    assert plan.status == Plan.Status.UNVERIFIED, plan.failure_reason
+    assert "nothing the goal asks for can be checked here" in plan.failure_reason
+    goal_row.refresh_from_db()
+    assert goal_row.status == Goal.Status.ACTIVE
+    assert not plan.events.filter(kind=PlanEvent.Kind.PLAN_COMPLETED).exists()
+    inbox = operator_client.get(reverse("inbox")).content.decode()
+    assert "Done, not verified" in inbox and "nothing the goal asks for can be checked here" in inbox
+
+
+@pytest.mark.parametrize(("goal", "steps", "checked"), [
+    # The goal names its output by what it is: report.md is the report.
+    ("Write a report from the notes", [
+        {"description": "Write", "tool": "report.write", "tool_input": {"paths": ["notes.txt"], "output": "report.md"}}],
+     "report.md exists and is not empty"),
+    # A copy that names no copy: whatever the copy step wrote is read.
+    ("make a backup copy of data.csv", [
+        {"description": "Folder", "tool": "dir.create", "tool_input": {"path": "backup"}},
+        {"description": "Copy", "tool": "file.copy", "tool_input": {"path": "data.csv", "to": "backup/"}}],
+     "backup/data.csv has rows"),
+    ("what's in notes.txt?", [
+        {"description": "Read notes", "tool": "file.read", "tool_input": {"path": "notes.txt"}}],
+     "a step's result answers it"),
+])
+def test_a_goal_that_names_its_output_by_what_it_is_completes_saying_what_was_checked(
+        goal: str, steps: list[dict[str, Any]], checked: str, operator: Any) -> None:
+    agent, plan, goal_row = unverifiable(goal, [
+        spec | ({"risk": "risky", "requires_permission": True} if spec["tool"] != "file.read" else {})
+        for spec in steps])
+    plan = run_approved(agent, plan, operator)
+    assert plan.status == Plan.Status.COMPLETED, plan.failure_reason
+    assert checked in plan.events.get(kind=PlanEvent.Kind.PLAN_COMPLETED).detail["checked"]
+    goal_row.refresh_from_db()
+    assert goal_row.status == Goal.Status.COMPLETED
+
+
+@pytest.mark.parametrize("feedback", ["no, write it to data_old.csv instead",
+                                      "use data_old.csv, not data_backup.csv", "call it data_old.csv",
+                                      "Save the copy as data_old.csv please."])
+def test_an_output_the_operator_redirected_is_the_one_checked(feedback: str, operator: Any) -> None:
+    agent = tool_agent()
+    GoalFactory(agent=agent, description="pls back up data.csv as data_backup.csv", source_needs=[])
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    v1 = Plan.objects.get(agent=agent)
+    services.plan_replan_request(plan=v1, user=operator, reason=feedback)  # "Decline with feedback" on the plan
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    v2 = Plan.objects.get(previous=v1)
+    assert writes(v2) == [("file.copy", {"path": "data.csv", "to": "data_old.csv"})]
+    v2 = run_approved(agent, v2, operator)
+    assert v2.status == Plan.Status.COMPLETED, v2.failure_reason
+    assert "data_old.csv has rows" in v2.events.get(kind=PlanEvent.Kind.PLAN_COMPLETED).detail["checked"]
+    assert not (agent.workspace / "data_backup.csv").exists()
+
+
+def test_feedback_that_redirects_nothing_still_needs_the_goals_output(operator: Any) -> None:
+    agent, plan, goal_row = unverifiable("pls back up data.csv as data_backup.csv", [
+        {"description": "Copy", "tool": "file.copy", "tool_input": {"path": "data.csv", "to": "elsewhere.csv"},
+         "risk": "risky", "requires_permission": True}])
+    PlanEvent.objects.create(plan=plan, kind=PlanEvent.Kind.REPLAN_REQUESTED, actor_label="olga",
+                             reason="be quicker about it")
+    plan = run_approved(agent, plan, operator)
+    assert plan.status == Plan.Status.UNVERIFIED
+    assert plan.failure_reason == "done, outcome not verified: data_backup.csv was not written"
 
 
 def test_a_converted_file_that_does_not_parse_is_not_verified(operator: Any) -> None:
