@@ -46,6 +46,7 @@ from planning.services.errors import DecisionError
 from planning.services.events import actor_name, event_agent_record, event_record
 from planning.services.plans import plan_abandon, plan_unverified
 from planning.services.steps import StepReport, step_approve, step_decline, steps_reported
+from planning.services.versions import plans_create
 
 NOT_VERIFIED = "the AG-UI agent reported its run finished; the dashboard cannot check the outcome itself"
 
@@ -99,18 +100,17 @@ def agui_goal_give(*, agent: Agent, user: User, description: str) -> Plan:
     goal = Goal.objects.create(agent=agent, description=description, confidence=1.0)
     event_agent_record(agent=agent, kind=PlanEvent.Kind.GOAL_GIVEN, actor=user, reason=goal.description,
                        detail={"goal": goal.pk})
-    plan = Plan.objects.create(agent=agent, goal=goal, goal_text=description, status=Plan.Status.ACTIVE,
-                               approval_mode=Plan.ApprovalMode.ALL, model=agui_label(agent))
     remote.thread_id = uuid.uuid4().hex
+    (plan,) = plans_create([(Plan(agent=agent, goal=goal, goal_text=description, status=Plan.Status.ACTIVE,
+                                  approval_mode=Plan.ApprovalMode.ALL, model=agui_label(agent)),
+                             f"run to start at {remote.url}; the agent plans and acts itself")],
+                           actor=user, details=[{"thread_id": remote.thread_id}])
     remote.plan = plan
     remote.state = {}
     remote.calls = {}
     remote.pending_run = run_input(thread_id=remote.thread_id, goal=description).model_dump(mode="json",
                                                                                            by_alias=True)
     remote.save()
-    event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor=user,
-                 reason=f"run to start at {remote.url}; the agent plans and acts itself",
-                 detail={"thread_id": remote.thread_id})
     return plan
 
 
