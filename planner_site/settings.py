@@ -471,12 +471,15 @@ LLM_MODELS = {
     "planner": model_list(os.environ.get("PLANNER_MODELS", _default_chain)),
     "fast": model_list(os.environ.get("FAST_MODELS", _default_chain)),
 }
-# ... and, where set, one purpose's own chain: RESTATE_MODELS, PLAN_MODELS, REPLAN_MODELS, REFLECT_MODELS,
-# GOALS_MODELS, MILESTONE_MODELS, DECIDE_MODELS.
+# ... and, where set, one purpose's own chain.
 LLM_PURPOSE_MODELS = {
-    purpose: model_list(os.environ[f"{purpose.upper()}_MODELS"])
-    for purpose in ("restate", "plan", "replan", "reflect", "goals", "milestone", "decide")
-    if os.environ.get(f"{purpose.upper()}_MODELS")
+    purpose: model_list(chain)
+    for purpose, chain in (("restate", os.environ.get("RESTATE_MODELS")), ("plan", os.environ.get("PLAN_MODELS")),
+                           ("replan", os.environ.get("REPLAN_MODELS")), ("reflect", os.environ.get("REFLECT_MODELS")),
+                           ("goals", os.environ.get("GOALS_MODELS")),
+                           ("milestone", os.environ.get("MILESTONE_MODELS")),
+                           ("decide", os.environ.get("DECIDE_MODELS")))
+    if chain
 }
 # USD per million tokens in and out, per model, e.g. {"gpt-4o-mini": [0.15, 0.6]}: fills LLMCall.cost.
 LLM_PRICES = json.loads(os.environ.get("LLM_PRICES", "{}"))

@@ -42,6 +42,7 @@ from planner_site.bearer import bearer_token
 from planner_site.validators import json_problem
 from planning.api_ws import token_watched
 from planning.live.hub import changes_watched
+from planning.schemas import StepOut
 from planning.services import reported
 from planning.services.reported import ExternalError
 
@@ -327,26 +328,6 @@ class PlanSummary(Schema):
     status: str
     goal: str
     previous: int | None
-
-
-class StepOut(Schema):
-    """A step in the names the agent submits it with (StepIn), and what became of it."""
-
-    id: int = Field(..., description="The step's id in the dashboard: start it and report its result by this id")
-    key: str = Field(..., description="The step's id in the plan, as submitted")
-    tool: str
-    intent: str
-    input: dict[str, Any]
-    requiresPermission: bool
-    dependencies: list[str]
-    risk: str
-    expects: str
-    status: str = Field(..., description="pending, awaiting_approval, approved, running, completed, failed, skipped, "
-                                         "declined, cancelled")
-    result: str
-    error: str
-    retries: int
-    carried_over: bool = Field(..., description="Completed in an earlier version and kept")
 
 
 class PlanOut(PlanSummary):

@@ -140,8 +140,8 @@ _PLACEHOLDERS: list[re.Pattern[str]] = [
 @dataclass
 class StepSpec:
     """A plan step, in the names of the PlanStep model: THE step type inside the product, from the validated
-    model answer to the stored row (`from_step`) to diffs, prompts and the editor. Its outside renderings are
-    `step_plan_data` (the shape a model writes) and planning/services/reported.py `step_data` (the API's)."""
+    model answer to the stored row (`from_step`) to diffs, prompts and the editor. Its renderings and who reads
+    each (`as_dict`, `step_plan_data`, the API's `StepOut`): docs/architecture.md, "One step"."""
 
     key: str
     description: str

@@ -44,7 +44,7 @@ from planning.services.agents import agent_waiting_set
 from planning.services.errors import DecisionError
 from planning.services.events import event_agent_record, event_record
 from planning.services.plans import plan_closed_steps_said, plans_steps_close
-from planning.services.steps import steps_reported
+from planning.services.steps import StepReport, steps_reported
 from planning.services.transactions import plan_lock
 from planning.services.versions import plans_create
 from planning.trace_spans import events_traced
@@ -388,8 +388,8 @@ def task_apply(*, task_id: int, view: TaskView, agent: Agent, read_since: dateti
             task.artifacts_seen.append(artifact_id)
             new_steps.append((f"a{len(task.artifacts_seen)}", f"Artifact {name or artifact_id}", text))
     steps_reported(plan=plan, actor_label=label, reported=[
-        (PlanStep(key=key[:32], description=description[:500], status=PlanStep.Status.COMPLETED,
-                  result=result[:20000]), description) for key, description, result in new_steps])
+        StepReport(PlanStep(key=key[:32], description=description[:500], status=PlanStep.Status.COMPLETED,
+                            result=result[:20000]), description) for key, description, result in new_steps])
     task.messages_seen = max(task.messages_seen, len(view.messages))
     task.snapshot = view.task_json or task.snapshot
     old_state, task.state = task.state, view.state

@@ -45,7 +45,8 @@ from planning.services.agents import agent_name_clean, agent_name_taken, agent_w
 from planning.services.errors import DecisionError
 from planning.services.events import actor_name, event_agent_record, event_record
 from planning.services.plans import plan_abandon, plan_unverified
-from planning.services.steps import step_approve, step_decline, step_move
+from planning.services.steps import StepReport, step_approve, step_decline, steps_reported
+from planning.services.versions import plans_create
 
 NOT_VERIFIED = "the AG-UI agent reported its run finished; the dashboard cannot check the outcome itself"
 
@@ -99,18 +100,17 @@ def agui_goal_give(*, agent: Agent, user: User, description: str) -> Plan:
     goal = Goal.objects.create(agent=agent, description=description, confidence=1.0)
     event_agent_record(agent=agent, kind=PlanEvent.Kind.GOAL_GIVEN, actor=user, reason=goal.description,
                        detail={"goal": goal.pk})
-    plan = Plan.objects.create(agent=agent, goal=goal, goal_text=description, status=Plan.Status.ACTIVE,
-                               approval_mode=Plan.ApprovalMode.ALL, model=agui_label(agent))
     remote.thread_id = uuid.uuid4().hex
+    (plan,) = plans_create([(Plan(agent=agent, goal=goal, goal_text=description, status=Plan.Status.ACTIVE,
+                                  approval_mode=Plan.ApprovalMode.ALL, model=agui_label(agent)),
+                             f"run to start at {remote.url}; the agent plans and acts itself")],
+                           actor=user, details=[{"thread_id": remote.thread_id}])
     remote.plan = plan
     remote.state = {}
     remote.calls = {}
     remote.pending_run = run_input(thread_id=remote.thread_id, goal=description).model_dump(mode="json",
                                                                                            by_alias=True)
     remote.save()
-    event_record(plan=plan, kind=PlanEvent.Kind.CREATED, actor=user,
-                 reason=f"run to start at {remote.url}; the agent plans and acts itself",
-                 detail={"thread_id": remote.thread_id})
     return plan
 
 
@@ -233,12 +233,6 @@ def step_of_call(remote: AguiAgent, call_id: str) -> PlanStep | None:
     return PlanStep.objects.select_for_update().filter(pk=entry["step"]).first() if entry else None
 
 
-def step_new(*, plan: Plan, description: str, tool: str = "", status: str = PlanStep.Status.RUNNING) -> PlanStep:
-    position = plan.steps.count() + 1
-    return PlanStep.objects.create(plan=plan, key=f"s{position}", position=position, description=description[:500],
-                                   tool=tool[:64], status=status)
-
-
 @transaction.atomic
 def agui_event_apply(*, agent_id: int, event: Any) -> bool | None:
     """One event of the run applied to the agent's plan; True when the run ended (RUN_FINISHED, RUN_ERROR), None
@@ -249,12 +243,12 @@ def agui_event_apply(*, agent_id: int, event: Any) -> bool | None:
     label = agui_label(remote.agent)
     kind = event.type
     if kind == EventType.TOOL_CALL_START:
-        step = step_new(plan=plan, description=f"{event.tool_call_name} (a tool call of the agent)",
-                        tool=event.tool_call_name)
+        (step,) = steps_reported(plan=plan, actor_label=label, reported=[StepReport(
+            PlanStep(description=f"{event.tool_call_name} (a tool call of the agent)"[:500],
+                     tool=event.tool_call_name[:64], status=PlanStep.Status.RUNNING),
+            f"tool call {event.tool_call_name}")])
         remote.calls[event.tool_call_id] = {"step": step.pk, "args": ""}
         remote.save(update_fields=["calls"])
-        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_STARTED, actor_label=label,
-                     reason=f"tool call {event.tool_call_name}")
     elif kind == EventType.TOOL_CALL_ARGS:
         if event.tool_call_id in remote.calls:
             remote.calls[event.tool_call_id]["args"] += event.delta
@@ -262,24 +256,21 @@ def agui_event_apply(*, agent_id: int, event: Any) -> bool | None:
     elif kind == EventType.TOOL_CALL_END:
         ended = step_of_call(remote, event.tool_call_id)
         if ended is not None:
-            step = ended
-            step.tool_input = arguments_parse(remote.calls[event.tool_call_id]["args"])
-            step.save(update_fields=["tool_input", "updated_at"])
-            event_record(plan=plan, step=step, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label,
-                         reason=f"{step.tool} {step.tool_input}"[:4000], detail={"arguments": step.tool_input})
+            ended.tool_input = arguments_parse(remote.calls[event.tool_call_id]["args"])
+            steps_reported(plan=plan, actor_label=label, reported=[StepReport(
+                ended, f"{ended.tool} {ended.tool_input}", fields=("tool_input",),
+                detail={"arguments": ended.tool_input})])
     elif kind == EventType.TOOL_CALL_RESULT:
         answered = step_of_call(remote, event.tool_call_id)
         if answered is not None and answered.status in (PlanStep.Status.PENDING, PlanStep.Status.RUNNING):
-            step = answered
             content = event.content if isinstance(event.content, str) else " ".join(
                 str(getattr(part, "text", "")) for part in event.content)
-            if step.status == PlanStep.Status.PENDING:
-                step_move(step=step, status=PlanStep.Status.RUNNING)
-            step_move(step=step, status=PlanStep.Status.COMPLETED)
-            step.result = content[:20000]
-            step.save(update_fields=["status", "result", "updated_at"])
-            event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_COMPLETED, actor_label=label,
-                         reason=f"the agent reported its result: {content}"[:4000])
+            answered.result = content[:20000]
+            # an approved interrupt's step is pending again: the resumed run's result starts and completes it
+            path = ((PlanStep.Status.RUNNING,) if answered.status == PlanStep.Status.PENDING else ()) + (
+                PlanStep.Status.COMPLETED,)
+            steps_reported(plan=plan, actor_label=label, reported=[StepReport(
+                answered, f"the agent reported its result: {content}", path=path, fields=("result",))])
     elif kind == EventType.STATE_SNAPSHOT:
         remote.state = event.snapshot
         remote.save(update_fields=["state"])
@@ -321,22 +312,26 @@ def expires_parse(value: str | None) -> datetime | None:
 
 def interrupts_record(*, remote: AguiAgent, plan: Plan, run_id: str, interrupts: list[Any]) -> None:
     """Each interrupt a step awaiting approval: the tool call it concerns, or a step of its own."""
-    label = agui_label(remote.agent)
+    reports: list[StepReport] = []
     for interrupt in interrupts:
-        step = step_of_call(remote, interrupt.tool_call_id) if interrupt.tool_call_id else None
-        if step is None or step.status != PlanStep.Status.RUNNING:
-            step = step_new(plan=plan, description=interrupt.message or interrupt.reason)
         question = interrupt.message or interrupt.reason
-        step_move(step=step, status=PlanStep.Status.AWAITING_APPROVAL)
+        reason = f"the agent asks: {question}"
+        detail = {"interrupt": interrupt.id, "expires_at": interrupt.expires_at or ""}
+        step = step_of_call(remote, interrupt.tool_call_id) if interrupt.tool_call_id else None
+        if step is None or step.status != PlanStep.Status.RUNNING or any(r.step.pk == step.pk for r in reports):
+            reports.append(StepReport(PlanStep(description=question[:500], requires_permission=True,
+                                               status=PlanStep.Status.AWAITING_APPROVAL), reason, detail=detail))
+            continue
         step.requires_permission = True
-        step.description = (f"{step.tool}: {question}" if step.tool else question)[:500]
-        step.save(update_fields=["status", "requires_permission", "description", "updated_at"])
-        AguiInterrupt.objects.create(remote=remote, step=step, run_id=run_id, interrupt_id=interrupt.id,
-                                     reason=interrupt.reason[:200], message=interrupt.message or "",
-                                     expires_at=expires_parse(interrupt.expires_at))
-        event_record(plan=plan, step=step, kind=PlanEvent.Kind.STEP_AWAITING, actor_label=label,
-                     reason=f"the agent asks: {interrupt.message or interrupt.reason}"[:4000],
-                     detail={"interrupt": interrupt.id, "expires_at": interrupt.expires_at or ""})
+        step.description = f"{step.tool}: {question}"[:500] if step.tool else question[:500]
+        reports.append(StepReport(step, reason, path=(PlanStep.Status.AWAITING_APPROVAL,),
+                                  fields=("requires_permission", "description"), detail=detail))
+    steps = steps_reported(plan=plan, actor_label=agui_label(remote.agent), reported=reports)
+    AguiInterrupt.objects.bulk_create([
+        AguiInterrupt(remote=remote, step=step, run_id=run_id, interrupt_id=interrupt.id,
+                      reason=interrupt.reason[:200], message=interrupt.message or "",
+                      expires_at=expires_parse(interrupt.expires_at))
+        for step, interrupt in zip(steps, interrupts, strict=True)])
     Agent.objects.filter(pk=remote.agent_id).update(
         waiting_reason=f"{len(interrupts)} interrupt{'s' if len(interrupts) != 1 else ''} of the agent await approval")
 

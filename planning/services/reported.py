@@ -24,6 +24,7 @@ from planning.engine.validate import ValidationResult, plan_validate, step_plan_
 from planning.goal_terms import goal_plan_check
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.planner import plan_generate
+from planning.schemas import StepOut
 from planning.selectors import plan_feedback
 from planning.services.errors import DecisionError, PlanAlreadyReplanned
 from planning.services.events import event_agent_record
@@ -70,13 +71,8 @@ def agent_actor(agent: Agent, via: str = VIA_API) -> str:
 
 
 def step_data(step: PlanStep) -> dict[str, Any]:
-    """A step as the API shows it, in the names the agent submitted it with."""
-    return {
-        "id": step.pk, "key": step.key, "tool": step.tool, "intent": step.description, "input": step.tool_input,
-        "requiresPermission": step.requires_permission, "dependencies": list(step.depends_on), "risk": step.risk,
-        "expects": step.expected_outcome, "status": step.status, "result": step.result, "error": step.error,
-        "retries": step.retries, "carried_over": step.carried_over,
-    }
+    """A step as the API and the MCP server show it (StepOut), in the names the agent submitted it with."""
+    return StepOut.model_validate(step).model_dump()
 
 
 def plan_data(plan: Plan, steps: list[PlanStep] | None = None) -> dict[str, Any]:

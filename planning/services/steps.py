@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -261,31 +261,65 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
 
 
 REPORTED_EVENTS: dict[str, str] = {PlanStep.Status.COMPLETED: PlanEvent.Kind.STEP_COMPLETED,
-                   PlanStep.Status.RUNNING: PlanEvent.Kind.STEP_STARTED}
+                                   PlanStep.Status.RUNNING: PlanEvent.Kind.STEP_STARTED,
+                                   PlanStep.Status.AWAITING_APPROVAL: PlanEvent.Kind.STEP_AWAITING}
 
 
-def steps_reported(*, plan: Plan, reported: Sequence[tuple[PlanStep, str]], actor_label: str) -> list[PlanStep]:
-    """Steps an outside agent says it took (unsaved rows of `plan`, the caller's locked plan, each completed or
-    running, with the reason its event gives: a remote A2A agent's messages and artifacts): appended after the
-    plan's steps in one INSERT, each recorded as completed or started in one INSERT, pushed after commit. A step
-    that begins completed or running comes from nowhere: the state machine has no move to check."""
+class StepReport(NamedTuple):
+    """A step an outside agent reports (steps_reported): a new one (an unsaved row, completed, running or awaiting
+    approval), or one it reported before (a row the caller locked with its plan) moved through the statuses of
+    `path` with the other columns it set (`fields`), or only those columns; its event's reason and detail."""
+
+    step: PlanStep
+    reason: str
+    path: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    detail: dict[str, Any] | None = None
+
+
+def steps_reported(*, plan: Plan, reported: Sequence[StepReport], actor_label: str) -> list[PlanStep]:
+    """Steps an outside agent reports, in `plan` (the caller's locked plan): a remote A2A agent's messages and
+    artifacts, an AG-UI agent's tool calls, their arguments and results, and its interrupts. New steps are
+    appended after the plan's steps in one INSERT (keyed by their place unless they have a key): a step that
+    begins completed, running or awaiting approval comes from nowhere, the state machine has no move to check.
+    Steps reported before move by the one state machine (steps_transitions_refused: a move it refuses raises
+    IllegalTransition, nothing written) and are written in one statement for each set of columns. One event each
+    (started, completed, awaiting approval; what the agent reported of a step that did not move) in one INSERT,
+    pushed after commit. Returns the steps, in order."""
     if not reported:
         return []
+    moved = [report for report in reported if report.step.pk is not None]
+    for problem in steps_transitions_refused([(report.step.status, report.path) for report in moved]):
+        if problem is not None:
+            raise problem
     position = plan.steps.count()
-    for step, _ in reported:
-        if step.status not in REPORTED_EVENTS:
-            raise ValueError(f"a reported step is completed or running, not {step.status}")
-        position += 1
-        step.plan, step.position = plan, position
-    steps = PlanStep.objects.bulk_create([step for step, _ in reported])
+    kinds: list[str] = []
+    written: dict[tuple[str, ...], list[PlanStep]] = {}
+    now = timezone.now()
+    for step, _, path, fields, _ in reported:
+        if step.pk is None:
+            if step.status not in REPORTED_EVENTS:
+                raise ValueError(f"a reported step is completed, running or awaiting approval, not {step.status}")
+            position += 1
+            step.plan, step.position, step.key = plan, position, step.key or f"s{position}"
+        elif path:
+            step.status = path[-1]
+            fields = (*fields, "status")
+        kinds.append(REPORTED_EVENTS[step.status] if step.pk is None or path else PlanEvent.Kind.AGENT_REPORTED)
+        if step.pk is not None and fields:
+            step.updated_at = now
+            written.setdefault(tuple(sorted({*fields, "updated_at"})), []).append(step)
+    PlanStep.objects.bulk_create([report.step for report in reported if report.step.pk is None])
+    for fields, rows in written.items():
+        rows_write(PlanStep, rows, fields)  # locked by the caller, their moves checked above
     events_traced(PlanEvent.objects.bulk_create([
-        PlanEvent(plan=plan, agent_id=plan.agent_id, step=step, kind=REPORTED_EVENTS[step.status],
-                  actor_label=actor_label, reason=reason[:4000]) for step, (_, reason) in zip(steps, reported,
-                                                                                            strict=True)]))
+        PlanEvent(plan=plan, agent_id=plan.agent_id, step=report.step, kind=kind, actor_label=actor_label,
+                  reason=report.reason[:4000], detail=report.detail or {})
+        for report, kind in zip(reported, kinds, strict=True)]))
     events_may_notify_on_commit()
-    for kind in sorted({REPORTED_EVENTS[step.status] for step in steps}):
+    for kind in sorted(set(kinds)):
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=kind)
-    return steps
+    return [report.step for report in reported]
 
 
 @atomic_retried

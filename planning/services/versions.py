@@ -26,7 +26,7 @@ from agents.declared_tools import agent_plan_terms
 from agents.models import Agent
 from agents.persona import routine_keeps
 from agents.services import rows_write
-from agents.signals import events_may_notify_on_commit
+from agents.signals import events_may_notify_on_commit, operator_acted_on_commit
 from agents.world import ACTIONS, action_needs_permission
 from goals.models import Goal
 from planner_site.events import publish_changed_on_commit
@@ -45,7 +45,7 @@ from planning.services.errors import (
     PlanNoLongerValidating,
     StaleVersion,
 )
-from planning.services.events import event_record
+from planning.services.events import actor_name, event_record
 from planning.trace_spans import events_traced
 
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
@@ -113,20 +113,25 @@ def plan_start(*, agent: Agent, goal_text: str, goal: Goal | None, previous: Pla
     return plan
 
 
-def plans_create(created: Sequence[tuple[Plan, str]], *, actor_label: str,
+def plans_create(created: Sequence[tuple[Plan, str]], *, actor_label: str = "", actor: User | None = None,
                  details: Sequence[Mapping[str, Any]] | None = None) -> list[Plan]:
     """New plans (unsaved rows, each with the reason its event gives: first versions, a next version, routines
-    repeated) in one INSERT, with their CREATED events in one INSERT (each naming its version and the version
-    before, with `details` added), pushed after commit. The one place a plan is created; the caller holds the
+    repeated, an AG-UI agent's run) in one INSERT, with their CREATED events in one INSERT (each naming its
+    version and the version before, with `details` added), pushed after commit; an operator's (`actor`) brings
+    the agents' next cycles forward then, as event_record's. The one place a plan is created; the caller holds the
     transaction and has checked what it must (a goal not planned twice, a version not replanned twice)."""
     plans = Plan.objects.bulk_create([plan for plan, _ in created])
     events_traced(PlanEvent.objects.bulk_create([
-        PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor_label=actor_label,
-                  reason=reason, detail={"version": plan.version, "previous": plan.previous_id} | dict(extra))
+        PlanEvent(plan=plan, agent_id=plan.agent_id, kind=PlanEvent.Kind.CREATED, actor=actor,
+                  actor_label=actor_label or (actor_name(actor) if actor else "system"), reason=reason,
+                  detail={"version": plan.version, "previous": plan.previous_id} | dict(extra))
         for (plan, (_, reason)), extra in zip(zip(plans, created, strict=True), details or [{}] * len(plans),
                                               strict=True)]))
     for plan in plans:
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.CREATED)
+    if actor is not None:
+        for agent_id in sorted({plan.agent_id for plan in plans}):
+            operator_acted_on_commit(agent_id)
     return plans
 
 

@@ -358,6 +358,11 @@ async def test_step_start_and_result_are_idempotent_by_request_id() -> None:
     assert state["steps"][0]["result"] == '{"found": "q3.pdf"}'
     kinds = await db(lambda: list(PlanEvent.objects.filter(step_id=step_id).values_list("kind", flat=True)))()
     assert kinds.count(PlanEvent.Kind.STEP_STARTED) == 1 and kinds.count(PlanEvent.Kind.STEP_COMPLETED) == 1
+    # One rendering of a step (StepOut): the REST API answers the plan exactly as the MCP server does.
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=application), base_url=BASE,
+                                  headers={"Authorization": f"Bearer {raw}"}) as http:
+        rest = (await http.get(f"/api/v1/plans/{plan_id}")).json()
+    assert rest == state and set(rest["steps"][0]) == set(api_module.StepOut.model_fields)
 
 
 async def test_step_reports_the_api_refuses_change_nothing() -> None:

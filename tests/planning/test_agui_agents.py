@@ -76,6 +76,13 @@ def test_goal_runs_the_agent_steps_show_and_the_edited_approval_resumes_it_once(
         ("write_file", {"path": "summary.txt", "content": "friday"}, PlanStep.Status.AWAITING_APPROVAL),
     ]
     assert steps[1].result == "ship on friday"
+    kind = PlanEvent.Kind
+    assert list(plan.events.filter(step__isnull=False).order_by("pk").values_list("step__key", "kind")) == [
+        ("s1", kind.STEP_STARTED), ("s1", kind.AGENT_REPORTED), ("s1", kind.STEP_COMPLETED),
+        ("s2", kind.STEP_STARTED), ("s2", kind.AGENT_REPORTED), ("s2", kind.STEP_COMPLETED),
+        ("s3", kind.STEP_STARTED), ("s3", kind.AGENT_REPORTED), ("s3", kind.STEP_AWAITING)]
+    created = plan.events.get(kind=kind.CREATED)  # the operator's goal, on the timeline as theirs
+    assert created.actor is not None and created.detail["thread_id"] == first["threadId"]
     assert AguiAgent.objects.get(agent=agent).state == {"files": ["notes.txt"]}
     page = operator_client.get(reverse("plan-detail", args=[plan.pk])).content.decode()
     assert "write_file" in page and "read_file" in page and "I will read the notes, then write a summary." in page

@@ -136,16 +136,43 @@ def test_steps_an_outside_agent_reports_follow_the_plans_steps_each_recorded() -
     plan = PlanFactory()
     PlanStepFactory(plan=plan, key="1", position=1, status=PlanStep.Status.COMPLETED)
     added = services.steps_reported(plan=plan, actor_label="Researcher (A2A)", reported=[
-        (PlanStep(key="m2", description="Found three sources", status=PlanStep.Status.COMPLETED), "Found three"),
-        (PlanStep(key="a1", description="Artifact report", status=PlanStep.Status.RUNNING), "Artifact report")])
+        services.StepReport(PlanStep(key="m2", description="Found three sources", status=PlanStep.Status.COMPLETED),
+                            "Found three"),
+        services.StepReport(PlanStep(key="a1", description="Artifact report", status=PlanStep.Status.RUNNING),
+                            "Artifact report")])
     assert [(s.key, s.position) for s in added] == [("m2", 2), ("a1", 3)]
     assert list(plan.events.order_by("pk").values_list("step__key", "kind", "actor_label")) == [
         ("m2", PlanEvent.Kind.STEP_COMPLETED, "Researcher (A2A)"), ("a1", PlanEvent.Kind.STEP_STARTED,
                                                                     "Researcher (A2A)")]
-    with pytest.raises(ValueError, match="completed or running, not pending"):
+    with pytest.raises(ValueError, match="completed, running or awaiting approval, not pending"):
         services.steps_reported(plan=plan, actor_label="Researcher (A2A)",
-                                reported=[(PlanStep(key="x", description="x"), "x")])
+                                reported=[services.StepReport(PlanStep(key="x", description="x"), "x")])
     assert plan.steps.count() == 3
+
+
+def test_a_step_an_outside_agent_reported_before_moves_only_as_the_state_machine_allows() -> None:
+    plan = PlanFactory()
+    done = PlanStepFactory(plan=plan, key="1", position=1, status=PlanStep.Status.COMPLETED, result="first")
+    done.result = "again"
+    with pytest.raises(IllegalTransition):
+        services.steps_reported(plan=plan, actor_label="Helper (AG-UI)", reported=[
+            services.StepReport(done, "ran it again", path=(PlanStep.Status.RUNNING,), fields=("result",))])
+    done.refresh_from_db()
+    assert (done.status, done.result) == (PlanStep.Status.COMPLETED, "first") and not plan.events.exists()
+    (asked,) = services.steps_reported(plan=plan, actor_label="Helper (AG-UI)", reported=[
+        services.StepReport(PlanStep(description="May I send it?", status=PlanStep.Status.AWAITING_APPROVAL),
+                            "the agent asks: May I send it?", detail={"interrupt": "i1"})])
+    approved = PlanStep.objects.get(pk=asked.pk)
+    assert (approved.key, approved.position, approved.status) == ("s2", 2, PlanStep.Status.AWAITING_APPROVAL)
+    approved.status = PlanStep.Status.PENDING
+    approved.save()
+    approved.result = "sent"
+    services.steps_reported(plan=plan, actor_label="Helper (AG-UI)", reported=[services.StepReport(
+        approved, "sent", path=(PlanStep.Status.RUNNING, PlanStep.Status.COMPLETED), fields=("result",))])
+    approved.refresh_from_db()
+    assert (approved.status, approved.result) == (PlanStep.Status.COMPLETED, "sent")
+    assert list(plan.events.order_by("pk").values_list("step__key", "kind", "detail")) == [
+        ("s2", PlanEvent.Kind.STEP_AWAITING, {"interrupt": "i1"}), ("s2", PlanEvent.Kind.STEP_COMPLETED, {})]
 
 
 def test_agent_pause_is_recorded_on_the_open_plan(operator: object) -> None:
