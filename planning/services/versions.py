@@ -539,13 +539,14 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
               for problem in goal_plan_check(agent, plan.goal_text, result.plan.steps)]
     flags += undone
     asked = {s.key: s for s in edited}
-    new = Plan.objects.create(
+    why = f"edited by {user.get_username()}" + (f": {reason}" if reason else "")
+    (new,) = plans_create([(Plan(
         agent=agent, goal_id=plan.goal_id, goal_text=plan.goal_text, version=plan.version + 1, previous=plan,
         status=plan.status, approval_mode=plan.approval_mode, times_replanned=plan.times_replanned,
         who=plan.who, what=plan.what, when=plan.when, where=plan.where, why=plan.why,
         thinking_summary=plan.thinking_summary, confidence=plan.confidence, risks=list(plan.risks),
         model=plan.model, edited_by=user.get_username(), **plan.trace_ids(),
-    )
+    ), why)], actor=user, details=[{"edited": True}])
     for position, spec in enumerate(result.plan.steps, start=1):
         carried = old_by_key.get(spec.key) if spec.key in kept_keys else None
         requires_permission, risk = spec.requires_permission, spec.risk
@@ -575,12 +576,9 @@ def plan_edit_save(*, plan: Plan, user: User, steps: list[StepSpec], seen_versio
     plan.status = Plan.Status.REPLANNED
     plan.replan_reason = ""
     plan.save(update_fields=["status", "replan_reason", "updated_at"])
-    why = f"edited by {user.get_username()}" + (f": {reason}" if reason else "")
     diff = plan_diff([s.diff_values() for s in old_steps], [s.diff_values() for s in new.steps.all()])
     event_record(plan=plan, kind=PlanEvent.Kind.PLAN_EDITED, actor=user, reason=why,
                  detail={"next_plan": new.pk, "next_version": new.version, "diff": diff})
-    event_record(plan=new, kind=PlanEvent.Kind.CREATED, actor=user, reason=why,
-                 detail={"version": new.version, "previous": plan.pk, "edited": True})
     event_record(plan=new, kind=PlanEvent.Kind.VALIDATED, actor=user, reason="; ".join(flags)[:4000],
                  detail={"flags": flags, "steps": len(result.plan.steps), "diff": diff, "edited": True,
                          "goal_undone": undone})
