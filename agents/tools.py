@@ -84,7 +84,7 @@ TOOLS: Mapping[str, ToolSpec] = {
         ToolSpec(
             "file.write", "Create or overwrite a text file with the given content", "write",
             {"path": (str, True), "content": (str, True)}, ("path",),
-            verbs=("write", "transform", "convert"),
+            verbs=("write", "transform", "convert", "overwrite"),
         ),
         ToolSpec(
             "file.append", "Append text to a file (created if missing)", "write",

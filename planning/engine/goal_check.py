@@ -31,6 +31,16 @@ from pathlib import PurePosixPath
 from agents.tools import tool_targets
 from planning.engine.meaning import StepView, goal_files, path_normal
 
+# What no tool makes (see "media" below).
+_MEDIA_NOUNS = (r"(?:videos?|movies?|films?|clips?|animations?|gifs?|images?|pictures?|photos?|drawings?|diagrams?|"
+                r"charts?\s+image|audio|podcasts?|recordings?|songs?|music|voice-?\s*overs?|slides(?:hows?)?|"
+                r"slide\s+decks?|powerpoints?|presentations?|pdfs?|spreadsheets?|excel\s+(?:files?|sheets?)|"
+                r"word\s+documents?)\b")
+# Output files of kinds no tool makes (a copy or a move of one is fine).
+MEDIA_EXTENSIONS = frozenset({".pdf", ".png", ".jpg", ".jpeg", ".gif", ".webp", ".svg", ".mp4", ".mov", ".avi",
+                              ".webm", ".mp3", ".wav", ".ogg", ".m4a", ".xlsx", ".xls", ".docx", ".doc", ".pptx",
+                              ".ppt", ".zip"})
+
 # The actions a goal may ask for, in the words of ToolSpec.verbs, and the goal words that ask for them. File
 # names are taken out of the goal before these are looked for ("email.txt" asks for nothing).
 ACTION_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -52,19 +62,28 @@ ACTION_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
                            r"(?:as|to|into)\s+(?:a\s+)?(?:markdown|json|csv|html)\b)", re.IGNORECASE)),
     ("count", re.compile(r"\b(?:count|how\s+many|number\s+of|tally)\b", re.IGNORECASE)),
     ("summarize", re.compile(r"\b(?:summar\w*|summir\w*|tl;?dr|gist|recap|digest)\b", re.IGNORECASE)),
+    ("overwrite", re.compile(r"\b(?:overwrite|over-write|write\s+over|replace\s+(?:the\s+|all\s+(?:the\s+)?)?"
+                             r"(?:contents?|text)\s+(?:of|in))\b", re.IGNORECASE)),
     ("append", re.compile(r"\b(?:append|add\b.{0,40}\bto\s+the\s+end)\b", re.IGNORECASE)),
     ("transform", re.compile(r"\b(?:upper-?case|lower-?case|capitali[sz]e|dedupe|de-?duplicate|reverse|translate|"
                              r"redact|anonymi[sz]e|remove\s+(?:the\s+|all\s+)?duplicates?)\b", re.IGNORECASE)),
     ("fetch", re.compile(r"https?://|\b(?:download|fetch)\b", re.IGNORECASE)),
     ("print", re.compile(r"\bprinters?\b|\bprint(?:ed|ing)?\s+(?:(?:it|this|that|them|FILE)\s+)?(?:out|off)\b|"
                          r"\bprint-?outs?\b|\bhard\s*-?\s*cop(?:y|ies)\b|\bfax\w*", re.IGNORECASE)),
+    # A result no tool makes: the tools read and write text files, so a video, a picture, sound, slides, a PDF or
+    # an Office file made from them is a stated "cannot" (reading or copying such a file is not this).
+    ("media", re.compile(r"\b(?:make|create|produce|render|record|draw|generate|build|design|film|shoot|edit|"
+                         r"put\s+together)\s+(?:(?:me|us|a|an|the|some|my|our|[\w-]+)\s+){0,4}?" + _MEDIA_NOUNS
+                         + r"|\b(?:into|as)\s+(?:a|an)\s+(?:[\w-]+\s+){0,2}?" + _MEDIA_NOUNS
+                         + r"|\bto\s+(?:a\s+|an\s+)?(?:pdf|png|jpe?g|gif|mp4|mp3|wav|xlsx|docx|pptx|excel|word\s+document|"
+                           r"powerpoint)\b", re.IGNORECASE)),
     ("mkdir", re.compile(r"\b(?:create|make|add|set\s+up|start)\s+(?:(?!folder|directory)[\w-]+\s+){0,3}?"
                          r"(?:folder|directory|dir)\b", re.IGNORECASE)),
     ("list", re.compile(r"\b(?:list|inventory|what\W?s\s+in|which\s+files)\b", re.IGNORECASE)),
     ("read", re.compile(r"\b(?:read|show|open|look\s+at|view|check|print|cat)\b", re.IGNORECASE)),
 )
 # Actions that change files: a plan for one of them is never reads only.
-CHANGING = frozenset({"delete", "copy", "move", "convert", "append", "transform", "mkdir"})
+CHANGING = frozenset({"delete", "copy", "move", "convert", "append", "transform", "mkdir", "overwrite"})
 # What the refusal says when no tool can do the action.
 NO_TOOL = {
     "send": "no tool sends e-mail or messages",
@@ -75,15 +94,18 @@ NO_TOOL = {
     "count": "no tool counts",
     "summarize": "no tool summarizes",
     "append": "no tool appends to files",
+    "overwrite": "no tool overwrites files",
     "transform": "no tool rewrites a file's content",
     "fetch": "no tool fetches web pages",
     "print": "no tool prints or faxes",
     "mkdir": "no tool creates folders",
+    "media": "no tool makes videos, pictures, sound, slides, PDFs or Office files (the tools read and write text files)",
 }
 # What the goal asks, as the planner's retry reads it.
 DOING = {
     "copy": "copy a file", "move": "move or rename a file", "convert": "convert a file",
-    "count": "count", "summarize": "summarize", "append": "append to a file", "transform": "change a file's content",
+    "count": "count", "summarize": "summarize", "append": "append to a file",
+    "overwrite": "overwrite a file with new content", "transform": "change a file's content",
     "fetch": "fetch a web page", "mkdir": "create a folder", "delete": "delete files", "send": "send something",
     "print": "print something",
 }
@@ -184,6 +206,9 @@ def goal_needs(goal: str) -> GoalNeeds:
     inputs, outputs = files.inputs, files.outputs  # "a markdown version of x.csv in x.md": x.md is made
     if "convert" in actions and not outputs and len(inputs) == 1:
         outputs = implied_output(goal, inputs[0])
+    if "media" not in actions and not {"copy", "move"} & set(actions) and any(
+            PurePosixPath(path).suffix.lower() in MEDIA_EXTENSIONS for path in outputs):
+        actions = (*actions, "media")  # "turn notes.md into notes.pdf"
     outside = ""
     for match in _OUTSIDE.finditer(_URL.sub(" ", goal)):
         outside = match.group("path").rstrip(".!?")
