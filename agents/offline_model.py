@@ -491,8 +491,9 @@ def _text_sources(goal: str, files: Sequence[str], skip: Sequence[str] = ()) -> 
 
 def _template_summaries(goal: str, files: Sequence[str], *, output: str, listing: bool,
                         skip: Sequence[str] = ()) -> _Template:
-    sources = _text_sources(goal, files, skip)
     written = next((f for f in _mentioned_files(goal) if _ext(f) == "md"), output)
+    # The file the summaries go to is not one of their sources ("summarize notes.txt to summary.md").
+    sources = [f for f in _text_sources(goal, files, [*skip, written]) if f != written] or ["notes.txt"]
     steps = [_ToolStep("list", "file.list", "List the workspace to find the files", {"path": "."})] if listing else []
     for number, path in enumerate(sources, start=1):
         steps.append(_ToolStep(f"sum-{number}", "text.summarize", f"Summarize {path}",

@@ -61,7 +61,8 @@ ACTION_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
                            r"(?:markdown|md|json|csv|html)\s+(?:version|table|format)|"
                            r"(?:as|to|into)\s+(?:a\s+)?(?:markdown|json|csv|html)\b)", re.IGNORECASE)),
     ("count", re.compile(r"\b(?:count|how\s+many|number\s+of|tally)\b", re.IGNORECASE)),
-    ("summarize", re.compile(r"\b(?:summar\w*|summir\w*|tl;?dr|gist|recap|digest)\b", re.IGNORECASE)),
+    ("summarize", re.compile(r"\b(?:summar\w*|summir\w*|tl;?dr|gist|recap|digest|sum(?:s|med|ming)?\s+"
+                             r"(?:(?:it|this|them|FILE)\s+)?up)\b", re.IGNORECASE)),
     ("overwrite", re.compile(r"\b(?:overwrite|over-write|write\s+over|replace\s+(?:the\s+|all\s+(?:the\s+)?)?"
                              r"(?:contents?|text)\s+(?:of|in))\b", re.IGNORECASE)),
     ("append", re.compile(r"\b(?:append|add\b.{0,40}\bto\s+the\s+end)\b", re.IGNORECASE)),

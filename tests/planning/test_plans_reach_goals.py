@@ -409,3 +409,16 @@ def test_a_models_plan_that_writes_over_an_input_the_goal_does_not_name_never_re
     assert plan.status == Plan.Status.CLARIFYING and not plan.steps.exists()
     assert "changes notes.txt, a file the goal does not name" in plan.clarification_question
     assert (agent.workspace / "notes.txt").read_text().startswith("Rain today.")
+
+
+@pytest.mark.parametrize("goal", ["Summarize notes.txt into summary.md",
+                                  "pls write a short summary of notes.txt to summary.md",
+                                  "Summarise notes.txt into summary.md please"])
+def test_the_offline_summary_of_a_file_into_another_reads_only_the_source(goal: str, operator: Any) -> None:
+    agent = tool_agent()
+    GoalFactory(agent=agent, description=goal, source_needs=[])
+    agent_cycle(agent_id=agent.pk, runner="runner-test")
+    plan = run_approved(agent, Plan.objects.get(agent=agent), operator)
+    assert all(s.tool_input.get("path") != "summary.md" for s in plan.steps.filter(tool="text.summarize"))
+    assert plan.status == Plan.Status.COMPLETED, plan.failure_reason
+    assert "roof" in (agent.workspace / "summary.md").read_text().lower()
