@@ -74,7 +74,16 @@ def body_limit() -> int:
 
 
 class AgentTokenAuth(HttpBearer):
-    """The bearer token of an external agent; checks the body size first, so a huge body is never read."""
+    """The bearer token of an external agent; checks the body size first, so a huge body is never read.
+
+    `give_back`: the connection the check took goes back to the pool at once (the long poll's). An async view's
+    first read comes a hop later, after the event loop has run the request on; held across that hop, under load,
+    each waiting agent kept a connection for hundreds of milliseconds, the pool ran out, and every request (pages,
+    an operator's decision) queued for one (docs/performance.md)."""
+
+    def __init__(self, *, give_back: bool = False) -> None:
+        super().__init__()
+        self.give_back = give_back
 
     def __call__(self, request: HttpRequest) -> Any:
         limit = body_limit()
@@ -90,7 +99,11 @@ class AgentTokenAuth(HttpBearer):
         return self.authenticate(request, bearer_token(request.META.get("HTTP_AUTHORIZATION")))
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentToken | None:
-        return token_authenticate(token) if token else None
+        try:
+            return token_authenticate(token) if token else None
+        finally:
+            if self.give_back and not in_transaction():  # a caller's transaction (a test's) keeps its connection
+                connection.close()
 
 
 def token_authenticate(raw: str) -> AgentToken | None:
@@ -463,7 +476,7 @@ class NextQuery(Schema):
     wait: float = Field(0, ge=0, le=LONG_POLL_MAX_SECONDS, description="Seconds to wait while the answer is 'wait'")
 
 
-@v1.get("/plans/{plan_id}/next", response={200: NextOut, **ERRORS}, exclude_unset=True,
+@v1.get("/plans/{plan_id}/next", response={200: NextOut, **ERRORS}, exclude_unset=True, auth=AgentTokenAuth(give_back=True),
         summary="What the agent may do now (long poll)",
         description='One of {"action": "run", "step"}, {"action": "wait", "reason"}, {"action": "replan", '
                     '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
@@ -510,9 +523,8 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: i
     checked = sync_to_async(partial(plan_next_checked, via=via))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait * (1 - random.uniform(0, LONG_POLL_SPREAD))
-    answer = await read(agent=agent, plan_id=plan_id)
-    if answer["action"] != "wait" or wait <= 0:
-        return answer
+    if wait <= 0:
+        return await read(agent=agent, plan_id=plan_id)
     revoked = asyncio.Event()
     async with changes_watched(agents={agent.pk}, plans={plan_id}) as changed:
         def on_revoked() -> None:
@@ -521,7 +533,9 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: i
                 changed.set()
 
         with token_watched(token_id, on_revoked) if token_id is not None else contextlib.nullcontext():
-            answer = await read(agent=agent, plan_id=plan_id)  # a change before the watch began is not missed
+            # Watched first, then read once: a change during the read is not missed, and the read is the first
+            # hop back to the request's thread, on the connection its token check took (one checkout a poll).
+            answer = await read(agent=agent, plan_id=plan_id)
             if answer["action"] != "wait":
                 return answer
             while True:
