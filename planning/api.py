@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import random
 from collections.abc import Callable
@@ -476,7 +477,17 @@ class NextQuery(Schema):
     wait: float = Field(0, ge=0, le=LONG_POLL_MAX_SECONDS, description="Seconds to wait while the answer is 'wait'")
 
 
-@v1.get("/plans/{plan_id}/next", response={200: NextOut, **ERRORS}, exclude_unset=True, auth=AgentTokenAuth(give_back=True),
+def rate_wait(request: HttpRequest) -> float | None:
+    """Seconds to wait when the request's token is over its rate, else None (TokenRateThrottle's counter)."""
+    throttle = TokenRateThrottle()
+    return None if throttle.allow_request(request) else (throttle.wait() or 1.0)
+
+
+# The long poll's rate is checked in the request's thread (`rate_wait`), not by django-ninja, which checks an async
+# view's on the event loop: each check there opened a Redis connection (Django's cache is one per request context)
+# and blocked every other request of the process meanwhile (docs/performance.md).
+@v1.get("/plans/{plan_id}/next", response={200: NextOut, **ERRORS}, exclude_unset=True,
+        auth=AgentTokenAuth(give_back=True), throttle=[],
         summary="What the agent may do now (long poll)",
         description='One of {"action": "run", "step"}, {"action": "wait", "reason"}, {"action": "replan", '
                     '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
@@ -486,6 +497,9 @@ class NextQuery(Schema):
                     'all come back at once).')
 async def plan_next_get(request: HttpRequest, plan_id: ObjectId, query: Query[NextQuery]) -> dict[str, Any]:
     token: AgentToken = request.auth  # type: ignore[attr-defined]
+    wait = await sync_to_async(rate_wait)(request)
+    if wait is not None:
+        raise Throttled(wait=math.ceil(wait))
     return await plan_next_wait(agent=token.agent, plan_id=plan_id, wait=query.wait, token_id=token.pk)
 
 
