@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import random
 from collections.abc import Callable
@@ -75,7 +76,16 @@ def body_limit() -> int:
 
 
 class AgentTokenAuth(HttpBearer):
-    """The bearer token of an external agent; checks the body size first, so a huge body is never read."""
+    """The bearer token of an external agent; checks the body size first, so a huge body is never read.
+
+    `give_back`: the connection the check took goes back to the pool at once (the long poll's). An async view's
+    first read comes a hop later, after the event loop has run the request on; held across that hop, under load,
+    each waiting agent kept a connection for hundreds of milliseconds, the pool ran out, and every request (pages,
+    an operator's decision) queued for one (docs/performance.md)."""
+
+    def __init__(self, *, give_back: bool = False) -> None:
+        super().__init__()
+        self.give_back = give_back
 
     def __call__(self, request: HttpRequest) -> Any:
         limit = body_limit()
@@ -91,7 +101,11 @@ class AgentTokenAuth(HttpBearer):
         return self.authenticate(request, bearer_token(request.META.get("HTTP_AUTHORIZATION")))
 
     def authenticate(self, request: HttpRequest, token: str) -> AgentToken | None:
-        return token_authenticate(token) if token else None
+        try:
+            return token_authenticate(token) if token else None
+        finally:
+            if self.give_back and not in_transaction():  # a caller's transaction (a test's) keeps its connection
+                connection.close()
 
 
 def token_authenticate(raw: str) -> AgentToken | None:
@@ -444,7 +458,17 @@ class NextQuery(Schema):
     wait: float = Field(0, ge=0, le=LONG_POLL_MAX_SECONDS, description="Seconds to wait while the answer is 'wait'")
 
 
+def rate_wait(request: HttpRequest) -> float | None:
+    """Seconds to wait when the request's token is over its rate, else None (TokenRateThrottle's counter)."""
+    throttle = TokenRateThrottle()
+    return None if throttle.allow_request(request) else (throttle.wait() or 1.0)
+
+
+# The long poll's rate is checked in the request's thread (`rate_wait`), not by django-ninja, which checks an async
+# view's on the event loop: each check there opened a Redis connection (Django's cache is one per request context)
+# and blocked every other request of the process meanwhile (docs/performance.md).
 @v1.get("/plans/{plan_id}/next", response={200: NextOut, **ERRORS}, exclude_unset=True,
+        auth=AgentTokenAuth(give_back=True), throttle=[],
         summary="What the agent may do now (long poll)",
         description='One of {"action": "run", "step"}, {"action": "wait", "reason"}, {"action": "replan", '
                     '"reason", "feedback", "kept"}, {"action": "cancelled"}, {"action": "failed"}, '
@@ -454,6 +478,9 @@ class NextQuery(Schema):
                     'all come back at once).')
 async def plan_next_get(request: HttpRequest, plan_id: ObjectId, query: Query[NextQuery]) -> dict[str, Any]:
     token: AgentToken = request.auth  # type: ignore[attr-defined]
+    wait = await sync_to_async(rate_wait)(request)
+    if wait is not None:
+        raise Throttled(wait=math.ceil(wait))
     return await plan_next_wait(agent=token.agent, plan_id=plan_id, wait=query.wait, token_id=token.pk)
 
 
@@ -491,9 +518,8 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: i
     checked = sync_to_async(partial(plan_next_checked, via=via))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait * (1 - random.uniform(0, LONG_POLL_SPREAD))
-    answer = await read(agent=agent, plan_id=plan_id)
-    if answer["action"] != "wait" or wait <= 0:
-        return answer
+    if wait <= 0:
+        return await read(agent=agent, plan_id=plan_id)
     revoked = asyncio.Event()
     async with changes_watched(agents={agent.pk}, plans={plan_id}) as changed:
         def on_revoked() -> None:
@@ -502,7 +528,9 @@ async def plan_next_wait(*, agent: Agent, plan_id: int, wait: float, token_id: i
                 changed.set()
 
         with token_watched(token_id, on_revoked) if token_id is not None else contextlib.nullcontext():
-            answer = await read(agent=agent, plan_id=plan_id)  # a change before the watch began is not missed
+            # Watched first, then read once: a change during the read is not missed, and the read is the first
+            # hop back to the request's thread, on the connection its token check took (one checkout a poll).
+            answer = await read(agent=agent, plan_id=plan_id)
             if answer["action"] != "wait":
                 return answer
             while True:

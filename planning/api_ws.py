@@ -135,24 +135,30 @@ class PlanNextConsumer(AsyncJsonWebsocketConsumer):
         close with 4401 once the token is revoked (checked on each change, and with every open socket's by the
         process's TokenWatch)."""
         revoked = asyncio.Event()
-        async with changes_watched(agents={self.agent.pk}, plans={self.plan_id}) as changed:
-            def on_revoked() -> None:
-                revoked.set()
-                if changed is not None:
-                    changed.set()
+        first = True
+        while True:  # pushed; while live updates are down, one look every POLL_SECONDS, then pushed again
+            async with changes_watched(agents={self.agent.pk}, plans={self.plan_id}) as changed:
+                def on_revoked(changed: asyncio.Event | None = changed) -> None:
+                    revoked.set()
+                    if changed is not None:
+                        changed.set()
 
-            with token_watched(self.token_id, on_revoked):
-                await self.state_changed({})  # a change before the watch began is not missed
-                while True:
-                    if changed is None:
-                        await asyncio.sleep(POLL_SECONDS)
-                    else:
-                        await changed.wait()
-                        changed.clear()
-                    if revoked.is_set():
-                        await self.close(code=4401)
-                        return
-                    await self.state_changed({}, token_checked=True)
+                with token_watched(self.token_id, on_revoked):
+                    if first or changed is not None:  # a change before the watch began is not missed
+                        await self.state_changed({}, token_checked=not first)
+                        first = False
+                    while True:
+                        if changed is None:
+                            await asyncio.sleep(POLL_SECONDS)
+                        else:
+                            await changed.wait()
+                            changed.clear()
+                        if revoked.is_set():
+                            await self.close(code=4401)
+                            return
+                        await self.state_changed({}, token_checked=True)
+                        if changed is None:
+                            break  # the next look tries the live updates again
 
     async def disconnect(self, code: int) -> None:
         follower = getattr(self, "follower", None)

@@ -41,6 +41,10 @@ CLOSE_LAYER_DOWN = 4503  # live updates are unavailable for now: retry with back
 
 PING_SECONDS = 1.0
 PING_TIMEOUT_SECONDS = 3.0
+# Live updates are declared off after this many heartbeats in a row failed with nothing heard from the layer. One
+# late pong is a busy event loop more often than a lost layer, and declaring the layer off sends every watcher to
+# polling the database, which loads the loop more (2,000 agents connected: docs/performance.md).
+PING_MISSES = 3
 
 
 class LayerUnavailable(Exception):
@@ -126,6 +130,7 @@ class LiveHub:
         self.tasks: list[asyncio.Task[None]] = []
         self.seqs: dict[str, int] = {}
         self.pongs: dict[int, asyncio.Future[None]] = {}
+        self.heard = 0.0  # when (the loop's time) the layer last delivered anything to this hub
         # Listeners that are not pages (the external agents' long polls and sockets): which agents and plans
         # they follow, and what to call when one changes.
         self.watchers: dict[object, tuple[frozenset[int], frozenset[int], Callable[[], None]]] = {}
@@ -180,6 +185,7 @@ class LiveHub:
                 logger.exception("receiving live updates failed")
                 await asyncio.sleep(PING_SECONDS)
                 continue
+            self.heard = self.loop.time()
             if raw.get("type") == "live.ping":
                 pong = self.pongs.pop(int(raw.get("n", 0)), None)
                 if pong is not None and not pong.done():
@@ -212,16 +218,20 @@ class LiveHub:
         return True
 
     async def ping_loop(self) -> None:
-        """A heartbeat through the layer. While it fails, pages are told live updates are off (they retry
-        with backoff, and get their full state when they are back); so a gap never leaves a page stale."""
+        """A heartbeat through the layer. While it fails (PING_MISSES in a row), pages are told live updates are off
+        (they retry with backoff, and get their full state when they are back); so a gap never leaves a page
+        stale."""
+        misses = 0
         for n in itertools.count(1):
             await asyncio.sleep(PING_SECONDS)
-            ok = await self.ping(n)
+            started = self.loop.time()
+            ok = await self.ping(n) or self.heard >= started  # anything heard meanwhile: the layer answers
+            misses = 0 if ok else misses + 1
             if ok and not self.healthy:
                 logger.warning("the channel layer answers again: open pages resync")
                 self.healthy = True
                 await self.resync()
-            elif not ok and self.healthy:
+            elif misses >= PING_MISSES and self.healthy:
                 logger.warning("the channel layer does not answer: live updates paused, pages retry")
                 self.healthy = False
                 await self.close_all(CLOSE_LAYER_DOWN)
@@ -302,6 +312,10 @@ async def hub_get() -> LiveHub:
     return hub
 
 
+UNAVAILABLE_LOG_SECONDS = 10.0
+_unavailable_logged = [float("-inf")]
+
+
 @contextlib.asynccontextmanager
 async def changes_watched(*, agents: set[int], plans: set[int]) -> AsyncIterator[asyncio.Event | None]:
     """An event set whenever one of these agents or plans changes (from any process), cleared by the caller;
@@ -309,7 +323,10 @@ async def changes_watched(*, agents: set[int], plans: set[int]) -> AsyncIterator
     try:
         hub = await hub_get()
     except Exception:  # LayerUnavailable, or Redis refusing the connection
-        logger.warning("live updates unavailable; a watcher polls instead", exc_info=True)
+        now = asyncio.get_running_loop().time()
+        if now - _unavailable_logged[0] >= UNAVAILABLE_LOG_SECONDS:  # not once a watcher: thousands poll meanwhile
+            _unavailable_logged[0] = now
+            logger.warning("live updates unavailable; watchers poll instead", exc_info=True)
         yield None
         return
     changed = asyncio.Event()

@@ -116,6 +116,18 @@ def test_rate_limit_per_token_is_429_then_other_tokens_still_work(api: ApiClient
     assert other.get("/api/v1/agent")[0] == 200
 
 
+def test_the_long_poll_is_rate_limited_per_token_too(tooled: ApiClient, settings: Any) -> None:
+    """The long poll's rate is checked in the request's thread, not by the framework: still 429 over the rate."""
+    plan_id = tooled.post("/api/v1/plans", PLAN)[1]["id"]
+    settings.API_RATE_LIMIT = "4/m"  # the tools' declaration and the plan's submission counted too
+    statuses = [tooled.get(f"/api/v1/plans/{plan_id}/next")[0] for _ in range(3)]
+    assert statuses[0] == 200 and statuses[-1] == 429, statuses
+    status, body = tooled.get(f"/api/v1/plans/{plan_id}/next")
+    assert status == 429
+    assert "Too many requests" in body["detail"]
+    assert int(tooled.last["Retry-After"]) >= 1
+
+
 def test_malformed_json_is_400(tooled: ApiClient) -> None:
     before = snapshot()
     status, body = tooled.post("/api/v1/plans", raw="{not json")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -132,17 +133,27 @@ def test_racing_retries_of_one_result_are_recorded_once() -> None:
     assert ApiRequest.objects.filter(request_id="same").count() == 1
 
 
-async def test_websocket_pushes_the_next_action_when_it_changes() -> None:
+async def agent_socket_waiting() -> tuple[WebsocketCommunicator, int, Any]:
+    """An agent's socket on its plan awaiting approval, its first answer ("wait") read; the plan, the operator."""
     raw, plan_id, operator = await database_sync_to_async(setup_plan)()
     ws = WebsocketCommunicator(application, f"/ws/api/plans/{plan_id}/",
                                headers=[ORIGIN, (b"authorization", f"Bearer {raw}".encode())])
     connected, _ = await ws.connect()
+    assert connected
+    assert (await ws.receive_json_from(timeout=5))["action"] == "wait"
+    return ws, plan_id, operator
+
+
+async def approved_run_arrives(ws: WebsocketCommunicator, plan_id: int, operator: Any) -> None:
+    await database_sync_to_async(approve)(plan_id, operator)
+    message = await ws.receive_json_from(timeout=10)
+    assert (message["action"], message["step"]["key"]) == ("run", "1")
+
+
+async def test_websocket_pushes_the_next_action_when_it_changes() -> None:
+    ws, plan_id, operator = await agent_socket_waiting()
     try:
-        assert connected
-        assert (await ws.receive_json_from(timeout=5))["action"] == "wait"
-        await database_sync_to_async(approve)(plan_id, operator)
-        message = await ws.receive_json_from(timeout=10)
-        assert (message["action"], message["step"]["key"]) == ("run", "1")
+        await approved_run_arrives(ws, plan_id, operator)
     finally:
         await ws.disconnect()
 
@@ -331,3 +342,36 @@ async def test_a_long_poll_reads_nothing_while_nothing_changes_and_a_token_that_
     await sync_to_async(expire_soon, thread_sensitive=False)(raw, 0)
     response = await asyncio.wait_for(poll, timeout=10)
     assert response.status_code == 401 and reads == []
+
+
+async def test_websocket_is_pushed_again_once_live_updates_are_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A socket opened while live updates were down looks every POLL_SECONDS; once they are back it is pushed
+    again, instead of polling the database for as long as it stays open."""
+    from planning import api_ws
+
+    real = api_ws.changes_watched
+    entered: list[bool] = []
+
+    @contextlib.asynccontextmanager
+    async def down_first(**kwargs: Any) -> Any:
+        if not entered:
+            entered.append(False)
+            yield None  # live updates unavailable: the socket polls
+            return
+        async with real(**kwargs) as changed:
+            entered.append(changed is not None)
+            yield changed
+
+    monkeypatch.setattr(api_ws, "changes_watched", down_first)
+    monkeypatch.setattr(api_ws, "POLL_SECONDS", 0.1)
+    ws, plan_id, operator = await agent_socket_waiting()
+    try:
+        for _ in range(100):
+            if True in entered:
+                break
+            await asyncio.sleep(0.05)
+        assert entered[:1] == [False] and True in entered
+        monkeypatch.setattr(api_ws, "POLL_SECONDS", 120.0)  # a socket still polling would not look again in time
+        await approved_run_arrives(ws, plan_id, operator)
+    finally:
+        await ws.disconnect()

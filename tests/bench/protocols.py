@@ -32,6 +32,7 @@ import json
 import os
 import random
 import resource
+import ssl
 import statistics
 import subprocess
 import sys
@@ -58,6 +59,8 @@ MEMORY_GOAL_KB = 200.0
 A2A_GOAL_SECONDS = 1.0
 CONNECT_TIMEOUT_SECONDS = 300.0
 CONNECT_GAP_SECONDS = 0.01  # 100 agents connecting a second
+# The fleet over this many generator processes: one event loop for 2,000 agents lags behind what it measures.
+GEN_PROCESSES = int(os.environ.get("PROTO_GEN_PROCESSES", "4"))
 TASKS = "io.modelcontextprotocol/tasks"
 
 AGENTS_SETUP = r"""
@@ -147,16 +150,23 @@ async def retried(connect: Any, agent: dict[str, Any], connected: asyncio.Event)
 ERRORS: list[str] = []
 
 
-async def long_poll(http: Any, agent: dict[str, Any], connected: asyncio.Event) -> None:
+async def long_poll(url: str, tls: Any, agent: dict[str, Any], connected: asyncio.Event) -> None:
+    """An agent with its own HTTP client (one connection), as each real agent has. One client shared by the whole
+    fleet is not a fleet: its pool looks through all of its connections for each request and each response
+    (httpcore), which at 2,000 connections kept the generator's loop busy for seconds at a time."""
+    import httpx
+
     headers = {"Authorization": f"Bearer {agent['token']}"}
-    while True:
-        request = http.get(f"/api/v1/plans/{agent['plan']}/next", params={"wait": 20}, headers=headers, timeout=60)
-        connected.set()
-        response = await request
-        response.raise_for_status()
-        if response.json().get("action") != "wait":
-            seen(agent["plan"])
-            return
+    async with httpx.AsyncClient(base_url=url, verify=tls, limits=httpx.Limits(max_connections=1)) as http:
+        while True:
+            request = http.get(f"/api/v1/plans/{agent['plan']}/next", params={"wait": 20}, headers=headers,
+                               timeout=60)
+            connected.set()
+            response = await request
+            response.raise_for_status()
+            if response.json().get("action") != "wait":
+                seen(agent["plan"])
+                return
 
 
 async def websocket(url: str, agent: dict[str, Any], connected: asyncio.Event) -> None:
@@ -194,42 +204,55 @@ async def mcp_task(url: str, agent: dict[str, Any], connected: asyncio.Event) ->
         if not isinstance(handle, TaskHandle):
             raise RuntimeError(f"wait_for_decision answered without a task: {handle}")
         connected.set()
-        interval = (handle.poll_interval or 1000) / 1000
+        interval = handle.poll_interval or 1000
         while True:
-            await asyncio.sleep(interval)
+            print(f"poll {interval}", flush=True)  # as the server suggests it, as a real client follows it
+            await asyncio.sleep(interval / 1000)
             state = await session.send_request(GetTaskRequest(params=GetTaskRequestParams(task_id=handle.task_id)),
                                                TaskState)
             if state.status != "working":
                 seen(agent["plan"])
                 return
-            interval = (state.poll_interval or 1000) / 1000
+            interval = state.poll_interval or 1000
 
 
-async def generate(url: str, agents: list[dict[str, Any]]) -> None:
-    import httpx
+async def lag_report() -> None:
+    """Each second, the worst lag of this loop (a sleep's overshoot): an answer seen late by a busy generator would
+    count as the server's."""
+    loop = asyncio.get_running_loop()
+    while True:
+        worst, second = 0.0, loop.time() + 1
+        while loop.time() < second:
+            started = loop.time()
+            await asyncio.sleep(0.02)
+            worst = max(worst, loop.time() - started - 0.02)
+        print(f"lag {worst * 1000:.1f}", flush=True)
 
+
+async def generate(url: str, agents: list[dict[str, Any]], gap: float) -> None:
+    lags = asyncio.create_task(lag_report())
     events = [asyncio.Event() for _ in agents]
-    limits = httpx.Limits(max_connections=len(agents) + 10, max_keepalive_connections=len(agents) + 10)
-    async with httpx.AsyncClient(base_url=url, limits=limits) as http:
-        connects = {"long_poll": partial(long_poll, http), "websocket": partial(websocket, url),
-                    "mcp_task": partial(mcp_task, url)}
-        tasks = []
-        for agent, connected in zip(agents, events, strict=True):
-            tasks.append(asyncio.create_task(retried(connects[agent["kind"]], agent, connected)))
-            await asyncio.sleep(CONNECT_GAP_SECONDS)  # a fleet connecting over seconds, not in one burst
-        for connected in events:
-            await connected.wait()
-        print(f"ready {len(ERRORS)}", flush=True)
-        await asyncio.gather(*tasks)
+    tls = ssl.create_default_context()  # one for all: each client would load the CA bundle again (plain http here)
+    connects = {"long_poll": partial(long_poll, url, tls), "websocket": partial(websocket, url),
+                "mcp_task": partial(mcp_task, url)}
+    tasks = []
+    for agent, connected in zip(agents, events, strict=True):
+        tasks.append(asyncio.create_task(retried(connects[agent["kind"]], agent, connected)))
+        await asyncio.sleep(gap)  # a fleet connecting over seconds, not in one burst
+    for connected in events:
+        await connected.wait()
+    print(f"ready {len(ERRORS)}", flush=True)
+    await asyncio.gather(*tasks)
+    lags.cancel()
 
 
-def generator_main(url: str) -> None:
+def generator_main(url: str, gap: float) -> None:
     import django
 
     django.setup()  # the MCP client's task models are tests/mcp/test_tasks.py's, a module of the test suite
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    asyncio.run(generate(url, json.loads(sys.stdin.readline())))
+    asyncio.run(generate(url, json.loads(sys.stdin.readline()), gap))
 
 
 # --- the decider (its own process): an operator's approval through the web's service -----------------------------
@@ -260,33 +283,56 @@ def decider_main(user_id: int) -> None:
 
 
 class Generator:
+    """The fleet's agents dealt over GEN_PROCESSES load generator processes (each its own event loop), their lines
+    read here: `ready`, `seen` and each second the loop's worst lag (how late it ran what was due)."""
+
     def __init__(self, st: Stack, agents: list[dict[str, Any]]) -> None:
         url = f"http://127.0.0.1:{st.port}"
-        self.proc = st.spawn([sys.executable, "-m", "tests.bench.protocols", "gen", url], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, bufsize=1)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(agents) + "\n")
-        self.proc.stdin.flush()
+        shares = [agents[n::GEN_PROCESSES] for n in range(GEN_PROCESSES)]
+        self.procs = [st.spawn([sys.executable, "-m", "tests.bench.protocols", "gen", url,
+                                str(CONNECT_GAP_SECONDS * len(shares))], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, bufsize=1) for share in shares if share]
+        for proc, share in zip(self.procs, shares, strict=False):
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps(share) + "\n")
+            proc.stdin.flush()
+        self.readied: list[int] = []  # each process's errors while its agents connected (each agent tried again)
         self.ready = threading.Event()
-        self.refused = 0  # errors while the fleet connected (each agent tried again)
         self.seen: dict[int, float] = {}
-        self.reader = threading.Thread(target=self.read, daemon=True)
-        self.reader.start()
+        self.polls: list[int] = []  # each pollInterval (ms) an MCP task's agent followed
+        self.lags: list[tuple[float, float]] = []  # (when, the worst lag in ms of one process over a second)
+        self.readers = [threading.Thread(target=self.read, args=(proc,), daemon=True) for proc in self.procs]
+        for reader in self.readers:
+            reader.start()
 
-    def read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+    @property
+    def refused(self) -> int:
+        return sum(self.readied)
+
+    def read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
             parts = line.split()
             if parts[:1] == ["ready"]:
-                self.refused = int(parts[1])
-                self.ready.set()
+                self.readied.append(int(parts[1]))
+                if len(self.readied) == len(self.procs):
+                    self.ready.set()
             elif parts[:1] == ["seen"]:
                 self.seen[int(parts[1])] = float(parts[2])
+            elif parts[:1] == ["poll"]:
+                self.polls.append(int(parts[1]))
+            elif parts[:1] == ["lag"]:
+                self.lags.append((time.time(), float(parts[1])))
+
+    def lag_max(self, since: float) -> float:
+        """The generators' worst loop lag since `since` (time.time()), in ms: how late an answer may have been seen."""
+        return max((lag for when, lag in list(self.lags) if when >= since), default=0.0)
 
     def close(self) -> None:
         from tests.browser.conftest import stop
 
-        stop(self.proc)
+        for proc in self.procs:
+            stop(proc)
 
 
 def fleet_measure(st: Stack, agents: list[dict[str, Any]], *, rng: random.Random) -> dict[str, Any]:
@@ -315,6 +361,7 @@ def fleet_measure(st: Stack, agents: list[dict[str, Any]], *, rng: random.Random
             chosen += rng.sample(of_kind, min(DECISIONS, len(of_kind)))
         rng.shuffle(chosen)
         committed: dict[int, float] = {}
+        decisions_started = time.time()
         for agent in chosen:
             time.sleep(rng.uniform(0.05, 0.25))
             decider.stdin.write(f"{agent['plan']}\n")
@@ -323,6 +370,8 @@ def fleet_measure(st: Stack, agents: list[dict[str, Any]], *, rng: random.Random
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(a["plan"] not in generator.seen for a in chosen):
             time.sleep(0.05)
+        lag = generator.lag_max(decisions_started)
+        loads = (load, os.getloadavg()[0])
         lost = 0
         for agent in chosen:
             if agent["plan"] in generator.seen:
@@ -336,7 +385,7 @@ def fleet_measure(st: Stack, agents: list[dict[str, Any]], *, rng: random.Random
         generator.close()
     return {"n": len(agents), "memory_kb": (connected_kb - idle_kb) / len(agents), "idle_kb": idle_kb,
             "connected_kb": connected_kb, "dashboard": dashboard, "by_kind": by_kind, "lost": lost,
-            "load": load, "connect_seconds": connect_seconds, "refused": generator.refused}
+            "loads": loads, "lag": lag, "polls": list(generator.polls), "connect_seconds": connect_seconds, "refused": generator.refused}
 
 
 def scale_figures() -> list[dict[str, Any]]:
@@ -360,19 +409,31 @@ def scale_figures() -> list[dict[str, Any]]:
     def kinds_note(m: dict[str, Any]) -> str:
         return "; ".join(f"{kind.replace('_', ' ')} p95 {p95(v):.0f} ms ({len(v)})" for kind, v in m["by_kind"].items())
 
+    def polls(m: dict[str, Any]) -> str:
+        low, high = min(m["polls"], default=0), max(m["polls"], default=0)
+        return f"{low} ms" if low == high else f"{low}-{high} ms"
+
+    poll_note = f"{polls(many)} with {n}, {polls(few)} with {AGENTS_SMALL}"
+
+    def conditions(m: dict[str, Any]) -> str:
+        return (f"load average {m['loads'][0]:.1f}-{m['loads'][1]:.1f} on {os.cpu_count()} cores, the generators' "
+                f"loop lag at most {m['lag']:.0f} ms")
+
     out = [
         figure(f"connected_{n}_decision_p95", p95(pushed(many)), "ms", baseline=p95(pushed(few)),
                baseline_name=f"the same with {AGENTS_SMALL} agents connected", goal=f"< {DECISION_GOAL_MS:.0f} ms",
                passed=p95(pushed(many)) < DECISION_GOAL_MS and many["lost"] == 0,
-               note=f"{mix} waiting at once ({where}; connected in {many['connect_seconds']:.0f} s, {many['refused']} connection errors retried); an operator's "
-                    f"approval (the service called) -> the agent has `run`; long polls and websockets: {kinds_note(many)}; "
-                    f"lost {many['lost']}; with {AGENTS_SMALL}: {kinds_note(few)}; load average "
-                    f"{many['load']:.1f} on {os.cpu_count()} cores"),
+               note=f"{mix} waiting at once ({where}; {GEN_PROCESSES} generator processes; connected in "
+                    f"{many['connect_seconds']:.0f} s, {many['refused']} connection errors retried); an operator's "
+                    f"approval (the service called) -> the agent has `run`; long polls and websockets: "
+                    f"{kinds_note(many)}; lost {many['lost']}; {conditions(many)}; with {AGENTS_SMALL}: "
+                    f"{kinds_note(few)}, {conditions(few)}"),
         figure(f"connected_{n}_mcp_task_decision_p95", p95(many["by_kind"]["mcp_task"]), "ms",
                baseline=p95(few["by_kind"]["mcp_task"]), baseline_name=f"the same with {AGENTS_SMALL} agents",
                goal=f"< {DECISION_GOAL_MS:.0f} ms", passed=p95(many["by_kind"]["mcp_task"]) < DECISION_GOAL_MS,
-               note="the MCP client polls tasks/get at the task's pollInterval (1 s): the decision waits for its "
-                    f"next poll; median {statistics.median(many['by_kind']['mcp_task'] or [float('nan')]):.0f} ms"),
+               note=f"the MCP client polls tasks/get at the task's pollInterval ({poll_note}): the decision waits "
+                    f"for its next poll; median "
+                    f"{statistics.median(many['by_kind']['mcp_task'] or [float('nan')]):.0f} ms"),
         figure(f"connected_{n}_dashboard_p90", p90(many["dashboard"]), "ms", baseline=p90(few["dashboard"]),
                baseline_name=f"the same with {AGENTS_SMALL} agents connected", goal=f"< {DASHBOARD_GOAL_MS:.0f} ms",
                passed=p90(many["dashboard"]) < DASHBOARD_GOAL_MS,
@@ -507,7 +568,7 @@ def figures() -> Iterator[dict[str, Any]]:
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     if sys.argv[1] == "gen":
-        generator_main(sys.argv[2])
+        generator_main(sys.argv[2], float(sys.argv[3]))
     elif sys.argv[1] == "decide":
         decider_main(int(sys.argv[2]))
     else:
