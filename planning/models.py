@@ -55,7 +55,7 @@ class Plan(models.Model):
         CLARIFIED = "clarified", "Clarification answered"
         STEP_ROLLED_BACK = "step_rolled_back", "Step rolled back"
         # Every step ran, but the outcome the goal asks for was not found (planning/engine/goal_check.py
-        # outcome_problems): the goal stays open and the operator is asked what next.
+        # outcome_check): the goal stays open and the operator is asked what next.
         UNVERIFIED = "unverified", "Done, not verified"
         # A person took a "Done, not verified" plan as done (plan_accept_done): closed by their decision, and
         # never shown as verified.

@@ -1,6 +1,6 @@
 """Is a tool plan able to reach its goal? Checked before anyone can approve it, and its outcome after it ran.
 
-Pure: plain values in, plain values out (no database, no files but the ones `outcome_problems` is given).
+Pure: plain values in, plain values out (no database, no files but the ones `outcome_check` is given).
 
 Before planning (`goal_reachable`), from the goal's words and what the agent's tools can do (ToolSpec.verbs):
 - a path outside the workspace ("read /etc/passwd", "../secrets.txt") is refused as such;
@@ -13,7 +13,7 @@ step, and every action the goal asks for (copy, convert, move, count, summarize,
 whose tool can do it. Never a plan of reads for a goal that asks for a change. Each problem names the step as
 the plan page numbers it and is worded for the planner's retry and for the operator.
 
-After the steps ran (`outcome_problems`): each output the goal names exists and is not empty, a converted file
+After the steps ran (`outcome_targets`, then `outcome_check`): each output the goal names exists and is not empty, a converted file
 parses as its format (.json parses, .csv has rows, a .md table has a header row), and an answer the goal asks
 for (a count, a summary) appears in a step's result.
 """
@@ -74,7 +74,7 @@ ACTION_WORDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # A result no tool makes: the tools read and write text files, so a video, a picture, sound, slides, a PDF or
     # an Office file made from them is a stated "cannot" (reading or copying such a file is not this).
     ("media", re.compile(r"\b(?:make|create|produce|render|record|draw|generate|build|design|film|shoot|edit|"
-                         r"put\s+together)\s+(?:(?:me|us|a|an|the|some|my|our|[\w-]+)\s+){0,4}?" + _MEDIA_NOUNS
+                         r"put\s+together)\s+(?:[\w-]+\s+){0,4}?" + _MEDIA_NOUNS
                          + r"|\b(?:into|as)\s+(?:a|an)\s+(?:[\w-]+\s+){0,2}?" + _MEDIA_NOUNS
                          + r"|\bto\s+(?:a\s+|an\s+)?(?:pdf|png|jpe?g|gif|mp4|mp3|wav|xlsx|docx|pptx|excel|word\s+document|"
                            r"powerpoint)\b", re.IGNORECASE)),
@@ -384,7 +384,10 @@ def outcome_check(goal: str, outputs: Sequence[OutputFile], results: Sequence[st
     problems: list[str] = []
     checked: list[str] = []
     for name, made in (folders or {}).items():
-        (checked.append(f"the folder {name} exists") if made else problems.append(f"the folder {name} was not created"))
+        if made:
+            checked.append(f"the folder {name} exists")
+        else:
+            problems.append(f"the folder {name} was not created")
     for output in outputs:
         if output.text is None:
             problems.append(f"{output.path} was not written")
@@ -447,12 +450,16 @@ def outcome_targets(goal: str, steps: Sequence[StepView], feedback: Sequence[str
             if "{" not in path:
                 (made_folders if step.tool == "dir.create" else made).append(path_normal(path))
     made, made_folders = list(dict.fromkeys(made)), list(dict.fromkeys(made_folders))
-    redirected = [path for text in feedback for named in (goal_files(text).inputs + goal_files(text).outputs)
-                  for path in made if _same(named, path)]
-    files = [output for output in needs.outputs if any(_same(output, path) for path in made) or not redirected]
-    if len(files) < len(needs.outputs):
-        files += redirected
-    if not needs.outputs:
+    named: list[str] = []
+    for text in feedback:
+        said = goal_files(text)
+        named += [*said.inputs, *said.outputs]
+    redirected = [path for path in made if any(_same(name, path) for name in named)]
+    if needs.outputs:
+        files = [output for output in needs.outputs if any(_same(output, path) for path in made) or not redirected]
+        if len(files) < len(needs.outputs):
+            files += redirected
+    else:
         changes = bool(set(needs.actions) & CHANGING)
         files = [path for path in made if changes or path in redirected or _names(goal, path, needs)]
     folders = list(needs.folders) or [path for path in made_folders if "mkdir" in needs.actions
@@ -486,13 +493,3 @@ def format_problem(path: str, text: str) -> str:
                     return ""
             return "has a table without a header row"
     return ""
-
-
-def goal_outputs(goal: str) -> tuple[str, ...]:
-    """The files `goal` names as outputs."""
-    return goal_needs(goal).outputs
-
-
-def goal_folders(goal: str) -> tuple[str, ...]:
-    """The folders a goal that creates folders names."""
-    return goal_needs(goal).folders
