@@ -7,8 +7,9 @@ connected_N_*: N external agents wait at once for an operator, a mix of long pol
 process (`python -m tests.bench.protocols gen`). With all N connected, this process measures:
 
 - the decision: an operator approves one waiting plan at a time (`plan_approve`, the web's service, in a helper
-  process: `python -m tests.bench.protocols decide`), from the call -> its agent has the answer `run` (the
-  generator's clock; one machine, one clock). Pushed transports (long polls and websockets) and MCP tasks apart: a task is polled.
+  process, one for the whole run as a web server's process serves many decisions: `python -m tests.bench.protocols
+  decide`; its cold first decisions are the warm fleet's, not counted), from the call -> its agent has the answer
+  `run` (the generator's clock; one machine, one clock). Pushed transports (long polls and websockets) and MCP tasks apart: a task is polled.
 - the dashboard's p90, one request at a time (as tests/bench/load.py probes);
 - memory per connected agent: (the RSS of the `serve` processes with N connected - the same just before) / N.
 
@@ -335,16 +336,24 @@ class Generator:
             stop(proc)
 
 
-def fleet_measure(st: Stack, agents: list[dict[str, Any]], *, rng: random.Random) -> dict[str, Any]:
+def decider_spawn(st: Stack) -> subprocess.Popen[str]:
+    """The operator's process, one for the whole run (as a web server's process decides many times): its first
+    decision, which pays for the process's first imports and connection, is the warm fleet's, not counted."""
+    decider = st.spawn([sys.executable, "-m", "tests.bench.protocols", "decide", str(st.data["user"])],
+                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    assert decider.stdout is not None
+    assert decider.stdout.readline().strip() == "ready"
+    return decider
+
+
+def fleet_measure(st: Stack, agents: list[dict[str, Any]], *, rng: random.Random,
+                  decider: subprocess.Popen[str]) -> dict[str, Any]:
     """Connect the fleet, then measure: memory, the dashboard, and decisions by transport."""
     url = f"http://127.0.0.1:{st.port}"
     idle_kb = serve_rss_kb(st)
     generator = Generator(st, agents)
-    decider = st.spawn([sys.executable, "-m", "tests.bench.protocols", "decide", str(st.data["user"])],
-                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
     assert decider.stdin is not None and decider.stdout is not None
     try:
-        assert decider.stdout.readline().strip() == "ready"
         connect_started = time.monotonic()
         if not generator.ready.wait(CONNECT_TIMEOUT_SECONDS):
             raise RuntimeError(f"the {len(agents)} agents did not connect within {CONNECT_TIMEOUT_SECONDS:.0f} s; "
@@ -379,9 +388,6 @@ def fleet_measure(st: Stack, agents: list[dict[str, Any]], *, rng: random.Random
             else:
                 lost += 1
     finally:
-        decider.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            decider.wait(30)
         generator.close()
     return {"n": len(agents), "memory_kb": (connected_kb - idle_kb) / len(agents), "idle_kb": idle_kb,
             "connected_kb": connected_kb, "dashboard": dashboard, "by_kind": by_kind, "lost": lost,
@@ -395,9 +401,16 @@ def scale_figures() -> list[dict[str, Any]]:
     with stack(("--workers", str(WORKERS))) as st:
         warm, small, big = (fleet(st, "Warm", AGENTS_SMALL), fleet(st, "Small", AGENTS_SMALL),
                             fleet(st, "Agent", AGENTS))
-        fleet_measure(st, warm, rng=rng)  # first imports and caches of every path, not counted
-        few = fleet_measure(st, small, rng=rng)
-        many = fleet_measure(st, big, rng=rng)
+        decider = decider_spawn(st)
+        try:
+            fleet_measure(st, warm, rng=rng, decider=decider)  # first imports and caches of every path: not counted
+            few = fleet_measure(st, small, rng=rng, decider=decider)
+            many = fleet_measure(st, big, rng=rng, decider=decider)
+        finally:
+            assert decider.stdin is not None
+            decider.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                decider.wait(30)
         where = f"{st.stack_name}, serve --workers {WORKERS}"
     counts = {kind: sum(1 for a in big if a["kind"] == kind) for kind in MIX}
     mix = ", ".join(f"{n} {kind.replace('_', ' ')}s" for kind, n in counts.items())
