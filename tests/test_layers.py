@@ -58,12 +58,9 @@ SERVICES_INTERFACES: dict[tuple[str, str], str] = {
         "rows_write: the one bulk write of checked, locked rows (bulk_create with update_conflicts)",
     ("planning.services.versions", "agents.services"):
         "rows_write: the one bulk write of checked, locked rows (bulk_create with update_conflicts)",
-    ("planning.services.steps", "policies.services"):
-        "policies_step_waiting, rules_enabled: the policies decide a step the moment it waits, in its transaction",
-    ("planning.services.versions", "policies.services"):
-        "policies_plan_waiting: the policies decide a plan the moment it waits, in its transaction",
     ("policies.services", "planning.services"):
-        "a policy's decision is the operator's decision through the same services (step_approve, plan_approve, ...)",
+        "a policy's decision is the operator's decision through the same services (step_approve, plan_approve, "
+        "...); the planning services tell the policies an item waits through planning/signals.py, never by import",
 }
 
 
