@@ -1,5 +1,6 @@
-"""The channels: how one delivery goes out. A webhook gets the notification as JSON, signed; Slack gets an
-incoming-webhook message with blocks and Approve/Decline buttons (links); e-mail goes by Django's mail.
+"""The plain channels: how one delivery goes out. A webhook gets the notification as JSON, signed; Slack gets an
+incoming-webhook message with blocks and Approve/Decline buttons (links); e-mail goes by Django's mail. The Slack
+app (slack_app.py) builds on this module; sending.py sends by the channel's kind, through one or the other.
 
 Webhook signature: `X-Planner-Signature: sha256=<hex HMAC-SHA256 of the raw body with the channel's secret>`.
 The body carries `sent_at` (also in `X-Planner-Timestamp`), so a receiver that checks the signature and the age
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -101,45 +101,3 @@ def mail_send(delivery: Delivery) -> SendResult:
                           duration_ms=int((time.monotonic() - started) * 1000))
     return SendResult(ok=bool(sent), excerpt="accepted by the mailer" if sent else "",
                       error="" if sent else "the mailer sent nothing", duration_ms=int((time.monotonic() - started) * 1000))
-
-
-def delivery_send(delivery: Delivery, *, attempt: int) -> SendResult:
-    """Send one delivery on its channel (no database writes here)."""
-    channel = delivery.channel
-    if channel.kind == Channel.Kind.EMAIL:
-        return mail_send(delivery)
-    if channel.kind == Channel.Kind.SLACK_APP:
-        from notifications.slack_app import message_post
-
-        return message_post(delivery)
-    if channel.kind == Channel.Kind.SLACK:
-        body = json.dumps(slack_body(delivery.notification.payload)).encode()
-        return channel_post(channel, body, {})
-    sent_at = int(time.time())
-    body = json.dumps(webhook_body(delivery, attempt=attempt, sent_at=sent_at), separators=(",", ":")).encode()
-    return channel_post(channel, body, {SIGNATURE_HEADER: body_sign(channel.secret, body),
-                                        TIMESTAMP_HEADER: str(sent_at), DELIVERY_HEADER: str(delivery.pk)})
-
-
-def channel_test_send(channel: Channel) -> SendResult:
-    """The settings page's "Send a test": one message now, through the same guard as every delivery."""
-    payload = {"kind": "test", "title": "Test from the agent planner: this channel works",
-               "text": "Sent because you asked for a test on your notification settings.",
-               "link": f"{settings.PLANNER_BASE_URL}/notifications/settings/"}
-    if channel.kind == Channel.Kind.EMAIL:
-        message = EmailMessage(subject=payload["title"], body=f"{payload['text']}\n\n{payload['link']}",
-                               to=[channel.target])
-        try:
-            sent = message.send(using="notifications")
-        except Exception as exc:  # any mailer's failure is said, by its class only
-            return SendResult(ok=False, error=f"the mailer failed ({type(exc).__name__})")
-        return SendResult(ok=bool(sent), error="" if sent else "the mailer sent nothing")
-    if channel.kind == Channel.Kind.SLACK:
-        return channel_post(channel, json.dumps({"text": payload["title"]}).encode(), {})
-    if channel.kind == Channel.Kind.SLACK_APP:
-        from notifications.slack_app import test_post  # noqa: PLC0415 (slack_app builds on this module)
-        return test_post(channel, title=payload["title"], text=payload["text"])
-    sent_at = int(time.time())
-    body = json.dumps({**payload, "sent_at": sent_at}, separators=(",", ":")).encode()
-    return channel_post(channel, body, {SIGNATURE_HEADER: body_sign(channel.secret, body),
-                                        TIMESTAMP_HEADER: str(sent_at)})

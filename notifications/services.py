@@ -33,7 +33,8 @@ from notifications.models import (
     Trigger,
     channel_target_problem,
 )
-from notifications.senders import SendResult, channel_test_send, delivery_send
+from notifications.senders import SendResult
+from notifications.sending import channel_test_send, delivery_send
 from planner_site import outbound
 from planner_site.roles import user_can_decide
 from planning.models import PlanEvent
@@ -229,6 +230,18 @@ def channel_add(*, user: User, kind: str, target: str) -> Channel:
     secret = secrets.token_urlsafe(32) if kind == Channel.Kind.WEBHOOK else ""
     channel = Channel.objects.create(user=user, kind=kind, target=target, secret=secret)
     settings_record(user, "channel_added", channel=channel.pk, kind=kind, target=target)
+    return channel
+
+
+@transaction.atomic
+def slack_app_channel_add(*, user: User, target: str, bot_token: str, signing_secret: str) -> Channel:
+    """Add a Slack app channel of one's own: the Slack channel to post in, the app's bot token and signing
+    secret (recorded in the settings audit without them)."""
+    if Channel.objects.filter(user=user, kind=Channel.Kind.SLACK_APP, target=target).exists():
+        raise SettingsError("You already have this channel. Nothing was changed.")
+    channel = Channel.objects.create(user=user, kind=Channel.Kind.SLACK_APP, target=target, bot_token=bot_token,
+                                     signing_secret=signing_secret)
+    settings_record(user, "channel_added", channel=channel.pk, kind=channel.kind, target=target)
     return channel
 
 

@@ -244,20 +244,6 @@ def code_minutes() -> int:
     return max(1, settings.SLACK_CONNECT_CODE_MAX_AGE_SECONDS // 60)
 
 
-@transaction.atomic
-def channel_add(*, user: User, target: str, bot_token: str, signing_secret: str) -> Channel:
-    """Add a Slack app channel of one's own: the Slack channel to post in, the app's bot token and signing
-    secret (recorded in the settings audit without them)."""
-    from notifications.services import SettingsError, settings_record
-
-    if Channel.objects.filter(user=user, kind=Channel.Kind.SLACK_APP, target=target).exists():
-        raise SettingsError("You already have this channel. Nothing was changed.")
-    channel = Channel.objects.create(user=user, kind=Channel.Kind.SLACK_APP, target=target, bot_token=bot_token,
-                                     signing_secret=signing_secret)
-    settings_record(user, "channel_added", channel=channel.pk, kind=channel.kind, target=target)
-    return channel
-
-
 def code_hash(code: str) -> str:
     return hashlib.sha256("".join(c for c in code.upper() if c.isalnum()).encode()).hexdigest()
 

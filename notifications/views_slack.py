@@ -23,7 +23,7 @@ from slack_sdk.signature import SignatureVerifier
 from notifications import slack_app
 from notifications.forms_slack import SlackAppChannelForm
 from notifications.models import SlackMessage
-from notifications.services import SettingsError
+from notifications.services import SettingsError, slack_app_channel_add
 from notifications.views import VIEWER_REFUSED, owner
 from planner_site.roles import user_can_decide
 
@@ -206,7 +206,7 @@ def slack_channel_add(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"{errors} Nothing was changed.")
         return redirect("notify-settings")
     try:
-        channel = slack_app.channel_add(user=owner(request), **form.cleaned_data)
+        channel = slack_app_channel_add(user=owner(request), **form.cleaned_data)
     except SettingsError as exc:
         messages.error(request, str(exc))
         return redirect("notify-settings")

@@ -38,11 +38,10 @@ from agents.llm.gateway import (
     calls_recorded_together,
     llm_complete,
     model_chain,
-    provider_name,
 )
 from agents.llm.placeholders import placeholder_or_example
 from agents.llm.schemas import PathChoices, plan_or_say_schema, plan_schema, reflect_schema, restate_schema
-from agents.llm.structured import model_profile, prompt_budget, tokens_estimate
+from agents.llm.structured import model_profile, prompt_budget, provider_name, tokens_estimate
 from agents.models import Agent
 from agents.tools import TOOLS, workspace_listing
 from agents.world import ACTIONS, persona_situation

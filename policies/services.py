@@ -1,8 +1,10 @@
 """Policies at work, and every change to them.
 
 - `policies_step_waiting` / `policies_plan_waiting`: called where an item starts to wait for a person (inside the
-  transaction that wrote the waiting state); the first matching rule of the policies switched on decides through
-  the operators' own decision services, with the policy as the actor. No rule matches: a person decides.
+  transaction that wrote the waiting state), by the receivers of planning/signals.py (`steps_waiting_decide`,
+  `plan_waiting_decide`, connected in policies/apps.py); the first matching rule of the policies switched on
+  decides through the operators' own decision services, with the policy as the actor. No rule matches: a person
+  decides.
 - `decision_undo`: an operator takes back a policy's approval of a step that has not started.
 - `budget_after_call`: after each model call is recorded, the agent's budget (per day, per plan) is checked; a
   budget reached pauses the agent, with an event.
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
 from decimal import Decimal
@@ -246,6 +248,14 @@ def policies_step_waiting(*, step: PlanStep) -> Match | None:
     return decided_safely(lambda: step_decide(step=step, match=match), f"step {step.pk}")
 
 
+def steps_waiting_decide(sender: object, *, steps: Sequence[PlanStep], **kwargs: Any) -> None:
+    """Receiver of planning.signals.steps_await_approval: the policies decide each step that now waits (nothing
+    more than one cached read when no policy is on)."""
+    if rules_enabled():
+        for step in steps:
+            policies_step_waiting(step=step)
+
+
 def step_decide(*, step: PlanStep, match: Match) -> Match:
     rule = match.rule
     if match.action == Rule.Action.APPROVE:
@@ -298,6 +308,11 @@ def policies_plan_waiting(*, plan: Plan) -> Match | None:
     if match is None:
         return None
     return decided_safely(lambda: plan_decide(plan=plan, match=match), f"plan {plan.pk}")
+
+
+def plan_waiting_decide(sender: object, *, plan: Plan, **kwargs: Any) -> Match | None:
+    """Receiver of planning.signals.plan_awaits_approval: what the policies decided of the plan, or None."""
+    return policies_plan_waiting(plan=plan)
 
 
 def plan_decide(*, plan: Plan, match: Match) -> Match:

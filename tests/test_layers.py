@@ -11,9 +11,14 @@ TYPE_CHECKING), so a new upward import fails here before it becomes a ring.
       specs (agents/tools), outbound HTTP and tracing of planner_site: no model, no app code above them
     0 settings (and the pool check they name)                   (bottom: no app code at all)
 
-The domain tells the runtime what happened through signals (agents/signals.py), which the runtime connects; it
-never imports it. Services of one app call another app's services only through the interfaces named in
-SERVICES_INTERFACES below, each with its reason.
+The domain tells a layer above what happened through signals, which that layer connects in its AppConfig.ready;
+it never imports it: agents/signals.py, which the runtime connects, and planning/signals.py (a plan or steps now
+wait for approval, sent in the transaction), which the policies connect. Services of one app call another app's
+services only through the interfaces named in SERVICES_INTERFACES below, each with its reason.
+
+No import closes a ring: the imports that run (at module level and inside functions, not under TYPE_CHECKING)
+make no cycle among the project's modules, so no import inside a function hides one, and no module silences
+ruff's lazy-import rule (PLC0415) to keep one.
 """
 
 from __future__ import annotations
@@ -58,12 +63,9 @@ SERVICES_INTERFACES: dict[tuple[str, str], str] = {
         "rows_write: the one bulk write of checked, locked rows (bulk_create with update_conflicts)",
     ("planning.services.versions", "agents.services"):
         "rows_write: the one bulk write of checked, locked rows (bulk_create with update_conflicts)",
-    ("planning.services.steps", "policies.services"):
-        "policies_step_waiting, rules_enabled: the policies decide a step the moment it waits, in its transaction",
-    ("planning.services.versions", "policies.services"):
-        "policies_plan_waiting: the policies decide a plan the moment it waits, in its transaction",
     ("policies.services", "planning.services"):
-        "a policy's decision is the operator's decision through the same services (step_approve, plan_approve, ...)",
+        "a policy's decision is the operator's decision through the same services (step_approve, plan_approve, "
+        "...); the planning services tell the policies an item waits through planning/signals.py, never by import",
 }
 
 
@@ -82,6 +84,82 @@ def imports_of(path: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, module
             for alias in node.names:  # `from planner_site import statements` names a module too
                 yield node.lineno, f"{module}.{alias.name}"
+
+
+def type_checking(test: ast.expr) -> bool:
+    """The test of `if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`), whose body never runs."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def running_imports(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line, module, inside a function) for every import of the file that runs: not those under TYPE_CHECKING."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+
+    def walk(nodes: list[ast.stmt], in_function: bool) -> Iterator[tuple[int, str, bool]]:
+        for node in nodes:
+            if isinstance(node, ast.If) and type_checking(node.test):
+                yield from walk(node.orelse, in_function)
+                continue
+            if isinstance(node, ast.Import):
+                yield from ((node.lineno, alias.name, in_function) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    module = ".".join([*base, module] if module else base)
+                yield node.lineno, module, in_function
+                yield from ((node.lineno, f"{module}.{alias.name}", in_function) for alias in node.names)
+            inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                yield from walk([n for n in getattr(node, field, []) if isinstance(n, ast.stmt | ast.excepthandler
+                                                                                   | ast.match_case)], inner)
+
+    yield from walk(ast.parse(path.read_text(), str(path)).body, False)
+
+
+def imported_modules(module: str, imported: str) -> Iterator[str]:
+    """The project's modules an import of `imported` by `module` runs: the module and the packages above it
+    (their __init__ runs first), but not a package `module` is itself inside (it is being imported already)."""
+    parts = imported.split(".")
+    for end in range(len(parts), 1, -1):
+        name = ".".join(parts[:end])
+        inside = module.startswith(name + ".")
+        if is_module(name) and name != module and not (end < len(parts) and inside):
+            yield name
+
+
+def import_graph() -> tuple[dict[str, set[str]], list[tuple[str, int, str, str]]]:
+    """The project's modules and those each imports when it runs; and each import made inside a function:
+    (file, line, module, imported module)."""
+    graph: dict[str, set[str]] = {}
+    in_functions: list[tuple[str, int, str, str]] = []
+    for path in app_sources():
+        module = module_of(path)
+        for line, name, in_function in running_imports(path):
+            for imported in imported_modules(module, name):
+                graph.setdefault(module, set()).add(imported)
+                if in_function:
+                    in_functions.append((path.relative_to(ROOT).as_posix(), line, module, imported))
+    return graph, list(dict.fromkeys(in_functions))  # `from a.b import c` names a.b twice
+
+
+def import_path(graph: dict[str, set[str]], start: str, end: str) -> list[str] | None:
+    """The shortest chain of imports from `start` to `end`, or None when `start` never imports `end`."""
+    came_from: dict[str, str | None] = {start: None}
+    todo = [start]
+    while todo:
+        current = todo.pop(0)
+        if current == end:
+            chain = [current]
+            while (before := came_from[chain[-1]]) is not None:
+                chain.append(before)
+            return chain[::-1]
+        for imported in sorted(graph.get(current, ())):
+            if imported not in came_from:
+                came_from[imported] = current
+                todo.append(imported)
+    return None
 
 
 def module_of(path: Path) -> str:
@@ -167,6 +245,47 @@ def test_the_allowed_exceptions_still_exist() -> None:
     seen = {(module_of(path), imported) for path in app_sources() for _, imported in imports_of(path)}
     assert set(UPWARD_ALLOWED) - seen == set()
     assert set(SERVICES_INTERFACES) - seen == set()
+
+
+def test_no_import_inside_a_function_hides_a_cycle() -> None:
+    """An import moved into a function to dodge a ring (A imports B at module level, B imports A when called) is
+    refused: the ring is broken instead, by a signal (planning/signals.py), a module above both, or a caller that
+    passes what is needed. An import inside a function that is not part of a ring (a heavy package loaded on
+    first use, the AppConfig's ready) stays."""
+    graph, in_functions = import_graph()
+    found = [f"{path}:{line} {module} imports {imported} inside a function; back: "
+             f"{' -> '.join(import_path(graph, imported, module) or [])}"
+             for path, line, module, imported in in_functions if import_path(graph, imported, module)]
+    assert found == []
+
+
+def test_the_project_imports_without_a_ring() -> None:
+    """No cycle among the project's modules at all, at module level either: the layers and the signals keep
+    every import pointing one way."""
+    graph, _ = import_graph()
+    found = [f"{module} -> {' -> '.join(chain)}" for module in sorted(graph) for imported in sorted(graph[module])
+             if (chain := import_path(graph, imported, module))]
+    assert found == []
+
+
+def test_no_module_silences_the_lazy_import_rule() -> None:
+    """`noqa: PLC0415` (ruff's import-outside-top-level) marked an import kept inside a function to hide a ring;
+    none is left, and none comes back."""
+    found = [f"{path.relative_to(ROOT)}:{number}" for path in app_sources()
+             for number, text in enumerate(path.read_text().splitlines(), 1) if "PLC0415" in text]
+    assert found == []
+
+
+def test_the_import_graph_sees_imports_inside_functions() -> None:
+    """The graph the two tests above read: an import inside a function is an edge of it, marked so; one under
+    TYPE_CHECKING is not (it never runs)."""
+    graph, in_functions = import_graph()
+    assert "policies.services" in graph["policies.apps"]
+    assert ("policies.apps", "planning.signals") in {(module, imported) for _, _, module, imported in in_functions}
+    assert "planning.models" not in graph.get("planning.engine.validate", set())
+    assert import_path(graph, "policies.services", "planning.services.steps") == [
+        "policies.services", "planning.services", "planning.services.steps"]
+    assert import_path(graph, "planning.services.steps", "policies.services") is None
 
 
 def test_the_layers_are_told_apart() -> None:

@@ -26,7 +26,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from agents.llm.limits import CallAborted
-from agents.llm.structured import CallOptions, call_options
+from agents.llm.structured import CallOptions, call_options, provider_name
 
 logger = logging.getLogger("planner.llm")
 
@@ -199,17 +199,6 @@ def answers_at_once(*, agent_models: str = "") -> bool:
     drives many agents together can then make such calls in line, since none waits."""
     models = {model for purpose in PURPOSES for model in model_chain(purpose, agent_models=agent_models)}
     return all(provider_name(model) in settings.LLM_PROVIDERS_AT_ONCE for model in models)
-
-
-def provider_name(model: str) -> str:
-    """The provider serving `model` in settings.LLM_PROVIDERS: the one listing it, else the one listing "*"
-    ("" when none does)."""
-    providers: Mapping[str, Mapping[str, Any]] = settings.LLM_PROVIDERS
-    for wanted in (model, "*"):
-        for name, provider in providers.items():
-            if wanted in provider.get("models", ()):
-                return name
-    return ""
 
 
 def providers_import() -> list[str]:

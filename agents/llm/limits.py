@@ -39,6 +39,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.cache import cache
 
+from agents.llm.structured import model_settings
+
 OPERATOR, BACKGROUND = 0, 1  # priorities: lower goes first
 LEASE_POLL_SECONDS = 0.05
 OPERATOR_MARK_SECONDS = 2.0  # an operator's call waiting for a lease says so in the cache for this long
@@ -93,8 +95,6 @@ def loopback(base_url: str) -> bool:
 
 def model_concurrency(model: str) -> int:
     """How many calls to `model` may run at once, in all processes together (see the module's docstring)."""
-    from agents.llm.structured import model_settings
-
     own = model_settings(model).get("concurrency")
     if own:
         return max(1, int(own))

@@ -37,6 +37,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from django.utils.module_loading import import_string
 
 logger = logging.getLogger("planner.llm")
 
@@ -91,15 +92,24 @@ def name_forms(name: str) -> set[str]:
     return {form for form in (lowered, base, stem, QUANTIZATION.sub("", stem)) if form}
 
 
+def provider_name(model: str) -> str:
+    """The provider serving `model` in settings.LLM_PROVIDERS: the one listing it, else the one listing "*"
+    ("" when none does)."""
+    providers: Mapping[str, Mapping[str, Any]] = settings.LLM_PROVIDERS
+    for wanted in (model, "*"):
+        for name, provider in providers.items():
+            if wanted in provider.get("models", ()):
+                return name
+    return ""
+
+
 def model_aliases(model: str) -> list[str]:
     """The other names the model's server reports for `model` (its provider's `list` in LLM_PROVIDERS: the ids
     `/v1/models` lists); empty when the provider lists nothing or the server does not answer."""
-    from agents.llm.gateway import imported, provider_name  # the gateway imports this module
-
-    provider = settings.LLM_PROVIDERS.get(provider_name(model), {})
+    provider: Mapping[str, Any] = settings.LLM_PROVIDERS.get(provider_name(model), {})
     if not provider.get("list"):
         return []
-    served: list[str] = list(imported(provider["list"])())
+    served: list[str] = list(import_string(provider["list"])())
     if len(served) == 1:
         return served  # a one-model server answers whatever name it is asked by
     forms = name_forms(model)

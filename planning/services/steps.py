@@ -32,6 +32,7 @@ from planning.services.errors import DecisionError, StepNotAwaitingApproval
 from planning.services.events import actor_name, event_record, reason_clean
 from planning.services.plans import plan_complete
 from planning.services.transactions import atomic_retried, step_lock
+from planning.signals import steps_await_approval_send
 from planning.trace_spans import events_traced
 
 EDITABLE_STEP_FIELDS = ("description", "action_hint", "tool", "tool_input", "expected_outcome", "requires_permission")
@@ -222,8 +223,8 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
     plans (with their agents, whose workspace a tool's precheck reads), then the steps, locked in id order; those
     still pending put up for approval by the one rule (step_awaiting), written in one statement with one INSERT
     of their events, pushed after commit, the notifications' dispatch woken (bulk events send no post_save);
-    each agent's row says which step waits; then the policies decide each. A step no longer pending (decided
-    meanwhile) is left as it is."""
+    each agent's row says which step waits; then the policies decide each, told by planning.signals in this
+    transaction. A step no longer pending (decided meanwhile) is left as it is."""
     if not steps:
         return
     plans = {plan.pk: plan for plan in Plan.objects.select_for_update(no_key=True, of=("self",))
@@ -253,11 +254,7 @@ def steps_request_approval(steps: Sequence[PlanStep], *, runner: str) -> None:
         events_may_notify_on_commit()
     for step in locked:
         publish_changed_on_commit(agent_id=step.plan.agent_id, plan_id=step.plan_id, kind=PlanEvent.Kind.STEP_AWAITING)
-    from policies.services import policies_step_waiting, rules_enabled  # noqa: PLC0415 (as above)
-
-    if rules_enabled():
-        for step in locked:
-            policies_step_waiting(step=step)
+    steps_await_approval_send(locked)
 
 
 REPORTED_EVENTS: dict[str, str] = {PlanStep.Status.COMPLETED: PlanEvent.Kind.STEP_COMPLETED,

@@ -46,6 +46,7 @@ from planning.services.errors import (
     StaleVersion,
 )
 from planning.services.events import actor_name, event_record
+from planning.signals import plan_awaits_approval_send
 from planning.trace_spans import events_traced
 
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
@@ -268,8 +269,8 @@ def plans_accept(acceptances: Sequence[Acceptance], *, actor_label: str) -> dict
     restatements that came with them), one INSERT of their VALIDATED events, pushed after commit, the
     notifications' dispatch woken (bulk events send no post_save). A persona's plan starts at once; another
     agent's awaits approval, its row says so (one UPDATE for each version number), and the approval policies
-    decide it (policies_plan_waiting, plan by plan). A plan someone ended meanwhile is left as it is and left
-    out. The plans accepted, as they are now, with their steps as stored, by plan id."""
+    decide it, plan by plan, told by planning.signals in this transaction. A plan someone ended meanwhile is left
+    as it is and left out. The plans accepted, as they are now, with their steps as stored, by plan id."""
     validating = set(Plan.objects.select_for_update().filter(
         pk__in=[a.plan.pk for a in acceptances], status=Plan.Status.VALIDATING).order_by("pk")
         .values_list("pk", flat=True)) if acceptances else set()
@@ -306,15 +307,13 @@ def plans_accept(acceptances: Sequence[Acceptance], *, actor_label: str) -> dict
         publish_changed_on_commit(agent_id=plan.agent_id, plan_id=plan.pk, kind=PlanEvent.Kind.VALIDATED)
     waiting = [plan for plan in plans if plan.status == Plan.Status.AWAITING_APPROVAL]
     if waiting:
-        from policies.services import policies_plan_waiting  # noqa: PLC0415 (policies decide through the services)
-
         by_text: dict[str, list[int]] = {}
         for plan in waiting:
             by_text.setdefault(f"plan v{plan.version} awaits approval", []).append(plan.agent_id)
         for text, agent_ids in sorted(by_text.items()):  # a row that says so already is not written
             Agent.objects.filter(pk__in=agent_ids).exclude(waiting_reason=text).update(waiting_reason=text)
         for plan in waiting:
-            if policies_plan_waiting(plan=plan) is not None:  # decided at once: the caller sees the plan as it is now
+            if plan_awaits_approval_send(plan):  # decided at once: the caller sees the plan as it is now
                 plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
     return done
 

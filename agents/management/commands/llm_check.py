@@ -9,9 +9,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from agents.llm.gateway import PURPOSES, model_chain, provider_name
+from agents.llm.gateway import PURPOSES, model_chain
 from agents.llm.openai_provider import format_probe, models_list_fetch
-from agents.llm.structured import FORMATS, format_refused, model_profile, model_settings_key
+from agents.llm.structured import FORMATS, format_refused, model_profile, model_settings_key, provider_name
 from agents.models import Agent
 
 
