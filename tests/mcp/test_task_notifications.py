@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx2
 import pytest
 import uvicorn
-from mcp import ClientSession
-from mcp.client.extension import NotificationBinding, ResultClaim
+from mcp import Client, ClientSession
+from mcp.client.extension import ClientExtension, NotificationBinding, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -32,8 +32,8 @@ from planner_site.asgi import application
 from planning import mcp_tasks
 from planning.live.hub import LayerUnavailable
 from tests.api.conftest import PLAN
-from tests.mcp.test_server import db, operator_approves_plan, rate_counters_cleared, setup
-from tests.mcp.test_tasks import TASKS, TaskHandle, follow, operator_declines_plan, task_get
+from tests.mcp.test_server import db, ok, operator_approves_plan, rate_counters_cleared, setup
+from tests.mcp.test_tasks import TASKS, TaskHandle, follow, legacy_session, operator_declines_plan, task_get
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["rate_counters_cleared"]
@@ -284,3 +284,53 @@ async def test_a_token_revoked_while_listening_ends_the_stream() -> None:
         with pytest.raises(MCPError, match="revoked"):
             await asyncio.wait_for(listening, 10)
     assert listener.notices.empty()
+
+
+class TasksNoticed(ClientExtension):
+    """The extension on the SDK's `Client` as docs/mcp-tasks.md shows it: the task claimed, its notifications bound."""
+
+    identifier = TASKS
+
+    def __init__(self) -> None:
+        self.decided: asyncio.Queue[TaskNotice] = asyncio.Queue()
+
+    async def noticed(self, notice: TaskNotice) -> None:
+        if notice.status != "working":
+            await self.decided.put(notice)
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=TaskHandle, resolve=follow)]
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        return [NotificationBinding(method="notifications/tasks", params_type=TaskNotice, handler=self.noticed)]
+
+
+async def test_the_sdks_client_as_the_docs_show_it_is_told_the_decision() -> None:
+    raw = await db(setup)()
+    tasks = TasksNoticed()
+    async with (served() as base,
+                httpx2.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {raw}"}, timeout=60) as http,
+                Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="2026-07-28",
+                       extensions=[tasks]) as client):
+        handle = await client.session.call_tool("submit_plan", PLAN, allow_claimed=True)
+        assert isinstance(handle, TaskHandle)
+        request = SubscriptionsListenRequest(params=SubscriptionsListenRequestParams(
+            notifications=SubscriptionFilter.model_validate({"taskIds": [handle.task_id]})))
+        stream = asyncio.create_task(client.session.send_request(request, SubscriptionsListenResult))
+        await asyncio.sleep(0.5)
+        assert tasks.decided.empty() and not stream.done()
+        await operator_approves_plan(await plan_of_task(raw))
+        notice = await asyncio.wait_for(tasks.decided.get(), 10)
+        await asyncio.wait_for(stream, 10)
+    assert notice.result is not None and notice.result["structuredContent"]["decision"]["action"] == "run"
+
+
+async def test_a_2025_client_has_no_listen_as_before() -> None:
+    raw = await db(setup)()
+    async with legacy_session(raw) as session:
+        assert session.protocol_version == "2025-11-25"
+        handle = ok(await session.call_tool("submit_plan", PLAN))  # today's answer, no task
+        with pytest.raises(MCPError) as refused:
+            await listen(session, "any")
+    assert handle["status"] == "awaiting_approval"
+    assert refused.value.error.code == -32601  # the method does not exist on 2025-11-25
