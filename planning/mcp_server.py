@@ -28,6 +28,7 @@ from django.http.request import split_domain_port, validate_host
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.server.transport_security import TransportSecuritySettings
 from ninja.errors import HttpError
 from pydantic import Field, ValidationError
@@ -39,7 +40,7 @@ from planner_site.asgi_guards import ASGIApp, Receive, Scope, Send, header
 from planner_site.bearer import bearer_token
 from planning import api, mcp_tasks
 from planning.api import PLAN_MAX_STEPS_DOC, PlanIn, StepIn, ToolIn, VersionIn
-from planning.mcp_tasks import PlanTasks
+from planning.mcp_tasks import PlanTasks, TaskListen
 from planning.services import reported
 from planning.services.reported import ExternalError
 
@@ -143,8 +144,11 @@ Confidence = Annotated[float | None, Field(ge=0, le=100, strict=True, descriptio
 
 
 def server_build() -> MCPServer:
-    """The MCP server and its tools; the tools act for the agent of the request's token."""
-    app = MCPServer("agent-planner", instructions=INSTRUCTIONS, log_level="WARNING", extensions=[PlanTasks()])
+    """The MCP server and its tools; the tools act for the agent of the request's token. A listen for task ids is
+    served by TaskListen, on the bus of the SDK's own listen handler."""
+    bus = InMemorySubscriptionBus()
+    app = MCPServer("agent-planner", instructions=INSTRUCTIONS, log_level="WARNING", extensions=[PlanTasks()],
+                    subscriptions=bus, middleware=[TaskListen(bus)])
 
     @app.tool()
     async def declare_tools(

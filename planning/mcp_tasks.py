@@ -12,6 +12,11 @@ answer in `inputResponses` is recorded as an operator's answer would be (plan_cl
 the task goes on. Clients that do not declare the extension, and every client on 2025-11-25, get today's answer and
 poll `wait_for_decision` as before (the question waits for an operator in the inbox).
 
+A client may follow its tasks by notification instead of polling: `subscriptions/listen` with
+`notifications.taskIds` is served by `TaskListen` (server middleware, since the SDK's own listen handler knows only
+the core keys): the acknowledgement lists the ids it follows (the agent's own), then `notifications/tasks` carries a
+task's full state, as `tasks/get` would answer it, whenever its plan or agent changes (`TaskStream`).
+
 The server stays stateless: a task id is the plan's id and its agent, signed with the project's SECRET_KEY
 (django.core.signing), so any server process can answer `tasks/get` and no id can be guessed or forged; the
 request's token must also be the plan's agent's, else the task is unknown.
@@ -20,32 +25,52 @@ request's token must also be the plan's agent's, else the task is unknown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, cast
 
+import anyio
 from asgiref.sync import sync_to_async
 from django.core import signing
 from django.db import close_old_connections
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
+from mcp.server.mcpserver import require_client_extension
+from mcp.server.subscriptions import SubscriptionBus
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    ServerEvent,
+    event_matches,
+    event_to_notification,
+)
 from mcp_types import (
     INVALID_PARAMS,
+    INVALID_REQUEST,
     CallToolRequestParams,
     CallToolResult,
     ElicitRequest,
     ElicitRequestFormParams,
     GetTaskRequestParams,
+    Notification,
     RequestParams,
+    ServerNotification,
+    SubscriptionFilter,
+    SubscriptionsAcknowledgedNotification,
+    SubscriptionsAcknowledgedNotificationParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
     TextContent,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from ninja.errors import HttpError
+from pydantic import ValidationError
 
 from agents.models import AgentToken
 from planning import api
+from planning.api_ws import token_watched
 from planning.live.hub import LiveHub, hub_get
 from planning.models import Plan, PlanStep
 from planning.services import reported
@@ -62,6 +87,8 @@ STATE_TOKEN = "agent_token"  # where the request's scope carries the authenticat
 QUESTION_KEY = "answer"  # the key of the planner's question in inputRequests, of its answer in inputResponses
 WAITING = frozenset({"working", "input_required"})  # a task in these states is returned as a task
 TASK_KEPT_SECONDS = 30.0  # a task's state is forgotten (its watch ended) when not polled for this long
+LISTEN = "subscriptions/listen"
+LISTEN_TASKS_MAX = 100  # task ids one listen may follow
 
 
 class UpdateTaskRequestParams(RequestParams):
@@ -333,3 +360,185 @@ def task_known(ctx: ServerRequestContext[Any, Any], task_id: str) -> tuple[Agent
         raise MCPError(INVALID_PARAMS, "Unknown task id. Nothing was changed.")
     return token, plan_id, task_id
 
+
+
+# --- following tasks by notification: subscriptions/listen with taskIds ------------------------------------------
+
+
+class TaskStatusNotification(Notification[dict[str, Any], Literal["notifications/tasks"]]):
+    """The extension's `notifications/tasks`: a task's full state, as `tasks/get` answers it (the SDK has no model
+    of it; its `send_notification` is typed for the core notifications only, and sends any)."""
+
+    method: Literal["notifications/tasks"] = "notifications/tasks"
+
+
+def tasks_read(*, token: AgentToken, plans: dict[str, int], token_checked: bool) -> dict[str, dict[str, Any] | None]:
+    """Each task's state, as `tasks/get` reads it (None: its plan is gone, or not the agent's); with `token_checked`,
+    MCPError first when the token is no longer active (revoked or expired while the stream was open)."""
+    if token_checked:
+        close_old_connections()
+        try:
+            active = api.token_active(token.pk)
+        finally:
+            close_old_connections()
+        if not active:
+            raise MCPError(INVALID_REQUEST, "This token was revoked or expired while listening; nothing more is "
+                                            "sent to it.")
+    states: dict[str, dict[str, Any] | None] = {}
+    for task_id, plan_id in plans.items():
+        try:
+            states[task_id] = task_read(token=token, plan_id=plan_id, task_id=task_id)
+        except (ExternalError, HttpError):
+            states[task_id] = None
+    return states
+
+
+def core_filter(requested: SubscriptionFilter) -> SubscriptionFilter:
+    """The core keys of a listen's filter that are honoured, as the SDK's listen handler honours them (every key
+    asked for; nothing false or empty echoed back)."""
+    return SubscriptionFilter(
+        tools_list_changed=True if requested.tools_list_changed else None,
+        prompts_list_changed=True if requested.prompts_list_changed else None,
+        resources_list_changed=True if requested.resources_list_changed else None,
+        resource_subscriptions=list(requested.resource_subscriptions) if requested.resource_subscriptions else None)
+
+
+class TaskStream:
+    """One `subscriptions/listen` stream that follows tasks (and whatever core keys it also asked for).
+
+    The tasks' plans and agent are watched on the live hub (the pushes a waiting long poll wakes on, from any
+    process) before their states are read, so a change while the stream opens is not missed; the acknowledgement
+    lists the task ids it follows (the request's agent's own, whose plans exist), then every task not "working" is
+    sent at once (decided before the listen: no race lost). After that a task's state is read again when its plan or
+    agent changes, and sent when it differs from the last one; a terminal one ("completed") is the last sent for
+    that task. Without live updates (the hub cannot listen, or its heartbeat fails) the states are read every
+    `pollInterval` instead. The stream ends (the listen's result) when no task is left to follow and it asked for
+    nothing else; a token revoked or expired meanwhile ends it with an error."""
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any], token: AgentToken, requested: SubscriptionFilter,
+                 task_ids: list[str], bus: SubscriptionBus) -> None:
+        self.ctx = ctx
+        self.token = token
+        self.bus = bus
+        self.meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: ctx.request_id}
+        self.core = core_filter(requested)
+        self.uris = frozenset(self.core.resource_subscriptions or ())
+        self.core_wanted = bool(self.core.tools_list_changed or self.core.prompts_list_changed
+                                or self.core.resources_list_changed or self.uris)
+        self.plans = {task_id: plan_id for task_id in dict.fromkeys(task_ids)
+                      if (plan_id := plan_id_of(task_id, agent_id=token.agent_id)) is not None}
+        self.last: dict[str, dict[str, Any]] = {}
+        self.events: dict[ServerEvent, None] = {}  # core events not sent yet (each a level trigger: kept once)
+        self.changed = False
+        self.woken = asyncio.Event()
+
+    def deliver(self, event: ServerEvent) -> None:
+        """The bus's listener: a core event this stream asked for."""
+        if event_matches(self.core, self.uris, event):
+            self.events[event] = None
+            self.woken.set()
+
+    def change(self) -> None:
+        """The hub's (and the token watch's) notice: a followed plan or the agent changed."""
+        self.changed = True
+        self.woken.set()
+
+    async def send(self, notification: Notification[Any, Any]) -> None:
+        await self.ctx.session.send_notification(cast(ServerNotification, notification),
+                                                 related_request_id=self.ctx.request_id)
+
+    async def serve(self) -> SubscriptionsListenResult:
+        unsubscribe = self.bus.subscribe(self.deliver)
+        hub: LiveHub | None = None
+        watch: object = None
+        if self.plans:
+            with contextlib.suppress(Exception):  # LayerUnavailable, or Redis refusing: read every pollInterval
+                hub = await hub_get()
+                watch = hub.watch(agents={self.token.agent_id}, plans=set(self.plans.values()), notify=self.change)
+        try:
+            with token_watched(self.token.pk, self.change):
+                states = await sync_to_async(tasks_read)(token=self.token, plans=self.plans, token_checked=False)
+                self.plans = {task_id: plan_id for task_id, plan_id in self.plans.items()
+                              if states[task_id] is not None}
+                honoured = SubscriptionFilter.model_validate(
+                    {**self.core.model_dump(by_alias=True, exclude_none=True), "taskIds": list(self.plans)})
+                await self.send(SubscriptionsAcknowledgedNotification(
+                    params=SubscriptionsAcknowledgedNotificationParams(notifications=honoured, _meta=self.meta)))
+                for task_id, state in states.items():
+                    if state is not None and state["status"] == "working":
+                        self.last[task_id] = state  # what the client was answered: nothing new to send
+                await self.states_sent(states)
+                await self.follow(hub)
+        finally:
+            unsubscribe()
+            if hub is not None:
+                with anyio.CancelScope(shield=True):  # also when the client went away (the handler cancelled)
+                    await hub.unwatch(watch)
+        return SubscriptionsListenResult(_meta=self.meta)
+
+    async def follow(self, hub: LiveHub | None) -> None:
+        while self.plans or self.core_wanted:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.woken.wait(), TASK_POLL_MS / 1000 if self.plans else None)
+            self.woken.clear()
+            events, self.events = list(self.events), {}
+            for event in events:
+                await self.send(event_to_notification(event, self.meta))
+            if self.plans and (self.changed or hub is None or not hub.healthy):
+                self.changed = False
+                await self.states_sent(await sync_to_async(tasks_read)(token=self.token, plans=self.plans,
+                                                                       token_checked=True))
+
+    async def states_sent(self, states: dict[str, dict[str, Any] | None]) -> None:
+        """Send each task's state that differs from the last one sent; stop following a task that ended."""
+        for task_id, state in states.items():
+            if state is None:  # its plan is gone: tasks/get knows it no more either
+                self.plans.pop(task_id, None)
+                continue
+            if state != self.last.get(task_id):
+                self.last[task_id] = state
+                await self.send(TaskStatusNotification(params={**state, "_meta": self.meta}))
+            if state["status"] not in WAITING:
+                self.plans.pop(task_id, None)
+
+
+def task_ids_asked(ctx: ServerRequestContext[Any, Any]) -> tuple[SubscriptionFilter, list[str]] | None:
+    """A 2026-07-28 `subscriptions/listen` that asks for `notifications.taskIds`: its filter and the ids; None for
+    any other request (the SDK answers it as before). MCPError -32021 when the client did not declare the tasks
+    extension, -32602 when `taskIds` is not a list of at most LISTEN_TASKS_MAX strings."""
+    if ctx.method != LISTEN or ctx.request_id is None or ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return None
+    try:
+        params = SubscriptionsListenRequestParams.model_validate(ctx.params or {}, by_name=False)
+    except ValidationError:
+        return None  # the SDK refuses it as it refuses any malformed listen
+    extra = params.notifications.model_extra or {}
+    if "taskIds" not in extra:
+        return None
+    task_ids = extra["taskIds"]
+    require_client_extension(ctx, TASKS_EXTENSION)
+    if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids) or (
+            len(task_ids) > LISTEN_TASKS_MAX):
+        raise MCPError(INVALID_PARAMS, f"notifications.taskIds takes a list of at most {LISTEN_TASKS_MAX} task "
+                                       "ids.")
+    return params.notifications, task_ids
+
+
+class TaskListen:
+    """Server middleware (`MCPServer(middleware=...)`) that serves a `subscriptions/listen` asking for task ids with
+    a `TaskStream`, its core keys from the same bus as the SDK's listen handler; every other request goes on
+    unchanged. (An extension may add methods but not bind a core one such as `subscriptions/listen`, and the SDK's
+    handler honours only the core keys.)"""
+
+    def __init__(self, bus: SubscriptionBus) -> None:
+        self.bus = bus
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        asked = task_ids_asked(ctx)
+        if asked is None:
+            return await call_next(ctx)
+        token = token_in(ctx)
+        if token is None:
+            raise MCPError(INVALID_PARAMS, "Not authenticated: send 'Authorization: Bearer <token>'.")
+        requested, task_ids = asked
+        return await TaskStream(ctx, token, requested, task_ids, self.bus).serve()

@@ -2,14 +2,16 @@
 
 connected_N_*: N external agents wait at once for an operator, a mix of long polls (`GET /api/v1/plans/<id>/next
 ?wait=20`, asked again when it answers `wait`), API websockets (`/ws/api/plans/<id>/`) and MCP tasks (the official
-`mcp` client on 2026-07-28 with the tasks extension: `wait_for_decision` answers with a task, followed with
-`tasks/get` at the task's `pollInterval`, each agent's HTTP connection held open), from a load generator in its own
-process (`python -m tests.bench.protocols gen`). With all N connected, this process measures:
+`mcp` client on 2026-07-28 with the tasks extension: `wait_for_decision` answers with a task; the agent listens for
+its `notifications/tasks` (`subscriptions/listen` with its task id), following `tasks/get` at the task's
+`pollInterval` only if the stream is refused, ends or is cut, each agent's HTTP connections held open), from a load generator in its own process
+(`python -m tests.bench.protocols gen`). With all N connected, this process measures:
 
 - the decision: an operator approves one waiting plan at a time (`plan_approve`, the web's service, in a helper
   process, one for the whole run as a web server's process serves many decisions: `python -m tests.bench.protocols
   decide`; its cold first decisions are the warm fleet's, not counted), from the call -> its agent has the answer
-  `run` (the generator's clock; one machine, one clock). Pushed transports (long polls and websockets) and MCP tasks apart: a task is polled.
+  `run` (the generator's clock; one machine, one clock). Long polls and websockets together, MCP tasks apart (told
+  by notification, or by their poll if it comes first: the generator says which).
 - the dashboard's p90, one request at a time (as tests/bench/load.py probes);
 - memory per connected agent: (the RSS of the `serve` processes with N connected - the same just before) / N.
 
@@ -132,8 +134,8 @@ def serve_rss_kb(st: Stack) -> int:
 # --- the load generator (its own process) ----------------------------------------------------------------------------
 
 
-def seen(plan: int) -> None:
-    print(f"seen {plan} {time.time():.6f}", flush=True)
+def seen(plan: int, via: str = "") -> None:
+    print(f"seen {plan} {time.time():.6f} {via}".rstrip(), flush=True)
 
 
 RETRY_SECONDS = 1.0  # an agent refused or cut off tries again after this, as a client with a retry would
@@ -187,36 +189,85 @@ async def websocket(url: str, agent: dict[str, Any], connected: asyncio.Event) -
 
 
 async def mcp_task(url: str, agent: dict[str, Any], connected: asyncio.Event) -> None:
-    """A 2026-07-28 MCP client with the tasks extension: `wait_for_decision` answers with a task, followed with
-    `tasks/get` at its pollInterval (docs/mcp-tasks.md), the HTTP connection held open."""
+    """A 2026-07-28 MCP client with the tasks extension (docs/mcp-tasks.md): `wait_for_decision` answers with a
+    task; the agent listens for its notifications (`subscriptions/listen` with the task's id: connected once the
+    server acknowledged it) and follows `tasks/get` at the task's pollInterval only when the server did not agree to
+    notify it, or once the stream ends or is cut (the spec: a client that listens need not poll). `seen` at the first state that is not "working", from either (`notice` or `poll`).
+    Its HTTP client holds the connections open (the listen's stream, the polls)."""
     import httpx2
     from mcp import ClientSession
-    from mcp.client.extension import ResultClaim
+    from mcp.client.extension import NotificationBinding, ResultClaim
     from mcp.client.streamable_http import streamable_http_client
-    from mcp_types import GetTaskRequest, GetTaskRequestParams
+    from mcp_types import (
+        GetTaskRequest,
+        GetTaskRequestParams,
+        SubscriptionFilter,
+        SubscriptionsAcknowledgedNotification,
+        SubscriptionsListenRequest,
+        SubscriptionsListenRequestParams,
+        SubscriptionsListenResult,
+    )
 
+    from tests.mcp.test_task_notifications import TaskNotice
     from tests.mcp.test_tasks import TaskHandle, TaskState, follow
 
+    acknowledged, noticed = asyncio.Event(), asyncio.Event()
+    honoured: set[str] = set()  # the task ids the server agreed to notify
+
+    async def message(message: Any) -> None:
+        if isinstance(message, SubscriptionsAcknowledgedNotification):
+            honoured.update((message.params.notifications.model_extra or {}).get("taskIds") or ())
+            acknowledged.set()
+
+    async def notice(state: TaskNotice) -> None:
+        if state.status != "working":
+            noticed.set()
+
     claims = {TASKS: [ResultClaim(result_type="task", model=TaskHandle, resolve=follow)]}
+    binding = NotificationBinding(method="notifications/tasks", params_type=TaskNotice, handler=notice)
     async with (httpx2.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {agent['token']}"},
                                    timeout=120) as http,
                 streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
-                ClientSession(read, write, extensions={TASKS: {}}, result_claims=claims) as session):
+                ClientSession(read, write, extensions={TASKS: {}}, result_claims=claims, message_handler=message,
+                              notification_bindings=[binding]) as session):
         await session.discover()
         handle = await session.call_tool("wait_for_decision", {"plan_id": agent["plan"]}, allow_claimed=True)
         if not isinstance(handle, TaskHandle):
             raise RuntimeError(f"wait_for_decision answered without a task: {handle}")
-        connected.set()
-        interval = handle.poll_interval or 1000
-        while True:
-            print(f"poll {interval}", flush=True)  # as the server suggests it, as a real client follows it
-            await asyncio.sleep(interval / 1000)
-            state = await session.send_request(GetTaskRequest(params=GetTaskRequestParams(task_id=handle.task_id)),
-                                               TaskState)
-            if state.status != "working":
-                seen(agent["plan"])
-                return
-            interval = state.poll_interval or 1000
+        listen = SubscriptionsListenRequest(params=SubscriptionsListenRequestParams(
+            notifications=SubscriptionFilter.model_validate({"taskIds": [handle.task_id]})))
+        listening = asyncio.create_task(session.send_request(listen, SubscriptionsListenResult))
+
+        async def polled() -> None:
+            if handle.task_id in honoured:  # told by notification: polled only once the stream ends or is cut
+                await asyncio.wait([listening])
+            interval = handle.poll_interval or 1000
+            while True:
+                print(f"poll {interval}", flush=True)  # as the server suggests it, as a real client follows it
+                await asyncio.sleep(interval / 1000)
+                state = await session.send_request(
+                    GetTaskRequest(params=GetTaskRequestParams(task_id=handle.task_id)), TaskState)
+                if state.status != "working":
+                    return
+                interval = state.poll_interval or 1000
+
+        acked, told = asyncio.create_task(acknowledged.wait()), asyncio.create_task(noticed.wait())
+        polling: asyncio.Task[None] | None = None
+        try:
+            await asyncio.wait([acked, listening], return_when=asyncio.FIRST_COMPLETED)
+            if not acknowledged.is_set():
+                listening.result()  # the listen was refused: its error, for the retry
+            polling = asyncio.create_task(polled())
+            connected.set()
+            done, _ = await asyncio.wait([polling, told], return_when=asyncio.FIRST_COMPLETED)
+            seen(agent["plan"], "notice" if told in done else "poll")
+            if polling in done:
+                polling.result()  # a failed poll is the agent's error, as before
+        finally:
+            tasks = tuple(t for t in (listening, polling, acked, told) if t is not None)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # the stream's end or cut: the poll stood in
 
 
 async def lag_report() -> None:
@@ -252,7 +303,7 @@ async def generate(url: str, agents: list[dict[str, Any]], gap: float) -> None:
 def generator_main(url: str, gap: float) -> None:
     import django
 
-    django.setup()  # the MCP client's task models are tests/mcp/test_tasks.py's, a module of the test suite
+    django.setup()  # the MCP client's task models are tests/mcp/'s, modules of the test suite
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     asyncio.run(generate(url, json.loads(sys.stdin.readline()), gap))
@@ -302,6 +353,7 @@ class Generator:
         self.readied: list[int] = []  # each process's errors while its agents connected (each agent tried again)
         self.ready = threading.Event()
         self.seen: dict[int, float] = {}
+        self.seen_by: dict[int, str] = {}  # an MCP task's agent: told by "notice" or by its "poll"
         self.polls: list[int] = []  # each pollInterval (ms) an MCP task's agent followed
         self.lags: list[tuple[float, float]] = []  # (when, the worst lag in ms of one process over a second)
         self.readers = [threading.Thread(target=self.read, args=(proc,), daemon=True) for proc in self.procs]
@@ -322,6 +374,8 @@ class Generator:
                     self.ready.set()
             elif parts[:1] == ["seen"]:
                 self.seen[int(parts[1])] = float(parts[2])
+                if len(parts) > 3:
+                    self.seen_by[int(parts[1])] = parts[3]
             elif parts[:1] == ["poll"]:
                 self.polls.append(int(parts[1]))
             elif parts[:1] == ["lag"]:
@@ -393,7 +447,10 @@ def fleet_measure(st: Stack, agents: list[dict[str, Any]], *, rng: random.Random
         generator.close()
     return {"n": len(agents), "memory_kb": (connected_kb - idle_kb) / len(agents), "idle_kb": idle_kb,
             "connected_kb": connected_kb, "dashboard": dashboard, "by_kind": by_kind, "lost": lost,
-            "loads": loads, "lag": lag, "polls": list(generator.polls), "connect_seconds": connect_seconds, "refused": generator.refused}
+            "loads": loads, "lag": lag, "polls": list(generator.polls), "connect_seconds": connect_seconds,
+            "refused": generator.refused,
+            "noticed": sum(1 for a in chosen if generator.seen_by.get(a["plan"]) == "notice"),
+            "tasks_seen": sum(1 for a in chosen if a["plan"] in generator.seen_by)}
 
 
 def scale_figures() -> list[dict[str, Any]]:
@@ -426,7 +483,8 @@ def scale_figures() -> list[dict[str, Any]]:
 
     def polls(m: dict[str, Any]) -> str:
         low, high = min(m["polls"], default=0), max(m["polls"], default=0)
-        return f"{low} ms" if low == high else f"{low}-{high} ms"
+        every = f"every {low} ms" if low == high else f"every {low}-{high} ms"
+        return f"{len(m['polls'])} polls {every}" if m["polls"] else "no poll"
 
     poll_note = f"{polls(many)} with {n}, {polls(few)} with {AGENTS_SMALL}"
 
@@ -446,8 +504,9 @@ def scale_figures() -> list[dict[str, Any]]:
         figure(f"connected_{n}_mcp_task_decision_p95", p95(many["by_kind"]["mcp_task"]), "ms",
                baseline=p95(few["by_kind"]["mcp_task"]), baseline_name=f"the same with {AGENTS_SMALL} agents",
                goal=f"< {DECISION_GOAL_MS:.0f} ms", passed=p95(many["by_kind"]["mcp_task"]) < DECISION_GOAL_MS,
-               note=f"the MCP client polls tasks/get at the task's pollInterval ({poll_note}): the decision waits "
-                    f"for its next poll; median "
+               note=f"the MCP client listens for its task's notifications, polling tasks/get at the task's "
+                    f"pollInterval only if the stream is refused or ends ({poll_note}): {many['noticed']} of {many['tasks_seen']} told first by "
+                    f"notification ({few['noticed']} of {few['tasks_seen']} with {AGENTS_SMALL}); median "
                     f"{statistics.median(many['by_kind']['mcp_task'] or [float('nan')]):.0f} ms"),
         figure(f"connected_{n}_dashboard_p90", p90(many["dashboard"]), "ms", baseline=p90(few["dashboard"]),
                baseline_name=f"the same with {AGENTS_SMALL} agents connected", goal=f"< {DASHBOARD_GOAL_MS:.0f} ms",
