@@ -51,6 +51,8 @@ def events_record(events: Sequence[PlanEvent]) -> list[PlanEvent]:
     For events that no post_save receiver needs (a decision's is saved by event_record, which closes its Slack
     messages): what an outside agent reported, its remote run's state. Returns the events, in order."""
     for event in events:
+        if event.plan is None:
+            raise ValueError("events_record writes events on plans; event_agent_record, an agent's own")
         event.agent_id = event.plan.agent_id
         event.actor_label = event.actor_label or (actor_name(event.actor) if event.actor else "system")
     written = PlanEvent.objects.bulk_create(events)
@@ -64,10 +66,12 @@ def events_written(events: Sequence[PlanEvent]) -> None:
     """After events are written: traced, each plan pushed to the open pages once the transaction commits, and an
     operator's act (an event with `actor`) brings its agent's next cycle forward then."""
     events_traced(events)
-    for agent_id, plan_id, kind in sorted({(event.agent_id, event.plan_id, event.kind) for event in events}):
-        publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind=kind)
-    for agent_id in sorted({event.agent_id for event in events if event.actor_id is not None}):
-        operator_acted_on_commit(agent_id)
+    for agent_id, plan_id, kind in dict.fromkeys((event.agent_id, event.plan_id, event.kind) for event in events):
+        if agent_id is not None:
+            publish_changed_on_commit(agent_id=agent_id, plan_id=plan_id, kind=kind)
+    for agent_id in dict.fromkeys(event.agent_id for event in events if event.actor_id is not None):
+        if agent_id is not None:
+            operator_acted_on_commit(agent_id)
 
 
 def event_agent_record(*, agent: Agent, kind: str, actor: User | None = None, actor_label: str = "",
