@@ -174,6 +174,10 @@ def agui_drive(*, agent_id: int, body: RunAgentInput) -> None:
 
     try:
         for events in run_stream(remote.url, body, stopped=stopped):
+            if all(event.type in TEXT_PARTS for event in events):  # a message still coming: nothing to write yet
+                for event in events:
+                    text_apply(event, texts)
+                continue
             ended = agui_events_apply(agent_id=agent_id, events=events, texts=texts)
             if ended is None:  # the plan was cancelled meanwhile
                 raise RunStopped()
@@ -219,6 +223,7 @@ def step_of_call(remote: AguiAgent, call_id: str) -> PlanStep | None:
 
 
 RUN_ENDS = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+TEXT_PARTS = (EventType.TEXT_MESSAGE_START, EventType.TEXT_MESSAGE_CONTENT, EventType.TEXT_MESSAGE_CHUNK)
 
 
 @transaction.atomic
@@ -242,13 +247,15 @@ def agui_events_apply(*, agent_id: int, events: Sequence[Any], texts: dict[str, 
         events_record(said)
         said.clear()
 
+    kept = False  # the agent's state or its tool calls changed: saved with the batch
     try:
         for event in events:
-            if event.type in (EventType.TEXT_MESSAGE_START, EventType.TEXT_MESSAGE_CONTENT,
-                              EventType.TEXT_MESSAGE_CHUNK, EventType.TEXT_MESSAGE_END):
-                text_apply(event, texts, reported)
+            if event.type in (*TEXT_PARTS, EventType.TEXT_MESSAGE_END):
+                if (text := text_apply(event, texts)) is not None:
+                    reported(f"said: {text}")
             elif event.type in (EventType.STATE_SNAPSHOT, EventType.STATE_DELTA):
                 state_apply(remote, event, reported)
+                kept = True
             elif event.type in (EventType.STEP_STARTED, EventType.STEP_FINISHED):
                 verb = "started" if event.type == EventType.STEP_STARTED else "finished"
                 reported(f"step {event.step_name} {verb}")
@@ -256,6 +263,7 @@ def agui_events_apply(*, agent_id: int, events: Sequence[Any], texts: dict[str, 
                                 EventType.TOOL_CALL_RESULT):
                 said_written()
                 tool_call_apply(remote, plan, event, label)
+                kept = True
             elif event.type in RUN_ENDS:
                 said_written()
                 run_end_apply(remote, plan, event, label)
@@ -265,20 +273,22 @@ def agui_events_apply(*, agent_id: int, events: Sequence[Any], texts: dict[str, 
         plan_abandon(plan=plan, runner=label, reason=f"AG-UI run failed: {exc}"[:2000])
         return True
     finally:
-        remote.save(update_fields=["state", "calls"])
+        if kept:
+            remote.save(update_fields=["state", "calls"])
     said_written()
     return False
 
 
-def text_apply(event: Any, texts: dict[str, str], reported: Callable[[str], None]) -> None:
-    """A message the agent streams: its text gathered, said on the plan once it ends."""
+def text_apply(event: Any, texts: dict[str, str]) -> str | None:
+    """A message the agent streams: its text gathered in `texts`; the whole text once it ends, else None."""
     if event.type == EventType.TEXT_MESSAGE_START:
         texts[event.message_id] = ""
     elif event.type == EventType.TEXT_MESSAGE_END:
-        reported(f"said: {texts.pop(event.message_id, '')}")
+        return texts.pop(event.message_id, "")
     else:
         key = getattr(event, "message_id", None) or ""
         texts[key] = texts.get(key, "") + (event.delta or "")
+    return None
 
 
 def state_apply(remote: AguiAgent, event: Any, reported: Callable[[str, dict[str, Any]], None]) -> None:

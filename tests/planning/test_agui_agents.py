@@ -375,3 +375,13 @@ def test_what_arrived_together_is_written_together_once_and_in_order(operator_cl
     assert list(plan.events.order_by("pk").values_list("reason", flat=True))[-3:] == [
         "step write started", "tool call write_file", "step write finished"]
     assert plan.steps.get().tool == "write_file"
+
+    # A state change that does not apply fails the run: what came before it in the batch is kept, nothing after.
+    broken = [StepStartedEvent(step_name="check"), StateDeltaEvent(delta=[{"op": "remove", "path": "/missing"}]),
+              StepFinishedEvent(step_name="check")]
+    assert agui_events_apply(agent_id=agent.pk, events=broken, texts=texts) is True
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.FAILED and "state change does not apply" in plan.failure_reason
+    reasons = list(plan.events.filter(kind=reported).values_list("reason", flat=True))
+    assert "step check started" in reasons and "step check finished" not in reasons
+    assert AguiAgent.objects.get(agent=agent).state == {"files": ["a.txt"]}
