@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -38,30 +38,57 @@ class RunStopped(Exception):  # noqa: N818 (not an error: the caller asked for i
     """The caller stopped reading the run (its plan was cancelled): the stream was closed."""
 
 
-def sse_data(lines: Iterable[str]) -> Iterator[str]:
-    """The data of each server-sent event: `data:` lines joined, an event ended by a blank line; comments and
-    other fields ignored."""
+def sse_batches(chunks: Iterable[Sequence[str]]) -> Iterator[list[str]]:
+    """The data of the server-sent events each chunk of lines completes, one list per chunk that completes any:
+    `data:` lines joined, an event ended by a blank line (an event a chunk leaves open goes on in the next);
+    comments and other fields ignored."""
     data: list[str] = []
-    for line in lines:
-        line = line.rstrip("\r\n")
-        if not line:
-            if data:
-                yield "\n".join(data)
-            data = []
-        elif line.startswith("data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(" ") else value)
+    for chunk in chunks:
+        done: list[str] = []
+        for line in chunk:
+            line = line.rstrip("\r\n")
+            if not line:
+                if data:
+                    done.append("\n".join(data))
+                data = []
+            elif line.startswith("data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(" ") else value)
+        if done:
+            yield done
     if data:
-        yield "\n".join(data)
+        yield ["\n".join(data)]
+
+
+def sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The data of each server-sent event, as the lines come (sse_batches, a line at a time)."""
+    for done in sse_batches([line] for line in lines):
+        yield from done
+
+
+def event_parse(data: str) -> Any:
+    """One AG-UI event (a server-sent event's data) as the package's pydantic model; AguiError when it is not."""
+    try:
+        return EVENT.validate_json(data)
+    except ValidationError as exc:
+        raise AguiError(f"the agent sent an event that is not AG-UI: {data[:200]}") from exc
 
 
 def events_parse(lines: Iterable[str]) -> Iterator[Any]:
     """The AG-UI events of an SSE stream, as the package's pydantic models; AguiError on one that is not."""
     for data in sse_data(lines):
+        yield event_parse(data)
+
+
+def batch_parse(datas: Sequence[str]) -> tuple[list[Any], AguiError | None]:
+    """The events of a batch up to the first that is not AG-UI, and the error that one raised (None when all are)."""
+    events: list[Any] = []
+    for data in datas:
         try:
-            yield EVENT.validate_json(data)
-        except ValidationError as exc:
-            raise AguiError(f"the agent sent an event that is not AG-UI: {data[:200]}") from exc
+            events.append(event_parse(data))
+        except AguiError as exc:
+            return events, exc
+    return events, None
 
 
 def state_patched(state: Any, patch: list[Any]) -> Any:
@@ -106,12 +133,13 @@ def resume_entry(*, interrupt_id: str, approved: bool, arguments: dict[str, Any]
 
 
 def run_stream(url: str, body: RunAgentInput, *, stopped: Callable[[], bool] = lambda: False,
-               check_seconds: float = 0.5) -> Iterator[Any]:
-    """POST the run to the agent (through the outbound guard) and yield its events as they arrive.
+               check_seconds: float = 0.5) -> Iterator[list[Any]]:
+    """POST the run to the agent (through the outbound guard) and yield its events as they arrive: each time, the
+    events that had arrived (at least one), in order, so that a caller writes what came together at once.
 
     The stream is read on an event loop of its own in a thread of its own, so that the caller can stop reading at
     any moment, an event arriving or not: `stopped` is asked every `check_seconds` while no event comes (and the
-    caller may leave the loop after any event); either way the request is cancelled and its connection closed,
+    caller may leave the loop after any batch); either way the request is cancelled and its connection closed,
     which is how an AG-UI client stops a run (the protocol has no cancel message). RunStopped when `stopped`."""
     try:
         destination = destination_check(url)
@@ -154,7 +182,8 @@ def run_stream(url: str, body: RunAgentInput, *, stopped: Callable[[], bool] = l
     reader.start()
     started = time.monotonic()
 
-    def received() -> Iterator[str]:
+    def received() -> Iterator[list[str]]:
+        """The lines as they arrive: each time, all that had arrived (the one reader here takes them)."""
         while True:
             try:
                 item = lines.get(timeout=check_seconds)
@@ -165,15 +194,25 @@ def run_stream(url: str, body: RunAgentInput, *, stopped: Callable[[], bool] = l
                     raise AguiError(f"The run took longer than {settings.AGUI_RUN_MAX_SECONDS} s; "
                                     "stopped reading.") from None
                 continue
+            chunk: list[str] = []
+            while isinstance(item, str):
+                chunk.append(item)
+                if lines.empty():
+                    break
+                item = lines.get_nowait()
+            yield chunk
             if item is None:
                 return
             if isinstance(item, AguiError):
                 raise item
-            yield item
 
     try:
-        for event in events_parse(received()):
-            yield event
+        for datas in sse_batches(received()):
+            events, problem = batch_parse(datas)
+            if events:
+                yield events
+            if problem is not None:
+                raise problem
             if time.monotonic() - started > settings.AGUI_RUN_MAX_SECONDS:
                 raise AguiError(f"The run took longer than {settings.AGUI_RUN_MAX_SECONDS} s; stopped reading.")
     finally:

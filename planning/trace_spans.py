@@ -604,10 +604,6 @@ def events_traced(events: Sequence[PlanEvent]) -> Sequence[PlanEvent]:
     return events
 
 
-def event_traced(event: PlanEvent) -> None:
-    events_traced([event])
-
-
 # --- the plan page's timeline -------------------------------------------------------------------------------
 
 

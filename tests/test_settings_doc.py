@@ -1,5 +1,6 @@
 """docs/settings.md is the one table of every setting: each environment variable the settings (and the API's own
-in planning/api.py) read is a row of it, so a new setting cannot ship without its default and what it does."""
+in planning/api.py) read is a row of it, so a new setting cannot ship without its default and what it does; and
+no other page keeps a table of settings of its own (it links to its section of docs/settings.md instead)."""
 
 from __future__ import annotations
 
@@ -46,9 +47,21 @@ def environment_reads(path: Path) -> tuple[set[str], list[int]]:
     return names, unnamed
 
 
+NAME = r"`([A-Z][A-Z0-9_]*)`"
+NAMES_CELL = re.compile(rf"\s*{NAME}(\s*,\s*{NAME})*\s*")
+
+
+def row_names(text: str) -> set[str]:
+    """The settings a page's table rows are about: the names of a row whose first cell is one or more upper-case
+    names and nothing else (`| `LLM_TIMEOUT_SECONDS` | ...`, not `| scale-out (`REDIS_URL`) | ...`)."""
+    return {name for line in text.splitlines() if line.startswith("|")
+            if NAMES_CELL.fullmatch(cell := line.strip("|").split("|")[0])
+            for name in re.findall(NAME, cell)}
+
+
 def test_every_environment_variable_read_is_in_the_settings_table() -> None:
     rows = {name for line in DOC.read_text().splitlines() if line.startswith("| `")  # a row's first cell names it
-            for name in re.findall(r"`([A-Z][A-Z0-9_]*)`", line.split(" | ")[0])}
+            for name in re.findall(NAME, line.split(" | ")[0])}
     missing, unnamed = [], []
     for reader in READERS:
         names, lines = environment_reads(ROOT / reader)
@@ -58,3 +71,12 @@ def test_every_environment_variable_read_is_in_the_settings_table() -> None:
     assert not missing, "docs/settings.md lists no row for:\n" + "\n".join(missing)
     assert not unnamed, "environment variables read by a name built at run time (write the name out):\n" + "\n".join(
         unnamed)
+
+
+def test_no_other_page_keeps_a_settings_table() -> None:
+    settings = row_names(DOC.read_text())
+    assert len(settings) > 100, "docs/settings.md's rows are no longer read; has the table's form changed?"
+    tables = {f"{page.name}: {', '.join(sorted(names))}" for page in sorted(DOC.parent.glob("*.md")) if page != DOC
+              if (names := row_names(page.read_text()) & settings)}
+    assert not tables, ("these pages keep a table of settings beside docs/settings.md; move what they say there and "
+                        "link to its section:\n" + "\n".join(sorted(tables)))

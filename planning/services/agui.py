@@ -4,14 +4,16 @@ with an interrupt puts a step up for approval per interrupt; the operator's deci
 step_decline as every agent's) resumes the thread with `resume[]`, once.
 
 The web request that gives the goal (or the decision) only records the run to start; the runner starts it at the
-agent's next cycle (`agui_cycle`, brought forward by the operator's act) and reads its stream there. Each event is
-written in its own transaction (a PlanEvent, a push after commit), so an open plan page follows the run as it
-streams; the HTTP requests are made outside any transaction. Cancelling the plan closes the run's stream (the
-protocol has no cancel message: closing the request is how a client stops a run), recorded on the plan."""
+agent's next cycle (`agui_cycle`, brought forward by the operator's act) and reads its stream there. The events
+that arrived together are written in one transaction (what the agent said and reported on the plan in one INSERT,
+a push after commit), so an open plan page follows the run as it streams; the HTTP requests are made outside any
+transaction. Cancelling the plan closes the run's stream (the protocol has no cancel message: closing the request
+is how a client stops a run), recorded on the plan."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,7 +45,7 @@ from planner_site.validators import text_problem
 from planning.models import Plan, PlanEvent, PlanStep
 from planning.services.agents import agent_name_clean, agent_name_taken, agent_waiting_set
 from planning.services.errors import DecisionError
-from planning.services.events import actor_name, event_agent_record, event_record
+from planning.services.events import actor_name, event_agent_record, events_record
 from planning.services.plans import plan_abandon, plan_unverified
 from planning.services.steps import StepReport, step_approve, step_decline, steps_reported
 from planning.services.versions import plans_create
@@ -137,9 +139,9 @@ def agui_run_claim(*, agent_id: int) -> tuple[RunAgentInput | None, str]:
     if plan is None or not plan.is_open:
         remote.save(update_fields=["pending_run"])
         if plan is not None:
-            event_record(plan=plan, kind=PlanEvent.Kind.TASK_STATE, actor_label=label,
-                         reason="run not started: the plan ended before the runner took it",
-                         detail={"run": body.run_id, "diff": {"state": ["to start", "not started"]}})
+            events_record([PlanEvent(plan=plan, kind=PlanEvent.Kind.TASK_STATE, actor_label=label,
+                                     reason="run not started: the plan ended before the runner took it",
+                                     detail={"run": body.run_id, "diff": {"state": ["to start", "not started"]}})])
         return None, "run dropped"
     remote.run_reading = body.run_id
     remote.save(update_fields=["pending_run", "run_reading"])
@@ -161,31 +163,26 @@ def agui_cycle(*, agent: Agent, runner: str) -> str:
 
 
 def agui_drive(*, agent_id: int, body: RunAgentInput) -> None:
-    """Read one run of the agent's current thread, each event applied in its own transaction; a run that cannot
-    be read fails the plan with the reason; a plan cancelled meanwhile closes the stream, recorded."""
+    """Read one run of the agent's current thread, the events that arrived together applied in one transaction; a
+    run that cannot be read fails the plan with the reason; a plan cancelled meanwhile closes the stream, recorded."""
     remote = AguiAgent.objects.get(agent_id=agent_id)
     plan_id = remote.plan_id or 0
-
-    texts: dict[str, str] = {}
+    texts: dict[str, str] = {}  # the agent's messages being streamed, by id: said once each ends
 
     def stopped() -> bool:
         return not Plan.objects.filter(pk=plan_id).open().exists()
 
     try:
-        for event in run_stream(remote.url, body, stopped=stopped):
-            if event.type == EventType.TEXT_MESSAGE_START:
-                texts[event.message_id] = ""
-            elif event.type in (EventType.TEXT_MESSAGE_CONTENT, EventType.TEXT_MESSAGE_CHUNK):
-                key = getattr(event, "message_id", None) or ""
-                texts[key] = texts.get(key, "") + (event.delta or "")
-            elif event.type == EventType.TEXT_MESSAGE_END:
-                agui_reported(agent_id=agent_id, reason=f"said: {texts.pop(event.message_id, '')}")
-            else:
-                ended = agui_event_apply(agent_id=agent_id, event=event)
-                if ended is None:  # the plan was cancelled meanwhile
-                    raise RunStopped()
-                if ended:
-                    return
+        for events in run_stream(remote.url, body, stopped=stopped):
+            if all(event.type in TEXT_PARTS for event in events):  # a message still coming: nothing to write yet
+                for event in events:
+                    text_apply(event, texts)
+                continue
+            ended = agui_events_apply(agent_id=agent_id, events=events, texts=texts)
+            if ended is None:  # the plan was cancelled meanwhile
+                raise RunStopped()
+            if ended:
+                return
         agui_failed(agent_id=agent_id, reason="the agent's event stream ended without RUN_FINISHED")
     except RunStopped:
         agui_stream_closed(plan_id=plan_id, run_id=body.run_id, agent_id=agent_id)
@@ -199,10 +196,11 @@ def agui_stream_closed(*, plan_id: int, run_id: str, agent_id: int) -> None:
     plan = Plan.objects.select_for_update().filter(pk=plan_id).first()
     if plan is None:
         return
-    event_record(plan=plan, kind=PlanEvent.Kind.TASK_STATE, actor_label=agui_label(plan.agent),
-                 reason=f"the run's stream was closed: the plan is {plan.get_status_display().lower()} (AG-UI has "
-                        "no cancel message; closing the stream is how a client stops a run)",
-                 detail={"run": run_id, "diff": {"state": ["running", "stream closed"]}})
+    events_record([PlanEvent(
+        plan=plan, kind=PlanEvent.Kind.TASK_STATE, actor_label=agui_label(plan.agent),
+        reason=f"the run's stream was closed: the plan is {plan.get_status_display().lower()} (AG-UI has no cancel "
+               "message; closing the stream is how a client stops a run)",
+        detail={"run": run_id, "diff": {"state": ["running", "stream closed"]}})])
     agent_waiting_set(agent_id=agent_id, reason="")
 
 
@@ -210,15 +208,6 @@ def remote_locked(agent_id: int) -> tuple[AguiAgent, Plan | None]:
     remote = AguiAgent.objects.select_for_update(of=("self",)).select_related("agent").get(agent_id=agent_id)
     plan = Plan.objects.select_for_update().get(pk=remote.plan_id) if remote.plan_id else None
     return remote, plan
-
-
-@transaction.atomic
-def agui_reported(*, agent_id: int, reason: str, detail: dict[str, Any] | None = None) -> None:
-    """Something the agent said or reported, on its plan's timeline."""
-    remote, plan = remote_locked(agent_id)
-    if plan is not None:
-        event_record(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=agui_label(remote.agent),
-                     reason=reason[:4000], detail=detail)
 
 
 def agui_failed(*, agent_id: int, reason: str) -> None:
@@ -233,14 +222,88 @@ def step_of_call(remote: AguiAgent, call_id: str) -> PlanStep | None:
     return PlanStep.objects.select_for_update().filter(pk=entry["step"]).first() if entry else None
 
 
+RUN_ENDS = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+TEXT_PARTS = (EventType.TEXT_MESSAGE_START, EventType.TEXT_MESSAGE_CONTENT, EventType.TEXT_MESSAGE_CHUNK)
+
+
 @transaction.atomic
-def agui_event_apply(*, agent_id: int, event: Any) -> bool | None:
-    """One event of the run applied to the agent's plan; True when the run ended (RUN_FINISHED, RUN_ERROR), None
-    when the plan is no longer open (cancelled): the stream is to be closed."""
+def agui_events_apply(*, agent_id: int, events: Sequence[Any], texts: dict[str, str]) -> bool | None:
+    """The events of the run that arrived together, applied to the agent's plan in order: its tool calls as steps
+    (steps_reported), what it said and reported on the plan (each run of them one events_record, so one INSERT),
+    its end. True when the run ended (RUN_FINISHED, RUN_ERROR, a state change that does not apply), None when the
+    plan is no longer open (cancelled): the stream is to be closed. `texts`: the messages being streamed, kept
+    from one batch to the next."""
     remote, plan = remote_locked(agent_id)
     if plan is None or not plan.is_open:
-        return True if event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR) else None
+        return True if any(event.type in RUN_ENDS for event in events) else None
     label = agui_label(remote.agent)
+    said: list[PlanEvent] = []  # the plan's events not yet written: written before any other write, in order
+
+    def reported(reason: str, detail: dict[str, Any] | None = None) -> None:
+        said.append(PlanEvent(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label,
+                              reason=reason[:4000], detail=detail or {}))
+
+    def said_written() -> None:
+        events_record(said)
+        said.clear()
+
+    kept = False  # the agent's state or its tool calls changed: saved with the batch
+    try:
+        for event in events:
+            if event.type in (*TEXT_PARTS, EventType.TEXT_MESSAGE_END):
+                if (text := text_apply(event, texts)) is not None:
+                    reported(f"said: {text}")
+            elif event.type in (EventType.STATE_SNAPSHOT, EventType.STATE_DELTA):
+                state_apply(remote, event, reported)
+                kept = True
+            elif event.type in (EventType.STEP_STARTED, EventType.STEP_FINISHED):
+                verb = "started" if event.type == EventType.STEP_STARTED else "finished"
+                reported(f"step {event.step_name} {verb}")
+            elif event.type in (EventType.TOOL_CALL_START, EventType.TOOL_CALL_ARGS, EventType.TOOL_CALL_END,
+                                EventType.TOOL_CALL_RESULT):
+                said_written()
+                tool_call_apply(remote, plan, event, label)
+                kept = True
+            elif event.type in RUN_ENDS:
+                said_written()
+                run_end_apply(remote, plan, event, label)
+                return True
+    except AguiError as exc:  # a state change that does not apply: the run fails, what came before it kept
+        said_written()
+        plan_abandon(plan=plan, runner=label, reason=f"AG-UI run failed: {exc}"[:2000])
+        return True
+    finally:
+        if kept:
+            remote.save(update_fields=["state", "calls"])
+    said_written()
+    return False
+
+
+def text_apply(event: Any, texts: dict[str, str]) -> str | None:
+    """A message the agent streams: its text gathered in `texts`; the whole text once it ends, else None."""
+    if event.type == EventType.TEXT_MESSAGE_START:
+        texts[event.message_id] = ""
+    elif event.type == EventType.TEXT_MESSAGE_END:
+        return texts.pop(event.message_id, "")
+    else:
+        key = getattr(event, "message_id", None) or ""
+        texts[key] = texts.get(key, "") + (event.delta or "")
+    return None
+
+
+def state_apply(remote: AguiAgent, event: Any, reported: Callable[[str, dict[str, Any]], None]) -> None:
+    """The agent's state, replaced (a snapshot) or patched (a delta); AguiError when the patch does not apply."""
+    if event.type == EventType.STATE_SNAPSHOT:
+        remote.state = event.snapshot
+        reported("state snapshot", {"state": remote.state})
+        return
+    patch = [op.model_dump(by_alias=True) if hasattr(op, "model_dump") else op for op in event.delta]
+    remote.state = state_patched(remote.state, patch)
+    reported("state changed", {"patch": patch, "state": remote.state})
+
+
+def tool_call_apply(remote: AguiAgent, plan: Plan, event: Any, label: str) -> None:
+    """A tool call of the agent as a step: started, its arguments gathered then shown, its result completing it."""
     kind = event.type
     if kind == EventType.TOOL_CALL_START:
         (step,) = steps_reported(plan=plan, actor_label=label, reported=[StepReport(
@@ -248,11 +311,9 @@ def agui_event_apply(*, agent_id: int, event: Any) -> bool | None:
                      tool=event.tool_call_name[:64], status=PlanStep.Status.RUNNING),
             f"tool call {event.tool_call_name}")])
         remote.calls[event.tool_call_id] = {"step": step.pk, "args": ""}
-        remote.save(update_fields=["calls"])
     elif kind == EventType.TOOL_CALL_ARGS:
         if event.tool_call_id in remote.calls:
             remote.calls[event.tool_call_id]["args"] += event.delta
-            remote.save(update_fields=["calls"])
     elif kind == EventType.TOOL_CALL_END:
         ended = step_of_call(remote, event.tool_call_id)
         if ended is not None:
@@ -260,7 +321,7 @@ def agui_event_apply(*, agent_id: int, event: Any) -> bool | None:
             steps_reported(plan=plan, actor_label=label, reported=[StepReport(
                 ended, f"{ended.tool} {ended.tool_input}", fields=("tool_input",),
                 detail={"arguments": ended.tool_input})])
-    elif kind == EventType.TOOL_CALL_RESULT:
+    else:
         answered = step_of_call(remote, event.tool_call_id)
         if answered is not None and answered.status in (PlanStep.Status.PENDING, PlanStep.Status.RUNNING):
             content = event.content if isinstance(event.content, str) else " ".join(
@@ -271,34 +332,19 @@ def agui_event_apply(*, agent_id: int, event: Any) -> bool | None:
                 PlanStep.Status.COMPLETED,)
             steps_reported(plan=plan, actor_label=label, reported=[StepReport(
                 answered, f"the agent reported its result: {content}", path=path, fields=("result",))])
-    elif kind == EventType.STATE_SNAPSHOT:
-        remote.state = event.snapshot
-        remote.save(update_fields=["state"])
-        event_record(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label, reason="state snapshot",
-                     detail={"state": remote.state})
-    elif kind == EventType.STATE_DELTA:
-        patch = [op.model_dump(by_alias=True) if hasattr(op, "model_dump") else op for op in event.delta]
-        remote.state = state_patched(remote.state, patch)
-        remote.save(update_fields=["state"])
-        event_record(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label, reason="state changed",
-                     detail={"patch": patch, "state": remote.state})
-    elif kind in (EventType.STEP_STARTED, EventType.STEP_FINISHED):
-        verb = "started" if kind == EventType.STEP_STARTED else "finished"
-        event_record(plan=plan, kind=PlanEvent.Kind.AGENT_REPORTED, actor_label=label,
-                     reason=f"step {event.step_name} {verb}")
-    elif kind == EventType.RUN_ERROR:
+
+
+def run_end_apply(remote: AguiAgent, plan: Plan, event: Any, label: str) -> None:
+    """The run ended: failed with the agent's message, or interrupted (its steps await approval), or finished
+    (unverified: the dashboard cannot check what the agent did)."""
+    if event.type == EventType.RUN_ERROR:
         plan_abandon(plan=plan, runner=label, reason=f"AG-UI run failed: {event.message}"[:2000])
-        return True
-    elif kind == EventType.RUN_FINISHED:
-        outcome = event.outcome
-        if outcome is not None and outcome.type == "interrupt":
-            interrupts_record(remote=remote, plan=plan, run_id=event.run_id, interrupts=outcome.interrupts)
-        elif not plan.steps.exclude(status__in=PlanStep.DONE_STATUSES).exists():
-            plan_unverified(plan=plan, runner=label, problems=[NOT_VERIFIED])
-        else:
-            agent_waiting_set(agent_id=agent_id, reason="")
-        return True
-    return False
+    elif event.outcome is not None and event.outcome.type == "interrupt":
+        interrupts_record(remote=remote, plan=plan, run_id=event.run_id, interrupts=event.outcome.interrupts)
+    elif not plan.steps.exclude(status__in=PlanStep.DONE_STATUSES).exists():
+        plan_unverified(plan=plan, runner=label, problems=[NOT_VERIFIED])
+    else:
+        agent_waiting_set(agent_id=remote.agent_id, reason="")
 
 
 def expires_parse(value: str | None) -> datetime | None:

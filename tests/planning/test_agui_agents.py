@@ -19,7 +19,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from agents.agui_models import AguiAgent, AguiInterrupt
-from agents.agui_remote import AguiError, events_parse, resume_entry, sse_data, state_patched
+from agents.agui_remote import AguiError, events_parse, resume_entry, sse_batches, sse_data, state_patched
 from agents.models import Agent
 from planning.models import Plan, PlanEvent, PlanStep
 from runtime.cycle import agent_cycle
@@ -81,6 +81,11 @@ def test_goal_runs_the_agent_steps_show_and_the_edited_approval_resumes_it_once(
         ("s1", kind.STEP_STARTED), ("s1", kind.AGENT_REPORTED), ("s1", kind.STEP_COMPLETED),
         ("s2", kind.STEP_STARTED), ("s2", kind.AGENT_REPORTED), ("s2", kind.STEP_COMPLETED),
         ("s3", kind.STEP_STARTED), ("s3", kind.AGENT_REPORTED), ("s3", kind.STEP_AWAITING)]
+    # What the agent said and reported on the plan, once each, in the order it came.
+    assert list(plan.events.filter(step__isnull=True, kind=kind.AGENT_REPORTED).order_by("pk").values_list(
+        "reason", flat=True)) == ["state snapshot", "step survey started",
+                                  "said: I will read the notes, then write a summary.", "state changed",
+                                  "step survey finished"]
     created = plan.events.get(kind=kind.CREATED)  # the operator's goal, on the timeline as theirs
     assert created.actor is not None and created.detail["thread_id"] == first["threadId"]
     assert AguiAgent.objects.get(agent=agent).state == {"files": ["notes.txt"]}
@@ -198,6 +203,10 @@ def test_sse_reader_and_events() -> None:
     assert [e.type for e in events] == [EventType.RUN_STARTED, EventType.STEP_STARTED]
     with pytest.raises(AguiError):
         list(events_parse(["data: {\"type\":\"NOT_AN_EVENT\"}\n", "\n"]))
+    # Lines as they arrived: an event split between two arrivals is whole in the second's batch.
+    assert list(sse_batches([stream[:4], stream[4:]])) == [['{"type":"RUN_STARTED","threadId":"t","runId":"r"}'],
+                                                           ['{"type":"STEP_STARTED",\n"stepName":"a"}']]
+    assert list(sse_batches([stream])) == [list(sse_data(stream))]
 
 
 def test_state_patches_apply_without_touching_the_state_given() -> None:
@@ -304,12 +313,13 @@ def test_cancel_closes_the_runs_stream(operator_client: Any, settings: Any) -> N
 @pytest.mark.django_db(transaction=True)
 def test_each_event_of_a_run_reaches_the_open_pages_as_it_commits(operator_client: Any, settings: Any,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runtime's cycle gathers its changes into one push at its end; a run's events go out one by one."""
+    """The runtime's cycle gathers its changes into one push at its end; a run's events go out as they arrive (an
+    agent that pauses between events: each on its own)."""
     from planner_site import events
     from runtime.cycles import cycle_run
 
     settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
-    remote = FileAgent()
+    remote = FileAgent(pause_seconds=0.05)
     with agui_agent_serving(remote) as url:
         agent = agui_added(operator_client, url)
         plan = goal_given(operator_client, agent, "Summarise the notes", run=False)
@@ -318,3 +328,60 @@ def test_each_event_of_a_run_reaches_the_open_pages_as_it_commits(operator_clien
         cycle_run(agent.pk, "test runner")
     assert plan.steps.count() == 3
     assert len([p for p in pushes if plan.pk in p]) >= 10  # tool calls, results, text, state: each as it came
+
+
+@pytest.mark.django_db
+def test_what_arrived_together_is_written_together_once_and_in_order(operator_client: Any, settings: Any) -> None:
+    """A batch of events the agent sent together: what it said and reported on the plan is one INSERT, each event
+    once; a tool call among them keeps its place on the timeline."""
+    from ag_ui.core import (
+        StateDeltaEvent,
+        StateSnapshotEvent,
+        StepFinishedEvent,
+        StepStartedEvent,
+        TextMessageContentEvent,
+        TextMessageEndEvent,
+        TextMessageStartEvent,
+        ToolCallStartEvent,
+    )
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from planning.services.agui import agui_events_apply
+
+    settings.OUTBOUND_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    agent = agui_added(operator_client, "http://127.0.0.1:9/agent", name="Batched")
+    plan = goal_given(operator_client, agent, "Report a few things at once", run=False)
+    texts: dict[str, str] = {}
+    said = [StateSnapshotEvent(snapshot={"files": []}), StepStartedEvent(step_name="survey"),
+            TextMessageStartEvent(message_id="m1", role="assistant"),
+            TextMessageContentEvent(message_id="m1", delta="Looking "),
+            TextMessageContentEvent(message_id="m1", delta="around."), TextMessageEndEvent(message_id="m1"),
+            StateDeltaEvent(delta=[{"op": "add", "path": "/files/-", "value": "a.txt"}]),
+            StepFinishedEvent(step_name="survey")]
+    with CaptureQueriesContext(connection) as queries:
+        assert agui_events_apply(agent_id=agent.pk, events=said, texts=texts) is False
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('INSERT INTO "planning_planevent"')]
+    assert len(inserts) == 1, inserts
+    reported = PlanEvent.Kind.AGENT_REPORTED
+    assert list(plan.events.filter(kind=reported).order_by("pk").values_list("reason", flat=True)) == [
+        "state snapshot", "step survey started", "said: Looking around.", "state changed", "step survey finished"]
+    assert AguiAgent.objects.get(agent=agent).state == {"files": ["a.txt"]}
+
+    # A tool call between two things said: the step's event between theirs.
+    mixed = [StepStartedEvent(step_name="write"), ToolCallStartEvent(tool_call_id="c1", tool_call_name="write_file"),
+             StepFinishedEvent(step_name="write")]
+    assert agui_events_apply(agent_id=agent.pk, events=mixed, texts=texts) is False
+    assert list(plan.events.order_by("pk").values_list("reason", flat=True))[-3:] == [
+        "step write started", "tool call write_file", "step write finished"]
+    assert plan.steps.get().tool == "write_file"
+
+    # A state change that does not apply fails the run: what came before it in the batch is kept, nothing after.
+    broken = [StepStartedEvent(step_name="check"), StateDeltaEvent(delta=[{"op": "remove", "path": "/missing"}]),
+              StepFinishedEvent(step_name="check")]
+    assert agui_events_apply(agent_id=agent.pk, events=broken, texts=texts) is True
+    plan.refresh_from_db()
+    assert plan.status == Plan.Status.FAILED and "state change does not apply" in plan.failure_reason
+    reasons = list(plan.events.filter(kind=reported).values_list("reason", flat=True))
+    assert "step check started" in reasons and "step check finished" not in reasons
+    assert AguiAgent.objects.get(agent=agent).state == {"files": ["a.txt"]}
