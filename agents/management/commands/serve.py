@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import multiprocessing
 import os
@@ -20,6 +21,7 @@ from typing import Any
 import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import get_resolver
 
 from agents.llm.gateway import providers_import
 
@@ -89,13 +91,28 @@ def server_config(host: str, port: int) -> uvicorn.Config:
                           proxy_headers=False, forwarded_allow_ips="")
 
 
+def code_loaded() -> None:
+    """Load the code every request may need, then keep it out of the cyclic collector's passes: planning (the
+    runner's, an external agent's request) does not pay the model SDKs' import, nor a first page its views'.
+
+    Everything loaded now (Django, the apps, the SDKs' schemas: a few hundred thousand objects) lives as long as
+    the process. Left to the collector, each of its full passes walks all of it while every request and live update
+    of the process waits: with thousands of agents connected, those pauses were a decision's slowest deliveries
+    (docs/performance.md). `gc.freeze()` moves these objects to the permanent generation, which no pass walks; the
+    objects of requests and connections are collected as before."""
+    providers_import()
+    get_resolver().url_patterns  # noqa: B018 (imports every view: the URLconf's modules)
+    gc.collect()
+    gc.freeze()
+
+
 def worker_serve(*, sock: socket.socket, host: str, port: int, with_runner: bool, supervisor: int) -> None:
     """One worker of `serve --workers N` (a spawned process): the same server on the supervisor's socket."""
     import django
 
     django.setup()
     server = PlannerServer(server_config(host, port), with_runner, supervisor=supervisor)
-    providers_import()  # planning (the runner's, an external agent's request) does not pay the SDK's import
+    code_loaded()
     with contextlib.suppress(KeyboardInterrupt):
         server.run(sockets=[sock])
 
@@ -181,7 +198,7 @@ class Command(BaseCommand):
                        workers=workers).run()
         else:
             server = PlannerServer(server_config(host, port), with_runner)
-            providers_import()  # planning (the runner's, an external agent's request) does not pay the SDK's import
+            code_loaded()
             with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the runner was already stopped cleanly
                 server.run()
         self.stdout.write("Stopped.")
