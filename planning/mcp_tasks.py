@@ -78,7 +78,7 @@ from planning.services.reported import ExternalError
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_SALT = "planning.mcp_tasks.plan"
-TASK_POLL_MS = 1000  # the pollInterval suggested to clients
+TASK_POLL_MS = 1000  # the pollIntervalMs suggested to clients
 # The tools that may answer with a task: a plan submitted for approval, a wait for a decision, the start of a step
 # that needs an operator's approval first.
 TASKS_TOOLS = frozenset({"submit_plan", "wait_for_decision", "report_step_start"})
@@ -180,6 +180,8 @@ def task_read(*, token: AgentToken, plan_id: int, task_id: str) -> dict[str, Any
         close_old_connections()
     state: dict[str, Any] = {
         "taskId": task_id, "createdAt": iso(plan.created_at), "lastUpdatedAt": iso(plan.updated_at),
+        "ttlMs": None, "pollIntervalMs": TASK_POLL_MS,
+        # The same under the names of 2025-11-25's core tasks, for clients that read them from this server before.
         "ttl": None, "pollInterval": TASK_POLL_MS}
     if answer["action"] == "wait" and plan.status == Plan.Status.CLARIFYING:
         question = plan.clarification_question

@@ -4,7 +4,7 @@ connected_N_*: N external agents wait at once for an operator, a mix of long pol
 ?wait=20`, asked again when it answers `wait`), API websockets (`/ws/api/plans/<id>/`) and MCP tasks (the official
 `mcp` client on 2026-07-28 with the tasks extension: `wait_for_decision` answers with a task; the agent listens for
 its `notifications/tasks` (`subscriptions/listen` with its task id), following `tasks/get` at the task's
-`pollInterval` only if the stream is refused, ends or is cut, each agent's HTTP connections held open), from a load generator in its own process
+`pollIntervalMs` only if the stream is refused, ends or is cut, each agent's HTTP connections held open), from a load generator in its own process
 (`python -m tests.bench.protocols gen`). With all N connected, this process measures:
 
 - the decision: an operator approves one waiting plan at a time (`plan_approve`, the web's service, in a helper
@@ -195,7 +195,7 @@ async def websocket(url: str, agent: dict[str, Any], connected: asyncio.Event) -
 async def mcp_task(url: str, agent: dict[str, Any], connected: asyncio.Event) -> None:
     """A 2026-07-28 MCP client with the tasks extension (docs/mcp-tasks.md): `wait_for_decision` answers with a
     task; the agent listens for its notifications (`subscriptions/listen` with the task's id: connected once the
-    server acknowledged it) and follows `tasks/get` at the task's pollInterval only when the server did not agree to
+    server acknowledged it) and follows `tasks/get` at the task's pollIntervalMs only when the server did not agree to
     notify it, or once the stream ends or is cut (the spec: a client that listens need not poll). `seen` at the first state that is not "working", from either (`notice` or `poll`).
     Its HTTP client holds the connections open (the listen's stream, the polls)."""
     import httpx2
@@ -245,7 +245,7 @@ async def mcp_task(url: str, agent: dict[str, Any], connected: asyncio.Event) ->
         async def polled() -> None:
             if handle.task_id in honoured:  # told by notification: polled only once the stream ends or is cut
                 await asyncio.wait([listening])
-            interval = handle.poll_interval or 1000
+            interval = handle.poll_interval_ms or 1000
             while True:
                 print(f"poll {interval}", flush=True)  # as the server suggests it, as a real client follows it
                 await asyncio.sleep(interval / 1000)
@@ -253,7 +253,7 @@ async def mcp_task(url: str, agent: dict[str, Any], connected: asyncio.Event) ->
                     GetTaskRequest(params=GetTaskRequestParams(task_id=handle.task_id)), TaskState)
                 if state.status != "working":
                     return
-                interval = state.poll_interval or 1000
+                interval = state.poll_interval_ms or 1000
 
         acked, told = asyncio.create_task(acknowledged.wait()), asyncio.create_task(noticed.wait())
         polling: asyncio.Task[None] | None = None

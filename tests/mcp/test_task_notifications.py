@@ -45,7 +45,8 @@ class TaskNotice(NotificationParams):
     task_id: str
     status: str
     status_message: str | None = None
-    poll_interval: int | None = None
+    ttl_ms: int | None
+    poll_interval_ms: int | None = None
     result: dict[str, Any] | None = None
 
 

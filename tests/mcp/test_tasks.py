@@ -39,8 +39,8 @@ class TaskHandle(Result):
     status_message: str | None = None
     created_at: str
     last_updated_at: str
-    ttl: int | None = None
-    poll_interval: int | None = None
+    ttl_ms: int | None  # the extension's names (SEP-2663): required, null for a task with no end of life
+    poll_interval_ms: int | None = None
 
 
 class TaskState(Result):
@@ -49,7 +49,8 @@ class TaskState(Result):
     task_id: str
     status: str
     status_message: str | None = None
-    poll_interval: int | None = None
+    ttl_ms: int | None
+    poll_interval_ms: int | None = None
     result: dict[str, Any] | None = None
 
 
@@ -65,7 +66,7 @@ async def follow(handle: TaskHandle, ctx: ClaimContext) -> CallToolResult:
         if state.status != "working":
             assert state.status == "completed" and state.result is not None, state
             return CallToolResult.model_validate(state.result)
-        await asyncio.sleep((state.poll_interval or 1000) / 1000)
+        await asyncio.sleep((state.poll_interval_ms or 1000) / 1000)
 
 
 @contextlib.asynccontextmanager
@@ -118,6 +119,9 @@ async def test_a_2026_client_waits_on_a_task_that_completes_when_the_operator_ap
         handle = await submitted_task(session)
         assert handle.status == "working"
         assert handle.status_message == "Waiting: plan v1 awaits an operator's approval."
+        # The extension's field names (SEP-2663), as a client built to the spec reads them: ttlMs is required (the
+        # handle would not parse without it), null for a task that lives as long as its plan.
+        assert (handle.ttl_ms, handle.poll_interval_ms) == (None, 1000)
         state = await task_get(session, handle.task_id)
         assert state.status == "working" and state.result is None  # nobody decided yet
         await operator_approves_plan(await only_plan_id())
@@ -168,7 +172,7 @@ async def test_a_task_polled_while_the_operator_decides_completes_with_the_feedb
                 state = await task_get(session, handle.task_id)
                 if state.status != "working":
                     return state
-                await asyncio.sleep((state.poll_interval or 1000) / 1000 / 10)
+                await asyncio.sleep((state.poll_interval_ms or 1000) / 1000 / 10)
 
         polling = asyncio.create_task(poll())
         await asyncio.sleep(0.3)
