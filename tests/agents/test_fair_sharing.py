@@ -96,13 +96,21 @@ def test_an_operators_call_goes_before_the_persona_calls_and_the_one_holding_the
     assert all(r.body.get("stream") is True for r in one_slot.requests)  # a local server's calls are streamed
 
 
+def arrived(server: LLMTestServer, count: int = 1) -> None:
+    """Wait until the server has received `count` requests: the calls that sent them hold their model slots."""
+    deadline = time.monotonic() + 10
+    while len(server.requests) < count:
+        assert time.monotonic() < deadline, "the first call never reached the model server"
+        time.sleep(0.005)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_persona_call_that_would_wait_past_its_cycle_is_handed_to_the_rules_and_says_so(
         one_slot: LLMTestServer) -> None:
     one_slot.script("smol", answer("long answer", delay=1.5))
     busy = threading.Thread(target=lambda: openai_complete(model="smol", messages=said("operator's plan")))
     busy.start()
-    time.sleep(0.2)
+    arrived(one_slot)  # the operator's call holds the slot (a fixed sleep lost the race on a busy host)
     started = time.monotonic()
     with calls_for(wait_limit=0.3), pytest.raises(LLMError) as failed:  # a persona with a 0.3 s cycle
         llm_complete(purpose="decide", messages=said("what next?"), models=["smol"])
@@ -119,7 +127,7 @@ def test_model_busy_is_raised_by_the_provider_itself(one_slot: LLMTestServer) ->
     one_slot.script("smol", answer("slow", delay=0.8))
     busy = threading.Thread(target=lambda: openai_complete(model="smol", messages=said("first")))
     busy.start()
-    time.sleep(0.15)
+    arrived(one_slot)
     with calls_for(wait_limit=0.1), pytest.raises(ModelBusy):
         openai_complete(model="smol", messages=said("second"))
     busy.join(timeout=5)
