@@ -29,10 +29,9 @@ from planning.selectors import (
     plan_versions,
     plan_withdrawn,
     policy_approvals_undoable,
-    step_rollback_possible,
 )
 from planning.templatetags.operator_pages import GRAPH_FIELDS, plan_graph_svg
-from planning.templatetags.plan_rows import step_row_html
+from planning.templatetags.plan_rows import step_rows_html, steps_rollback_possible
 
 OPERATOR, VIEWER = "operator", "viewer"
 
@@ -263,9 +262,9 @@ class PlanLivePage(LivePage):
                     "steps": steps, "policy_undo": policy_undo}, audience))
             else:
                 operator = audience == OPERATOR
-                parts.extend(step_row_html(
-                    s, plan=plan, can_decide=operator, policy_undo=policy_undo.get(s.pk) if operator else None,
-                    rollback=operator and step_rollback_possible(s, agent_id=plan.agent_id)) for s in steps)
+                parts.append(step_rows_html(
+                    steps, plan=plan, can_decide=operator, policy_undo=policy_undo,
+                    rollback=steps_rollback_possible(steps, agent_id=plan.agent_id) if operator else ()))
             if planning and self.changed(audience, "versions", tuple((v.pk, v.status) for v in self.versions)):
                 parts.append(render_for("planning/plan_detail.html#versions", context, audience))
             if "attempts" in context:

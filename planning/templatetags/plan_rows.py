@@ -1,51 +1,52 @@
-"""`{% step_row step %}`: a plan's step row, the one HTML of a step on the plan page and in its live pushes
-(`step_row_html`, which planning/live/renderers.py calls for the rows it pushes). The row is the template
-templates/planning/step_row.html; what it shows beyond the step's own fields is worked out here."""
+"""The rows drawn by the thousand, one HTML each for a page and its live pushes:
+
+- `{% step_rows steps %}`: a plan's step rows (`step_rows_html`, which planning/live/renderers.py calls for the
+  rows it pushes), templates/jinja2/planning/step_rows.html;
+- `{% agent_rows rows %}`: the dashboard's agent rows, templates/jinja2/planning/agent_rows.html.
+
+They are Jinja2 templates (docs/architecture.md "Templates" says why)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from django import template
-from django.template.loader import render_to_string
+from django.template import engines
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from agents.models import Agent
 from agents.persona import MAX_OVERRIDES
 from planning.models import Plan, PlanStep, steps_shown_fingerprint
-from planning.selectors import step_rollback_possible
+from planning.selectors import AgentRow, step_rollback_possible
 
 register = template.Library()
 
 ASKING = (PlanStep.Status.PENDING, PlanStep.Status.AWAITING_APPROVAL)
+# What get_FOO_display shows (a value not among the choices as it is), read once, not once a row.
+STATUS_LABELS = dict(PlanStep.Status.choices)
+AGENT_LABELS = {"kinds": dict(Agent.Kind.choices), "agent_statuses": dict(Agent.Status.choices),
+                "plan_statuses": dict(Plan.Status.choices), "step_statuses": STATUS_LABELS}
 
 
-def step_row_context(step: PlanStep, *, plan: Plan | None, can_decide: bool, rollback: bool,
-                     policy_undo: int | None = None) -> dict[str, Any]:
-    """What the row shows: its key, status and words, the tags that warn, what it does and its counters, its result
-    or failure, and the forms of an operator (`can_decide`) when its plan is active. `rollback`: whether "Roll
-    back" has something to undo (step_rollback_possible); `policy_undo`: the event of a policy's approval an
-    operator may undo."""
-    awaiting = step.status == PlanStep.Status.AWAITING_APPROVAL
-    decide = can_decide and plan is not None and plan.status == Plan.Status.ACTIVE
-    tools = step.tools_needed or []
-    return {
-        "step": step, "can_decide": can_decide, "rollback": rollback, "policy_undo": policy_undo,
-        "max_overrides": MAX_OVERRIDES, "risky": step.risk == PlanStep.Risk.RISKY, "awaiting": awaiting,
-        "asking": step.status in ASKING, "decide": decide,
-        "loop": step.loop if isinstance(step.loop, dict) else {},
-        "tools_shown": len(tools) > 1 or bool(tools and not step.tool),
-        "held": (step.start_after is not None and step.status == PlanStep.Status.PENDING
-                 and step.start_after > timezone.now()),
-        "seen_steps": steps_shown_fingerprint([step]) if decide and awaiting else "",
-    }
+def step_rows_html(steps: Sequence[PlanStep], *, plan: Plan | None, can_decide: bool, rollback: Iterable[int] = (),
+                   policy_undo: Mapping[int, int] | None = None) -> SafeString:
+    """The steps' rows. `can_decide`: the reader is an operator (the forms show while the plan is active);
+    `rollback`: the pks of the steps "Roll back" can undo (step_rollback_possible); `policy_undo`: step pk → the
+    event of a policy's approval an operator may undo (planning.selectors.policy_approvals_undoable)."""
+    rows = engines["jinja2"].get_template("planning/step_rows.html")
+    html = rows.render({
+        "steps": steps, "plan": plan, "can_decide": can_decide, "rollback": set(rollback) if can_decide else set(),
+        "policy_undo": (policy_undo or {}) if can_decide else {}, "now": timezone.now(),
+        "max_overrides": MAX_OVERRIDES, "asking": ASKING, "shown_fingerprint": steps_shown_fingerprint,
+        "Status": PlanStep.Status, "PlanStatus": Plan.Status, "Risk": PlanStep.Risk, "labels": STATUS_LABELS,
+    })
+    return SafeString(html)  # the template escaped every value (autoescape, settings.TEMPLATES)
 
 
-def step_row_html(step: PlanStep, *, plan: Plan | None, can_decide: bool, rollback: bool,
-                  policy_undo: int | None = None) -> SafeString:
-    """The step's row (step_row_context says what it shows), rendered by its template."""
-    return render_to_string("planning/step_row.html", step_row_context(
-        step, plan=plan, can_decide=can_decide, rollback=rollback, policy_undo=policy_undo))
+def steps_rollback_possible(steps: Iterable[PlanStep], *, agent_id: int) -> set[int]:
+    """The pks of the steps whose "Roll back" has something to undo."""
+    return {s.pk for s in steps if step_rollback_possible(s, agent_id=agent_id)}
 
 
 @register.filter
@@ -54,12 +55,19 @@ def shown_fingerprint(steps: list[PlanStep]) -> str:
     return steps_shown_fingerprint(steps)
 
 
-@register.inclusion_tag("planning/step_row.html", takes_context=True)
-def step_row(context: template.Context, step: PlanStep) -> dict[str, Any]:
-    """The page's row of a step: whether it may be rolled back, and the policy's approval an operator may undo
+@register.simple_tag(takes_context=True)
+def step_rows(context: template.Context, steps: Sequence[PlanStep]) -> SafeString:
+    """The page's rows of its steps: which may be rolled back, and the policy approvals an operator may undo
     (planning.selectors.policy_approvals_undoable), from the page's context."""
     plan = context.get("plan")
     can_decide = bool(context.get("can_decide"))
-    rollback = can_decide and plan is not None and step_rollback_possible(step, agent_id=plan.agent_id)
-    policy_undo = (context.get("policy_undo") or {}).get(step.pk) if can_decide else None
-    return step_row_context(step, plan=plan, can_decide=can_decide, rollback=rollback, policy_undo=policy_undo)
+    rollback = steps_rollback_possible(steps, agent_id=plan.agent_id) if can_decide and plan is not None else set()
+    return step_rows_html(steps, plan=plan, can_decide=can_decide, rollback=rollback,
+                          policy_undo=context.get("policy_undo"))
+
+
+@register.simple_tag
+def agent_rows(rows: Sequence[AgentRow]) -> SafeString:
+    """The dashboard's rows of its agents (planning.selectors.dashboard_rows)."""
+    html = engines["jinja2"].get_template("planning/agent_rows.html").render({"rows": rows} | AGENT_LABELS)
+    return SafeString(html)  # the template escaped every value (planner_site/jinja_env.py)

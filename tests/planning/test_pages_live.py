@@ -221,3 +221,43 @@ def test_live_dashboard_push_queries_do_not_grow_with_changed_agents(django_asse
     with django_assert_max_num_queries(len(small.captured_queries)):
         out = page.render_changes({p.agent_id for p in plans}, {"viewer"})
     assert out["viewer"].count('<tr id="agent-row-') == 30
+
+
+def li_of(html: str, key: str) -> str:
+    start = html.index(f'<li id="step-{key}"')
+    return html[start:html.index("</li>", start) + len("</li>")]
+
+
+def test_a_pushed_step_row_is_the_row_the_page_shows_to_each_audience(operator_client: Client,
+                                                                      viewer_client: Client) -> None:
+    plan = PlanFactory(status=Plan.Status.ACTIVE)
+    PlanStepFactory(plan=plan, key="1", position=1, status=PlanStep.Status.COMPLETED, result="it's <done>")
+    waiting = PlanStepFactory(plan=plan, key="2", position=2, description='Send "the" <b>mail</b>',
+                              tool="file.write", tool_input={"path": "out.md", "content": "x"}, depends_on=["1"])
+    page = PlanLivePage(f"plan-{plan.pk}", plan.pk)
+    page.baseline()
+    PlanStep.objects.filter(pk=waiting.pk).update(status=PlanStep.Status.AWAITING_APPROVAL, precheck="writes out.md")
+    pushed = page.render_changes({plan.pk}, {"operator", "viewer"})
+    for audience, client in (("operator", operator_client), ("viewer", viewer_client)):
+        shown = client.get(plan.get_absolute_url()).content.decode()
+        assert li_of(pushed[audience], "2") == li_of(shown, "2")
+    assert ">Approve<" in li_of(pushed["operator"], "2") and ">Approve<" not in li_of(pushed["viewer"], "2")
+    assert "Send &quot;the&quot; &lt;b&gt;mail&lt;/b&gt;" in li_of(pushed["viewer"], "2")  # Django's entities
+
+
+def test_a_pushed_dashboard_row_is_the_row_the_page_shows(viewer_client: Client) -> None:
+    plan = PlanFactory(agent__name="O'Brien <bot>", goal_text="Tidy & sort", status=Plan.Status.ACTIVE)
+    PlanStepFactory(plan=plan, description="Sort 'them'", status=PlanStep.Status.RUNNING)
+    pushed = DashboardLivePage("dashboard").render_changes({plan.agent_id}, {"viewer"})["viewer"]
+    shown = viewer_client.get("/").content.decode()
+    row = shown[shown.index(f'<tr id="agent-row-{plan.agent_id}"'):]
+    row = row[:row.index("</tr>") + len("</tr>")]
+    assert row in pushed and "O&#x27;Brien &lt;bot&gt;" in row and "Sort &#x27;them&#x27;" in row
+
+
+def test_the_row_templates_fail_on_a_name_their_context_lacks() -> None:
+    from django.template import engines
+    from jinja2 import UndefinedError
+
+    with pytest.raises(UndefinedError):
+        engines["jinja2"].from_string("<b>{{ step.descripton }}</b>").render({"step": PlanStep(description="x")})
