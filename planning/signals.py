@@ -8,7 +8,8 @@ rolls that transaction back, as a call would.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import cast
 
 from django.dispatch import Signal
 
@@ -18,9 +19,9 @@ from planning.models import Plan, PlanStep
 # each with its plan (locked) and the plan's agent.
 steps_await_approval = Signal()
 
-# A plan has just been validated and awaits approval (plans_accept). Sent with `plan` (locked), once for each
-# plan. A receiver returns what it decided, or None when the plan waits for a person.
-plan_awaits_approval = Signal()
+# Plans have just been validated and await approval (plans_accept). Sent with `plans` (locked), once for the plans
+# a call accepted together. A receiver returns the pks of the plans it decided at once (the others wait for a person).
+plans_await_approval = Signal()
 
 
 def steps_await_approval_send(steps: Sequence[PlanStep]) -> None:
@@ -28,6 +29,9 @@ def steps_await_approval_send(steps: Sequence[PlanStep]) -> None:
     steps_await_approval.send(sender=PlanStep, steps=steps)
 
 
-def plan_awaits_approval_send(plan: Plan) -> bool:
-    """Tell the receivers that `plan` awaits approval now; whether one of them decided it at once."""
-    return any(decided is not None for _, decided in plan_awaits_approval.send(sender=Plan, plan=plan))
+def plans_await_approval_send(plans: Sequence[Plan]) -> set[int]:
+    """Tell the receivers that `plans` await approval now; the pks of those a receiver decided at once."""
+    decided: set[int] = set()
+    for _, pks in plans_await_approval.send(sender=Plan, plans=plans):
+        decided.update(cast("Iterable[int]", pks or ()))  # what the receivers return (django-stubs types it str)
+    return decided

@@ -8,9 +8,9 @@ class PoliciesConfig(AppConfig):
     verbose_name = "Policies"
 
     def ready(self) -> None:
-        from planning.signals import plan_awaits_approval, steps_await_approval
-        from policies.services import plan_waiting_decide, steps_waiting_decide
+        from planning.signals import plans_await_approval, steps_await_approval
+        from policies.services import plans_waiting_decide, steps_waiting_decide
 
         # The planning services say, in their transaction, that an item waits; the policies decide it there.
         steps_await_approval.connect(steps_waiting_decide, dispatch_uid="policies.steps_waiting_decide")
-        plan_awaits_approval.connect(plan_waiting_decide, dispatch_uid="policies.plan_waiting_decide")
+        plans_await_approval.connect(plans_waiting_decide, dispatch_uid="policies.plans_waiting_decide")

@@ -2,7 +2,7 @@
 
 - `policies_step_waiting` / `policies_plan_waiting`: called where an item starts to wait for a person (inside the
   transaction that wrote the waiting state), by the receivers of planning/signals.py (`steps_waiting_decide`,
-  `plan_waiting_decide`, connected in policies/apps.py); the first matching rule of the policies switched on
+  `plans_waiting_decide`, connected in policies/apps.py); the first matching rule of the policies switched on
   decides through the operators' own decision services, with the policy as the actor. No rule matches: a person
   decides.
 - `decision_undo`: an operator takes back a policy's approval of a step that has not started.
@@ -293,13 +293,14 @@ def step_undo_window(step: PlanStep) -> datetime | None:
     return timezone.now() + timedelta(seconds=seconds)
 
 
-def policies_plan_waiting(*, plan: Plan) -> Match | None:
+def policies_plan_waiting(*, plan: Plan, rules: Sequence[Rule] | None = None) -> Match | None:
     """A plan has just been validated and awaits approval (locked, in the same transaction): the first matching
-    rule decides it. An external agent whose own approval policy starts its plans at once is left to it."""
+    rule decides it. An external agent whose own approval policy starts its plans at once is left to it. `rules`:
+    the rules switched on, when the caller read them for several plans (rules_enabled)."""
     agent = plan.agent
     if agent.kind == Agent.Kind.EXTERNAL and agent.approval_policy == Agent.ApprovalPolicy.PERMISSION:
         return None
-    rules = rules_enabled()
+    rules = rules_enabled() if rules is None else rules
     if not rules:
         return None
     steps = list(plan.steps.only("key", "tool", "action_hint", "risk", "requires_permission", "estimated_cycles",
@@ -310,9 +311,13 @@ def policies_plan_waiting(*, plan: Plan) -> Match | None:
     return decided_safely(lambda: plan_decide(plan=plan, match=match), f"plan {plan.pk}")
 
 
-def plan_waiting_decide(sender: object, *, plan: Plan, **kwargs: Any) -> Match | None:
-    """Receiver of planning.signals.plan_awaits_approval: what the policies decided of the plan, or None."""
-    return policies_plan_waiting(plan=plan)
+def plans_waiting_decide(sender: object, *, plans: Sequence[Plan], **kwargs: Any) -> set[int]:
+    """Receiver of planning.signals.plans_await_approval: the pks of the plans the policies decided. The rules are
+    read once for the list (a plan's decision changes no policy)."""
+    rules = rules_enabled()
+    if not rules:
+        return set()
+    return {plan.pk for plan in plans if policies_plan_waiting(plan=plan, rules=rules) is not None}
 
 
 def plan_decide(*, plan: Plan, match: Match) -> Match:

@@ -46,7 +46,7 @@ from planning.services.errors import (
     StaleVersion,
 )
 from planning.services.events import actor_name, event_record
-from planning.signals import plan_awaits_approval_send
+from planning.signals import plans_await_approval_send
 from planning.trace_spans import events_traced
 
 REJECTED_OUTPUT_SHOWN = 4000  # characters of a rejected output kept in the event
@@ -312,8 +312,9 @@ def plans_accept(acceptances: Sequence[Acceptance], *, actor_label: str) -> dict
             by_text.setdefault(f"plan v{plan.version} awaits approval", []).append(plan.agent_id)
         for text, agent_ids in sorted(by_text.items()):  # a row that says so already is not written
             Agent.objects.filter(pk__in=agent_ids).exclude(waiting_reason=text).update(waiting_reason=text)
+        decided = plans_await_approval_send(waiting)
         for plan in waiting:
-            if plan_awaits_approval_send(plan):  # decided at once: the caller sees the plan as it is now
+            if plan.pk in decided:  # decided at once: the caller sees the plan as it is now
                 plan.refresh_from_db(fields=["status", "approval_mode", "replan_reason", "updated_at"])
     return done
 

@@ -272,3 +272,26 @@ def test_the_plan_page_undoes_a_policys_approval_on_the_step_row(operator: Any, 
     # Approved again by a person: nothing to undo on the row.
     planning.step_approve(step=step, user=operator)
     assert url not in operator_client.get(f"/plans/{step.plan_id}/").content.decode()
+
+
+def test_plans_accepted_together_are_each_decided_by_the_rule_that_matches_it(operator: Any, settings: Any) -> None:
+    from runtime.cycle import tools_start
+
+    settings.POLICY_UNDO_SECONDS = 0
+    policy_with(operator, {"action": "approve", "applies_to": "plans", "tools": "file.list, file.read"})
+    agents = []
+    for name, goal in (("Reader", "what's in notes.txt?"), ("Writer", "write a two-line summary of notes.txt to sum.md"),
+                       ("Lister", "Show me which files are in the workspace")):
+        agent = AgentFactory(name=name, kind=Agent.Kind.TOOL)
+        agent.workspace.mkdir(parents=True)
+        (agent.workspace / "notes.txt").write_text("milk\neggs\n")
+        GoalFactory(agent=agent, description=goal, source_needs=[])
+        agents.append(agent)
+    tools_start([a.pk for a in agents], runner="runner-test")  # one start pass: the three plans accepted together
+    reader, writer, lister = (Plan.objects.get(agent=a) for a in agents)
+    for plan in (reader, lister):  # they only list and read: the rule approves each
+        assert plan.status == Plan.Status.ACTIVE
+        assert plan.events.get(kind=PlanEvent.Kind.PLAN_APPROVED).actor_label == "policy: Routine, rule 1"
+    assert writer.status == Plan.Status.AWAITING_APPROVAL  # it writes a report: no rule names that tool
+    assert not writer.events.filter(kind=PlanEvent.Kind.PLAN_APPROVED).exists()
+    assert set(writer.steps.values_list("tool", flat=True)) - {"file.list", "file.read"}
