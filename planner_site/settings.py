@@ -114,8 +114,9 @@ TEMPLATES = [
         },
     },
     {
-        # The rows drawn by the thousand (a plan's steps): Jinja2 draws a row several times faster than the Django
-        # template language, which made the 1,000-step plan page 3x its bare baseline (docs/architecture.md).
+        # The rows drawn by the thousand (a plan's steps, the dashboard's agents): Jinja2 draws a row several times
+        # faster than the Django template language, which made the 1,000-step plan page 3x its bare baseline
+        # (docs/architecture.md "Templates").
         "NAME": "jinja2",
         "BACKEND": "django.template.backends.jinja2.Jinja2",
         "DIRS": [BASE_DIR / "templates" / "jinja2"],

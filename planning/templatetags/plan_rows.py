@@ -34,14 +34,18 @@ def step_rows_html(steps: Sequence[PlanStep], *, plan: Plan | None, can_decide: 
     """The steps' rows. `can_decide`: the reader is an operator (the forms show while the plan is active);
     `rollback`: the pks of the steps "Roll back" can undo (step_rollback_possible); `policy_undo`: step pk → the
     event of a policy's approval an operator may undo (planning.selectors.policy_approvals_undoable)."""
-    rows = engines["jinja2"].get_template("planning/step_rows.html")
-    html = rows.render({
+    return rows_html("planning/step_rows.html", {
         "steps": steps, "plan": plan, "can_decide": can_decide, "rollback": set(rollback) if can_decide else set(),
         "policy_undo": (policy_undo or {}) if can_decide else {}, "now": timezone.now(),
         "max_overrides": MAX_OVERRIDES, "asking": ASKING, "shown_fingerprint": steps_shown_fingerprint,
         "Status": PlanStep.Status, "PlanStatus": Plan.Status, "Risk": PlanStep.Risk, "labels": STATUS_LABELS,
     })
-    return SafeString(html)  # the template escaped every value (autoescape, settings.TEMPLATES)
+
+
+def rows_html(name: str, context: dict[str, object]) -> SafeString:
+    """The Jinja2 template `name` (templates/jinja2/) rendered: HTML whose every value the template escaped
+    (planner_site/jinja_env.py `escaped`)."""
+    return SafeString(engines["jinja2"].get_template(name).render(context))
 
 
 def steps_rollback_possible(steps: Iterable[PlanStep], *, agent_id: int) -> set[int]:
@@ -69,5 +73,4 @@ def step_rows(context: template.Context, steps: Sequence[PlanStep]) -> SafeStrin
 @register.simple_tag
 def agent_rows(rows: Sequence[AgentRow]) -> SafeString:
     """The dashboard's rows of its agents (planning.selectors.dashboard_rows)."""
-    html = engines["jinja2"].get_template("planning/agent_rows.html").render({"rows": rows} | AGENT_LABELS)
-    return SafeString(html)  # the template escaped every value (planner_site/jinja_env.py)
+    return rows_html("planning/agent_rows.html", {"rows": rows, **AGENT_LABELS})
