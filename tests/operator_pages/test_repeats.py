@@ -3,9 +3,10 @@ the inbox card and the plan page, and the inbox keeps one goal's items together.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -16,6 +17,10 @@ from planning.operator_selectors import inbox_items, repeat_label
 from tests.factories import AgentFactory, PlanFactory, PlanStepFactory
 
 pytestmark = pytest.mark.django_db
+
+# "Today" is the operator's day: these tests make plans minutes apart and would straddle midnight if run just after
+# it (CI once did, at 00:10 UTC). They run at an hour of their choosing, the clock still ticking.
+NOON = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
 
 
 def meeting(agent: Agent, minutes_ago: int, *, waiting: bool) -> Plan:
@@ -35,6 +40,7 @@ def test_labels_count_in_words() -> None:
         "22nd time today"]
 
 
+@time_machine.travel(NOON)
 def test_a_repeat_says_so_in_the_inbox_and_on_the_plan_page_and_stands_with_its_goal(viewer_client: Client) -> None:
     marco = AgentFactory(name="Marco", kind=Agent.Kind.PERSONA)
     meeting(marco, 50, waiting=False)
@@ -58,10 +64,10 @@ def test_a_repeat_says_so_in_the_inbox_and_on_the_plan_page_and_stands_with_its_
     assert 'id="plan-repeat"' in page and "repeat: 3rd time today" in page
 
 
+@time_machine.travel(NOON)
 def test_a_replan_is_no_repeat_and_yesterdays_plans_do_not_count(viewer_client: Client) -> None:
     marco = AgentFactory(name="Marco", kind=Agent.Kind.PERSONA)
-    old = meeting(marco, 60 * 30, waiting=False)  # yesterday (or earlier)
-    Plan.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=2))
+    meeting(marco, 12 * 60 + 10, waiting=False)  # ten to midnight yesterday: twelve hours ago, another day
     v1 = meeting(marco, 20, waiting=False)
     v2 = meeting(marco, 1, waiting=True)
     Plan.objects.filter(pk=v2.pk).update(previous=v1, version=2)
