@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from agents.models import Agent
 from planning.models import Plan, PlanEvent, PlanStep
+from runtime.cycle import INTERRUPTED_UNKNOWN
 from tests.factories import AgentFactory, GoalFactory
 from tests.runners import personas, runagents, runner_env
 
@@ -75,6 +76,19 @@ def jobs_doing_of_gone_workers() -> int:
 
     live = ProcrastinateWorker.objects.filter(last_heartbeat__gte=timezone.now() - timedelta(seconds=3))
     return ProcrastinateJob.objects.filter(status="doing").exclude(worker_id__in=live.values("id")).count()
+
+
+def tool_agent_story(agent: Agent, plan: Plan) -> str:
+    """What became of a tool agent and its plan, for a failure's message."""
+    agent.refresh_from_db()
+    plan.refresh_from_db()
+    steps = Counter(plan.steps.values_list("status", flat=True))
+    events = list(PlanEvent.objects.filter(plan__agent=agent).order_by("created_at", "id")
+                  .values_list("plan_id", "kind", "step__key", "actor_label", "reason")[:40])
+    plans = list(Plan.objects.filter(agent=agent).values_list("pk", "version", "status", "failure_reason"))
+    return (f"agent {agent.pk} {agent.status}, {agent.cycle_count} cycles; plan {plan.pk} {plan.status} "
+            f"{plan.failure_reason!r}; steps {dict(steps)}; its plans {plans}; events {events}; "
+            f"jobs {[j for j in jobs_listed() if j[2] == f'agent:{agent.pk}']}")
 
 
 def cycles_of(agents: list[Agent]) -> dict[int, int]:
@@ -203,7 +217,11 @@ def test_kill_storm_loses_nothing_and_doubles_nothing(tmp_path: Path, runners: l
     assert all(count > 0 for count in cycles_of(every).values())
     for agent, plan in tools:
         done = plan.steps.filter(status=PlanStep.Status.COMPLETED).count()
-        assert done >= 1, f"{agent} completed no step"
+        # A kill between a step's mark and its effect leaves that step waiting for an operator, "outcome unknown"
+        # (runtime/cycle.py steps_interrupted): the agent stops there and says so, rather than run it again. A kill
+        # landing there on an agent's first step leaves it with none done.
+        unknown = plan.steps.filter(status=PlanStep.Status.AWAITING_APPROVAL, error=INTERRUPTED_UNKNOWN).count()
+        assert done >= 1 or unknown == 1, f"{agent} completed no step: {tool_agent_story(agent, plan)}"
         completed = Counter(PlanEvent.objects.filter(plan=plan, kind=PlanEvent.Kind.STEP_COMPLETED)
                             .values_list("step__key", flat=True))
         assert all(n == 1 for n in completed.values()), completed
@@ -211,7 +229,8 @@ def test_kill_storm_loses_nothing_and_doubles_nothing(tmp_path: Path, runners: l
         interrupted = Counter(PlanEvent.objects.filter(
             plan=plan, kind__in=[PlanEvent.Kind.STEP_RETRIED, PlanEvent.Kind.STEP_FAILED], reason__startswith="interrupted",
         ).values_list("step__key", flat=True))
-        lines = Counter((Path(env["AGENT_WORKSPACES"]) / str(agent.pk) / "log.txt").read_text().splitlines())
+        log = Path(env["AGENT_WORKSPACES"]) / str(agent.pk) / "log.txt"
+        lines = Counter(log.read_text().splitlines() if log.exists() else [])
         assert len(lines) >= done
         assert all(n <= 1 + interrupted[line.removeprefix("line ")] for line, n in lines.items()), lines
     # Every planner's goal was planned, once: planning a killed runner cut off was failed (and retried as a next
