@@ -300,14 +300,17 @@ async def openai_acomplete(
             while True:
                 kwargs, extra = request_fields(options, fmt or "off")
                 caller = client.with_options(max_retries=0) if probing and extra else client
+                # The messages are sent as body fields of their own (`extra_body`, merged into the request's JSON
+                # as given): the SDK's transform of its typed parameters walks each message through the types of
+                # every kind of message, about 0.35 ms of CPU a call, to change nothing in role/content messages.
+                body = {"messages": chat, **extra}
                 try:
                     if options is not None and options.stream:
                         completion: Any = await streamed_completion(
-                            caller, model=model, messages=chat, timeout=attempt_timeout, extra_body=extra or None,
-                            **kwargs)
+                            caller, model=model, messages=[], timeout=attempt_timeout, extra_body=body, **kwargs)
                     else:
                         completion = await caller.chat.completions.create(
-                            model=model, messages=chat, timeout=attempt_timeout, extra_body=extra or None, **kwargs)
+                            model=model, messages=[], timeout=attempt_timeout, extra_body=body, **kwargs)
                 except openai.APIConnectionError as exc:
                     if probing and extra and client.max_retries:
                         probing = False  # not about the format: asked again with the SDK's retries
