@@ -293,15 +293,12 @@ def step_undo_window(step: PlanStep) -> datetime | None:
     return timezone.now() + timedelta(seconds=seconds)
 
 
-def policies_plan_waiting(*, plan: Plan, rules: Sequence[Rule] | None = None) -> Match | None:
-    """A plan has just been validated and awaits approval (locked, in the same transaction): the first matching
-    rule decides it. An external agent whose own approval policy starts its plans at once is left to it. `rules`:
-    the rules switched on, when the caller read them for several plans (rules_enabled)."""
+def policies_plan_waiting(*, plan: Plan, rules: Sequence[Rule]) -> Match | None:
+    """A plan has just been validated and awaits approval (locked, in the same transaction): the first of `rules`
+    (the rules switched on, rules_enabled) that matches decides it. An external agent whose own approval policy
+    starts its plans at once is left to it."""
     agent = plan.agent
     if agent.kind == Agent.Kind.EXTERNAL and agent.approval_policy == Agent.ApprovalPolicy.PERMISSION:
-        return None
-    rules = rules_enabled() if rules is None else rules
-    if not rules:
         return None
     steps = list(plan.steps.only("key", "tool", "action_hint", "risk", "requires_permission", "estimated_cycles",
                                  "carried_over"))
